@@ -1,0 +1,66 @@
+// Command dockerrun measures what `vak run --backend docker` adds to a raw
+// `docker run --rm` with the very same flags (taken from the backend's own
+// Wrap, so the two containers are identical). Runs are interleaved so drift
+// on the machine hits both contenders equally.
+//
+//	go run ./bench/dockerrun -n 40 -image vak-test:latest
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"vak/bench/internal/stats"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
+)
+
+func main() {
+	n := flag.Int("n", 40, "samples per contender")
+	image := flag.String("image", "vak-test:latest", "image to run")
+	flag.Parse()
+
+	vak, err := stats.BuildVak()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ws, _ := filepath.EvalSymlinks(os.TempDir())
+	ws, err = os.MkdirTemp(ws, "vak-bench-ws-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(ws)
+	cfg := filepath.Join(ws, "..", filepath.Base(ws)+".toml")
+	os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+*image+"\"\n"), 0o600)
+	defer os.Remove(cfg)
+
+	b := docker.New(*image)
+	raw := &stats.Sample{Name: "docker run --rm (same flags)"}
+	viaVak := &stats.Sample{Name: "vak run --backend docker"}
+	for i := -2; i < *n; i++ { // two warm-up rounds
+		argv, err := b.Wrap(sandbox.Command{ID: fmt.Sprintf("bench%d", i+2), Shell: "true", Workspace: ws, Mode: sandbox.WorkspaceWrite})
+		if err != nil {
+			log.Fatal(err)
+		}
+		d1, err := stats.Time(func() error { return stats.RunQuiet(argv...) })
+		if err != nil {
+			log.Fatal(err)
+		}
+		d2, err := stats.Time(func() error {
+			return stats.RunQuiet(vak, "--config", cfg, "run", "-w", ws, "--", "true")
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if i >= 0 {
+			raw.Add(d1)
+			viaVak.Add(d2)
+		}
+	}
+	fmt.Printf("### vak run --backend docker vs docker run (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
+	fmt.Print(stats.Table(raw, viaVak))
+}

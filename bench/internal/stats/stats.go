@@ -1,0 +1,78 @@
+// Package stats summarises benchmark samples for vak's side-by-side
+// comparisons: medians, percentiles and ratios, printed as Markdown rows.
+package stats
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"time"
+)
+
+// Sample is a set of durations of one contender.
+type Sample struct {
+	Name string
+	D    []time.Duration
+}
+
+// Add records one duration.
+func (s *Sample) Add(d time.Duration) { s.D = append(s.D, d) }
+
+// Quantile returns the q-quantile (0..1) by nearest rank.
+func (s *Sample) Quantile(q float64) time.Duration {
+	if len(s.D) == 0 {
+		return 0
+	}
+	d := slices.Clone(s.D)
+	slices.Sort(d)
+	i := int(q*float64(len(d)-1) + 0.5)
+	return d[i]
+}
+
+// Median is the 0.5 quantile.
+func (s *Sample) Median() time.Duration { return s.Quantile(0.5) }
+
+// Ms formats d in milliseconds with three decimals.
+func Ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+
+// Table prints a Markdown table of samples relative to the baseline base.
+func Table(base *Sample, others ...*Sample) string {
+	out := "| contender | n | median | p90 | median vs " + base.Name + " |\n|---|---|---|---|---|\n"
+	for _, s := range append([]*Sample{base}, others...) {
+		ratio := float64(s.Median()) / float64(base.Median())
+		out += fmt.Sprintf("| %s | %d | %s | %s | %.3f× (%+s) |\n", s.Name, len(s.D), Ms(s.Median()), Ms(s.Quantile(0.9)), ratio, Ms(s.Median()-base.Median()))
+	}
+	return out
+}
+
+// Time runs fn and returns its wall time.
+func Time(fn func() error) (time.Duration, error) {
+	t := time.Now()
+	err := fn()
+	return time.Since(t), err
+}
+
+// RunQuiet runs argv with output discarded and returns an error on failure.
+func RunQuiet(argv ...string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = nil
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%q: %w: %s", argv, err, out)
+	}
+	return nil
+}
+
+// BuildVak builds cmd/vak into a temp dir and returns its path.
+func BuildVak() (string, error) {
+	dir, err := os.MkdirTemp("", "vak-bench-")
+	if err != nil {
+		return "", err
+	}
+	bin := dir + "/vak"
+	out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "vak/cmd/vak").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %w: %s", err, out)
+	}
+	return bin, nil
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"vak/internal/paths"
+	"vak/internal/testenv"
+)
+
+// vakMain runs Main in-process with a private user config and returns the
+// exit status, stdout and stderr.
+func vakMain(t *testing.T, userConfig string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	full := append([]string{}, args...)
+	if userConfig != "" {
+		full = append([]string{"--config", userConfig}, full...)
+	}
+	code := Main(context.Background(), full, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+func tempWorkspace(t *testing.T) string {
+	t.Helper()
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func dockerConfig(t *testing.T) string {
+	return writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+testenv.Image(t)+"\"\n")
+}
+
+// leftovers lists containers vak created for workspace ws.
+func leftovers(t *testing.T, ws string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=vak.workspace="+ws).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker ps: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestRunDockerIDAndTouch(t *testing.T) {
+	cfg := dockerConfig(t)
+	ws := tempWorkspace(t)
+	code, out, errs := vakMain(t, cfg, "run", "--workspace", ws, "--", "sh", "-c", `id -u; touch f; echo "quote's $HOME"`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	if !strings.Contains(out, "quote's /tmp") || !strings.HasPrefix(out, strconv.Itoa(os.Getuid())) {
+		t.Fatalf("output %q", out)
+	}
+	fi, err := os.Stat(filepath.Join(ws, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+		t.Fatalf("f owned by %d:%d, want the caller %d:%d", st.Uid, st.Gid, os.Getuid(), os.Getgid())
+	}
+	if code, _, _ := vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "exit 3"); code != 3 {
+		t.Fatalf("exit status %d, want 3", code)
+	}
+	if l := leftovers(t, ws); l != "" {
+		t.Fatalf("containers left: %s", l)
+	}
+}
+
+// Fail closed: with the daemon unreachable the command fails with a clear
+// message and status 69, and nothing runs on the host.
+func TestRunFailsClosedWithoutDaemon(t *testing.T) {
+	testenv.RequireDocker(t) // the test image name must resolve from config
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\n")
+	ws := tempWorkspace(t)
+	marker := filepath.Join(t.TempDir(), "ran-on-host")
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--", "touch", marker)
+	if code != ExitUnavailable {
+		t.Fatalf("exit %d, want %d: %s %s", code, ExitUnavailable, out, errs)
+	}
+	if !strings.Contains(errs, "docker daemon unavailable") || !strings.Contains(errs, "nothing was run") {
+		t.Fatalf("unclear message: %s", errs)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran on the host")
+	}
+	// The marker path is writable, so the check above is meaningful.
+	if code, _, errs := vakMain(t, cfg, "run", "-w", ws, "--mode", "full-access", "--", "touch", marker); code != 0 {
+		t.Fatalf("full-access control: %d %s", code, errs)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("control run did not create the marker")
+	}
+}
+
+func TestRunTimeoutKillsContainer(t *testing.T) {
+	cfg := dockerConfig(t)
+	ws := tempWorkspace(t)
+	start := time.Now()
+	code, _, errs := vakMain(t, cfg, "run", "-w", ws, "--timeout", "3s", "--", "sh", "-c", "touch started; sleep 120")
+	if code != ExitTimeout {
+		t.Fatalf("exit %d, want %d: %s", code, ExitTimeout, errs)
+	}
+	if !strings.Contains(errs, "timed out after 3s") {
+		t.Fatalf("message: %s", errs)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "started")); err != nil {
+		t.Fatal("command never started, so the timeout test proves nothing")
+	}
+	if l := leftovers(t, ws); l != "" {
+		t.Fatalf("container survived the timeout: %s", l)
+	}
+	t.Logf("timed out and cleaned up in %v", time.Since(start))
+}
+
+var (
+	buildOnce sync.Once
+	vakBin    string
+	buildErr  error
+)
+
+func vakBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vak-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		vakBin = filepath.Join(dir, "vak")
+		out, err := exec.Command("go", "build", "-o", vakBin, "vak/cmd/vak").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build vak: %v", buildErr)
+	}
+	return vakBin
+}
+
+func TestRunInterruptKillsContainer(t *testing.T) {
+	cfg := dockerConfig(t)
+	ws := tempWorkspace(t)
+	cmd := exec.Command(vakBinary(t), "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "touch started; sleep 120")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("container never started: %s", errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l := leftovers(t, ws); l == "" {
+		t.Fatal("no running container found, so the interrupt test proves nothing")
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if cmd.ProcessState.ExitCode() != ExitInterrupted {
+		t.Fatalf("exit %v, want %d: %s", err, ExitInterrupted, errb.String())
+	}
+	if l := leftovers(t, ws); l != "" {
+		t.Fatalf("container survived Ctrl-C: %s", l)
+	}
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	ws := tempWorkspace(t)
+	bad := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimgae = \"x\"\n")
+	code, _, errs := vakMain(t, bad, "run", "-w", ws, "--", "true")
+	if code != ExitConfig || !strings.Contains(errs, bad+":4:") || !strings.Contains(errs, "sandbox.imgae") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	// An invalid project config fails closed too.
+	os.MkdirAll(filepath.Join(ws, ".vak"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox\n"), 0o644)
+	good := writeConfig(t, "version = 1\n")
+	if code, _, errs := vakMain(t, good, "run", "-w", ws, "--mode", "full-access", "--", "true"); code != ExitConfig || !strings.Contains(errs, ".vak/config.toml:2") {
+		t.Fatalf("project config error: exit %d: %s", code, errs)
+	}
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	for _, args := range [][]string{
+		{"run", "-w", ws},
+		{"run", "-w", ws, "--mode", "rw", "--", "true"},
+		{"run", "-w", ws, "--backend", "chroot", "--", "true"},
+		{"run", "-w", "/", "--", "true"},
+		{"run", "-w", ws, "--nope", "--", "true"},
+		{"run", "-w", ws, "--", "echo", "a\x00b"},
+	} {
+		if code, _, errs := vakMain(t, cfg, args...); code != ExitUsage || errs == "" {
+			t.Errorf("%q: exit %d: %s", args, code, errs)
+		}
+	}
+	// none is never a silent weakening.
+	if code, _, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "none", "--", "true"); code != ExitUnavailable || !strings.Contains(errs, "only valid with mode full-access") {
+		t.Errorf("backend none in workspace-write: exit %d: %s", code, errs)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	testenv.RequireDocker(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\n")
+	os.MkdirAll(filepath.Join(ws, ".vak"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox]\nimage = \"evil\"\nmode = \"read-only\"\n"), 0o644)
+	code, out, errs := vakMain(t, cfg, "doctor", "-w", ws)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	for _, want := range []string{
+		cfg + " (trusted): loaded",
+		filepath.Join(ws, ".vak", "config.toml") + " (untrusted): loaded",
+		"ignoring sandbox.image",
+		"effective backend: docker (requested docker",
+		"mode: read-only",
+		"docker    command  available (server ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	if code, out, _ := vakMain(t, cfg, "doctor", "-w", ws); code != ExitUnavailable || !strings.Contains(out, "cannot run") {
+		t.Fatalf("doctor with dead daemon: exit %d:\n%s", code, out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	if code, out, _ := vakMain(t, "", "version"); code != 0 || !strings.HasPrefix(out, "vak ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}

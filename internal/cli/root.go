@@ -1,0 +1,133 @@
+// Package cli implements vak's command line. cmd/vak only calls Main; every
+// subcommand lives in a file of its own here and delegates real work to the
+// internal packages.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/config"
+)
+
+// Exit statuses of vak itself. Otherwise `vak run` exits with the status of
+// the command it ran (128+N when the command died of signal N).
+const (
+	ExitOK          = 0
+	ExitFailure     = 1   // a vak subcommand failed (doctor found problems, ...)
+	ExitUsage       = 2   // bad flags or arguments
+	ExitUnavailable = 69  // the sandbox backend cannot run (daemon down, Landlock missing): nothing ran
+	ExitInternal    = 70  // vak itself failed
+	ExitConfig      = 78  // a config file is invalid: nothing ran
+	ExitTimeout     = 124 // the command exceeded its timeout and was killed
+	ExitInterrupted = 130 // vak was interrupted (SIGINT/SIGTERM) and killed the command
+)
+
+// Stdio are the streams a command uses.
+type Stdio struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// exitError carries an exit status out of a subcommand.
+type exitError struct {
+	code int
+	err  error // printed as "vak: <err>" unless nil
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// exit returns an error that makes Main exit with code, printing err if set.
+func exit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// app is shared by all subcommands of one invocation.
+type app struct {
+	stdio Stdio
+	// userConfig overrides the user config path (--config).
+	userConfig string
+}
+
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stdio.Err, "vak: warning: "+format+"\n", args...)
+}
+
+// loadConfig loads config for workspace (may be empty), printing warnings.
+func (a *app) loadConfig(workspace string) (*config.Config, error) {
+	cfg, err := config.Load(config.Options{UserFile: a.userConfig, Workspace: workspace})
+	if err != nil {
+		if errors.Is(err, config.ErrInvalid) {
+			return nil, exit(ExitConfig, err)
+		}
+		return nil, exit(ExitConfig, fmt.Errorf("config: %w", err))
+	}
+	for _, w := range cfg.Warnings {
+		a.warnf("%s", w)
+	}
+	return cfg, nil
+}
+
+// Main runs vak with args (without the program name) and returns the exit status.
+func Main(ctx context.Context, args []string, stdio Stdio) int {
+	if stdio.In == nil {
+		stdio.In = os.Stdin
+	}
+	a := &app{stdio: stdio}
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stdio.Err, "vak: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	// Anything else comes from cobra's flag and argument parsing.
+	fmt.Fprintf(stdio.Err, "vak: %v\nRun 'vak --help' for usage.\n", err)
+	return ExitUsage
+}
+
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vak",
+		Short: "Run the commands of AI coding agents in a sandbox",
+		Long: `vak runs the commands of AI coding agents in a sandbox: no writes outside the
+workspace, no reads of host secrets, no network except what policy allows.
+
+On Linux the default sandbox is Landlock (no daemon needed); Docker is
+available as a backend everywhere. Configuration lives in
+$XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
+(untrusted: privileged keys are ignored, and it may only narrow).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		CompletionOptions: cobra.CompletionOptions{
+			DisableDefaultCmd: true,
+		},
+	}
+	root.PersistentFlags().StringVar(&a.userConfig, "config", "", "user config file (default $XDG_CONFIG_HOME/vak/config.toml)")
+	root.AddCommand(
+		a.newRunCmd(),
+		a.newDoctorCmd(),
+		a.newVersionCmd(),
+	)
+	return root
+}

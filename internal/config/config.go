@@ -1,0 +1,487 @@
+// Package config loads vak's configuration.
+//
+// Two TOML files feed it. The user config ($XDG_CONFIG_HOME/vak/config.toml)
+// is trusted. The project config (<workspace>/.vak/config.toml) is written by
+// whoever controls the repository, possibly the agent itself, so it is
+// untrusted: every privileged key in it (sandbox backend, image, user and
+// limits; network, secrets, docker) is stripped with a warning naming the key,
+// and the keys it may set can only narrow what the user config allows.
+//
+// Both files are decoded strictly into wire structs (an unknown key is an
+// error naming file, line and key), then validated into the runtime Config.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"vak/internal/paths"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
+)
+
+// Version is the only config file version this build understands.
+const Version = 1
+
+// Defaults.
+const (
+	DefaultBackend = sandbox.Auto
+	DefaultMode    = sandbox.WorkspaceWrite
+	DefaultImage   = docker.DefaultImage
+	DefaultUser    = UserHost
+)
+
+// MaxFileSize bounds a config file; anything larger is refused.
+const MaxFileSize = 1 << 20
+
+// User selects the identity inside container backends.
+type User string
+
+const (
+	// UserHost maps the container user to the invoking host uid:gid.
+	UserHost User = "host"
+	// UserRoot runs containers as root (explicit opt-in).
+	UserRoot User = "root"
+)
+
+// DefaultProtected are workspace paths that stay read-only even in
+// workspace-write mode: files that run later, outside the sandbox.
+var DefaultProtected = []string{".git/hooks", ".git/config", paths.ProjectConfigDir}
+
+// ErrInvalid is wrapped by every error about a config file's content.
+var ErrInvalid = errors.New("invalid config")
+
+// Error describes a problem in a config file. Line and Column are 1-based, 0
+// when unknown.
+type Error struct {
+	File   string
+	Line   int
+	Column int
+	Key    string
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap makes every *Error match ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// Source is one config file that was considered.
+type Source struct {
+	Path    string
+	Trusted bool
+	Exists  bool
+}
+
+// Sandbox is the validated [sandbox] section.
+type Sandbox struct {
+	Backend sandbox.Name
+	Mode    sandbox.Mode
+	Image   string
+	User    User
+	Limits  sandbox.Limits
+	// Timeout bounds each command; zero means no timeout.
+	Timeout time.Duration
+}
+
+// Files is the validated [files] section.
+type Files struct {
+	// Protected are workspace-relative paths that stay read-only in every
+	// mode (DefaultProtected plus configured additions).
+	Protected []string
+}
+
+// Config is the effective, validated configuration.
+type Config struct {
+	Sandbox Sandbox
+	Files   Files
+	// Sources lists the files considered, in order of application.
+	Sources []Source
+	// Warnings are non-fatal findings (stripped project keys, ignored widenings).
+	Warnings []string
+}
+
+// Default returns the built-in configuration.
+func Default() *Config {
+	return &Config{
+		Sandbox: Sandbox{
+			Backend: DefaultBackend,
+			Mode:    DefaultMode,
+			Image:   DefaultImage,
+			User:    DefaultUser,
+			Limits:  sandbox.DefaultLimits(),
+		},
+		Files: Files{Protected: slices.Clone(DefaultProtected)},
+	}
+}
+
+// Options say where Load looks.
+type Options struct {
+	// UserFile is the trusted config; empty means paths.UserConfigFile().
+	UserFile string
+	// Workspace, if set, is searched for the untrusted project config.
+	Workspace string
+}
+
+// Load reads the user and project configs and returns the effective config.
+// A missing file is fine; an unreadable or invalid one is an error (vak
+// refuses to run rather than guess).
+func Load(opts Options) (*Config, error) {
+	cfg := Default()
+	userFile := opts.UserFile
+	if userFile == "" {
+		f, err := paths.UserConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		userFile = f
+	}
+	uw, exists, err := readFile(userFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Sources = append(cfg.Sources, Source{Path: userFile, Trusted: true, Exists: exists})
+	if uw != nil {
+		if err := cfg.apply(userFile, uw, true); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Workspace != "" {
+		pf := paths.ProjectConfigFile(opts.Workspace)
+		pw, exists, err := readFile(pf)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sources = append(cfg.Sources, Source{Path: pf, Trusted: false, Exists: exists})
+		if pw != nil {
+			pw = cfg.strip(pf, pw)
+			if err := cfg.apply(pf, pw, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// Parse decodes and validates one trusted config document (for tests and
+// tools that hold config in memory). name labels errors.
+func Parse(name string, data []byte) (*Config, error) {
+	w, err := decode(name, data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Default()
+	cfg.Sources = []Source{{Path: name, Trusted: true, Exists: true}}
+	if err := cfg.apply(name, w, true); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func readFile(path string) (*fileWire, bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, true, fmt.Errorf("config: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, true, &Error{File: path, Msg: "not a regular file"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, true, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, true, &Error{File: path, Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)}
+	}
+	w, err := decode(path, data)
+	return w, true, err
+}
+
+// decode strictly decodes data; every error names file, line and key.
+func decode(file string, data []byte) (*fileWire, error) {
+	var w fileWire
+	d := toml.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&w); err != nil {
+		return nil, tomlError(file, err)
+	}
+	if w.Version == nil {
+		return nil, &Error{File: file, Key: "version", Msg: fmt.Sprintf("missing; add `version = %d` at the top", Version)}
+	}
+	if *w.Version != Version {
+		return nil, &Error{File: file, Line: lineOf(data, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d (this vak understands %d)", *w.Version, Version)}
+	}
+	return &w, nil
+}
+
+func tomlError(file string, err error) error {
+	var sm *toml.StrictMissingError
+	if errors.As(err, &sm) && len(sm.Errors) > 0 {
+		var errs []error
+		for _, e := range sm.Errors {
+			row, col := e.Position()
+			errs = append(errs, &Error{File: file, Line: row, Column: col, Key: strings.Join(e.Key(), "."), Msg: "unknown key"})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		return &Error{File: file, Line: row, Column: col, Key: strings.Join(de.Key(), "."), Msg: msg}
+	}
+	return &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// lineOf finds the first line that assigns key (best effort, for messages).
+func lineOf(data []byte, key string) int {
+	for i, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, key) && strings.HasPrefix(strings.TrimSpace(l[len(key):]), "=") {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// strip returns a copy of an untrusted wire config with only projectKeys set,
+// recording a warning for every other key that was present.
+func (c *Config) strip(file string, w *fileWire) *fileWire {
+	for _, k := range setKeys(reflect.ValueOf(w).Elem(), "") {
+		if !projectKeys[k] {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring %s: project config is untrusted and may not set privileged keys (set it in %s)", file, k, userConfigHint()))
+		}
+	}
+	out := &fileWire{Version: w.Version}
+	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil) {
+		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout}
+	}
+	if w.Files != nil && w.Files.Protected != nil {
+		out.Files = &filesWire{Protected: w.Files.Protected}
+	}
+	return out
+}
+
+func userConfigHint() string {
+	if f, err := paths.UserConfigFile(); err == nil {
+		return f
+	}
+	return "the user config"
+}
+
+// setKeys lists the dotted TOML keys of v's non-empty fields, leaves first.
+func setKeys(v reflect.Value, prefix string) []string {
+	var keys []string
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f, fv := t.Field(i), v.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		key := prefix + name
+		switch fv.Kind() {
+		case reflect.Pointer:
+			if fv.IsNil() {
+				continue
+			}
+			if fv.Elem().Kind() == reflect.Struct {
+				keys = append(keys, setKeys(fv.Elem(), key+".")...)
+				continue
+			}
+		case reflect.Slice, reflect.Map:
+			if fv.IsNil() {
+				continue
+			}
+		}
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// apply validates w and merges it into c. Trusted files override; untrusted
+// ones may only narrow.
+func (c *Config) apply(file string, w *fileWire, trusted bool) error {
+	errf := func(key, format string, a ...any) error {
+		return &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)}
+	}
+	if s := w.Sandbox; s != nil {
+		if s.Backend != nil {
+			n, err := sandbox.ParseName(*s.Backend)
+			if err != nil {
+				return errf("sandbox.backend", "%v", err)
+			}
+			c.Sandbox.Backend = n
+		}
+		if s.Mode != nil {
+			m, err := sandbox.ParseMode(*s.Mode)
+			if err != nil {
+				return errf("sandbox.mode", "%v", err)
+			}
+			if trusted {
+				c.Sandbox.Mode = m
+			} else if m > c.Sandbox.Mode {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.mode = %q: project config may only narrow the mode (effective %s)", file, m, c.Sandbox.Mode))
+			} else {
+				c.Sandbox.Mode = m
+			}
+		}
+		if s.Image != nil {
+			if err := validateImage(*s.Image); err != nil {
+				return errf("sandbox.image", "%v", err)
+			}
+			c.Sandbox.Image = *s.Image
+		}
+		if s.User != nil {
+			switch u := User(*s.User); u {
+			case UserHost, UserRoot:
+				c.Sandbox.User = u
+			default:
+				return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
+			}
+		}
+		if s.Timeout != nil {
+			d, err := time.ParseDuration(*s.Timeout)
+			if err != nil || d < 0 {
+				return errf("sandbox.timeout", "invalid duration %q (e.g. \"90s\", \"10m\")", *s.Timeout)
+			}
+			switch {
+			case trusted:
+				c.Sandbox.Timeout = d
+			case d == 0 || (c.Sandbox.Timeout != 0 && d > c.Sandbox.Timeout):
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.timeout = %q: project config may only shorten the timeout", file, *s.Timeout))
+			default:
+				c.Sandbox.Timeout = d
+			}
+		}
+		if l := s.Limits; l != nil {
+			if l.Memory != nil {
+				n, err := ParseSize(*l.Memory)
+				if err != nil || n < 6<<20 {
+					return errf("sandbox.limits.memory", "invalid size %q (e.g. \"2g\"; at least 6m)", *l.Memory)
+				}
+				c.Sandbox.Limits.Memory = n
+			}
+			if l.CPUs != nil {
+				if *l.CPUs <= 0 || *l.CPUs > 1024 {
+					return errf("sandbox.limits.cpus", "must be a positive number of CPUs, got %v", *l.CPUs)
+				}
+				c.Sandbox.Limits.CPUs = *l.CPUs
+			}
+			if l.Pids != nil {
+				if *l.Pids < 8 || *l.Pids > 1<<22 {
+					return errf("sandbox.limits.pids", "must be between 8 and %d, got %d", 1<<22, *l.Pids)
+				}
+				c.Sandbox.Limits.Pids = int(*l.Pids)
+			}
+			if l.Tmpfs != nil {
+				n, err := ParseSize(*l.Tmpfs)
+				if err != nil || n < 1<<20 {
+					return errf("sandbox.limits.tmpfs", "invalid size %q (e.g. \"512m\"; at least 1m)", *l.Tmpfs)
+				}
+				c.Sandbox.Limits.TmpfsSize = n
+			}
+		}
+	}
+	if f := w.Files; f != nil {
+		for i, p := range f.Protected {
+			clean, err := cleanRelative(p)
+			if err != nil {
+				return errf(fmt.Sprintf("files.protected[%d]", i), "%v", err)
+			}
+			if !slices.Contains(c.Files.Protected, clean) {
+				c.Files.Protected = append(c.Files.Protected, clean)
+			}
+		}
+	}
+	return nil
+}
+
+// cleanRelative validates a workspace-relative path.
+func cleanRelative(p string) (string, error) {
+	if p == "" || filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%q must be a non-empty path relative to the workspace", p)
+	}
+	c := filepath.Clean(p)
+	if c == "." || c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%q is not inside the workspace", p)
+	}
+	return c, nil
+}
+
+func validateImage(s string) error {
+	if s == "" || strings.TrimSpace(s) != s || strings.ContainsAny(s, " \t\n\x00") || strings.HasPrefix(s, "-") {
+		return fmt.Errorf("invalid image reference %q", s)
+	}
+	return nil
+}
+
+// ParseSize parses a byte size: a number with an optional k, m, g or t suffix
+// (binary multiples; a trailing "b"/"ib" is accepted).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i")
+	mult := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k':
+			mult = 1 << 10
+		case 'm':
+			mult = 1 << 20
+		case 'g':
+			mult = 1 << 30
+		case 't':
+			mult = 1 << 40
+		}
+		if mult != 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	var n int64
+	if t == "" {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	for _, ch := range t {
+		if ch < '0' || ch > '9' {
+			return 0, fmt.Errorf("invalid size %q", s)
+		}
+		n = n*10 + int64(ch-'0')
+		if n > 1<<50 {
+			return 0, fmt.Errorf("size %q too large", s)
+		}
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,254 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/sandbox"
+)
+
+func write(t *testing.T, path, body string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := Load(Options{UserFile: filepath.Join(dir, "missing.toml"), Workspace: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	if s.Backend != sandbox.Auto || s.Mode != sandbox.WorkspaceWrite || s.Image != "alpine:3.20" || s.User != UserHost {
+		t.Fatalf("defaults = %+v", s)
+	}
+	if s.Limits != sandbox.DefaultLimits() {
+		t.Fatalf("limits = %+v", s.Limits)
+	}
+	if len(cfg.Sources) != 2 || cfg.Sources[0].Exists || !cfg.Sources[0].Trusted || cfg.Sources[1].Trusted {
+		t.Fatalf("sources = %+v", cfg.Sources)
+	}
+}
+
+func TestUserConfig(t *testing.T) {
+	dir := t.TempDir()
+	f := write(t, filepath.Join(dir, "config.toml"), `version = 1
+[sandbox]
+backend = "docker"
+image = "vak-test:latest"
+user = "root"
+mode = "read-only"
+timeout = "90s"
+[sandbox.limits]
+memory = "512m"
+cpus = 1.5
+pids = 64
+tmpfs = "16m"
+[files]
+protected = ["secrets/", "./deploy.sh"]
+`)
+	cfg, err := Load(Options{UserFile: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	want := sandbox.Limits{Memory: 512 << 20, CPUs: 1.5, Pids: 64, TmpfsSize: 16 << 20}
+	if s.Backend != sandbox.Docker || s.Image != "vak-test:latest" || s.User != UserRoot || s.Mode != sandbox.ReadOnly || s.Timeout != 90*time.Second || s.Limits != want {
+		t.Fatalf("sandbox = %+v", s)
+	}
+	if strings.Join(cfg.Files.Protected, ",") != ".git/hooks,.git/config,.vak,secrets,deploy.sh" {
+		t.Fatalf("protected = %v", cfg.Files.Protected)
+	}
+	// cpus as a TOML integer is accepted too.
+	if _, err := Parse("int.toml", []byte("version = 1\n[sandbox.limits]\ncpus = 2\n")); err != nil {
+		t.Fatalf("integer cpus: %v", err)
+	}
+}
+
+// The seed's config-flow test: sandbox.backend = "docker" in user config
+// yields the docker backend; the same key in project config is stripped with
+// a warning naming it.
+func TestConfigFlowBackendTrust(t *testing.T) {
+	dir := t.TempDir()
+	user := write(t, filepath.Join(dir, "user", "config.toml"), "version = 1\n[sandbox]\nbackend = \"docker\"\n")
+	ws := filepath.Join(dir, "ws")
+	cfg, err := Load(Options{UserFile: user, Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.Backend != sandbox.Docker {
+		t.Fatalf("user config backend = %q, want docker", cfg.Sandbox.Backend)
+	}
+	b, res, err := registryForTest().Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
+	if err != nil || b.Name() != "docker" || res.Effective != sandbox.Docker {
+		t.Fatalf("resolve = %v %+v %v", b, res, err)
+	}
+
+	// Now only the project config asks for docker (and more).
+	user2 := write(t, filepath.Join(dir, "user2", "config.toml"), "version = 1\n")
+	write(t, filepath.Join(ws, ".vak", "config.toml"), `version = 1
+[sandbox]
+backend = "docker"
+image = "evil:latest"
+user = "root"
+mode = "read-only"
+[sandbox.limits]
+pids = 100000
+`)
+	cfg, err = Load(Options{UserFile: user2, Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.Backend != sandbox.Auto || cfg.Sandbox.Image != DefaultImage || cfg.Sandbox.User != UserHost || cfg.Sandbox.Limits.Pids != sandbox.DefaultPids {
+		t.Fatalf("project config widened the sandbox: %+v", cfg.Sandbox)
+	}
+	if cfg.Sandbox.Mode != sandbox.ReadOnly {
+		t.Fatalf("project config could not narrow the mode: %v", cfg.Sandbox.Mode)
+	}
+	warn := strings.Join(cfg.Warnings, "\n")
+	for _, k := range []string{"sandbox.backend", "sandbox.image", "sandbox.user", "sandbox.limits.pids"} {
+		if !strings.Contains(warn, "ignoring "+k+":") {
+			t.Errorf("no warning names %s:\n%s", k, warn)
+		}
+	}
+	if strings.Contains(warn, "sandbox.mode") {
+		t.Errorf("narrowing mode was warned about:\n%s", warn)
+	}
+}
+
+func TestProjectMayOnlyNarrow(t *testing.T) {
+	dir := t.TempDir()
+	user := write(t, filepath.Join(dir, "u.toml"), "version = 1\n[sandbox]\nmode = \"read-only\"\ntimeout = \"1m\"\n")
+	ws := filepath.Join(dir, "ws")
+	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nmode = \"full-access\"\ntimeout = \"1h\"\n[files]\nprotected = [\"Makefile\"]\n")
+	cfg, err := Load(Options{UserFile: user, Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.Mode != sandbox.ReadOnly || cfg.Sandbox.Timeout != time.Minute {
+		t.Fatalf("project widened: %+v", cfg.Sandbox)
+	}
+	if len(cfg.Warnings) != 2 {
+		t.Fatalf("warnings = %q", cfg.Warnings)
+	}
+	if cfg.Files.Protected[len(cfg.Files.Protected)-1] != "Makefile" {
+		t.Fatalf("project could not add a protected path: %v", cfg.Files.Protected)
+	}
+	// A shorter timeout is a narrowing and is applied; "0" (none) is not.
+	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\ntimeout = \"10s\"\n")
+	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Timeout != 10*time.Second {
+		t.Fatalf("shorter timeout: %v %v", cfg.Sandbox.Timeout, err)
+	}
+	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\ntimeout = \"0s\"\n")
+	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Timeout != time.Minute {
+		t.Fatalf("zero timeout from project: %v %v", cfg.Sandbox.Timeout, err)
+	}
+}
+
+func TestStrictErrorsNameFileLineKey(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"unknown key", "version = 1\n[sandbox]\nbackend = \"docker\"\nbakcend = \"none\"\n", []string{":4:", "sandbox.bakcend", "unknown key"}},
+		{"unknown section", "version = 1\n\n[sandboxx]\nx = 1\n", []string{":3:", "sandboxx"}},
+		{"wrong type", "version = 1\n[sandbox.limits]\npids = \"many\"\n", []string{":3:", "sandbox.limits.pids"}},
+		{"syntax", "version = 1\n[sandbox\n", []string{":2:"}},
+		{"missing version", "[sandbox]\nmode = \"read-only\"\n", []string{"version", "missing"}},
+		{"bad version", "version = 2\n", []string{":1:", "unsupported version 2"}},
+		{"bad backend", "version = 1\n[sandbox]\nbackend = \"chroot\"\n", []string{"sandbox.backend", "chroot"}},
+		{"bad mode", "version = 1\n[sandbox]\nmode = \"rw\"\n", []string{"sandbox.mode", "rw"}},
+		{"bad user", "version = 1\n[sandbox]\nuser = \"nobody\"\n", []string{"sandbox.user"}},
+		{"bad memory", "version = 1\n[sandbox.limits]\nmemory = \"lots\"\n", []string{"sandbox.limits.memory"}},
+		{"bad pids", "version = 1\n[sandbox.limits]\npids = 1\n", []string{"sandbox.limits.pids"}},
+		{"bad cpus", "version = 1\n[sandbox.limits]\ncpus = -1\n", []string{"sandbox.limits.cpus"}},
+		{"bad image", "version = 1\n[sandbox]\nimage = \"--privileged\"\n", []string{"sandbox.image"}},
+		{"escaping protected", "version = 1\n[files]\nprotected = [\"ok\", \"../x\"]\n", []string{"files.protected[1]"}},
+		{"absolute protected", "version = 1\n[files]\nprotected = [\"/etc\"]\n", []string{"files.protected[0]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := write(t, filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".toml"), tc.body)
+			_, err := Load(Options{UserFile: f})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+			for _, w := range append(tc.want, f) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// An invalid project config is an error too (fail closed), and unknown keys in
+// it are reported, not silently stripped.
+func TestInvalidProjectConfigFails(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	pf := write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nmoed = \"read-only\"\n")
+	_, err := Load(Options{UserFile: filepath.Join(dir, "none.toml"), Workspace: ws})
+	if err == nil || !strings.Contains(err.Error(), pf+":3:") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestConfigNotRegularOrHuge(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(Options{UserFile: dir}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("directory as config: %v", err)
+	}
+	big := write(t, filepath.Join(dir, "big.toml"), "version = 1\n#"+strings.Repeat("x", MaxFileSize)+"\n")
+	if _, err := Load(Options{UserFile: big}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("huge config: %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"2g": 2 << 30, "512m": 512 << 20, "64MiB": 64 << 20, "1k": 1024, "100": 100, "1G": 1 << 30} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "g", "-1g", "1.5g", "1x", "99999999999999999999"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("version = 1\n[sandbox]\nbackend = \"docker\"\n"))
+	f.Add([]byte("version = 1\n[sandbox.limits]\nmemory = \"2g\"\n[files]\nprotected=[\"a\"]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse("fuzz.toml", data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if !cfg.Sandbox.Mode.Restricted() && cfg.Sandbox.Mode != sandbox.FullAccess {
+			t.Fatalf("invalid mode accepted: %v", cfg.Sandbox.Mode)
+		}
+		for _, p := range cfg.Files.Protected {
+			if filepath.IsAbs(p) || strings.HasPrefix(p, "..") {
+				t.Fatalf("escaping protected path accepted: %q", p)
+			}
+		}
+	})
+}

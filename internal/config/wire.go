@@ -1,0 +1,44 @@
+package config
+
+// The wire structs mirror the TOML file exactly. Every field is a pointer or a
+// slice so that "absent" is distinguishable from "zero"; decoding is strict,
+// so a key that has no field here is an error naming file, line and key.
+
+type fileWire struct {
+	Version *int64       `toml:"version"`
+	Sandbox *sandboxWire `toml:"sandbox"`
+	Files   *filesWire   `toml:"files"`
+	// egress: the gateway's trusted sections ([network], [gateway],
+	// [secrets.NAME]) are declared by internal/egress/egressconfig and added here.
+}
+
+type sandboxWire struct {
+	Backend *string     `toml:"backend"`
+	Mode    *string     `toml:"mode"`
+	Image   *string     `toml:"image"`
+	User    *string     `toml:"user"`
+	Timeout *string     `toml:"timeout"`
+	Limits  *limitsWire `toml:"limits"`
+}
+
+type limitsWire struct {
+	Memory *string  `toml:"memory"`
+	CPUs   *float64 `toml:"cpus"`
+	Pids   *int64   `toml:"pids"`
+	Tmpfs  *string  `toml:"tmpfs"`
+}
+
+type filesWire struct {
+	Protected []string `toml:"protected"`
+}
+
+// projectKeys are the only keys an untrusted project config may set. They can
+// only narrow what the user config allows (see merge). Everything else in a
+// project config is stripped with a warning: an allowlist, so a section added
+// later is privileged until someone decides otherwise.
+var projectKeys = map[string]bool{
+	"version":         true,
+	"sandbox.mode":    true,
+	"sandbox.timeout": true,
+	"files.protected": true,
+}

@@ -1,0 +1,217 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"vak/internal/sandbox"
+)
+
+// ErrDaemonUnavailable reports that no Docker daemon answered. Commands fail
+// with it; they never fall back to running on the host.
+var ErrDaemonUnavailable = errors.New("docker daemon unavailable")
+
+// Probe defaults.
+const (
+	DefaultProbeTTL     = 30 * time.Second
+	DefaultProbeTimeout = 10 * time.Second
+)
+
+// Backend is the command-scoped Docker backend.
+type Backend struct {
+	// Image runs the commands; empty means DefaultImage.
+	Image string
+	// User is the container identity.
+	User User
+	// Binary is the docker CLI; empty means "docker" from PATH.
+	Binary string
+	// Labels are extra labels for every container (tests add vak.test=1).
+	Labels map[string]string
+	// Probe caches daemon availability; nil means a private default probe.
+	Probe *Probe
+
+	once sync.Once
+}
+
+// New returns a backend running image as the invoking user.
+func New(image string) *Backend {
+	return &Backend{Image: image, User: User{UID: os.Getuid(), GID: os.Getgid()}}
+}
+
+var _ sandbox.Wrapper = (*Backend)(nil)
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return string(sandbox.Docker) }
+
+// Scope implements sandbox.Backend.
+func (b *Backend) Scope() sandbox.Scope { return sandbox.ScopeCommand }
+
+// Available implements sandbox.Backend with a cached `docker info` probe.
+func (b *Backend) Available(ctx context.Context) error { return b.probe().Check(ctx) }
+
+// Invalidate forgets a cached success, e.g. after a command failed in a way
+// that suggests the daemon went away.
+func (b *Backend) Invalidate() { b.probe().Invalidate() }
+
+func (b *Backend) probe() *Probe {
+	b.once.Do(func() {
+		if b.Probe == nil {
+			b.Probe = &Probe{Binary: b.binary()}
+		}
+	})
+	return b.Probe
+}
+
+func (b *Backend) binary() string {
+	if b.Binary != "" {
+		return b.Binary
+	}
+	return "docker"
+}
+
+// Remove force-removes the container of the command with id (SIGKILL, then
+// delete). It is how timeouts and interrupts make sure nothing is orphaned.
+// A container that does not exist is not an error.
+func (b *Backend) Remove(ctx context.Context, id string) error {
+	out, err := exec.CommandContext(ctx, b.binary(), "rm", "-f", ContainerName(id)).CombinedOutput()
+	if err != nil && !bytes.Contains(bytes.ToLower(out), []byte("no such container")) {
+		return fmt.Errorf("docker rm -f %s: %w: %s", ContainerName(id), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Probe is a cached `docker info` availability check. A success is trusted
+// for TTL; a failure is never cached, and Invalidate drops a cached success.
+type Probe struct {
+	Binary  string        // docker CLI; empty means "docker"
+	TTL     time.Duration // zero means DefaultProbeTTL
+	Timeout time.Duration // zero means DefaultProbeTimeout
+	// CacheDir, if set, persists a success across processes (one file per
+	// DOCKER_HOST/DOCKER_CONTEXT), so back-to-back `vak run`s skip the probe.
+	// The directory must be private to the user (vak's state dir).
+	CacheDir string
+
+	mu      sync.Mutex
+	okUntil time.Time
+	version string
+}
+
+// Check returns nil if the daemon answered within the TTL, probing if needed.
+func (p *Probe) Check(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().Before(p.okUntil) {
+		return nil
+	}
+	ttl := p.TTL
+	if ttl == 0 {
+		ttl = DefaultProbeTTL
+	}
+	cache := p.cacheFile()
+	if cache != "" {
+		if data, err := os.ReadFile(cache); err == nil {
+			if fi, err := os.Stat(cache); err == nil && time.Since(fi.ModTime()) < ttl && time.Since(fi.ModTime()) >= 0 {
+				p.okUntil, p.version = fi.ModTime().Add(ttl), strings.TrimSpace(string(data))
+				return nil
+			}
+		}
+	}
+	bin := p.Binary
+	if bin == "" {
+		bin = "docker"
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Errorf("%w: docker CLI %q not found: %w", ErrDaemonUnavailable, bin, err)
+	}
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = DefaultProbeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "info", "--format", "{{.ServerVersion}}")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	v := strings.TrimSpace(stdout.String())
+	if err != nil || v == "" || strings.Contains(v, "<no value>") {
+		msg := firstLine(stderr.String())
+		if msg == "" && err != nil {
+			msg = err.Error()
+		}
+		if msg == "" {
+			msg = "docker info returned no server version"
+		}
+		if host := os.Getenv("DOCKER_HOST"); host != "" {
+			msg += " (DOCKER_HOST=" + host + ")"
+		}
+		if cache != "" {
+			os.Remove(cache)
+		}
+		return fmt.Errorf("%w: %s", ErrDaemonUnavailable, msg)
+	}
+	p.okUntil, p.version = time.Now().Add(ttl), v
+	if cache != "" {
+		// Best effort: a cache that cannot be written only costs a probe.
+		tmp := cache + ".tmp"
+		if os.WriteFile(tmp, []byte(v+"\n"), 0o600) == nil {
+			os.Rename(tmp, cache)
+		}
+	}
+	return nil
+}
+
+// cacheFile names the persisted probe result for the current daemon address.
+func (p *Probe) cacheFile() string {
+	if p.CacheDir == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(p.Binary + "\x00" + os.Getenv("DOCKER_HOST") + "\x00" + os.Getenv("DOCKER_CONTEXT")))
+	return filepath.Join(p.CacheDir, "docker-probe-"+hex.EncodeToString(h[:8]))
+}
+
+// Version is the server version seen by the last successful probe.
+func (p *Probe) Version() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
+}
+
+// Invalidate drops a cached success, in memory and on disk.
+func (p *Probe) Invalidate() {
+	p.mu.Lock()
+	p.okUntil = time.Time{}
+	if f := p.cacheFile(); f != "" {
+		os.Remove(f)
+	}
+	p.mu.Unlock()
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,150 @@
+// Package docker is vak's Docker sandbox backend.
+//
+// The command-scoped part (this file) wraps one tool command in a throwaway
+// container, structurally exactly as seed 000 describes:
+//
+//	docker run --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
+//	  --cap-drop ALL --security-opt no-new-privileges [--read-only] \
+//	  -v WS:WS[:ro] --tmpfs /tmp:rw,nosuid,nodev,exec,size=N -w DIR \
+//	  [--user UID:GID -e HOME=/tmp] --name vak-run-ID --label ... \
+//	  IMAGE sh -c 'COMMAND'
+//
+// The workspace is bind-mounted at its own canonical absolute path, so the
+// host file tools and the containerised shell see one path. ReadOnly adds
+// --read-only and mounts the workspace :ro. Both modes get only the bounded
+// private /tmp as scratch. By default the container runs as the invoking
+// user's uid:gid, so files it writes into the workspace belong to that user.
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"vak/internal/sandbox"
+)
+
+// DefaultImage is the image used when config names none.
+const DefaultImage = "alpine:3.20"
+
+// ContainerHome is HOME inside the container: on the private tmpfs, so it is
+// writable in every mode and vanishes with the container.
+const ContainerHome = "/tmp"
+
+// Labels every vak container carries.
+const (
+	LabelManaged   = "vak.managed"   // "true" on every container vak creates
+	LabelKind      = "vak.kind"      // "run" for command-scoped containers
+	LabelRunID     = "vak.run"       // the Command.ID
+	LabelWorkspace = "vak.workspace" // the canonical workspace path
+)
+
+// NamePrefix prefixes the names of command-scoped containers.
+const NamePrefix = "vak-run-"
+
+// User says which identity the container runs as.
+type User struct {
+	// Root runs the container as uid 0 (explicit opt-in in config).
+	Root bool
+	// UID and GID are the host identity to map to (the invoking user's).
+	UID, GID int
+}
+
+// Sentinel errors of Wrap.
+var (
+	ErrNotAbsolute      = errors.New("workspace must be an absolute, canonical path")
+	ErrDirOutside       = errors.New("working directory is outside the workspace")
+	ErrFullAccess       = errors.New("full-access commands are not sandboxed and never reach the docker backend")
+	ErrNoID             = errors.New("command has no ID")
+	ErrInvalidMountPath = errors.New("path cannot be bind-mounted")
+)
+
+// ContainerName is the name of the container that runs the command with id.
+func ContainerName(id string) string { return NamePrefix + id }
+
+// Wrap returns the docker run argv for c. The first element is b.Binary
+// (default "docker").
+func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
+	if !c.Mode.Restricted() {
+		if c.Mode == sandbox.FullAccess {
+			return nil, ErrFullAccess
+		}
+		return nil, fmt.Errorf("docker wrap: %w: %v", sandbox.ErrUnknownMode, c.Mode)
+	}
+	if c.ID == "" {
+		return nil, fmt.Errorf("docker wrap: %w", ErrNoID)
+	}
+	ws := c.Workspace
+	if !filepath.IsAbs(ws) || filepath.Clean(ws) != ws || ws == "/" {
+		return nil, fmt.Errorf("docker wrap: %w: %q", ErrNotAbsolute, ws)
+	}
+	// A bind spec is colon-separated; a comma would break --mount. Refuse
+	// rather than mis-mount.
+	if strings.ContainsAny(ws, ":,\x00\n") {
+		return nil, fmt.Errorf("docker wrap: %w: %q contains ':' ',' or a control character", ErrInvalidMountPath, ws)
+	}
+	dir := c.Dir
+	if dir == "" {
+		dir = ws
+	}
+	if !within(ws, dir) {
+		return nil, fmt.Errorf("docker wrap: %w: %q not in %q", ErrDirOutside, dir, ws)
+	}
+	lim := c.Limits.WithDefaults()
+	image := b.Image
+	if image == "" {
+		image = DefaultImage
+	}
+
+	args := []string{b.binary(), "run", "--rm",
+		"--network", "none",
+		"--memory", strconv.FormatInt(lim.Memory, 10),
+		"--cpus", strconv.FormatFloat(lim.CPUs, 'f', -1, 64),
+		"--pids-limit", strconv.Itoa(lim.Pids),
+		"--cap-drop", "ALL",
+		"--security-opt", "no-new-privileges",
+	}
+	vol := ws + ":" + ws
+	if c.Mode == sandbox.ReadOnly {
+		args = append(args, "--read-only")
+		vol += ":ro"
+	}
+	args = append(args,
+		"-v", vol,
+		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size="+strconv.FormatInt(lim.TmpfsSize, 10),
+		"-w", dir,
+	)
+	if b.User.Root {
+		args = append(args, "--user", "0:0")
+	} else {
+		args = append(args, "--user", strconv.Itoa(b.User.UID)+":"+strconv.Itoa(b.User.GID))
+	}
+	args = append(args, "-e", "HOME="+ContainerHome)
+	for _, kv := range c.Env {
+		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
+			return nil, fmt.Errorf("docker wrap: environment entry %q is not KEY=VALUE", kv)
+		}
+		args = append(args, "-e", kv)
+	}
+	args = append(args, "--name", ContainerName(c.ID),
+		"--label", LabelManaged+"=true",
+		"--label", LabelKind+"=run",
+		"--label", LabelRunID+"="+c.ID,
+		"--label", LabelWorkspace+"="+ws,
+	)
+	for _, k := range sortedKeys(b.Labels) {
+		args = append(args, "--label", k+"="+b.Labels[k])
+	}
+	args = append(args, image, "sh", "-c", c.Shell)
+	return args, nil
+}
+
+// within reports whether p is root or below it; both must be clean and absolute.
+func within(root, p string) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return false
+	}
+	return p == root || strings.HasPrefix(p, root+"/")
+}

@@ -1,0 +1,94 @@
+package docker
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"vak/internal/sandbox"
+	"vak/internal/shellquote"
+)
+
+func TestWrapStructure(t *testing.T) {
+	b := &Backend{Image: "img:1", User: User{UID: 1000, GID: 1001}, Labels: map[string]string{"vak.test": "1"}}
+	c := sandbox.Command{ID: "abc", Shell: `echo 'it'\''s' "$HOME"`, Workspace: "/home/u/proj", Mode: sandbox.WorkspaceWrite}
+	got, err := b.Wrap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"docker", "run", "--rm",
+		"--network", "none",
+		"--memory", "2147483648",
+		"--cpus", "2",
+		"--pids-limit", "256",
+		"--cap-drop", "ALL",
+		"--security-opt", "no-new-privileges",
+		"-v", "/home/u/proj:/home/u/proj",
+		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=536870912",
+		"-w", "/home/u/proj",
+		"--user", "1000:1001",
+		"-e", "HOME=/tmp",
+		"--name", "vak-run-abc",
+		"--label", "vak.managed=true", "--label", "vak.kind=run", "--label", "vak.run=abc",
+		"--label", "vak.workspace=/home/u/proj", "--label", "vak.test=1",
+		"img:1", "sh", "-c", c.Shell,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Wrap =\n%q\nwant\n%q", got, want)
+	}
+
+	// ReadOnly: --read-only root and the workspace mounted :ro.
+	c.Mode, c.Dir = sandbox.ReadOnly, "/home/u/proj/sub"
+	c.Limits = sandbox.Limits{Memory: 1 << 30, CPUs: 0.5, Pids: 32, TmpfsSize: 1 << 20}
+	b.User = User{Root: true}
+	got, err = b.Wrap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(got, " ")
+	for _, s := range []string{"--read-only -v /home/u/proj:/home/u/proj:ro --tmpfs", "-w /home/u/proj/sub", "--memory 1073741824 --cpus 0.5 --pids-limit 32", "size=1048576", "--user 0:0"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("read-only wrap %q lacks %q", joined, s)
+		}
+	}
+	// The argv survives the second quoting layer (the worker's sh -c) intact:
+	// the last element reaching docker is exactly the command line.
+	line := shellquote.Join(got)
+	if !strings.Contains(line, shellquote.Quote(c.Shell)) {
+		t.Errorf("joined line %q does not carry the quoted command", line)
+	}
+}
+
+func TestWrapRefuses(t *testing.T) {
+	b := &Backend{}
+	ok := sandbox.Command{ID: "x", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite}
+	for _, tc := range []struct {
+		name string
+		mod  func(*sandbox.Command)
+		err  error
+	}{
+		{"full access", func(c *sandbox.Command) { c.Mode = sandbox.FullAccess }, ErrFullAccess},
+		{"no mode", func(c *sandbox.Command) { c.Mode = 0 }, sandbox.ErrUnknownMode},
+		{"no id", func(c *sandbox.Command) { c.ID = "" }, ErrNoID},
+		{"relative workspace", func(c *sandbox.Command) { c.Workspace = "w" }, ErrNotAbsolute},
+		{"unclean workspace", func(c *sandbox.Command) { c.Workspace = "/w/../etc" }, ErrNotAbsolute},
+		{"root workspace", func(c *sandbox.Command) { c.Workspace = "/" }, ErrNotAbsolute},
+		{"colon in workspace", func(c *sandbox.Command) { c.Workspace = "/w:/etc" }, ErrInvalidMountPath},
+		{"comma in workspace", func(c *sandbox.Command) { c.Workspace = "/w,x" }, ErrInvalidMountPath},
+		{"dir outside", func(c *sandbox.Command) { c.Dir = "/etc" }, ErrDirOutside},
+		{"dir prefix trick", func(c *sandbox.Command) { c.Dir = "/wx" }, ErrDirOutside},
+		{"dir dotdot", func(c *sandbox.Command) { c.Dir = "/w/../etc" }, ErrDirOutside},
+		{"bad env", func(c *sandbox.Command) { c.Env = []string{"NOEQUALS"} }, nil},
+	} {
+		c := ok
+		tc.mod(&c)
+		_, err := b.Wrap(c)
+		if err == nil || (tc.err != nil && !errors.Is(err, tc.err)) {
+			t.Errorf("%s: Wrap err = %v, want %v", tc.name, err, tc.err)
+		}
+	}
+	if _, err := b.Wrap(ok); err != nil {
+		t.Fatalf("valid command refused: %v", err)
+	}
+}

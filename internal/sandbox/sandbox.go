@@ -1,0 +1,184 @@
+// Package sandbox is the seam between vak's broker and the mechanisms that
+// contain an agent's commands.
+//
+// A Backend contains either the whole worker process (Landlock on Linux,
+// Seatbelt on macOS: ScopeProcess) or one tool command (Docker:
+// ScopeCommand). Command-scoped backends implement Wrapper: the broker turns a
+// Command into the argv of a wrapper (docker run ...) and places it into the
+// worker's bash request, so the host worker stays a small protocol adapter.
+//
+// Resolve maps a requested backend name to the backend that will actually run,
+// following vak's rules: auto means the platform's native backend; an explicit
+// native backend the platform lacks falls back to the platform's real one,
+// never to none; FullAccess disables sandboxing; nothing ever weakens to none
+// silently.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode is how much a sandboxed command may do.
+type Mode int
+
+// The modes, from most to least restricted.
+const (
+	// ReadOnly: the workspace and the root filesystem are read-only; only a
+	// bounded private /tmp is writable. No network.
+	ReadOnly Mode = iota + 1
+	// WorkspaceWrite: the workspace is writable, the rest read-only or
+	// private; no network beyond what policy allows.
+	WorkspaceWrite
+	// FullAccess disables sandboxing entirely, including the network.
+	FullAccess
+)
+
+// Mode names as they appear in config and on the command line.
+const (
+	ModeNameReadOnly       = "read-only"
+	ModeNameWorkspaceWrite = "workspace-write"
+	ModeNameFullAccess     = "full-access"
+)
+
+// ErrUnknownMode reports a mode name that is not one of the three.
+var ErrUnknownMode = errors.New("unknown sandbox mode")
+
+// ParseMode parses a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case ModeNameReadOnly:
+		return ReadOnly, nil
+	case ModeNameWorkspaceWrite:
+		return WorkspaceWrite, nil
+	case ModeNameFullAccess:
+		return FullAccess, nil
+	}
+	return 0, fmt.Errorf("%w %q (want %s, %s or %s)", ErrUnknownMode, s, ModeNameReadOnly, ModeNameWorkspaceWrite, ModeNameFullAccess)
+}
+
+func (m Mode) String() string {
+	switch m {
+	case ReadOnly:
+		return ModeNameReadOnly
+	case WorkspaceWrite:
+		return ModeNameWorkspaceWrite
+	case FullAccess:
+		return ModeNameFullAccess
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Restricted reports whether m sandboxes anything.
+func (m Mode) Restricted() bool { return m == ReadOnly || m == WorkspaceWrite }
+
+// Narrowest returns the more restricted of a and b.
+func Narrowest(a, b Mode) Mode {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// Scope says what a backend contains.
+type Scope int
+
+const (
+	// ScopeProcess backends contain the whole worker process.
+	ScopeProcess Scope = iota + 1
+	// ScopeCommand backends contain one tool command at a time.
+	ScopeCommand
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeProcess:
+		return "process"
+	case ScopeCommand:
+		return "command"
+	}
+	return fmt.Sprintf("Scope(%d)", int(s))
+}
+
+// Defaults for Limits, the seed's hard caps.
+const (
+	DefaultMemory    int64   = 2 << 30 // bytes
+	DefaultCPUs      float64 = 2
+	DefaultPids      int     = 256
+	DefaultTmpfsSize int64   = 512 << 20 // bytes of the private /tmp
+)
+
+// Limits bound a sandboxed command's resources. Zero values mean "use the
+// default"; call WithDefaults before use.
+type Limits struct {
+	Memory    int64   // bytes
+	CPUs      float64 // CPU count, may be fractional
+	Pids      int     // maximum number of processes
+	TmpfsSize int64   // bytes of the private writable /tmp
+}
+
+// DefaultLimits returns the default limits.
+func DefaultLimits() Limits {
+	return Limits{Memory: DefaultMemory, CPUs: DefaultCPUs, Pids: DefaultPids, TmpfsSize: DefaultTmpfsSize}
+}
+
+// WithDefaults fills zero fields with the defaults.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits()
+	if l.Memory == 0 {
+		l.Memory = d.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.TmpfsSize == 0 {
+		l.TmpfsSize = d.TmpfsSize
+	}
+	return l
+}
+
+// Command is one tool command to run in a sandbox.
+type Command struct {
+	// ID uniquely identifies this command run; command-scoped backends name
+	// their container after it so the broker can kill it on timeout.
+	ID string
+	// Shell is the command line, interpreted by POSIX sh -c.
+	Shell string
+	// Workspace is the canonical absolute path of the workspace.
+	Workspace string
+	// Dir is the working directory; it must be inside Workspace. Empty means
+	// Workspace.
+	Dir string
+	// Env holds KEY=VALUE pairs the broker allows into the sandbox.
+	Env []string
+	// Mode is the sandbox mode; FullAccess commands never reach a backend.
+	Mode Mode
+	// Limits bound the command; zero fields are defaults.
+	Limits Limits
+	// Timeout, if positive, is the command's deadline (enforced by the caller;
+	// backends use it to size cleanup).
+	Timeout time.Duration
+}
+
+// Backend is a sandboxing mechanism.
+type Backend interface {
+	// Name is the backend's config name (landlock, seatbelt, docker, none).
+	Name() string
+	// Scope says whether the backend contains the process or each command.
+	Scope() Scope
+	// Available reports nil when the backend can run here, or an error that
+	// says why not. Implementations cache expensive probes.
+	Available(ctx context.Context) error
+}
+
+// Wrapper is implemented by command-scoped backends.
+type Wrapper interface {
+	Backend
+	// Wrap returns the argv that runs c inside the sandbox.
+	Wrap(c Command) ([]string, error)
+}
