@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -54,9 +55,9 @@ const (
 	UserRoot User = "root"
 )
 
-// DefaultProtected are workspace paths that stay read-only even in
-// workspace-write mode: files that run later, outside the sandbox.
-var DefaultProtected = []string{".git/hooks", ".git/config", paths.ProjectConfigDir}
+// DefaultProtected are the workspace paths that stay read-only in every
+// mode (see sandbox.DefaultProtected).
+var DefaultProtected = sandbox.DefaultProtected
 
 // ErrInvalid is wrapped by every error about a config file's content.
 var ErrInvalid = errors.New("invalid config")
@@ -107,6 +108,14 @@ type Sandbox struct {
 	Limits  sandbox.Limits
 	// Timeout bounds each command; zero means no timeout.
 	Timeout time.Duration
+	// AllowWeaker accepts a weaker native sandbox (see [sandbox] docs).
+	AllowWeaker bool
+	// ReadPaths and WritePaths are extra canonical host paths for the
+	// native sandbox (trusted config only).
+	ReadPaths  []string
+	WritePaths []string
+	// Env names extra host environment variables passed into the sandbox.
+	Env []string
 }
 
 // Files is the validated [files] section.
@@ -416,6 +425,31 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 			}
 		}
 	}
+	if s := w.Sandbox; s != nil {
+		if s.AllowWeaker != nil {
+			c.Sandbox.AllowWeaker = *s.AllowWeaker
+		}
+		for i, p := range s.Read {
+			abs, err := hostPath(p)
+			if err != nil {
+				return errf(fmt.Sprintf("sandbox.read[%d]", i), "%v", err)
+			}
+			c.Sandbox.ReadPaths = append(c.Sandbox.ReadPaths, abs)
+		}
+		for i, p := range s.Write {
+			abs, err := hostPath(p)
+			if err != nil {
+				return errf(fmt.Sprintf("sandbox.write[%d]", i), "%v", err)
+			}
+			c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
+		}
+		for i, n := range s.Env {
+			if !envName.MatchString(n) {
+				return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
+			}
+			c.Sandbox.Env = append(c.Sandbox.Env, n)
+		}
+	}
 	if f := w.Files; f != nil {
 		for i, p := range f.Protected {
 			clean, err := cleanRelative(p)
@@ -428,6 +462,33 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 		}
 	}
 	return nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// hostPath expands a leading "~/" and requires an absolute path that does
+// not contain vak's own config or state (a sandbox must never reach them).
+func hostPath(p string) (string, error) {
+	if strings.HasPrefix(p, "~/") {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(h, p[2:])
+	}
+	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%q must be an absolute path (or start with ~/)", p)
+	}
+	p = filepath.Clean(p)
+	for _, guard := range []func() (string, error){paths.ConfigDir, paths.StateDir} {
+		if g, err := guard(); err == nil && (paths.Within(p, g) || paths.Within(g, p)) {
+			return "", fmt.Errorf("%q overlaps vak's own directory %s", p, g)
+		}
+	}
+	if p == "/" {
+		return "", fmt.Errorf("%q would expose the whole filesystem", p)
+	}
+	return p, nil
 }
 
 // cleanRelative validates a workspace-relative path.

@@ -66,7 +66,7 @@ protected = ["secrets/", "./deploy.sh"]
 	if s.Backend != sandbox.Docker || s.Image != "vak-test:latest" || s.User != UserRoot || s.Mode != sandbox.ReadOnly || s.Timeout != 90*time.Second || s.Limits != want {
 		t.Fatalf("sandbox = %+v", s)
 	}
-	if strings.Join(cfg.Files.Protected, ",") != ".git/hooks,.git/config,.vak,secrets,deploy.sh" {
+	if want := strings.Join(append(DefaultProtected, "secrets", "deploy.sh"), ","); strings.Join(cfg.Files.Protected, ",") != want {
 		t.Fatalf("protected = %v", cfg.Files.Protected)
 	}
 	// cpus as a TOML integer is accepted too.
@@ -251,4 +251,41 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSandboxPathsAndEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", filepath.Join(dir, "home"))
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("XDG_STATE_HOME", "")
+	cfg, err := Parse("ok.toml", []byte("version = 1\n[sandbox]\nallow_weaker = true\nread = [\"~/go/pkg/mod\", \"/opt/tools\"]\nwrite = [\"~/.cache/go-build\"]\nenv = [\"GOFLAGS\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	if !s.AllowWeaker || s.ReadPaths[0] != filepath.Join(dir, "home/go/pkg/mod") || s.ReadPaths[1] != "/opt/tools" || s.WritePaths[0] != filepath.Join(dir, "home/.cache/go-build") || s.Env[0] != "GOFLAGS" {
+		t.Fatalf("sandbox = %+v", s)
+	}
+	for _, bad := range []string{
+		`read = ["relative"]`,
+		`read = ["/"]`,
+		`write = ["~/.config"]`,            // contains vak's config dir
+		`write = ["~/.local/state/vak/x"]`, // inside vak's state dir
+		`read = ["~/"]`,                    // all of home
+		`env = ["BAD NAME"]`,
+	} {
+		if _, err := Parse("bad.toml", []byte("version = 1\n[sandbox]\n"+bad+"\n")); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s accepted: %v", bad, err)
+		}
+	}
+	// None of these may come from a project config.
+	ws := filepath.Join(dir, "ws")
+	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nallow_weaker = true\nread = [\"/etc\"]\nwrite = [\"/tmp\"]\nenv = [\"AWS_SECRET_ACCESS_KEY\"]\n")
+	cfg, err = Load(Options{UserFile: filepath.Join(dir, "none.toml"), Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.AllowWeaker || cfg.Sandbox.ReadPaths != nil || cfg.Sandbox.WritePaths != nil || cfg.Sandbox.Env != nil || len(cfg.Warnings) != 4 {
+		t.Fatalf("project config widened the sandbox: %+v %q", cfg.Sandbox, cfg.Warnings)
+	}
 }

@@ -19,6 +19,16 @@ type sandboxWire struct {
 	User    *string     `toml:"user"`
 	Timeout *string     `toml:"timeout"`
 	Limits  *limitsWire `toml:"limits"`
+	// AllowWeaker accepts a native sandbox without user namespaces or
+	// without Landlock when the kernel lacks them.
+	AllowWeaker *bool `toml:"allow_weaker"`
+	// Read and Write are extra host paths the native sandbox may read, or
+	// read and write (e.g. a module cache). "~/" is the home directory.
+	Read  []string `toml:"read"`
+	Write []string `toml:"write"`
+	// Env names host environment variables passed into the sandbox on top
+	// of the built-in allowlist.
+	Env []string `toml:"env"`
 }
 
 type limitsWire struct {

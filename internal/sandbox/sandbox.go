@@ -110,6 +110,17 @@ const (
 	DefaultTmpfsSize int64   = 512 << 20 // bytes of the private /tmp
 )
 
+// DefaultProtected are workspace-relative paths that stay read-only even in
+// WorkspaceWrite, whether or not they exist yet: files that make code run
+// later, outside the sandbox — git hooks and config (fsmonitor, hooksPath,
+// aliases, filters) including the files that redirect git to another
+// config, direnv's .envrc, and vak's own project config.
+var DefaultProtected = []string{
+	".git/hooks", ".git/config", ".git/config.worktree", ".git/commondir",
+	".git/worktrees", ".git/modules", ".git/info/attributes",
+	".envrc", ".vak",
+}
+
 // Limits bound a sandboxed command's resources. Zero values mean "use the
 // default"; call WithDefaults before use.
 type Limits struct {
@@ -160,6 +171,10 @@ type Command struct {
 	Mode Mode
 	// Limits bound the command; zero fields are defaults.
 	Limits Limits
+	// Protected are absolute paths inside Workspace that stay read-only even
+	// in WorkspaceWrite (only ones that exist; the worker's tripwire removes
+	// protected paths a command creates).
+	Protected []string
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
 	Timeout time.Duration

@@ -6,7 +6,7 @@
 //	docker run --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
 //	  --cap-drop ALL --security-opt no-new-privileges [--read-only] \
 //	  -v WS:WS[:ro] --tmpfs /tmp:rw,nosuid,nodev,exec,size=N -w DIR \
-//	  [--user UID:GID -e HOME=/tmp] --name vak-run-ID --label ... \
+//	  --user UID:GID -e HOME=/tmp -e TMPDIR=/tmp --name vak-run-ID --label ... \
 //	  IMAGE sh -c 'COMMAND'
 //
 // The workspace is bind-mounted at its own canonical absolute path, so the
@@ -111,8 +111,16 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		args = append(args, "--read-only")
 		vol += ":ro"
 	}
+	args = append(args, "-v", vol)
+	for _, p := range c.Protected {
+		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
+			return nil, fmt.Errorf("docker wrap: %w: protected path %q", ErrInvalidMountPath, p)
+		}
+		if c.Mode == sandbox.WorkspaceWrite {
+			args = append(args, "-v", p+":"+p+":ro")
+		}
+	}
 	args = append(args,
-		"-v", vol,
 		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size="+strconv.FormatInt(lim.TmpfsSize, 10),
 		"-w", dir,
 	)
@@ -121,7 +129,7 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	} else {
 		args = append(args, "--user", strconv.Itoa(b.User.UID)+":"+strconv.Itoa(b.User.GID))
 	}
-	args = append(args, "-e", "HOME="+ContainerHome)
+	args = append(args, "-e", "HOME="+ContainerHome, "-e", "TMPDIR=/tmp")
 	for _, kv := range c.Env {
 		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
 			return nil, fmt.Errorf("docker wrap: environment entry %q is not KEY=VALUE", kv)

@@ -28,7 +28,7 @@ func TestWrapStructure(t *testing.T) {
 		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=536870912",
 		"-w", "/home/u/proj",
 		"--user", "1000:1001",
-		"-e", "HOME=/tmp",
+		"-e", "HOME=/tmp", "-e", "TMPDIR=/tmp",
 		"--name", "vak-run-abc",
 		"--label", "vak.managed=true", "--label", "vak.kind=run", "--label", "vak.run=abc",
 		"--label", "vak.workspace=/home/u/proj", "--label", "vak.test=1",

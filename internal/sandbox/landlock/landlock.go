@@ -1,0 +1,116 @@
+// Package landlock is vak's Linux process-scoped sandbox.
+//
+// The worker restricts itself before it serves a single request, in two
+// re-executed stages (never in the long-lived broker):
+//
+//  1. Stage 1 starts in new user, mount, PID, network, IPC and UTS namespaces
+//     (root only inside its own user namespace). It builds a minimal
+//     filesystem view on a fresh tmpfs and pivots into it: the toolchain's
+//     system directories read-only (with /etc's secrets masked), the
+//     workspace at its own path (read-only or read-write by mode, protected
+//     paths re-mounted read-only), a private /tmp, an empty private HOME, a
+//     fresh /proc and a minimal /dev. Nothing else of the host exists in
+//     the view: not ~/.ssh, not other projects, not /run/docker.sock. The
+//     network namespace has only a loopback that is down.
+//  2. Stage 1 then starts stage 2 in a nested user namespace that maps the
+//     invoking uid/gid back, so tools see their usual identity and hold no
+//     capabilities over the mount namespace. Stage 2 drops every capability,
+//     sets no_new_privs and rlimits, applies Landlock (the strongest ABI the
+//     kernel offers: filesystem rules mirroring the view, TCP bind/connect
+//     denied) and a seccomp filter
+//     (no AF_INET/AF_INET6/AF_PACKET/raw sockets, no ptrace, io_uring, bpf,
+//     namespaces, mounts, keyrings, setsid, TIOCSTI, ...), and only then
+//     serves the worker protocol.
+//
+// Stage 1 stays behind as the PID namespace's init: when it exits, the kernel
+// kills every process of the sandbox.
+//
+// If the kernel lacks Landlock or user namespaces, the worker refuses to
+// start unless trusted config sets sandbox.allow_weaker, which vak doctor
+// then reports.
+package landlock
+
+import (
+	"errors"
+
+	"vak/internal/sandbox"
+)
+
+// ErrUnsupported is returned on platforms without Landlock.
+var ErrUnsupported = errors.New("landlock is only available on Linux")
+
+// ErrUnavailable reports a Linux kernel that cannot provide the sandbox.
+var ErrUnavailable = errors.New("landlock sandbox unavailable")
+
+// DefaultSystemPaths are mounted read-only (and granted read+execute) when
+// they exist: what a toolchain needs to run.
+var DefaultSystemPaths = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+	"/etc", "/opt", "/nix", "/snap",
+}
+
+// MaskedPaths exist in the view but read as empty: secrets of the host that
+// a root-owned sandbox could otherwise read through /etc.
+var MaskedPaths = []string{
+	"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+	"/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private", "/etc/ssh",
+	"/etc/security/opasswd", "/etc/docker", "/etc/containerd", "/etc/vak",
+}
+
+// DevNodes are the device files bound into the view's /dev.
+var DevNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// Policy says what the sandboxed worker may touch. All paths are canonical
+// absolute host paths; in the view they appear at the same path.
+type Policy struct {
+	Workspace string
+	Mode      sandbox.Mode
+	// TempDir is the private per-session temp dir, mounted at /tmp (TMPDIR).
+	TempDir string
+	// Home is the user's home: it is replaced by an empty private tmpfs.
+	Home string
+	// ReadPaths and WritePaths come from trusted config only.
+	ReadPaths  []string
+	WritePaths []string
+	// Protected are absolute paths inside the workspace that stay read-only.
+	Protected []string
+	Limits    sandbox.Limits
+	// SystemPaths default to DefaultSystemPaths.
+	SystemPaths []string
+	// AllowWeaker accepts running without namespaces or without Landlock
+	// when the kernel cannot provide them (explicit trusted opt-in).
+	AllowWeaker bool
+	// UID and GID are the invoking user's, restored inside stage 2.
+	UID, GID int
+	// Executable is the vak binary on the host. It is bound read-only into
+	// the view at ShimPath, because every command starts through its exec
+	// shim (see ExecShim).
+	Executable string
+}
+
+// ShimPath is where the vak binary appears inside the view.
+const ShimPath = "/.vak/bin/vak"
+
+// ShimCommand is the argument that selects the exec shim.
+const ShimCommand = "__exec"
+
+// ShimArgv returns the argv prefix that starts a command through the shim
+// inside the sandbox; the command's own argv follows.
+func ShimArgv(p Policy, namespaces bool) []string {
+	exe := ShimPath
+	if !namespaces {
+		exe = p.Executable
+	}
+	return []string{exe, ShimCommand, "--"}
+}
+
+// Status describes what the kernel offers (for vak doctor).
+type Status struct {
+	ABI        int  // Landlock ABI version, 0 if unavailable
+	UserNS     bool // unprivileged user namespaces work
+	Seccomp    bool
+	Cgroup     bool   // limits enforced by a per-session cgroup (root)
+	Weaker     bool   // the sandbox would run weaker than designed (allowed by config)
+	Problem    string // why it is unavailable or weaker
+	Restricted string // one-line summary of the restrictions in force
+}

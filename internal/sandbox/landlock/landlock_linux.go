@@ -1,0 +1,396 @@
+package landlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"vak/internal/sandbox"
+)
+
+// Backend is the Landlock process-scoped backend.
+type Backend struct {
+	// AllowWeaker accepts a kernel without user namespaces or Landlock.
+	AllowWeaker bool
+
+	once   sync.Once
+	status Status
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// Name implements sandbox.Backend.
+func (*Backend) Name() string { return string(sandbox.Landlock) }
+
+// Scope implements sandbox.Backend.
+func (*Backend) Scope() sandbox.Scope { return sandbox.ScopeProcess }
+
+// Available implements sandbox.Backend: nil when the sandbox can run as
+// designed, or weaker but explicitly allowed.
+func (b *Backend) Available(context.Context) error {
+	st := b.Status()
+	if st.Problem != "" && !st.Weaker {
+		return fmt.Errorf("%w: %s", ErrUnavailable, st.Problem)
+	}
+	return nil
+}
+
+// Status is the cached kernel probe.
+func (b *Backend) Status() Status {
+	b.once.Do(func() { b.status = Probe(b.AllowWeaker) })
+	return b.status
+}
+
+// Probe reports what the kernel offers. With allowWeaker, missing pieces
+// make the status Weaker instead of unavailable (except seccomp, which is
+// always required).
+func Probe(allowWeaker bool) Status {
+	var st Status
+	if v, err := llsys.LandlockGetABIVersion(); err == nil {
+		st.ABI = v
+	}
+	st.Seccomp = seccompSupported()
+	st.UserNS = userNSWorks()
+	var problems []string
+	if st.ABI < 1 {
+		problems = append(problems, "the kernel does not offer Landlock (needs Linux 5.13+ with landlock in the lsm= list)")
+	}
+	if !st.UserNS {
+		problems = append(problems, "user namespaces are unavailable (kernel.unprivileged_userns_clone=0, user.max_user_namespaces=0 or an LSM forbids them)")
+	}
+	if NeedCgroup() {
+		if err := cgroupUsable(); err != nil {
+			problems = append(problems, "running as root, the process limit needs a writable pids cgroup: "+err.Error())
+		} else {
+			st.Cgroup = true
+		}
+	}
+	if !st.Seccomp {
+		st.Problem = "the kernel does not offer seccomp filters"
+		return st
+	}
+	if len(problems) > 0 {
+		st.Problem = strings.Join(problems, "; ")
+		st.Weaker = allowWeaker && (st.ABI >= 1 || st.UserNS)
+	}
+	st.Restricted = summary(st)
+	return st
+}
+
+func summary(st Status) string {
+	var parts []string
+	if st.ABI >= 1 {
+		parts = append(parts, fmt.Sprintf("landlock abi %d", st.ABI))
+	}
+	parts = append(parts, "seccomp")
+	if st.UserNS {
+		parts = append(parts, "user+mount+pid+net+ipc+uts namespaces", "pivot_root view")
+	}
+	parts = append(parts, "no_new_privs", "rlimits")
+	if st.Cgroup {
+		parts = append(parts, "pids+memory cgroup")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func seccompSupported() bool {
+	v, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	return err == nil && v == 0
+}
+
+// userNSWorks reads the sysctls that forbid user namespaces. It is a cheap
+// prediction; starting the worker is the real test, and a failure there is
+// reported as unavailable too.
+func userNSWorks() bool {
+	for _, f := range []string{"/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // sysctl absent: nothing forbids it
+		}
+		if strings.TrimSpace(string(data)) == "0" && (os.Getuid() != 0 || strings.Contains(f, "max_user")) {
+			return false
+		}
+	}
+	return true
+}
+
+func nsAttr(uid, gid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+}
+
+// Configure prepares cmd (a re-exec of vak's worker) to start stage 1 in
+// fresh namespaces. It reports whether namespaces are used: false only when
+// they are unavailable and p.AllowWeaker accepts that; the caller then starts
+// stage 2 directly.
+func Configure(cmd *exec.Cmd, p Policy) (namespaces bool, err error) {
+	st := Probe(p.AllowWeaker)
+	if st.Problem != "" && !st.Weaker {
+		return false, fmt.Errorf("%w: %s", ErrUnavailable, st.Problem)
+	}
+	if !st.UserNS {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return false, nil
+	}
+	cmd.SysProcAttr = nsAttr(os.Getuid(), os.Getgid())
+	return true, nil
+}
+
+// Stage1 runs in the new namespaces as their root. It builds the view,
+// starts stage 2 (argv, with spec on fd 3) in a nested user namespace as the
+// invoking user, and then acts as init until stage 2 exits. It returns the
+// exit status for the process; it only returns early with an error.
+func Stage1(p Policy, spec []byte, argv []string) (int, error) {
+	if os.Getpid() != 1 {
+		return 0, errors.New("landlock stage 1 must be PID 1 of a new PID namespace")
+	}
+	if err := buildView(p); err != nil {
+		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command("/proc/self/exe", argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.Env = os.Environ()
+	cmd.Dir = p.Workspace
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: p.UID, HostID: 0, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: p.GID, HostID: 0, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("landlock: start stage 2: %w", err)
+	}
+	r.Close()
+	if _, err := w.Write(spec); err != nil {
+		return 0, fmt.Errorf("landlock: pass spec: %w", err)
+	}
+	w.Close()
+	go func() {
+		for s := range sigs {
+			cmd.Process.Signal(s)
+		}
+	}()
+	// As init, reap every orphan until stage 2 itself exits.
+	stage2 := cmd.Process.Pid
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 1, nil
+		}
+		if pid == stage2 {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal()), nil
+			}
+			return ws.ExitStatus(), nil
+		}
+	}
+}
+
+// Stage2 restricts the calling process for good: capabilities, rlimits,
+// no_new_privs, Landlock and seccomp, in that order. It returns a summary of
+// what is in force.
+func Stage2(p Policy, namespaces bool) (string, error) {
+	st := Status{Seccomp: true, UserNS: namespaces}
+	st.ABI, _ = llsys.LandlockGetABIVersion()
+	if st.ABI < 1 && !p.AllowWeaker {
+		return "", fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
+	}
+	if err := dropCapabilities(); err != nil {
+		return "", fmt.Errorf("landlock: drop capabilities: %w", err)
+	}
+	if err := setRlimits(p.Limits.WithDefaults()); err != nil {
+		return "", fmt.Errorf("landlock: rlimits: %w", err)
+	}
+	if err := llsys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return "", fmt.Errorf("landlock: no_new_privs: %w", err)
+	}
+	if st.ABI >= 1 {
+		if err := restrictLandlock(p, namespaces); err != nil {
+			return "", err
+		}
+	}
+	if err := installSeccomp(); err != nil {
+		return "", fmt.Errorf("landlock: seccomp: %w", err)
+	}
+	s := summary(st)
+	if !namespaces {
+		s += " (weaker: no namespaces; allowed by sandbox.allow_weaker)"
+	}
+	if st.ABI < 1 {
+		s += " (weaker: no landlock; allowed by sandbox.allow_weaker)"
+	}
+	return s, nil
+}
+
+// restrictLandlock applies the filesystem, network and scope rules.
+func restrictLandlock(p Policy, namespaces bool) error {
+	var rules []ll.Rule
+	sys := p.SystemPaths
+	if sys == nil {
+		sys = DefaultSystemPaths
+	}
+	rules = append(rules, ll.RODirs(existing(sys)...).IgnoreIfMissing())
+	if namespaces {
+		// Listing directories (not reading files) anywhere in the view: it
+		// holds nothing but what was mounted into it.
+		rules = append(rules, ll.PathAccess(llsys.AccessFSReadDir, "/"))
+	}
+	rules = append(rules, ll.RODirs("/proc").IgnoreIfMissing())
+	rules = append(rules, ll.RODirs(existing(p.ReadPaths)...).IgnoreIfMissing())
+	rw := []string{p.TempDir}
+	if namespaces {
+		// In the view /tmp is the private temp dir and HOME a private tmpfs.
+		rw = []string{"/tmp", "/dev/shm"}
+		if p.Home != "" && p.Home != "/" {
+			rw = append(rw, p.Home)
+		}
+	}
+	rw = append(rw, p.WritePaths...)
+	if p.Mode == sandbox.WorkspaceWrite {
+		rw = append(rw, p.Workspace)
+	} else {
+		rules = append(rules, ll.RODirs(p.Workspace))
+	}
+	rules = append(rules, ll.RWDirs(existing(rw)...).WithRefer().IgnoreIfMissing())
+	var devs []string
+	for _, d := range DevNodes {
+		devs = append(devs, "/dev/"+d)
+	}
+	rules = append(rules, ll.RWFiles(existing(devs)...).WithIoctlDev().IgnoreIfMissing())
+	if exe := ShimArgv(p, namespaces)[0]; exe != "" {
+		rules = append(rules, ll.ROFiles(exe).IgnoreIfMissing())
+	}
+	rules = append(rules, ll.RODirs("/dev").IgnoreIfMissing())
+	cfg := ll.V11.BestEffort()
+	// Scopes. Below ABI 8, go-landlock restricts each Go thread on its own,
+	// so the worker's threads land in sibling domains; a signal scope would
+	// then stop the worker from killing a command that another thread
+	// forked. Signals stay contained by the PID namespace instead. Abstract
+	// UNIX sockets are confined by the network namespace; without one
+	// (weaker mode) the scope is the only barrier, so keep it there.
+	cfg.Scoped = 0
+	if !namespaces {
+		cfg.Scoped = ll.ScopedSet(llsys.ScopeAbstractUnixSocket)
+	}
+	if err := cfg.Restrict(rules...); err != nil {
+		return fmt.Errorf("landlock: restrict: %w", err)
+	}
+	return nil
+}
+
+func existing(ps []string) []string {
+	var out []string
+	for _, p := range ps {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dropCapabilities clears the bounding, ambient, inheritable, permitted and
+// effective sets and locks securebits so that even uid 0 inside the nested
+// user namespace regains nothing on execve.
+func dropCapabilities() error {
+	// Bounding set and securebits need CAP_SETPCAP, which only a uid-0
+	// stage 2 holds; a non-root stage 2 already lost all capabilities on
+	// execve and nothing can give them back under no_new_privs.
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+				return fmt.Errorf("drop bounding cap %d: %w", c, err)
+			}
+		}
+		const secbits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<6 | 1<<7 // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE (+locks)
+		if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
+			return fmt.Errorf("securebits: %w", err)
+		}
+	}
+	unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	data = [2]unix.CapUserData{}
+	return unix.Capset(&hdr, &data[0])
+}
+
+// setRlimits applies the configured limits to this process and everything it
+// starts. RLIMIT_NPROC counts per user namespace, so it bounds the sandbox's
+// processes only; RLIMIT_DATA bounds each process's heap (a per-process
+// memory cap; the docker backend caps the total).
+func setRlimits(l sandbox.Limits) error {
+	set := func(res int, v uint64) error {
+		return unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v})
+	}
+	if err := set(unix.RLIMIT_NPROC, uint64(l.Pids)); err != nil {
+		return fmt.Errorf("RLIMIT_NPROC: %w", err)
+	}
+	if err := set(unix.RLIMIT_DATA, uint64(l.Memory)); err != nil {
+		return fmt.Errorf("RLIMIT_DATA: %w", err)
+	}
+	if err := set(unix.RLIMIT_CORE, 0); err != nil {
+		return fmt.Errorf("RLIMIT_CORE: %w", err)
+	}
+	return nil
+}
+
+// ExecShim starts one sandboxed command: it makes the process the leader of
+// a new session, forbids it and all its descendants from ever leaving that
+// session (a second seccomp filter denying setsid, stacked on the worker's),
+// and executes argv. The worker kills a command by its session, so nothing a
+// command starts can escape a timeout. ExecShim only returns on error.
+func ExecShim(argv []string) error {
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return errors.New("exec shim: no command")
+	}
+	if _, err := unix.Setsid(); err != nil {
+		return fmt.Errorf("exec shim: setsid: %w", err)
+	}
+	if err := installNoSetsid(); err != nil {
+		return fmt.Errorf("exec shim: %w", err)
+	}
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return fmt.Errorf("exec shim: %w", err)
+		}
+		path = lp
+	}
+	return syscall.Exec(path, argv, os.Environ())
+}

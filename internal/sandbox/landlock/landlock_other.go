@@ -1,0 +1,55 @@
+//go:build !linux
+
+package landlock
+
+import (
+	"context"
+	"os/exec"
+
+	"vak/internal/sandbox"
+)
+
+// Backend is the Landlock backend; on this platform it is never available.
+type Backend struct{ AllowWeaker bool }
+
+// Name implements sandbox.Backend.
+func (*Backend) Name() string { return string(sandbox.Landlock) }
+
+// Scope implements sandbox.Backend.
+func (*Backend) Scope() sandbox.Scope { return sandbox.ScopeProcess }
+
+// Available implements sandbox.Backend.
+func (*Backend) Available(context.Context) error { return ErrUnsupported }
+
+// Status reports what the kernel offers: nothing here.
+func (*Backend) Status() Status { return Probe(false) }
+
+// Probe reports what the kernel offers.
+func Probe(bool) Status { return Status{Problem: ErrUnsupported.Error()} }
+
+// Configure is unsupported here.
+func Configure(*exec.Cmd, Policy) (bool, error) { return false, ErrUnsupported }
+
+// Stage1 is unsupported here.
+func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
+
+// Stage2 is unsupported here.
+func Stage2(Policy, bool) (string, error) { return "", ErrUnsupported }
+
+// ExecShim is unsupported here.
+func ExecShim([]string) error { return ErrUnsupported }
+
+// Cgroup is unsupported here.
+type Cgroup struct{}
+
+// NeedCgroup is false here.
+func NeedCgroup() bool { return false }
+
+// NewCgroup is unsupported here.
+func NewCgroup(sandbox.Limits) (*Cgroup, error) { return nil, ErrUnsupported }
+
+// Add is unsupported here.
+func (*Cgroup) Add(int) error { return ErrUnsupported }
+
+// Remove does nothing here.
+func (*Cgroup) Remove() {}

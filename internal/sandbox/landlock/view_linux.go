@@ -1,0 +1,214 @@
+package landlock
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"vak/internal/sandbox"
+)
+
+// mountSpec is one thing to place into the new root.
+type mountSpec struct {
+	target string // absolute path in the view
+	source string // host path to clone; empty for tmpfs
+	ro     bool
+	file   bool // target is a file (bind of a file)
+	fd     int  // detached clone (open_tree), taken before anything is hidden
+}
+
+// buildView assembles the sandbox's filesystem on a fresh tmpfs and pivots
+// into it. Every source is cloned (open_tree) before the new root is
+// mounted anywhere, so sources that the new mounts would hide (a workspace
+// under /tmp or HOME) are still reachable.
+func buildView(p Policy) error {
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	var specs []*mountSpec
+	var links [][2]string // symlinks to recreate: target -> link text
+	sys := p.SystemPaths
+	if sys == nil {
+		sys = DefaultSystemPaths
+	}
+	for _, s := range sys {
+		fi, err := os.Lstat(s)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			dest, err := os.Readlink(s)
+			if err != nil {
+				return err
+			}
+			links = append(links, [2]string{s, dest})
+			continue
+		}
+		specs = append(specs, &mountSpec{target: s, source: s, ro: true})
+	}
+	for _, s := range p.ReadPaths {
+		specs = append(specs, &mountSpec{target: s, source: s, ro: true})
+	}
+	for _, s := range p.WritePaths {
+		specs = append(specs, &mountSpec{target: s, source: s})
+	}
+	// HOME is an empty private tmpfs; a workspace below it is mounted into it.
+	if p.Home != "" && p.Home != "/" {
+		specs = append(specs, &mountSpec{target: p.Home})
+	}
+	specs = append(specs,
+		&mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite},
+		&mountSpec{target: "/tmp", source: p.TempDir},
+		&mountSpec{target: "/dev"},
+		&mountSpec{target: "/dev/shm"},
+	)
+	if p.Executable != "" {
+		specs = append(specs, &mountSpec{target: ShimPath, source: p.Executable, ro: true, file: true})
+	}
+	for _, d := range DevNodes {
+		if _, err := os.Stat("/dev/" + d); err == nil {
+			specs = append(specs, &mountSpec{target: "/dev/" + d, source: "/dev/" + d, file: true})
+		}
+	}
+	for _, pr := range p.Protected {
+		if fi, err := os.Lstat(pr); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+			specs = append(specs, &mountSpec{target: pr, source: pr, ro: true, file: !fi.IsDir()})
+		}
+	}
+	for _, m := range MaskedPaths {
+		fi, err := os.Lstat(m)
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		if fi.IsDir() {
+			specs = append(specs, &mountSpec{target: m, ro: true})
+		} else {
+			specs = append(specs, &mountSpec{target: m, source: "/dev/null", ro: true, file: true})
+		}
+	}
+
+	// Clone every source first.
+	for _, s := range specs {
+		if s.source == "" {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, s.source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", s.source, err)
+		}
+		s.fd = fd
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if strings.HasPrefix(s.source, "/dev/") {
+			attr.Attr_set = unix.MOUNT_ATTR_NOSUID // device nodes (and /dev/null masks) need dev
+		}
+		if s.ro {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("set attributes of %s: %w", s.source, err)
+		}
+	}
+	defer func() {
+		for _, s := range specs {
+			if s.fd > 0 {
+				unix.Close(s.fd)
+			}
+		}
+	}()
+
+	// The new root: a tmpfs mounted over the private temp dir (already
+	// cloned above, so nothing is lost).
+	root := p.TempDir
+	if err := unix.Mount("vak-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	// Shallow targets first, so deeper ones land inside them.
+	slices.SortStableFunc(specs, func(a, b *mountSpec) int {
+		return strings.Count(a.target, "/") - strings.Count(b.target, "/")
+	})
+	for _, s := range specs {
+		dst := filepath.Join(root, s.target)
+		if s.file {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
+			if err != nil && !errors.Is(err, unix.EROFS) && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("create mount point %s: %w", s.target, err)
+			}
+			if f != nil {
+				f.Close()
+			}
+		} else if err := os.MkdirAll(dst, 0o755); err != nil && !errors.Is(err, unix.EROFS) {
+			return fmt.Errorf("create mount point %s: %w", s.target, err)
+		}
+		if s.source == "" {
+			flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+			opts := "mode=0755,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
+			if s.target == "/dev/shm" {
+				opts = "mode=1777,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
+			}
+			if s.target == p.Home {
+				opts = "mode=0700,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
+			}
+			if s.ro {
+				flags |= unix.MS_RDONLY
+				opts = "mode=0755,size=4k"
+			}
+			if err := unix.Mount("vak-tmp", dst, "tmpfs", flags, opts); err != nil {
+				return fmt.Errorf("mount tmpfs on %s: %w", s.target, err)
+			}
+			if s.target == p.Home {
+				os.Chown(dst, 0, 0) // root of the outer user ns = the invoking user
+			}
+			continue
+		}
+		if err := unix.MoveMount(s.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", s.source, s.target, err)
+		}
+		unix.Close(s.fd)
+		s.fd = 0
+	}
+	for _, l := range links {
+		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("symlink %s: %w", l[0], err)
+		}
+	}
+	for name, dest := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
+		os.Symlink(dest, filepath.Join(root, "dev", name))
+	}
+	if err := os.MkdirAll(filepath.Join(root, "dev", "pts"), 0o755); err == nil {
+		// A private pty instance for tools that need a terminal; optional.
+		unix.Mount("devpts", filepath.Join(root, "dev", "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	}
+	procDir := filepath.Join(root, "proc")
+	if err := os.MkdirAll(procDir, 0o555); err != nil {
+		return err
+	}
+	// A fresh /proc shows only the sandbox's own processes. Inside a
+	// container whose /proc is partly masked the kernel refuses it; the view
+	// then has no /proc at all rather than the host's.
+	if err := unix.Mount("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "vak: landlock: no /proc in the sandbox: %v\n", err)
+	}
+	// Make the root itself read-only, then switch to it.
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount root read-only: %w", err)
+	}
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}

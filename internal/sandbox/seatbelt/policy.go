@@ -1,0 +1,232 @@
+package seatbelt
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"vak/internal/sandbox"
+)
+
+// Policy validation errors. Every one of them wraps ErrInvalidPolicy, and the
+// message names the field and value at fault.
+var (
+	// ErrInvalidPolicy reports a Policy that Profile refuses to translate.
+	ErrInvalidPolicy = errors.New("invalid seatbelt policy")
+	// ErrMode reports a mode other than ReadOnly or WorkspaceWrite
+	// (FullAccess never reaches a backend).
+	ErrMode = fmt.Errorf("%w: mode must be %s or %s", ErrInvalidPolicy, sandbox.ReadOnly, sandbox.WorkspaceWrite)
+	// ErrPath reports a path that cannot be used in a profile: empty,
+	// relative (or absolute, for Protected), not clean, not UTF-8, or holding
+	// a control character such as NUL or newline.
+	ErrPath = fmt.Errorf("%w: bad path", ErrInvalidPolicy)
+	// ErrHomeExposed reports a workspace or temp dir that is, or contains,
+	// the home directory, or an extra grant equal to it: granting it would
+	// expose every secret in it, so vak refuses rather than weaken.
+	ErrHomeExposed = fmt.Errorf("%w: path would expose the home directory", ErrInvalidPolicy)
+)
+
+// AlwaysProtected are the workspace-relative paths every profile keeps
+// read-only, whatever Policy.Protected says: code or config planted there
+// would run later outside the sandbox (git hooks, git config, vak's project
+// config).
+var AlwaysProtected = sandbox.DefaultProtected
+
+// Policy is what a sandboxed worker may do. Every absolute path must be
+// canonical (clean, symbolic links resolved: Seatbelt matches the path the
+// kernel resolved, so /tmp/x never matches /private/tmp/x); Canonicalize
+// makes them so.
+type Policy struct {
+	// Workspace is the canonical absolute path of the workspace. It is
+	// readable, and writable in WorkspaceWrite. It may not be, or contain,
+	// Home.
+	Workspace string
+	// Mode is ReadOnly or WorkspaceWrite. FullAccess never reaches a backend.
+	Mode sandbox.Mode
+	// TempDir is the private per-session temp dir: readable, writable, and
+	// the only place unix-domain sockets may be bound or connected to. The
+	// launcher exports it as TMPDIR. It may not be, or contain, Home.
+	TempDir string
+	// Home is the user's home directory. Nothing under it is readable or
+	// writable except paths granted explicitly (Workspace, TempDir,
+	// ReadPaths, WritePaths inside it).
+	Home string
+	// ReadPaths are extra read-only paths from trusted config. A grant that
+	// contains Home (such as "/") never opens Home; one equal to Home is an
+	// error.
+	ReadPaths []string
+	// WritePaths are extra read-write paths from trusted config, with the
+	// same rule about Home as ReadPaths.
+	WritePaths []string
+	// Protected are workspace-relative paths that stay read-only even in
+	// WorkspaceWrite, whether or not they exist yet, in addition to
+	// AlwaysProtected. They must be ASCII (see docs/seatbelt.md).
+	Protected []string
+	// Deny are absolute paths nothing in the sandbox may read, write or
+	// connect to, whatever else is granted: vak's own config and state
+	// directories, for example. They are applied last.
+	Deny []string
+	// AllowNetwork allows IP networking. It is false in restricted modes;
+	// then every IP socket operation (loopback included) is denied.
+	AllowNetwork bool
+}
+
+// plan is a validated Policy, sorted into the groups the profile emits.
+type plan struct {
+	p          Policy
+	broadRead  []string // read grants that contain Home: before Home closes
+	broadWrite []string
+	read       []string // extra read-only grants inside or beside Home
+	write      []string // extra read-write grants inside or beside Home
+	protected  []string // clean, deduplicated workspace-relative paths
+}
+
+func (p Policy) plan() (*plan, error) {
+	if p.Mode != sandbox.ReadOnly && p.Mode != sandbox.WorkspaceWrite {
+		return nil, fmt.Errorf("%w, not %v", ErrMode, p.Mode)
+	}
+	for _, f := range []struct{ name, val string }{
+		{"Workspace", p.Workspace}, {"TempDir", p.TempDir}, {"Home", p.Home},
+	} {
+		if err := checkAbs(f.name, f.val); err != nil {
+			return nil, err
+		}
+	}
+	if p.Home == "/" {
+		return nil, fmt.Errorf("%w: Home %q is the root directory", ErrPath, p.Home)
+	}
+	for _, f := range []struct {
+		name string
+		vals []string
+	}{{"ReadPaths", p.ReadPaths}, {"WritePaths", p.WritePaths}, {"Deny", p.Deny}} {
+		for i, v := range f.vals {
+			if err := checkAbs(fmt.Sprintf("%s[%d]", f.name, i), v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, f := range []struct{ name, val string }{{"Workspace", p.Workspace}, {"TempDir", p.TempDir}} {
+		if contains(f.val, p.Home) {
+			return nil, fmt.Errorf("%w: %s %q is or contains Home %q", ErrHomeExposed, f.name, f.val, p.Home)
+		}
+	}
+
+	pl := &plan{p: p}
+	for _, g := range []struct {
+		name         string
+		vals         []string
+		broad, plain *[]string
+	}{
+		{"ReadPaths", p.ReadPaths, &pl.broadRead, &pl.read},
+		{"WritePaths", p.WritePaths, &pl.broadWrite, &pl.write},
+	} {
+		for i, v := range g.vals {
+			switch {
+			case v == p.Home:
+				return nil, fmt.Errorf("%w: %s[%d] %q is Home; grant the directories under it that are needed", ErrHomeExposed, g.name, i, v)
+			case contains(v, p.Home):
+				*g.broad = append(*g.broad, v)
+			default:
+				*g.plain = append(*g.plain, v)
+			}
+		}
+	}
+	pl.broadRead, pl.broadWrite = dedup(pl.broadRead), dedup(pl.broadWrite)
+	pl.read, pl.write = dedup(pl.read), dedup(pl.write)
+
+	rels := append(append([]string(nil), AlwaysProtected...), p.Protected...)
+	for i, rel := range rels {
+		name := fmt.Sprintf("Protected[%d]", i-len(AlwaysProtected))
+		if err := checkRel(name, rel); err != nil {
+			return nil, err
+		}
+	}
+	pl.protected = dedup(rels)
+	return pl, nil
+}
+
+// checkAbs validates an absolute path for use in a profile.
+func checkAbs(field, p string) error {
+	if err := checkChars(field, p); err != nil {
+		return err
+	}
+	if !path.IsAbs(p) {
+		return fmt.Errorf("%w: %s %q is not absolute", ErrPath, field, p)
+	}
+	if c := path.Clean(p); c != p {
+		return fmt.Errorf("%w: %s %q is not clean (want %q)", ErrPath, field, p, c)
+	}
+	return nil
+}
+
+// checkRel validates a workspace-relative protected path.
+func checkRel(field, p string) error {
+	if err := checkChars(field, p); err != nil {
+		return err
+	}
+	for _, r := range p {
+		if r >= utf8.RuneSelf {
+			return fmt.Errorf("%w: %s %q is not ASCII (a case- and normalization-insensitive volume has spellings of it the profile cannot match)", ErrPath, field, p)
+		}
+	}
+	switch c := path.Clean(p); {
+	case path.IsAbs(p):
+		return fmt.Errorf("%w: %s %q is not relative to the workspace", ErrPath, field, p)
+	case c != p:
+		return fmt.Errorf("%w: %s %q is not clean (want %q)", ErrPath, field, p, c)
+	case c == "." || c == ".." || strings.HasPrefix(c, "../"):
+		return fmt.Errorf("%w: %s %q is not inside the workspace", ErrPath, field, p)
+	}
+	return nil
+}
+
+// checkChars rejects what an SBPL string literal or a Seatbelt path cannot
+// carry: nothing, invalid UTF-8 (APFS names are UTF-8), and control
+// characters (NUL, newline, ...).
+func checkChars(field, p string) error {
+	if p == "" {
+		return fmt.Errorf("%w: %s is empty", ErrPath, field)
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrPath, field, p)
+	}
+	if i := strings.IndexFunc(p, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("%w: %s %q contains a control character at byte %d", ErrPath, field, p, i)
+	}
+	return nil
+}
+
+// contains reports whether dir is p or one of its ancestors. Both are clean
+// absolute paths.
+func contains(dir, p string) bool {
+	return dir == p || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+// ancestors returns the proper ancestors of the clean absolute path p,
+// shallowest first, without "/".
+func ancestors(p string) []string {
+	var out []string
+	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+		out = append(out, d)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// dedup removes repeated strings, keeping the first of each.
+func dedup(in []string) []string {
+	seen := make(map[string]bool, len(in))
+	out := in[:0:0]
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
