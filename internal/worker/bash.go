@@ -1,0 +1,288 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"vak/internal/paths"
+)
+
+// DefaultShell runs bash requests.
+const DefaultShell = "/bin/sh"
+
+// waitDelay is how long a finished shell's output pipes may stay open (held
+// by background children) before the result is returned anyway.
+const waitDelay = 500 * time.Millisecond
+
+// Exec runs bash requests as `sh -c COMMAND` in the workspace.
+type Exec struct {
+	// Workspace is the canonical workspace path.
+	Workspace string
+	// ShellPath is the shell; empty means DefaultShell.
+	ShellPath string
+	// Env is the base environment of every command (already scrubbed by the
+	// broker); request env is added on top.
+	Env []string
+	// DefaultTimeout applies when a request sets none; zero means none.
+	DefaultTimeout time.Duration
+	// Protected are workspace-relative paths that must not be created by a
+	// command; ones that appear are removed after the command (tripwire).
+	Protected []string
+	// Launcher, if set, prefixes every command's argv. It must make the
+	// command a session leader itself (the landlock exec shim does, and pins
+	// it there); without a launcher the worker starts commands with setsid.
+	Launcher []string
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv are variables the worker controls; requests cannot set them.
+var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
+
+// Bash implements Shell.
+func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) (*BashResult, error) {
+	if strings.IndexByte(a.Command, 0) >= 0 {
+		return nil, errorf(CodeProtocol, "command contains a NUL byte")
+	}
+	cwd, err := x.resolveCwd(a.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	env := slices.Clone(x.Env)
+	for _, k := range sortedKeys(a.Env) {
+		v := a.Env[k]
+		if !envName.MatchString(k) || slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "VAK_") {
+			return nil, errorf(CodeProtocol, "environment variable %q may not be set", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, errorf(CodeProtocol, "environment variable %q contains a NUL byte", k)
+		}
+		env = setEnv(env, k, v)
+	}
+	env = setEnv(env, "PWD", cwd)
+	max := a.MaxOutputBytes
+	if max <= 0 {
+		max = DefaultOutputBytes
+	}
+	if max > MaxOutputBytes {
+		max = MaxOutputBytes
+	}
+	timeout := x.DefaultTimeout
+	if a.TimeoutMS > 0 {
+		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	}
+
+	argv := append(slices.Clone(x.Launcher), x.shell(), "-c", a.Command)
+	before := x.protectedPresent()
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = cwd, env
+	if len(x.Launcher) == 0 {
+		cmd.Args[0] = "sh"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	if a.Stdin != nil {
+		cmd.Stdin = strings.NewReader(*a.Stdin)
+	}
+	var stdout, stderr outputSink
+	if emit != nil {
+		stdout = &streamWriter{emit: emit, stream: "stdout"}
+		stderr = &streamWriter{emit: emit, stream: "stderr"}
+	} else {
+		stdout = &capBuffer{max: max}
+		stderr = &capBuffer{max: max}
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = waitDelay
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+	}
+	// The killer reports why it killed (or that it did not) once it is done.
+	done := make(chan struct{})
+	why := make(chan string, 1)
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	go func() {
+		select {
+		case <-done:
+			why <- ""
+			return
+		case <-timer:
+			why <- "timeout"
+		case <-ctx.Done():
+			why <- "cancel"
+		}
+		killTree(cmd.Process.Pid)
+	}()
+	werr := cmd.Wait()
+	close(done)
+	reason := <-why
+	timedOut, canceled := reason == "timeout", reason == "cancel"
+	// A timed-out or canceled command's stragglers die with it. Background
+	// jobs of a command that finished normally live on until the session ends.
+	if timedOut || canceled {
+		killTree(cmd.Process.Pid)
+	}
+	res := &BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
+	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) {
+			return nil, errorf(CodeExec, "wait: %v", werr)
+		}
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = ws.Signal().String()
+		res.ExitCode = 128 + int(ws.Signal())
+	} else {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	if c, ok := stdout.(*capBuffer); ok {
+		res.Stdout, res.StdoutTruncated = c.String(), c.truncated
+	}
+	if c, ok := stderr.(*capBuffer); ok {
+		res.Stderr, res.StderrTruncated = c.String(), c.truncated
+	}
+	res.ProtectedRemoved = x.removeNewProtected(before)
+	return res, nil
+}
+
+func (x *Exec) shell() string {
+	if x.ShellPath != "" {
+		return x.ShellPath
+	}
+	return DefaultShell
+}
+
+// resolveCwd returns the absolute working directory, refusing anything
+// outside the workspace (also through symlinks).
+func (x *Exec) resolveCwd(cwd string) (string, error) {
+	if strings.IndexByte(cwd, 0) >= 0 {
+		return "", errorf(CodeInvalidPath, "cwd contains a NUL byte")
+	}
+	p := cwd
+	if p == "" {
+		p = x.Workspace
+	} else if !filepath.IsAbs(p) {
+		p = filepath.Join(x.Workspace, p)
+	}
+	p = filepath.Clean(p)
+	if !paths.Within(x.Workspace, p) {
+		return "", errorf(CodeOutside, "cwd %q is outside the workspace", cwd)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", errorf(CodeNotFound, "cwd %q does not exist", cwd)
+		}
+		return "", errorf(CodeInvalidPath, "cwd %q: %v", cwd, err)
+	}
+	if !paths.Within(x.Workspace, real) {
+		return "", errorf(CodeOutside, "cwd %q resolves outside the workspace", cwd)
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return "", errorf(CodeInvalidPath, "cwd %q is not a directory", cwd)
+	}
+	return real, nil
+}
+
+// protectedPresent reports which protected paths exist now.
+func (x *Exec) protectedPresent() map[string]bool {
+	m := make(map[string]bool, len(x.Protected))
+	for _, p := range x.Protected {
+		if _, err := os.Lstat(filepath.Join(x.Workspace, p)); err == nil {
+			m[p] = true
+		}
+	}
+	return m
+}
+
+// removeNewProtected removes protected paths that a command created.
+func (x *Exec) removeNewProtected(before map[string]bool) []string {
+	var removed []string
+	for _, p := range x.Protected {
+		if before[p] {
+			continue
+		}
+		full := filepath.Join(x.Workspace, p)
+		if _, err := os.Lstat(full); err == nil {
+			os.RemoveAll(full)
+			removed = append(removed, p)
+		}
+	}
+	return removed
+}
+
+type outputSink interface{ io.Writer }
+
+// capBuffer keeps the first max bytes written and notes truncation.
+type capBuffer struct {
+	mu        sync.Mutex
+	max       int64
+	buf       []byte
+	truncated bool
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.max - int64(len(c.buf))
+	if room <= 0 {
+		c.truncated = c.truncated || len(p) > 0
+		return len(p), nil
+	}
+	if int64(len(p)) > room {
+		c.buf = append(c.buf, p[:room]...)
+		c.truncated = true
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+func (c *capBuffer) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.ToValidUTF8(string(c.buf), "\uFFFD")
+}
+
+// streamWriter forwards each write as an output event.
+type streamWriter struct {
+	emit   func(string, []byte)
+	stream string
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	s.emit(s.stream, slices.Clone(p))
+	return len(p), nil
+}
+
+func setEnv(env []string, k, v string) []string {
+	prefix := k + "="
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, prefix) })
+	return append(env, prefix+v)
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,123 @@
+package worker
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"vak/internal/fsguard"
+	"vak/internal/sandbox"
+)
+
+// fsFiles adapts fsguard to the protocol's file tools.
+type fsFiles struct{ root *fsguard.Root }
+
+// OpenFiles opens the workspace for the file tools.
+func OpenFiles(workspace string, mode sandbox.Mode, protected []string) (*fsFiles, error) {
+	root, err := fsguard.Open(workspace, fsguard.Options{
+		Writable:  mode == sandbox.WorkspaceWrite || mode == sandbox.FullAccess,
+		Protected: protected,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &fsFiles{root: root}, nil
+}
+
+func (f *fsFiles) Close() error { return f.root.Close() }
+
+func (f *fsFiles) Read(a ReadArgs) (*ReadResult, error) {
+	r, err := f.root.Read(a.Path, a.Offset, a.Limit)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	out := &ReadResult{Content: string(r.Content), Size: r.Size, Truncated: r.Truncated}
+	if !utf8.Valid(r.Content) {
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(r.Content), EncodingBase64
+	}
+	return out, nil
+}
+
+func (f *fsFiles) Write(a WriteArgs) (*WriteResult, error) {
+	data := []byte(a.Content)
+	switch a.Encoding {
+	case EncodingUTF8:
+	case EncodingBase64:
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
+			return nil, errorf(CodeProtocol, "content is not valid base64: %v", err)
+		}
+	default:
+		return nil, errorf(CodeProtocol, "unknown encoding %q", a.Encoding)
+	}
+	if err := f.root.Write(a.Path, data); err != nil {
+		return nil, fsError(err)
+	}
+	return &WriteResult{Bytes: int64(len(data))}, nil
+}
+
+func (f *fsFiles) Edit(a EditArgs) (*EditResult, error) {
+	n, err := f.root.Edit(a.Path, a.Old, a.New, a.ReplaceAll)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	return &EditResult{Replacements: n}, nil
+}
+
+func (f *fsFiles) Glob(a GlobArgs) (*GlobResult, error) {
+	r, err := f.root.Glob(a.Pattern, a.Max)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	return &GlobResult{Paths: nonNil(r.Paths), Truncated: r.Truncated}, nil
+}
+
+func (f *fsFiles) Grep(a GrepArgs) (*GrepResult, error) {
+	r, err := f.root.Grep(a.Pattern, a.Path, a.Glob, a.Max)
+	if err != nil {
+		return nil, fsError(err)
+	}
+	out := &GrepResult{Matches: []GrepMatch{}, Truncated: r.Truncated}
+	for _, m := range r.Matches {
+		out.Matches = append(out.Matches, GrepMatch{Path: m.Path, Line: m.Line, Text: strings.ToValidUTF8(m.Text, "\uFFFD")})
+	}
+	return out, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// fsCodes maps fsguard's sentinels to protocol codes.
+var fsCodes = []struct {
+	err  error
+	code string
+}{
+	{fsguard.ErrOutside, CodeOutside},
+	{fsguard.ErrProtected, CodeProtected},
+	{fsguard.ErrReadOnly, CodeReadOnly},
+	{fsguard.ErrNotFound, CodeNotFound},
+	{fsguard.ErrIsDir, CodeIsDir},
+	{fsguard.ErrNotRegular, CodeNotRegular},
+	{fsguard.ErrTooLarge, CodeFileTooLarge},
+	{fsguard.ErrNoMatch, CodeNoMatch},
+	{fsguard.ErrAmbiguous, CodeAmbiguous},
+	{fsguard.ErrInvalidPath, CodeInvalidPath},
+	{fsguard.ErrSymlink, CodeSymlink},
+	{fsguard.ErrHardLink, CodeHardLink},
+	{fsguard.ErrInvalidArgument, CodeInvalidRegex},
+	{fsguard.ErrUnsupported, CodeUnsupported},
+}
+
+func fsError(err error) error {
+	for _, c := range fsCodes {
+		if errors.Is(err, c.err) {
+			return &Error{Code: c.code, Message: err.Error()}
+		}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}

@@ -1,0 +1,10 @@
+//go:build !linux
+
+package worker
+
+import "syscall"
+
+// killTree kills the command's process group. Without /proc there is no
+// reliable way to find descendants that left the group; the process-scoped
+// backends on these platforms end the whole worker instead.
+func killTree(pid int) { syscall.Kill(-pid, syscall.SIGKILL) }

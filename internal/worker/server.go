@@ -1,0 +1,260 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sync"
+)
+
+// Files executes the file tools. The worker adapts fsguard to it; errors
+// should be *Error values with a stable code.
+type Files interface {
+	Read(ReadArgs) (*ReadResult, error)
+	Write(WriteArgs) (*WriteResult, error)
+	Edit(EditArgs) (*EditResult, error)
+	Glob(GlobArgs) (*GlobResult, error)
+	Grep(GrepArgs) (*GrepResult, error)
+}
+
+// Shell runs bash requests. emit, if non-nil, streams output.
+type Shell interface {
+	Bash(ctx context.Context, a BashArgs, emit func(stream string, data []byte)) (*BashResult, error)
+}
+
+// Server serves the protocol on one connection.
+type Server struct {
+	Files Files
+	Shell Shell
+	// Ready is sent as the first line (its Event field is set to "ready").
+	Ready Event
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	mu       sync.Mutex
+	inflight map[string]context.CancelFunc
+	wg       sync.WaitGroup
+	sem      chan struct{}
+}
+
+// Serve reads requests from r and writes responses and events to w until r
+// reaches EOF; then it waits for requests in flight and returns. ctx cancels
+// everything in flight.
+func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
+	s.w = bufio.NewWriterSize(w, 64<<10)
+	s.inflight = map[string]context.CancelFunc{}
+	s.sem = make(chan struct{}, MaxConcurrent)
+	ready := s.Ready
+	ready.Event, ready.Version = "ready", ProtocolVersion
+	if err := s.send(ready); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, tooLong, err := readLine(br, MaxRequestBytes)
+		if tooLong {
+			s.reply(Response{Error: errorf(CodeTooLarge, "request line exceeds %d bytes", MaxRequestBytes)})
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			s.dispatch(ctx, line)
+		}
+		if err != nil {
+			s.wg.Wait()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// readLine reads one '\n'-terminated line of at most max bytes. A longer
+// line is consumed and discarded, reported with tooLong.
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max+1 {
+			tooLong = true
+			line = nil
+		} else if !tooLong {
+			line = append(line, frag...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, tooLong, err
+	}
+}
+
+func (s *Server) dispatch(ctx context.Context, line []byte) {
+	var req Request
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		// Salvage the id if the line is at least an object with one.
+		var idOnly struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(line, &idOnly)
+		s.reply(Response{ID: idOnly.ID, Error: errorf(CodeProtocol, "malformed request: %v", err)})
+		return
+	}
+	if req.ID == "" {
+		s.reply(Response{Error: errorf(CodeProtocol, "request has no id")})
+		return
+	}
+	switch req.Op {
+	case OpCancel:
+		var a CancelArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			s.reply(Response{ID: req.ID, Error: err})
+			return
+		}
+		s.mu.Lock()
+		c, ok := s.inflight[a.Target]
+		s.mu.Unlock()
+		if !ok {
+			s.reply(Response{ID: req.ID, Error: errorf(CodeUnknownID, "no request %q in flight", a.Target)})
+			return
+		}
+		c()
+		s.result(req.ID, struct{}{})
+		return
+	case OpPing:
+		s.result(req.ID, struct{}{})
+		return
+	case OpBash, OpRead, OpWrite, OpEdit, OpGlob, OpGrep:
+	default:
+		s.reply(Response{ID: req.ID, Error: errorf(CodeProtocol, "unknown op %q", req.Op)})
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	if _, dup := s.inflight[req.ID]; dup {
+		s.mu.Unlock()
+		cancel()
+		s.reply(Response{ID: req.ID, Error: errorf(CodeDuplicateID, "request %q is already in flight", req.ID)})
+		return
+	}
+	s.inflight[req.ID] = cancel
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.inflight, req.ID)
+			s.mu.Unlock()
+			cancel()
+		}()
+		s.sem <- struct{}{}
+		defer func() { <-s.sem }()
+		res, err := s.handle(rctx, req)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				pe = errorf(CodeInternal, "%v", err)
+			}
+			s.reply(Response{ID: req.ID, Error: pe})
+			return
+		}
+		s.result(req.ID, res)
+	}()
+}
+
+// handle runs one request; a panic becomes an internal error, never a dead
+// worker.
+func (s *Server) handle(ctx context.Context, req Request) (res any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = errorf(CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
+		}
+	}()
+	switch req.Op {
+	case OpBash:
+		var a BashArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		var emit func(string, []byte)
+		if a.Stream {
+			emit = func(stream string, data []byte) {
+				_ = s.send(Event{Event: "output", ID: req.ID, Stream: stream, Data: data})
+			}
+		}
+		return s.Shell.Bash(ctx, a, emit)
+	case OpRead:
+		var a ReadArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		return s.Files.Read(a)
+	case OpWrite:
+		var a WriteArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		return s.Files.Write(a)
+	case OpEdit:
+		var a EditArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		return s.Files.Edit(a)
+	case OpGlob:
+		var a GlobArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		return s.Files.Glob(a)
+	case OpGrep:
+		var a GrepArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			return nil, err
+		}
+		return s.Files.Grep(a)
+	}
+	return nil, errorf(CodeProtocol, "unknown op %q", req.Op)
+}
+
+func strictArgs(raw json.RawMessage, v any) *Error {
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errorf(CodeProtocol, "bad args: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) result(id string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		s.reply(Response{ID: id, Error: errorf(CodeInternal, "encode result: %v", err)})
+		return
+	}
+	s.reply(Response{ID: id, OK: true, Result: data})
+}
+
+func (s *Server) reply(r Response) { _ = s.send(r) }
+
+func (s *Server) send(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("worker: encode: %w", err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.w.Write(data)
+	s.w.WriteByte('\n')
+	return s.w.Flush()
+}

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/landlock"
+)
+
+// SpecFD is the file descriptor on which a worker reads its Spec (the
+// broker passes a pipe as the first extra file).
+const SpecFD = 3
+
+// MaxSpecBytes bounds the spec.
+const MaxSpecBytes = 1 << 20
+
+// Spec is everything a worker needs, decided by the broker.
+type Spec struct {
+	// Backend that contains this worker: landlock, seatbelt, docker or none.
+	// For docker the worker is a host process and every bash command it
+	// receives is already a wrapped `docker run`.
+	Backend   string       `json:"backend"`
+	Workspace string       `json:"workspace"`
+	Mode      sandbox.Mode `json:"mode"`
+	// Env is the complete environment of commands (scrubbed by the broker).
+	Env []string `json:"env"`
+	// Protected are workspace-relative paths that stay read-only.
+	Protected []string `json:"protected"`
+	// DefaultTimeout applies to bash requests that set none.
+	DefaultTimeout time.Duration `json:"default_timeout"`
+	// Landlock is the policy for the landlock backend.
+	Landlock *landlock.Policy `json:"landlock,omitempty"`
+	// Namespaces says whether stage 1 runs in new namespaces (landlock).
+	Namespaces bool `json:"namespaces,omitempty"`
+	// Launcher prefixes every command (the landlock exec shim).
+	Launcher []string `json:"launcher,omitempty"`
+}
+
+// Encode serialises the spec.
+func (s *Spec) Encode() ([]byte, error) { return json.Marshal(s) }
+
+// ReadSpec reads and validates the spec from the worker's spec descriptor.
+func ReadSpec() (*Spec, []byte, error) {
+	f := os.NewFile(SpecFD, "spec")
+	if f == nil {
+		return nil, nil, fmt.Errorf("worker: no spec on fd %d", SpecFD)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSpecBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("worker: read spec: %w", err)
+	}
+	if len(data) > MaxSpecBytes {
+		return nil, nil, fmt.Errorf("worker: spec larger than %d bytes", MaxSpecBytes)
+	}
+	var s Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, nil, fmt.Errorf("worker: decode spec: %w", err)
+	}
+	if s.Workspace == "" || !s.Mode.Restricted() && s.Mode != sandbox.FullAccess {
+		return nil, nil, fmt.Errorf("worker: spec lacks workspace or mode")
+	}
+	return &s, data, nil
+}
