@@ -1,14 +1,13 @@
 package cli
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/sandbox/landlock"
 	"vak/internal/sandbox/none"
+	"vak/internal/sandbox/seatbelt"
 )
 
 // registry builds the backends this build provides, configured from cfg.
@@ -22,14 +21,7 @@ func registry(cfg *config.Config) *sandbox.Registry {
 	}
 	r.Register(d)
 	r.Register(none.Backend{})
-	r.Unavailable(sandbox.Landlock, sandbox.ErrNotYetAvailable)
-	r.Unavailable(sandbox.Seatbelt, sandbox.ErrNotYetAvailable)
+	r.Register(&landlock.Backend{AllowWeaker: cfg.Sandbox.AllowWeaker})
+	r.Register(seatbelt.New())
 	return r
-}
-
-// newID returns a random identifier for a command run.
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

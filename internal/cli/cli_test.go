@@ -3,19 +3,37 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"vak/internal/paths"
+	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
 )
+
+func TestMain(m *testing.M) {
+	// Main re-executes its binary as the worker; in-process that would be
+	// this test binary, so build the real one.
+	os.Exit(testMainWithVak(m))
+}
+
+func testMainWithVak(m *testing.M) int {
+	workerExecutable = testenv.Vak(tb{})
+	return m.Run()
+}
+
+// tb lets testenv.Build run before any test exists.
+type tb struct{ testing.TB }
+
+func (tb) Helper()                        {}
+func (tb) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 
 // vakMain runs Main in-process with a private user config and returns the
 // exit status, stdout and stderr.
@@ -134,37 +152,10 @@ func TestRunTimeoutKillsContainer(t *testing.T) {
 	t.Logf("timed out and cleaned up in %v", time.Since(start))
 }
 
-var (
-	buildOnce sync.Once
-	vakBin    string
-	buildErr  error
-)
-
-func vakBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vak-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		vakBin = filepath.Join(dir, "vak")
-		out, err := exec.Command("go", "build", "-o", vakBin, "vak/cmd/vak").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build vak: %v", buildErr)
-	}
-	return vakBin
-}
-
 func TestRunInterruptKillsContainer(t *testing.T) {
 	cfg := dockerConfig(t)
 	ws := tempWorkspace(t)
-	cmd := exec.Command(vakBinary(t), "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "touch started; sleep 120")
+	cmd := exec.Command(testenv.Vak(t), "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "touch started; sleep 120")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
@@ -262,5 +253,38 @@ func TestDoctor(t *testing.T) {
 func TestVersion(t *testing.T) {
 	if code, out, _ := vakMain(t, "", "version"); code != 0 || !strings.HasPrefix(out, "vak ") {
 		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+// The README's first command: the embedded default (landlock on Linux).
+func TestRunDefaultBackend(t *testing.T) {
+	if st := landlock.Probe(false); st.Problem != "" {
+		testenv.Missing(t, testenv.EnvRequireLandlock, st.Problem)
+	}
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "echo hello from the sandbox; touch made-by-sandbox; cat ~/.ssh/id_ed25519 2>&1; exit 4")
+	if code != 4 || !strings.Contains(out, "hello from the sandbox") {
+		t.Fatalf("exit %d: %q %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "made-by-sandbox")); err != nil {
+		t.Fatal("workspace write not visible")
+	}
+	code, out, _ = vakMain(t, cfg, "doctor", "-w", ws)
+	if code != 0 || !strings.Contains(out, "effective backend: landlock") || !strings.Contains(out, "landlock abi ") {
+		t.Fatalf("doctor: %d\n%s", code, out)
+	}
+	// Timeout through the native backend.
+	code, _, errs = vakMain(t, cfg, "run", "-w", ws, "--timeout", "1s", "--", "sh", "-c", "sleep 100 & sleep 100")
+	if code != ExitTimeout {
+		t.Fatalf("timeout: exit %d %s", code, errs)
+	}
+	// A protected path the command creates is removed and reported.
+	code, _, errs = vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "mkdir .vak && echo 'version = 1' > .vak/config.toml")
+	if code != 0 || !strings.Contains(errs, "created protected path .vak") {
+		t.Fatalf("tripwire: exit %d %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".vak")); err == nil {
+		t.Fatal(".vak survived")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/sandbox/landlock"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -96,6 +97,13 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		default:
 			if d, ok := b.(*docker.Backend); ok && d.Probe != nil {
 				status += " (server " + d.Probe.Version() + ")"
+			}
+			if l, ok := b.(*landlock.Backend); ok {
+				st := l.Status()
+				status += " (" + st.Restricted + ")"
+				if st.Weaker {
+					status += "; WEAKER than designed, accepted by sandbox.allow_weaker: " + st.Problem
+				}
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", n, scopeOf(b), status)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
+	"vak/internal/sandbox/landlock"
 )
 
 // Exit statuses of vak itself. Otherwise `vak run` exits with the status of
@@ -58,6 +59,8 @@ type app struct {
 	stdio Stdio
 	// userConfig overrides the user config path (--config).
 	userConfig string
+	// labels are added to containers vak creates (tests set vak.test=1).
+	labels map[string]string
 }
 
 func (a *app) warnf(format string, args ...any) {
@@ -81,6 +84,12 @@ func (a *app) loadConfig(workspace string) (*config.Config, error) {
 
 // Main runs vak with args (without the program name) and returns the exit status.
 func Main(ctx context.Context, args []string, stdio Stdio) int {
+	if len(args) > 0 && args[0] == landlock.ShimCommand {
+		// The exec shim of sandboxed commands: no CLI, no config, just exec.
+		err := landlock.ExecShim(args[1:])
+		fmt.Fprintf(stdio.Err, "vak: %v\n", err)
+		return 126
+	}
 	if stdio.In == nil {
 		stdio.In = os.Stdin
 	}
@@ -128,6 +137,7 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newRunCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
+		a.newWorkerCmd(),
 	)
 	return root
 }

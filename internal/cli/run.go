@@ -5,19 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
+	"vak/internal/worker"
 )
+
+// workerExecutable is the binary re-executed as the worker; empty means
+// this one. Tests that call Main in-process point it at a built vak.
+var workerExecutable string
 
 type runFlags struct {
 	workspace string
@@ -37,10 +42,12 @@ func (a *app) newRunCmd() *cobra.Command {
 The workspace (default: the current directory) is the only tree the command may
 write (mode workspace-write) or read beyond the system (mode read-only). Its
 stdout and stderr are streamed; stdin is not forwarded. On timeout or Ctrl-C the
-command and its container are killed, nothing is left behind.
+command's whole process tree (or its container) is killed; nothing is left
+behind.
 
 Exit status: the command's own status (128+N if it died of signal N), or
-  69  the sandbox backend is unavailable (e.g. Docker daemon unreachable); nothing ran
+  69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
+      kernel without Landlock); nothing ran
   78  a config file is invalid; nothing ran
   124 the command timed out and was killed
   130 vak was interrupted and killed the command`,
@@ -116,90 +123,44 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 
-	c := sandbox.Command{
-		ID:        newID(),
-		Shell:     shellquote.Join(args),
-		Workspace: ws,
-		Mode:      cfg.Sandbox.Mode,
-		Limits:    cfg.Sandbox.Limits,
-		Timeout:   cfg.Sandbox.Timeout,
-	}
-	var argv []string
-	var cleanup func()
-	switch b := b.(type) {
-	case sandbox.Wrapper:
-		if argv, err = b.Wrap(c); err != nil {
-			return exit(ExitUsage, err)
-		}
-		if d, ok := b.(*docker.Backend); ok {
-			cleanup = func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := d.Remove(cctx, c.ID); err != nil {
-					a.warnf("cleanup: %v", err)
-				}
-			}
-		}
-	default:
-		if b.Name() != string(sandbox.None) {
-			return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), sandbox.ErrNotYetAvailable))
-		}
-		argv = args // full access: the command runs on the host, unsandboxed
-	}
-
-	code, err := a.execute(ctx, argv, ws, c.Timeout, cleanup)
-	if err != nil {
-		return err
-	}
-	if d, ok := b.(*docker.Backend); ok && code == 125 {
-		// docker run's own failure status; if the daemon went away, say so.
-		d.Invalidate()
-		if perr := d.Available(context.Background()); perr != nil {
-			return exit(ExitUnavailable, fmt.Errorf("sandbox backend docker: %w", perr))
-		}
-	}
-	return exit(code, nil)
-}
-
-// execute runs argv with vak's stdio, honouring timeout and SIGINT/SIGTERM.
-// On either, cleanup runs (removing the container) and the process is killed.
-func (a *app) execute(ctx context.Context, argv []string, dir string, timeout time.Duration, cleanup func()) (int, error) {
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runctx := sigctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		runctx, cancel = context.WithTimeoutCause(sigctx, timeout, errTimeout)
-		defer cancel()
-	}
-	cmd := exec.CommandContext(runctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = a.stdio.Out, a.stdio.Err
-	cmd.Cancel = func() error {
-		if cleanup != nil {
-			cleanup()
-		}
-		return cmd.Process.Kill()
-	}
-	cmd.WaitDelay = 10 * time.Second
-	err := cmd.Run()
-	switch {
-	case errors.Is(context.Cause(runctx), errTimeout):
-		return 0, exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", timeout))
-	case sigctx.Err() != nil && ctx.Err() == nil:
-		return 0, exit(ExitInterrupted, errors.New("interrupted; command killed"))
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ee.ExitCode(), nil
-	}
+	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable})
 	if err != nil {
-		return 0, exit(ExitInternal, fmt.Errorf("run %s: %w", argv[0], err))
+		if errors.Is(err, docker.ErrDaemonUnavailable) {
+			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
+		}
+		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
-	return 0, nil
-}
+	defer sess.Close()
 
-var errTimeout = errors.New("timeout")
+	req := worker.BashArgs{Command: shellquote.Join(args), Stream: true}
+	if cfg.Sandbox.Timeout > 0 {
+		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
+	}
+	res, err := sess.Bash(sigctx, req, func(stream string, data []byte) {
+		if stream == "stderr" {
+			a.stdio.Err.Write(data)
+		} else {
+			a.stdio.Out.Write(data)
+		}
+	})
+	switch {
+	case sigctx.Err() != nil && ctx.Err() == nil:
+		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
+	case errors.Is(err, docker.ErrDaemonUnavailable):
+		return exit(ExitUnavailable, err)
+	case err != nil:
+		var we *worker.Error
+		if errors.As(err, &we) && we.Code == worker.CodeOutside {
+			return exit(ExitUsage, err)
+		}
+		return exit(ExitInternal, err)
+	case res.TimedOut:
+		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
+	}
+	for _, p := range res.ProtectedRemoved {
+		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
+	}
+	return exit(res.ExitCode, nil)
+}
