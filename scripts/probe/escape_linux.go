@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// unixConnect dials a UNIX socket by path.
+func unixConnect(path string) error {
+	c, err := net.DialTimeout("unix", path, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	fmt.Println("OK connected", path)
+	return nil
+}
+
+// attempt tries one kernel operation a sandbox must refuse and reports the
+// errno. Success of the operation is the failure of the sandbox.
+func attempt(name string) error {
+	var err error
+	switch name {
+	case "socket-inet":
+		err = sock(unix.AF_INET, unix.SOCK_STREAM)
+	case "socket-inet6":
+		err = sock(unix.AF_INET6, unix.SOCK_DGRAM)
+	case "socket-packet":
+		err = sock(unix.AF_PACKET, unix.SOCK_RAW)
+	case "socket-raw":
+		err = sock(unix.AF_INET, unix.SOCK_RAW)
+	case "socket-vsock":
+		err = sock(unix.AF_VSOCK, unix.SOCK_STREAM)
+	case "socket-unix-raw":
+		err = sock(unix.AF_UNIX, unix.SOCK_RAW)
+	case "socket-unix": // control: must work
+		err = sock(unix.AF_UNIX, unix.SOCK_STREAM)
+	case "ptrace-parent":
+		_, _, e := syscall.RawSyscall(unix.SYS_PTRACE, unix.PTRACE_ATTACH, uintptr(os.Getppid()), 0)
+		err = errnoErr(e)
+	case "io_uring":
+		var params [120]byte
+		_, _, e := syscall.RawSyscall(unix.SYS_IO_URING_SETUP, 8, uintptr(unsafe.Pointer(&params[0])), 0)
+		err = errnoErr(e)
+	case "unshare-user":
+		err = unix.Unshare(unix.CLONE_NEWUSER)
+	case "unshare-net":
+		err = unix.Unshare(unix.CLONE_NEWNET)
+	case "clone-newuser":
+		_, _, e := syscall.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		err = errnoErr(e)
+	case "mount":
+		err = unix.Mount("none", "/tmp", "tmpfs", 0, "")
+	case "setsid":
+		_, err = unix.Setsid()
+	case "keyctl":
+		_, _, e := syscall.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+		err = errnoErr(e)
+	case "bpf":
+		_, _, e := syscall.RawSyscall(unix.SYS_BPF, 0, 0, 0)
+		err = errnoErr(e)
+	case "tiocsti":
+		c := byte('x')
+		err = unix.IoctlSetPointerInt(0, unix.TIOCSTI, int(c))
+	case "personality":
+		_, _, e := syscall.RawSyscall(unix.SYS_PERSONALITY, 0x0040000, 0, 0) // ADDR_NO_RANDOMIZE
+		err = errnoErr(e)
+	case "chroot":
+		err = unix.Chroot("/tmp")
+	case "open-by-handle":
+		_, _, e := syscall.RawSyscall(unix.SYS_OPEN_BY_HANDLE_AT, 0, 0, 0)
+		err = errnoErr(e)
+	default:
+		return fmt.Errorf("unknown attempt %q", name)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println("OK", name, "succeeded")
+	return nil
+}
+
+func sock(domain, typ int) error {
+	fd, err := unix.Socket(domain, typ, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return err
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+import "errors"
+
+func unixConnect(string) error { return errors.New("unsupported") }
+func attempt(string) error     { return errors.New("unsupported") }
