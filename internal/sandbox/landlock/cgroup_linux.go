@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"vak/internal/sandbox"
 )
 
@@ -130,12 +132,28 @@ func ownCgroup(controller string) (string, error) {
 	return "", errors.New("cgroup: no " + controller + " hierarchy for this process")
 }
 
-// cgroupUsable reports whether a cgroup can be created here (for Probe).
+// cgroupUsable predicts whether NewCgroup can work here (for Probe) without
+// creating anything: the parent directories exist and are writable. Creating
+// the session's cgroup is the real test.
 func cgroupUsable() error {
-	c, err := NewCgroup(sandbox.DefaultLimits())
-	if err != nil {
-		return err
+	var parents []string
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		own, err := ownCgroup("")
+		if err != nil {
+			return err
+		}
+		parents = append(parents, filepath.Join(cgroupRoot, own))
+	} else {
+		own, err := ownCgroup("pids")
+		if err != nil {
+			return err
+		}
+		parents = append(parents, filepath.Join(cgroupRoot, "pids", own))
 	}
-	c.Remove()
+	for _, p := range parents {
+		if err := unix.Access(p, unix.W_OK); err != nil {
+			return fmt.Errorf("cgroup %s is not writable: %w", p, err)
+		}
+	}
 	return nil
 }
