@@ -138,6 +138,7 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
 		a.newWorkerCmd(),
+		a.newNetclientCmd(),
 	)
 	return root
 }

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/netfence"
+)
+
+// ReadyFile is created by `vak netclient` once its rules are verified and the
+// forwarder listens; the container's health check looks for it (through
+// `vak netclient --check`).
+const ReadyFile = "/run/vak-netclient.ready"
+
+// netclientVerifyInterval is how often the running netclient re-verifies its
+// rules; tampering makes it exit (fail closed: the forwarder is gone).
+const netclientVerifyInterval = 2 * time.Second
+
+func (a *app) newNetclientCmd() *cobra.Command {
+	var (
+		gateway string
+		check   bool
+		c       = netfence.Config{
+			TransparentPort: netfence.DefaultTransparentPort,
+			ProxyPort:       netfence.DefaultProxyPort,
+			DNSPort:         netfence.DefaultDNSPort,
+			ForwarderPort:   netfence.DefaultForwarderPort,
+		}
+	)
+	cmd := &cobra.Command{
+		Use:   "netclient --gateway IP",
+		Short: "Fence this network namespace so that traffic leaves only through the gateway",
+		Long: `Program nftables in the current network namespace (the netclient container
+of a proxied sandbox, which the sandboxed containers join) so that every TCP
+connection goes to a local forwarder that relays it to the gateway behind a
+PROXY v2 header, DNS goes to the gateway's resolver, and everything else is
+dropped. Needs CAP_NET_ADMIN. Reports ready (` + ReadyFile + `) only after the
+rules are verified in place; exits if they are ever changed.
+
+With --check, only verify the rules and readiness (for health checks).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			addr, err := netip.ParseAddr(gateway)
+			if err != nil {
+				return exit(ExitUsage, fmt.Errorf("--gateway: %w", err))
+			}
+			c.Gateway = addr
+			if err := c.Validate(); err != nil {
+				return exit(ExitUsage, err)
+			}
+			if check {
+				if err := netfence.Verify(c); err != nil {
+					return exit(ExitFailure, err)
+				}
+				if _, err := os.Stat(ReadyFile); err != nil {
+					return exit(ExitFailure, errors.New("netclient not ready"))
+				}
+				return nil
+			}
+			return a.netclient(c)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&gateway, "gateway", "", "gateway address on the sandbox network (required)")
+	fl.Uint16Var(&c.TransparentPort, "transparent-port", c.TransparentPort, "gateway port that takes PROXY v2 connections")
+	fl.Uint16Var(&c.ProxyPort, "proxy-port", c.ProxyPort, "gateway explicit proxy port")
+	fl.Uint16Var(&c.DNSPort, "dns-port", c.DNSPort, "gateway DNS port")
+	fl.Uint16Var(&c.ForwarderPort, "forward-port", c.ForwarderPort, "local forwarder port")
+	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
+	cmd.MarkFlagRequired("gateway")
+	return cmd
+}
+
+func (a *app) netclient(c netfence.Config) error {
+	os.Remove(ReadyFile)
+	if err := netfence.DisableIPv6(); err != nil {
+		return exit(ExitFailure, err)
+	}
+	if err := netfence.Apply(c); err != nil {
+		return exit(ExitFailure, err)
+	}
+	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", c.ForwarderPort))
+	if err != nil {
+		return exit(ExitFailure, fmt.Errorf("netclient: forwarder: %w", err))
+	}
+	f := &netfence.Forwarder{Gateway: netip.AddrPortFrom(c.Gateway, c.TransparentPort)}
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ln) }()
+	if err := os.WriteFile(ReadyFile, []byte("ready\n"), 0o644); err != nil {
+		return exit(ExitFailure, err)
+	}
+	fmt.Fprintf(a.stdio.Out, "netclient: ready: TCP via %v:%d, DNS via %v:%d, everything else dropped\n", c.Gateway, c.TransparentPort, c.Gateway, c.DNSPort)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	tick := time.NewTicker(netclientVerifyInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sigs:
+			ln.Close()
+			f.Close()
+			return nil
+		case err := <-served:
+			return exit(ExitFailure, fmt.Errorf("netclient: forwarder stopped: %v", err))
+		case <-tick.C:
+			if err := netfence.Verify(c); err != nil {
+				os.Remove(ReadyFile)
+				ln.Close()
+				f.Close()
+				return exit(ExitFailure, fmt.Errorf("netclient: rules changed, stopping (fail closed): %w", err))
+			}
+		}
+	}
+}

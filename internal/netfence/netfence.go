@@ -1,0 +1,66 @@
+// Package netfence confines a network namespace so that every packet leaves
+// only through the vak gateway. It is the netclient of the proxied topology
+// (see docs/ARCHITECTURE.md, "Network policies"): sandboxed containers share
+// the netclient's namespace, whose nftables rules
+//
+//   - redirect every TCP connection to a local forwarder, which connects to the
+//     gateway's transparent port and prefixes the stream with a PROXY v2
+//     header carrying the original destination;
+//   - send DNS (UDP and TCP port 53, whatever server the client picked) to the
+//     gateway's resolver;
+//   - drop everything else: other UDP (QUIC included), ICMP, IPv6, raw IP.
+//
+// The rules are only half of the fence. The sandbox network is Docker
+// --internal with inhibit_ipv4, so a process that gains NET_ADMIN and flushes
+// them still reaches nothing but the gateway, which speaks only policy.
+package netfence
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Config describes the gateway the namespace may reach.
+type Config struct {
+	// Gateway is the gateway's address on the sandbox network.
+	Gateway netip.Addr
+	// TransparentPort receives PROXY-v2-prefixed connections from the forwarder.
+	TransparentPort uint16
+	// ProxyPort is the explicit proxy (HTTPS_PROXY), reachable directly.
+	ProxyPort uint16
+	// DNSPort is the gateway's policy-aware resolver (UDP and TCP).
+	DNSPort uint16
+	// ForwarderPort is the local forwarder's port on 127.0.0.1.
+	ForwarderPort uint16
+}
+
+// Defaults for the ports.
+const (
+	DefaultTransparentPort = 15001
+	DefaultProxyPort       = 3128
+	DefaultDNSPort         = 53
+	DefaultForwarderPort   = 15000
+)
+
+// ErrNotVerified reports rules that are missing or differ from the expected set.
+var ErrNotVerified = errors.New("netfence: rules not in place")
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if !c.Gateway.Is4() || c.Gateway.IsLoopback() || c.Gateway.IsUnspecified() {
+		return fmt.Errorf("netfence: gateway %v must be a non-loopback IPv4 address", c.Gateway)
+	}
+	for name, p := range map[string]uint16{"transparent": c.TransparentPort, "proxy": c.ProxyPort, "dns": c.DNSPort, "forwarder": c.ForwarderPort} {
+		if p == 0 {
+			return fmt.Errorf("netfence: %s port is zero", name)
+		}
+	}
+	return nil
+}
+
+// Table names (prefixed so that vak's rules are recognisable in `nft list`).
+const (
+	NATTable    = "vak_nat"
+	FilterTable = "vak_filter"
+)

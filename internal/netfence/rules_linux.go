@@ -1,0 +1,228 @@
+package netfence
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// ruleset is the expected state: tables, chains and rule expressions.
+type ruleset struct {
+	nat, filter       *nftables.Table
+	natOut, filterOut *nftables.Chain
+	natRules          [][]expr.Any
+	filterRules       [][]expr.Any
+}
+
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
+
+func be16(p uint16) []byte { return binaryutil.BigEndian.PutUint16(p) }
+
+func build(c Config) *ruleset {
+	gw := c.Gateway.AsSlice()
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	oifLo := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+	}
+	// "ip daddr GW": in the ip-family table the header is known to be IPv4;
+	// in the inet table the rule first checks the family (as nft does).
+	ipDaddrGW := []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: gw},
+	}
+	daddrGW := append([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}, ipDaddrGW...)
+	l4 := func(proto byte) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		}
+	}
+	dport := func(p uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(p)},
+		}
+	}
+	cat := func(parts ...[]expr.Any) []expr.Any {
+		var out []expr.Any
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	dnat := []expr.Any{
+		&expr.Immediate{Register: 1, Data: gw},
+		&expr.Immediate{Register: 2, Data: be16(c.DNSPort)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
+	}
+	r := &ruleset{
+		nat:    &nftables.Table{Family: nftables.TableFamilyIPv4, Name: NATTable},
+		filter: &nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable},
+	}
+	drop := nftables.ChainPolicyDrop
+	r.natOut = &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest}
+	r.filterOut = &nftables.Chain{Name: "output", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
+	r.natRules = [][]expr.Any{
+		// Loopback stays loopback (the forwarder itself listens there).
+		cat(oifLo, []expr.Any{accept}),
+		// DNS, to whatever server, goes to the gateway's resolver.
+		cat(l4(unix.IPPROTO_UDP), dport(53), dnat),
+		cat(l4(unix.IPPROTO_TCP), dport(53), dnat),
+		// The forwarder's own connections and explicit-proxy use reach the
+		// gateway as they are.
+		cat(ipDaddrGW, []expr.Any{accept}),
+		// Every other TCP connection: to the local forwarder (the flag makes
+		// the kernel use the port in the register, not the original one).
+		cat(l4(unix.IPPROTO_TCP), []expr.Any{
+			&expr.Immediate{Register: 1, Data: be16(c.ForwarderPort)},
+			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+		}),
+	}
+	// "ip daddr 127.0.0.0/8": redirected connections. The filter hook sees
+	// the device chosen before the nat hook redirected them, so oifname is
+	// not "lo" for them; match the new destination instead.
+	toLoopback := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{0xff, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+	}
+	r.filterRules = [][]expr.Any{
+		cat(oifLo, []expr.Any{accept}),
+		cat(toLoopback, []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.TransparentPort), []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.ProxyPort), []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.DNSPort), []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_UDP), dport(c.DNSPort), []expr.Any{accept}),
+		// Everything else, IPv6 included, hits the chain's drop policy.
+	}
+	return r
+}
+
+// Apply replaces vak's tables in the current network namespace with the
+// fence for c, then verifies them.
+func Apply(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netfence: netlink: %w", err)
+	}
+	r := build(c)
+	// Remove any previous version of our tables (ignore "not found").
+	for _, t := range []*nftables.Table{r.nat, r.filter} {
+		conn.DelTable(t)
+		conn.Flush()
+	}
+	conn.AddTable(r.nat)
+	conn.AddTable(r.filter)
+	conn.AddChain(r.natOut)
+	conn.AddChain(r.filterOut)
+	for _, e := range r.natRules {
+		conn.AddRule(&nftables.Rule{Table: r.nat, Chain: r.natOut, Exprs: e})
+	}
+	for _, e := range r.filterRules {
+		conn.AddRule(&nftables.Rule{Table: r.filter, Chain: r.filterOut, Exprs: e})
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("netfence: program nftables: %w", err)
+	}
+	return Verify(c)
+}
+
+// Verify reads the namespace's ruleset back and checks that vak's chains
+// and rules are exactly as built, with the filter chain's policy drop.
+func Verify(c Config) error {
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netfence: netlink: %w", err)
+	}
+	r := build(c)
+	check := func(t *nftables.Table, want *nftables.Chain, rules [][]expr.Any) error {
+		ch, err := conn.ListChain(t, want.Name)
+		if err != nil {
+			return fmt.Errorf("%w: chain %s %s: %v", ErrNotVerified, t.Name, want.Name, err)
+		}
+		if ch.Hooknum == nil || *ch.Hooknum != *want.Hooknum || ch.Type != want.Type {
+			return fmt.Errorf("%w: chain %s %s has the wrong hook or type", ErrNotVerified, t.Name, want.Name)
+		}
+		if want.Policy != nil && (ch.Policy == nil || *ch.Policy != *want.Policy) {
+			return fmt.Errorf("%w: chain %s %s policy is not drop", ErrNotVerified, t.Name, want.Name)
+		}
+		got, err := conn.GetRules(t, ch)
+		if err != nil {
+			return fmt.Errorf("%w: rules of %s %s: %v", ErrNotVerified, t.Name, want.Name, err)
+		}
+		if len(got) != len(rules) {
+			return fmt.Errorf("%w: %s %s has %d rules, want %d", ErrNotVerified, t.Name, want.Name, len(got), len(rules))
+		}
+		for i := range rules {
+			if !reflect.DeepEqual(normalize(got[i].Exprs), normalize(rules[i])) {
+				return fmt.Errorf("%w: %s %s rule %d differs: %s", ErrNotVerified, t.Name, want.Name, i, describe(got[i].Exprs))
+			}
+		}
+		return nil
+	}
+	if err := check(r.nat, r.natOut, r.natRules); err != nil {
+		return err
+	}
+	return check(r.filter, r.filterOut, r.filterRules)
+}
+
+// normalize renders expressions comparably (the kernel echoes some fields
+// that were left zero when the rule was built).
+func normalize(es []expr.Any) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		switch v := e.(type) {
+		case *expr.NAT:
+			out[i] = fmt.Sprintf("nat %d %d %d-%d %d-%d %v", v.Type, v.Family, v.RegAddrMin, v.RegAddrMax, v.RegProtoMin, v.RegProtoMax, v.Specified)
+		case *expr.Redir:
+			out[i] = fmt.Sprintf("redir %d-%d %#x", v.RegisterProtoMin, v.RegisterProtoMax, v.Flags)
+		case *expr.Verdict:
+			out[i] = fmt.Sprintf("verdict %d", v.Kind)
+		case *expr.Meta:
+			out[i] = fmt.Sprintf("meta %d %d", v.Key, v.Register)
+		case *expr.Cmp:
+			out[i] = fmt.Sprintf("cmp %d %d %x", v.Op, v.Register, v.Data)
+		case *expr.Payload:
+			out[i] = fmt.Sprintf("payload %d %d %d %d", v.Base, v.Offset, v.Len, v.DestRegister)
+		case *expr.Bitwise:
+			out[i] = fmt.Sprintf("bitwise %d %d %d %x %x", v.SourceRegister, v.DestRegister, v.Len, v.Mask, v.Xor)
+		case *expr.Immediate:
+			out[i] = fmt.Sprintf("imm %d %x", v.Register, v.Data)
+		default:
+			out[i] = fmt.Sprintf("%T %+v", e, e)
+		}
+	}
+	return out
+}
+
+func describe(es []expr.Any) string { return fmt.Sprint(normalize(es)) }
+
+// DisableIPv6 turns IPv6 off in the current network namespace (a second
+// layer under the drop policy).
+func DisableIPv6() error {
+	for _, f := range []string{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"} {
+		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("netfence: %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
