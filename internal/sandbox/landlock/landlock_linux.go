@@ -55,33 +55,42 @@ func (b *Backend) Status() Status {
 // make the status Weaker instead of unavailable (except seccomp, which is
 // always required).
 func Probe(allowWeaker bool) Status {
-	var st Status
-	if v, err := llsys.LandlockGetABIVersion(); err == nil {
-		st.ABI = v
+	abi, _ := llsys.LandlockGetABIVersion()
+	var cgErr error
+	if NeedCgroup() {
+		cgErr = cgroupUsable()
 	}
-	st.Seccomp = seccompSupported()
-	st.UserNS = userNSWorks()
+	return evaluate(abi, seccompSupported(), userNSWorks(), NeedCgroup(), cgErr, allowWeaker)
+}
+
+// evaluate decides, purely from what the kernel offers, whether the sandbox
+// can run as designed, only weaker (and whether that is allowed), or not at
+// all.
+func evaluate(abi int, seccomp, userNS, needCgroup bool, cgroupErr error, allowWeaker bool) Status {
+	st := Status{ABI: max(abi, 0), Seccomp: seccomp, UserNS: userNS}
+	if !seccomp {
+		st.Problem = "the kernel does not offer seccomp filters"
+		return st
+	}
 	var problems []string
 	if st.ABI < 1 {
 		problems = append(problems, "the kernel does not offer Landlock (needs Linux 5.13+ with landlock in the lsm= list)")
 	}
-	if !st.UserNS {
+	if !userNS {
 		problems = append(problems, "user namespaces are unavailable (kernel.unprivileged_userns_clone=0, user.max_user_namespaces=0 or an LSM forbids them)")
 	}
-	if NeedCgroup() {
-		if err := cgroupUsable(); err != nil {
-			problems = append(problems, "running as root, the process limit needs a writable pids cgroup: "+err.Error())
+	if needCgroup {
+		if cgroupErr != nil {
+			problems = append(problems, "running as root, the process limit needs a writable pids cgroup: "+cgroupErr.Error())
 		} else {
 			st.Cgroup = true
 		}
 	}
-	if !st.Seccomp {
-		st.Problem = "the kernel does not offer seccomp filters"
-		return st
-	}
 	if len(problems) > 0 {
 		st.Problem = strings.Join(problems, "; ")
-		st.Weaker = allowWeaker && (st.ABI >= 1 || st.UserNS)
+		// Weaker is acceptable only if at least one of the two filesystem
+		// layers (Landlock or the namespace view) remains.
+		st.Weaker = allowWeaker && (st.ABI >= 1 || userNS)
 	}
 	st.Restricted = summary(st)
 	return st
