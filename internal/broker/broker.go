@@ -118,7 +118,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			AllowWeaker: cfg.Sandbox.AllowWeaker || b.AllowWeaker,
 			UID:         os.Getuid(),
 			GID:         os.Getgid(),
-			Executable:  exe,
 		}
 		ns, err := landlock.Configure(cmd, p)
 		if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
-	"vak/internal/sandbox/landlock"
 )
 
 // Exit statuses of vak itself. Otherwise `vak run` exits with the status of
@@ -84,12 +83,6 @@ func (a *app) loadConfig(workspace string) (*config.Config, error) {
 
 // Main runs vak with args (without the program name) and returns the exit status.
 func Main(ctx context.Context, args []string, stdio Stdio) int {
-	if len(args) > 0 && args[0] == landlock.ShimCommand {
-		// The exec shim of sandboxed commands: no CLI, no config, just exec.
-		err := landlock.ExecShim(args[1:])
-		fmt.Fprintf(stdio.Err, "vak: %v\n", err)
-		return 126
-	}
 	if stdio.In == nil {
 		stdio.In = os.Stdin
 	}

@@ -52,7 +52,6 @@ func runWorker(cmd *cobra.Command, stage int) (int, error) {
 		if desc, err = landlock.Stage2(*spec.Landlock, spec.Namespaces); err != nil {
 			return 0, err
 		}
-		spec.Launcher = landlock.ShimArgv(*spec.Landlock, spec.Namespaces)
 	case string(sandbox.Seatbelt):
 		desc = "seatbelt: sandbox-exec with a generated deny-by-default profile"
 	case string(sandbox.Docker):

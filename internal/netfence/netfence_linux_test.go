@@ -328,4 +328,3 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
-

@@ -225,4 +225,3 @@ func DisableIPv6() error {
 	}
 	return nil
 }
-

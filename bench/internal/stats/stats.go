@@ -63,14 +63,17 @@ func RunQuiet(argv ...string) error {
 	return nil
 }
 
-// BuildVak builds cmd/vak into a temp dir and returns its path.
+// BuildVak builds cmd/vak into a temp dir, statically (CGO_ENABLED=0, as
+// releases are built), and returns its path.
 func BuildVak() (string, error) {
 	dir, err := os.MkdirTemp("", "vak-bench-")
 	if err != nil {
 		return "", err
 	}
 	bin := dir + "/vak"
-	out, err := exec.Command("go", "build", "-trimpath", "-o", bin, "vak/cmd/vak").CombinedOutput()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "vak/cmd/vak")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %w: %s", err, out)
 	}

@@ -19,8 +19,9 @@
 //     kernel offers: filesystem rules mirroring the view, TCP bind/connect
 //     denied) and a seccomp filter
 //     (no AF_INET/AF_INET6/AF_PACKET/raw sockets, no ptrace, io_uring, bpf,
-//     namespaces, mounts, keyrings, setsid, TIOCSTI, ...), and only then
-//     serves the worker protocol.
+//     namespaces, mounts, keyrings, TIOCSTI, ...; setsid only for the
+//     worker's own children, answered by the worker through a seccomp user
+//     notification), and only then serves the worker protocol.
 //
 // Stage 1 stays behind as the PID namespace's init: when it exits, the kernel
 // kills every process of the sandbox.
@@ -82,26 +83,6 @@ type Policy struct {
 	AllowWeaker bool
 	// UID and GID are the invoking user's, restored inside stage 2.
 	UID, GID int
-	// Executable is the vak binary on the host. It is bound read-only into
-	// the view at ShimPath, because every command starts through its exec
-	// shim (see ExecShim).
-	Executable string
-}
-
-// ShimPath is where the vak binary appears inside the view.
-const ShimPath = "/.vak/bin/vak"
-
-// ShimCommand is the argument that selects the exec shim.
-const ShimCommand = "__exec"
-
-// ShimArgv returns the argv prefix that starts a command through the shim
-// inside the sandbox; the command's own argv follows.
-func ShimArgv(p Policy, namespaces bool) []string {
-	exe := ShimPath
-	if !namespaces {
-		exe = p.Executable
-	}
-	return []string{exe, ShimCommand, "--"}
 }
 
 // Status describes what the kernel offers (for vak doctor).

@@ -251,9 +251,11 @@ func Stage2(p Policy, namespaces bool) (string, error) {
 			return "", err
 		}
 	}
-	if err := installSeccomp(); err != nil {
+	listener, err := installSeccomp()
+	if err != nil {
 		return "", fmt.Errorf("landlock: seccomp: %w", err)
 	}
+	go superviseSetsid(listener, os.Getpid())
 	s := summary(st)
 	if !namespaces {
 		s += " (weaker: no namespaces; allowed by sandbox.allow_weaker)"
@@ -299,9 +301,6 @@ func restrictLandlock(p Policy, namespaces bool) error {
 		devs = append(devs, "/dev/"+d)
 	}
 	rules = append(rules, ll.RWFiles(existing(devs)...).WithIoctlDev().IgnoreIfMissing())
-	if exe := ShimArgv(p, namespaces)[0]; exe != "" {
-		rules = append(rules, ll.ROFiles(exe).IgnoreIfMissing())
-	}
 	rules = append(rules, ll.RODirs("/dev").IgnoreIfMissing())
 	cfg := ll.V11.BestEffort()
 	// Scopes. Below ABI 8, go-landlock restricts each Go thread on its own,
@@ -376,33 +375,4 @@ func setRlimits(l sandbox.Limits) error {
 		return fmt.Errorf("RLIMIT_CORE: %w", err)
 	}
 	return nil
-}
-
-// ExecShim starts one sandboxed command: it makes the process the leader of
-// a new session, forbids it and all its descendants from ever leaving that
-// session (a second seccomp filter denying setsid, stacked on the worker's),
-// and executes argv. The worker kills a command by its session, so nothing a
-// command starts can escape a timeout. ExecShim only returns on error.
-func ExecShim(argv []string) error {
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
-	if len(argv) == 0 {
-		return errors.New("exec shim: no command")
-	}
-	if _, err := unix.Setsid(); err != nil {
-		return fmt.Errorf("exec shim: setsid: %w", err)
-	}
-	if err := installNoSetsid(); err != nil {
-		return fmt.Errorf("exec shim: %w", err)
-	}
-	path := argv[0]
-	if !strings.Contains(path, "/") {
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return fmt.Errorf("exec shim: %w", err)
-		}
-		path = lp
-	}
-	return syscall.Exec(path, argv, os.Environ())
 }

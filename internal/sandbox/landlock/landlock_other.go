@@ -36,9 +36,6 @@ func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
 // Stage2 is unsupported here.
 func Stage2(Policy, bool) (string, error) { return "", ErrUnsupported }
 
-// ExecShim is unsupported here.
-func ExecShim([]string) error { return ErrUnsupported }
-
 // Cgroup is unsupported here.
 type Cgroup struct{}
 

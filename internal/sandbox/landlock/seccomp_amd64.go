@@ -10,3 +10,5 @@ const (
 )
 
 var archDenied = []uintptr{unix.SYS_IOPL, unix.SYS_IOPERM, unix.SYS_USELIB}
+
+const notifIDValid = 0x40082102 // SECCOMP_IOCTL_NOTIF_ID_VALID

@@ -62,6 +62,7 @@ const (
 func argLo(i int) uint32 { return uint32(offArg0 + 8*i) }
 
 const (
+	retNotify = unix.SECCOMP_RET_USER_NOTIF
 	retAllow  = unix.SECCOMP_RET_ALLOW
 	retDeny   = unix.SECCOMP_RET_ERRNO | uint32(errnoDeny)
 	retENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
@@ -96,6 +97,8 @@ func filterProgram() ([]bpf.RawInstruction, error) {
 	for _, nr := range deniedSyscalls {
 		prog = append(prog, match(nr, bpf.RetConstant{Val: retDeny})...)
 	}
+	// setsid is answered by the worker (see notify_linux.go).
+	prog = append(prog, match(unix.SYS_SETSID, bpf.RetConstant{Val: retNotify})...)
 	// clone3 hides its flags in memory; make libc fall back to clone.
 	prog = append(prog, match(unix.SYS_CLONE3, bpf.RetConstant{Val: retENOSYS})...)
 	// clone: no new namespaces (flags are argument 0 on every arch we build).
@@ -146,53 +149,29 @@ func filterProgram() ([]bpf.RawInstruction, error) {
 	return bpf.Assemble(prog)
 }
 
-// noSetsidProgram denies setsid (installed by the exec shim, in each command,
-// after it became a session leader).
-func noSetsidProgram() ([]bpf.RawInstruction, error) {
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nativeArch, SkipTrue: 1},
-		bpf.RetConstant{Val: retKill},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-	}
-	prog = append(prog, match(unix.SYS_SETSID, bpf.RetConstant{Val: retDeny})...)
-	prog = append(prog, bpf.RetConstant{Val: retAllow})
-	return bpf.Assemble(prog)
-}
-
-func installNoSetsid() error {
-	raw, err := noSetsidProgram()
-	if err != nil {
-		return err
-	}
-	return loadFilter(raw)
-}
-
-// installSeccomp loads the filter on every thread of the process (TSYNC).
-// no_new_privs must already be set.
-func installSeccomp() error {
+// installSeccomp loads the filter on every thread of the process (TSYNC)
+// and returns the user-notification listener for setsid. no_new_privs must
+// already be set.
+func installSeccomp() (int, error) {
 	raw, err := filterProgram()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	return loadFilter(raw)
 }
 
-func loadFilter(raw []bpf.RawInstruction) error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
+func loadFilter(raw []bpf.RawInstruction) (int, error) {
 	filters := make([]unix.SockFilter, len(raw))
 	for i, r := range raw {
 		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
-	r, _, errno := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	// TSYNC_ESRCH lets TSYNC combine with NEW_LISTENER: a failure to
+	// synchronise is then reported as ESRCH instead of a thread id.
+	flags := uintptr(unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH | unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+	fd, _, errno := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 	if errno != 0 {
-		return fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC): %w", errno)
+		return -1, fmt.Errorf("seccomp(SET_MODE_FILTER, TSYNC|NEW_LISTENER): %w", errno)
 	}
-	if r != 0 {
-		return fmt.Errorf("seccomp: thread %d could not be synchronised", r)
-	}
-	return nil
+	return int(fd), nil
 }

@@ -67,24 +67,12 @@ func TestFilterDecisions(t *testing.T) {
 		{"personality ADDR_NO_RANDOMIZE denied", nativeArch, unix.SYS_PERSONALITY, []uint64{0x0040000}, retDeny},
 		{"mount denied", nativeArch, unix.SYS_MOUNT, nil, retDeny},
 		{"open_by_handle_at denied", nativeArch, unix.SYS_OPEN_BY_HANDLE_AT, nil, retDeny},
-		{"setsid allowed in the worker (the shim denies it per command)", nativeArch, unix.SYS_SETSID, nil, retAllow},
+		{"setsid goes to the worker's supervisor", nativeArch, unix.SYS_SETSID, nil, retNotify},
 	} {
 		got := retOf(t, insns, seccompData(tc.arch, tc.nr, tc.args...))
 		if got != tc.want {
 			t.Errorf("%s: filter returned %#x, want %#x", tc.name, got, tc.want)
 		}
-	}
-	// The shim's second filter denies setsid and nothing else.
-	raw, _ = noSetsidProgram()
-	insns, _ = bpf.Disassemble(raw)
-	if got := retOf(t, insns, seccompData(nativeArch, unix.SYS_SETSID)); got != retDeny {
-		t.Errorf("shim filter: setsid -> %#x", got)
-	}
-	if got := retOf(t, insns, seccompData(nativeArch, unix.SYS_SETPGID)); got != retAllow {
-		t.Errorf("shim filter: setpgid -> %#x", got)
-	}
-	if got := retOf(t, insns, seccompData(unix.AUDIT_ARCH_I386, 66)); got != retKill {
-		t.Errorf("shim filter: foreign arch -> %#x", got)
 	}
 }
 

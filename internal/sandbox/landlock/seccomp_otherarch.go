@@ -10,3 +10,5 @@ const (
 )
 
 var archDenied = []uintptr{}
+
+const notifIDValid = 0

@@ -68,9 +68,6 @@ func buildView(p Policy) error {
 		&mountSpec{target: "/dev"},
 		&mountSpec{target: "/dev/shm"},
 	)
-	if p.Executable != "" {
-		specs = append(specs, &mountSpec{target: ShimPath, source: p.Executable, ro: true, file: true})
-	}
 	for _, d := range DevNodes {
 		if _, err := os.Stat("/dev/" + d); err == nil {
 			specs = append(specs, &mountSpec{target: "/dev/" + d, source: "/dev/" + d, file: true})
