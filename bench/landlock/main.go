@@ -3,10 +3,11 @@
 //
 //   - cold: `vak run --backend landlock -- true` (a whole vak process: config,
 //     namespaces, view, Landlock, seccomp, the command) vs exec of `true`;
+//
 //   - warm: a bash request for `true` on a running landlock worker (the
 //     protocol round trip through the exec shim) vs os/exec of `true` from Go.
 //
-//	go run ./bench/landlock -n 200
+//     go run ./bench/landlock -n 200
 package main
 
 import (
