@@ -152,9 +152,13 @@ type Listener struct {
 }
 
 // Listen starts a counting TCP listener on addr ("127.0.0.1:0", ...).
-func Listen(t *testing.T, addr string) *Listener {
+func Listen(t *testing.T, addr string) *Listener { return listenCounting(t, "tcp", addr) }
+
+// listenCounting listens on network/addr and counts accepted connections
+// until the test ends.
+func listenCounting(t *testing.T, network, addr string) *Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

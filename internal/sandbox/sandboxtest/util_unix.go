@@ -3,7 +3,6 @@
 package sandboxtest
 
 import (
-	"net"
 	"os"
 	"syscall"
 	"testing"
@@ -16,23 +15,4 @@ func ownerUID(fi os.FileInfo) int {
 	return int(fi.Sys().(*syscall.Stat_t).Uid)
 }
 
-func listenUnix(t *testing.T, path string) *Listener {
-	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &Listener{Listener: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.Accepted.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return l
-}
+func listenUnix(t *testing.T, path string) *Listener { return listenCounting(t, "unix", path) }
