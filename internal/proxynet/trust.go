@@ -1,0 +1,127 @@
+package proxynet
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	pkcs12 "software.sslmate.com/src/go-pkcs12"
+)
+
+// TrustDir is where sandboxed containers see the trust material (mounted
+// read-only). It holds only public certificates.
+const TrustDir = "/etc/vak/trust"
+
+// Files in TrustDir.
+const (
+	CAFile         = "vak-ca.pem"       // the gateway CA certificate alone
+	BundleFile     = "ca-bundle.pem"    // system roots + the vak CA
+	TrustStoreFile = "truststore.p12"   // Java: PKCS#12 trust store with the same roots
+	TrustStorePass = "vak-public-trust" // not a secret: the store holds public certificates only
+)
+
+// SystemRootFiles are where hosts keep their PEM root bundle; the first that
+// exists is used for the combined bundle.
+var SystemRootFiles = []string{
+	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine
+	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"/etc/ssl/cert.pem",                  // macOS, BSD, Alpine
+	"/etc/ssl/ca-bundle.pem",             // openSUSE
+}
+
+// TrustEnv returns the environment variables common runtimes read to find
+// extra or replacement CA roots, pointing at TrustDir.
+func TrustEnv() []string {
+	bundle := filepath.Join(TrustDir, BundleFile)
+	return []string{
+		"SSL_CERT_FILE=" + bundle,
+		"NODE_EXTRA_CA_CERTS=" + filepath.Join(TrustDir, CAFile),
+		"REQUESTS_CA_BUNDLE=" + bundle,
+		"CURL_CA_BUNDLE=" + bundle,
+		"GIT_SSL_CAINFO=" + bundle,
+		"PIP_CERT=" + bundle,
+		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + filepath.Join(TrustDir, TrustStoreFile) +
+			" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + TrustStorePass,
+	}
+}
+
+// WriteTrust writes the trust files for caPEM into dir (created 0755; files
+// 0644: they are public). systemRoots is a PEM bundle (may be empty).
+func WriteTrust(dir string, caPEM, systemRoots []byte) error {
+	ca, err := parseCerts(caPEM)
+	if err != nil || len(ca) != 1 {
+		return fmt.Errorf("proxynet: CA certificate: want exactly one PEM certificate: %v", err)
+	}
+	if !ca[0].IsCA {
+		return errors.New("proxynet: the gateway certificate is not a CA")
+	}
+	roots, _ := parseCerts(systemRoots) // unparsable entries are skipped
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var bundle bytes.Buffer
+	bundle.Write(bytes.TrimSpace(systemRoots))
+	if bundle.Len() > 0 {
+		bundle.WriteString("\n")
+	}
+	pem.Encode(&bundle, &pem.Block{Type: "CERTIFICATE", Bytes: ca[0].Raw})
+	store, err := pkcs12.Modern.EncodeTrustStore(append(roots, ca[0]), TrustStorePass)
+	if err != nil {
+		return fmt.Errorf("proxynet: Java trust store: %w", err)
+	}
+	for name, data := range map[string][]byte{
+		CAFile:         pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca[0].Raw}),
+		BundleFile:     bundle.Bytes(),
+		TrustStoreFile: store,
+	} {
+		if err := writeFileAtomic(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SystemRoots reads the first existing system root bundle.
+func SystemRoots() []byte {
+	for _, f := range SystemRootFiles {
+		if data, err := os.ReadFile(f); err == nil {
+			return data
+		}
+	}
+	return nil
+}
+
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no certificates")
+	}
+	return out, nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

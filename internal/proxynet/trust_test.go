@@ -1,0 +1,81 @@
+package proxynet
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pkcs12 "software.sslmate.com/src/go-pkcs12"
+)
+
+func testCA(t *testing.T, isCA bool) []byte {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "vak test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: isCA, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestWriteTrust(t *testing.T) {
+	dir := t.TempDir()
+	ca := testCA(t, true)
+	other := testCA(t, true)
+	if err := WriteTrust(dir, ca, other); err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ := os.ReadFile(filepath.Join(dir, BundleFile))
+	certs, err := parseCerts(bundle)
+	if err != nil || len(certs) != 2 {
+		t.Fatalf("bundle holds %d certs: %v", len(certs), err)
+	}
+	caOnly, _ := os.ReadFile(filepath.Join(dir, CAFile))
+	if c, _ := parseCerts(caOnly); len(c) != 1 || c[0].Subject.CommonName != "vak test CA" {
+		t.Fatalf("CA file: %s", caOnly)
+	}
+	store, _ := os.ReadFile(filepath.Join(dir, TrustStoreFile))
+	tc, err := pkcs12.DecodeTrustStore(store, TrustStorePass)
+	if err != nil || len(tc) != 2 {
+		t.Fatalf("trust store: %d certs, %v", len(tc), err)
+	}
+	for _, f := range []string{CAFile, BundleFile, TrustStoreFile} {
+		fi, _ := os.Stat(filepath.Join(dir, f))
+		if fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s mode %v", f, fi.Mode())
+		}
+		data, _ := os.ReadFile(filepath.Join(dir, f))
+		if strings.Contains(string(data), "PRIVATE KEY") {
+			t.Errorf("%s contains a private key", f)
+		}
+	}
+	// Refusals: not a CA, garbage, two certificates.
+	for _, bad := range [][]byte{testCA(t, false), []byte("junk"), append(ca, ca...)} {
+		if err := WriteTrust(t.TempDir(), bad, nil); err == nil {
+			t.Error("accepted a bad CA")
+		}
+	}
+}
+
+func TestTrustEnv(t *testing.T) {
+	env := strings.Join(TrustEnv(), "\n")
+	for _, k := range []string{"SSL_CERT_FILE=", "NODE_EXTRA_CA_CERTS=", "REQUESTS_CA_BUNDLE=", "CURL_CA_BUNDLE=", "GIT_SSL_CAINFO=", "PIP_CERT=", "JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore="} {
+		if !strings.Contains(env, k+TrustDir) && !strings.Contains(env, k) {
+			t.Errorf("missing %s", k)
+		}
+	}
+}
