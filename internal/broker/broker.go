@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,10 @@ import (
 
 // WorkerCommand is the hidden subcommand that runs a worker.
 const WorkerCommand = "__worker"
+
+// TempPrefix names private temp dirs: TempPrefix + broker pid + "-" + random,
+// so that CleanStale can tell the ones whose broker is gone.
+const TempPrefix = "vak-tmp-"
 
 // EnvAllowlist names host variables that reach sandboxed commands by
 // default. Everything else (tokens, cloud credentials, SSH agent sockets)
@@ -100,7 +105,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 
 	switch b := opts.Backend.(type) {
 	case *landlock.Backend:
-		tmp, err := os.MkdirTemp("", "vak-tmp-")
+		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
@@ -137,7 +142,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		spec.Landlock, spec.Namespaces = &p, ns
 	case *seatbelt.Backend:
-		tmp, err := os.MkdirTemp("", "vak-tmp-")
+		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
@@ -351,4 +356,32 @@ func newID() string {
 		panic(errors.New("crypto/rand failed"))
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// CleanStale removes what a killed broker could leave behind: private temp
+// dirs of this user whose broker process no longer exists, and (as root)
+// their empty cgroups. It returns what it removed.
+func CleanStale() []string {
+	var removed []string
+	dir := os.TempDir()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, TempPrefix) {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(strings.TrimPrefix(name, TempPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || processAlive(pid) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err != nil || !ownedByMe(fi) {
+			continue
+		}
+		if os.RemoveAll(p) == nil {
+			removed = append(removed, p)
+		}
+	}
+	return append(removed, landlock.CleanStaleCgroups(processAlive)...)
 }

@@ -132,7 +132,11 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		}
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
-	defer sess.Close()
+	defer func() {
+		sess.Close()
+		// Leftovers of brokers that were killed (temp dirs, cgroups).
+		broker.CleanStale()
+	}()
 
 	req := worker.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {

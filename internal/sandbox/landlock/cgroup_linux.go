@@ -21,6 +21,9 @@ import (
 // per-session cgroup instead. Both cgroup v2 (unified) and v1 (pids and
 // memory hierarchies) are supported.
 
+// cgroupPrefix names session cgroups: prefix + broker pid + "-" + random.
+const cgroupPrefix = "vak-"
+
 // cgroupRoot is where cgroup hierarchies are mounted.
 var cgroupRoot = "/sys/fs/cgroup"
 
@@ -39,7 +42,7 @@ func NewCgroup(l sandbox.Limits) (*Cgroup, error) {
 	l = l.WithDefaults()
 	var b [6]byte
 	rand.Read(b[:])
-	name := "vak-" + hex.EncodeToString(b[:])
+	name := cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 	c := &Cgroup{}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
 		// Unified hierarchy: a child of our own cgroup.
@@ -156,4 +159,36 @@ func cgroupUsable() error {
 		}
 	}
 	return nil
+}
+
+// CleanStaleCgroups removes session cgroups whose broker is gone (alive
+// reports whether a pid exists). Only empty cgroups can be removed; the
+// kernel refuses the others.
+func CleanStaleCgroups(alive func(int) bool) []string {
+	var parents []string
+	if own, err := ownCgroup(""); err == nil {
+		parents = append(parents, filepath.Join(cgroupRoot, own))
+	}
+	for _, c := range []string{"pids", "memory"} {
+		if own, err := ownCgroup(c); err == nil {
+			parents = append(parents, filepath.Join(cgroupRoot, c, own))
+		}
+	}
+	var removed []string
+	for _, parent := range parents {
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
+			pidStr, _, ok2 := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(pidStr)
+			if !e.IsDir() || !ok || !ok2 || err != nil || alive(pid) {
+				continue
+			}
+			p := filepath.Join(parent, e.Name())
+			if os.Remove(p) == nil {
+				removed = append(removed, p)
+			}
+		}
+	}
+	return removed
 }

@@ -50,3 +50,6 @@ func (*Cgroup) Add(int) error { return ErrUnsupported }
 
 // Remove does nothing here.
 func (*Cgroup) Remove() {}
+
+// CleanStaleCgroups does nothing here.
+func CleanStaleCgroups(func(int) bool) []string { return nil }
