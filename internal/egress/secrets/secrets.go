@@ -1,0 +1,503 @@
+// Package secrets keeps real credentials out of the sandbox. Each secret has
+// a per-session placeholder that the sandbox sees instead of the value; the
+// gateway swaps the placeholder for the value only in requests to hosts the
+// secret is bound to and only where the secret may be injected (headers by
+// default, query and body when configured), refuses requests that carry a
+// placeholder anywhere else, and redacts real values out of responses
+// (streaming, across read boundaries) so an allowed host cannot echo a
+// secret back into the sandbox.
+//
+// Nothing in this package formats a secret value or a placeholder into an
+// error or a log line; errors name the secret.
+package secrets
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"vak/internal/egress/policy"
+)
+
+// PlaceholderPrefix starts every placeholder; the rest is 32 random base32
+// characters (160 bits).
+const PlaceholderPrefix = "vakph_"
+
+// PlaceholderLen is the length of a placeholder.
+const PlaceholderLen = len(PlaceholderPrefix) + 32
+
+// MinValueLen is the shortest secret value accepted: shorter values would be
+// redacted out of unrelated response bytes.
+const MinValueLen = 8
+
+// Place is where a secret may be injected into a request.
+type Place uint8
+
+// Places.
+const (
+	Header Place = 1 << iota
+	Query
+	Body
+)
+
+// String is the config spelling.
+func (p Place) String() string {
+	var s []string
+	if p&Header != 0 {
+		s = append(s, "header")
+	}
+	if p&Query != 0 {
+		s = append(s, "query")
+	}
+	if p&Body != 0 {
+		s = append(s, "body")
+	}
+	return strings.Join(s, "+")
+}
+
+// ParsePlace parses one config place ("header", "query", "body").
+func ParsePlace(s string) (Place, error) {
+	switch s {
+	case "header":
+		return Header, nil
+	case "query":
+		return Query, nil
+	case "body":
+		return Body, nil
+	}
+	return 0, fmt.Errorf("unknown injection place %q (want header, query or body)", s)
+}
+
+// Source says where a secret's value comes from. Exactly one field is set.
+type Source struct {
+	// Value is inline in the trusted user config.
+	Value string
+	// Env names an environment variable of the gateway process.
+	Env string
+	// File is a path readable by the gateway (trailing newlines trimmed).
+	File string
+}
+
+// Spec is a validated secret definition, before its value is loaded.
+type Spec struct {
+	// Name is the environment variable name the sandbox sees.
+	Name   string
+	Source Source
+	Hosts  []policy.HostPattern
+	Inject Place
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidName reports whether name can be an environment variable name.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// Secret is a loaded secret. Its value is unexported and never formatted.
+type Secret struct {
+	Name   string
+	Hosts  []policy.HostPattern
+	Inject Place
+	value  []byte
+}
+
+// String never reveals the value.
+func (s *Secret) String() string { return "secret " + s.Name }
+
+// Errors.
+var (
+	// ErrLoad wraps failures to read a secret's value.
+	ErrLoad = errors.New("secrets: cannot load secret")
+	// ErrBlocked means a request carried a placeholder (or a real value)
+	// somewhere it may not go. It is wrapped by *BlockedError.
+	ErrBlocked = errors.New("secrets: request blocked")
+	// ErrInResponse means a real secret value appeared in a stream that
+	// cannot be rewritten (WebSocket, raw TCP); the stream is cut.
+	ErrInResponse = errors.New("secrets: secret value in a response stream that cannot be redacted")
+)
+
+// BlockedError names the secret, host and place of a blocked request.
+type BlockedError struct {
+	Secret string
+	Host   string
+	Where  string
+	// RealValue is true when the real value (not the placeholder) was seen.
+	RealValue bool
+}
+
+func (e *BlockedError) Error() string {
+	what := "placeholder of secret " + e.Secret
+	if e.RealValue {
+		what = "value of secret " + e.Secret
+	}
+	return fmt.Sprintf("%s in request %s to %s is not allowed", what, e.Where, e.Host)
+}
+
+func (e *BlockedError) Unwrap() error { return ErrBlocked }
+
+// Load reads the values of specs. getenv nil means os.Getenv.
+func Load(specs []Spec, getenv func(string) string) ([]*Secret, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var out []*Secret
+	for _, sp := range specs {
+		var v string
+		switch {
+		case sp.Source.Value != "":
+			v = sp.Source.Value
+		case sp.Source.Env != "":
+			v = getenv(sp.Source.Env)
+			if v == "" {
+				return nil, fmt.Errorf("%w %s: environment variable %s is empty or unset", ErrLoad, sp.Name, sp.Source.Env)
+			}
+		case sp.Source.File != "":
+			b, err := os.ReadFile(sp.Source.File)
+			if err != nil {
+				return nil, fmt.Errorf("%w %s: %w", ErrLoad, sp.Name, err)
+			}
+			v = strings.TrimRight(string(b), "\r\n")
+		default:
+			return nil, fmt.Errorf("%w %s: no value source", ErrLoad, sp.Name)
+		}
+		if len(v) < MinValueLen {
+			return nil, fmt.Errorf("%w %s: value shorter than %d bytes cannot be redacted safely", ErrLoad, sp.Name, MinValueLen)
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, fmt.Errorf("%w %s: value contains control characters", ErrLoad, sp.Name)
+		}
+		inject := sp.Inject
+		if inject == 0 {
+			inject = Header
+		}
+		out = append(out, &Secret{Name: sp.Name, Hosts: slices.Clone(sp.Hosts), Inject: inject, value: []byte(v)})
+	}
+	return out, nil
+}
+
+// NewForTest builds a loaded secret directly (tests in other packages).
+func NewForTest(name, value string, inject Place, hosts ...string) *Secret {
+	s := &Secret{Name: name, Inject: inject, value: []byte(value)}
+	for _, h := range hosts {
+		s.Hosts = append(s.Hosts, policy.MustHostPattern(h))
+	}
+	return s
+}
+
+func (s *Secret) boundTo(host policy.Host) bool {
+	if host.IsIP() {
+		return false
+	}
+	for _, p := range s.Hosts {
+		if p.Match(host.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Session is the set of secrets with this session's placeholders. It is
+// immutable; a reload makes a new Session that keeps the placeholders of
+// secrets that still exist.
+type Session struct {
+	secrets      []*Secret
+	placeholders []string // parallel to secrets
+	byName       map[string]int
+
+	redact *matcher // real value -> placeholder
+	// scanCache holds request matchers per (host, place).
+	mu        sync.Mutex
+	scanCache map[scanKey]*matcher
+}
+
+type scanKey struct {
+	host  policy.Host
+	place Place
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func newPlaceholder() string {
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("secrets: crypto/rand failed: " + err.Error())
+	}
+	return PlaceholderPrefix + strings.ToLower(b32.EncodeToString(b[:]))
+}
+
+// NewSession assigns placeholders: secrets already present in prev (by name)
+// keep theirs, new ones get fresh random placeholders.
+func NewSession(secrets []*Secret, prev *Session) *Session {
+	s := &Session{byName: map[string]int{}, scanCache: map[scanKey]*matcher{}}
+	var redact []literal
+	for i, sec := range secrets {
+		ph := ""
+		if prev != nil {
+			if j, ok := prev.byName[sec.Name]; ok {
+				ph = prev.placeholders[j]
+			}
+		}
+		if ph == "" {
+			ph = newPlaceholder()
+		}
+		s.secrets = append(s.secrets, sec)
+		s.placeholders = append(s.placeholders, ph)
+		s.byName[sec.Name] = i
+		redact = append(redact, literal{from: sec.value, to: []byte(ph), secret: i})
+	}
+	s.redact = newMatcher(redact)
+	return s
+}
+
+// Len is the number of secrets.
+func (s *Session) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.secrets)
+}
+
+// Env returns NAME -> placeholder for the sandbox's environment.
+func (s *Session) Env() map[string]string {
+	m := map[string]string{}
+	if s == nil {
+		return m
+	}
+	for i, sec := range s.secrets {
+		m[sec.Name] = s.placeholders[i]
+	}
+	return m
+}
+
+// Names returns the secret names of the given indexes, sorted, deduplicated.
+func (s *Session) Names(idx []int) []string {
+	if s.Len() == 0 {
+		return nil
+	}
+	var out []string
+	for _, i := range idx {
+		out = append(out, s.secrets[i].Name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// requestMatcher returns the literals for scanning a request part bound for
+// host: placeholders of secrets bound to host and injectable at place are
+// replaced by the value; every other placeholder, and the real value of any
+// secret not bound to host, blocks the request.
+func (s *Session) requestMatcher(host policy.Host, place Place, where string) *matcher {
+	key := scanKey{host, place}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.scanCache[key]; ok {
+		return m
+	}
+	var lits []literal
+	for i, sec := range s.secrets {
+		bound := sec.boundTo(host)
+		ph := []byte(s.placeholders[i])
+		if bound && sec.Inject&place != 0 {
+			to := sec.value
+			if place == Query {
+				to = []byte(url.QueryEscape(string(sec.value)))
+			}
+			lits = append(lits, literal{from: ph, to: to, secret: i})
+		} else {
+			lits = append(lits, literal{from: ph, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where}})
+		}
+		if !bound {
+			lits = append(lits, literal{from: sec.value, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}})
+		}
+	}
+	m := newMatcher(lits)
+	if len(s.scanCache) > 1024 {
+		clear(s.scanCache)
+	}
+	s.scanCache[key] = m
+	return m
+}
+
+// RewriteRequest substitutes placeholders in the request's header values
+// (including inside Basic credentials), query and path, for a request to
+// host. It returns the indexes of the secrets it substituted, or a
+// *BlockedError. The body is handled by RequestBody.
+func (s *Session) RewriteRequest(host policy.Host, r *http.Request) ([]int, error) {
+	if s.Len() == 0 {
+		return nil, nil
+	}
+	var used []int
+	hm := s.requestMatcher(host, Header, "header")
+	for k, vs := range r.Header {
+		for j, v := range vs {
+			nv, u, err := hm.replaceAll([]byte(v))
+			if err != nil {
+				return nil, withWhere(err, "header "+k)
+			}
+			used = append(used, u...)
+			if k == "Authorization" {
+				nv2, u2, err := s.rewriteBasic(hm, nv)
+				if err != nil {
+					return nil, withWhere(err, "header "+k+" (Basic credentials)")
+				}
+				nv = nv2
+				used = append(used, u2...)
+			}
+			vs[j] = string(nv)
+		}
+	}
+	// The path never receives secrets.
+	pm := s.requestMatcher(host, 0, "path")
+	if _, _, err := pm.replaceAll([]byte(r.URL.Path)); err != nil {
+		return nil, err
+	}
+	if _, _, err := pm.replaceAll([]byte(r.URL.RawPath)); err != nil {
+		return nil, err
+	}
+	if r.URL.RawQuery != "" {
+		qm := s.requestMatcher(host, Query, "query")
+		// Check the decoded form too, so an escaped placeholder or value
+		// cannot slip past; substitution itself works on the literal form.
+		if dq, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
+			if _, _, err := qm.replaceAll([]byte(dq)); err != nil {
+				return nil, err
+			}
+		}
+		nq, u, err := qm.replaceAll([]byte(r.URL.RawQuery))
+		if err != nil {
+			return nil, err
+		}
+		used = append(used, u...)
+		r.URL.RawQuery = string(nq)
+	}
+	return used, nil
+}
+
+func withWhere(err error, where string) error {
+	var be *BlockedError
+	if errors.As(err, &be) {
+		c := *be
+		c.Where = where
+		return &c
+	}
+	return err
+}
+
+// rewriteBasic substitutes inside "Basic base64(user:password)".
+func (s *Session) rewriteBasic(hm *matcher, v []byte) ([]byte, []int, error) {
+	scheme, cred, ok := bytes.Cut(v, []byte(" "))
+	if !ok || !strings.EqualFold(string(scheme), "basic") {
+		return v, nil, nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(cred)))
+	if err != nil {
+		return v, nil, nil
+	}
+	nraw, used, err := hm.replaceAll(raw)
+	if err != nil || len(used) == 0 {
+		return v, nil, err
+	}
+	return append(append(scheme, ' '), base64.StdEncoding.EncodeToString(nraw)...), used, nil
+}
+
+// RequestBody wraps a request body bound for host: placeholders of secrets
+// that may be injected into this host's bodies are replaced; any other
+// placeholder or an unbound real value makes Read fail with a *BlockedError
+// before a byte of the match is returned. substitutes reports whether the
+// body may change length (then the caller must not keep Content-Length).
+func (s *Session) RequestBody(host policy.Host, body io.Reader, used func(int)) (r io.Reader, substitutes bool) {
+	if s.Len() == 0 || body == nil {
+		return body, false
+	}
+	m := s.requestMatcher(host, Body, "body")
+	for _, l := range m.lits {
+		if l.block == nil {
+			substitutes = true
+		}
+	}
+	return newStream(body, m, used), substitutes
+}
+
+// RedactHeader replaces real secret values in header values with their
+// placeholders, in place.
+func (s *Session) RedactHeader(h http.Header) {
+	if s.Len() == 0 {
+		return
+	}
+	for _, vs := range h {
+		for j, v := range vs {
+			nv, _, _ := s.redact.replaceAll([]byte(v))
+			vs[j] = string(nv)
+		}
+	}
+}
+
+// RedactReader wraps a response body so real secret values are replaced by
+// their placeholders, including values split across reads.
+func (s *Session) RedactReader(r io.Reader) io.Reader {
+	if s.Len() == 0 {
+		return r
+	}
+	return newStream(r, s.redact, nil)
+}
+
+// Guard wraps a stream that cannot be rewritten (WebSocket frames, raw TCP):
+// Read fails with ErrInResponse, before returning any byte of it, when a
+// real secret value appears.
+func (s *Session) Guard(r io.Reader) io.Reader {
+	if s.Len() == 0 {
+		return r
+	}
+	var lits []literal
+	for i, sec := range s.secrets {
+		lits = append(lits, literal{from: sec.value, secret: i, block: fmt.Errorf("%w (secret %s)", ErrInResponse, sec.Name)})
+	}
+	return newStream(r, newMatcher(lits), nil)
+}
+
+// InteractiveHold is how long interactive streams hold back bytes that could
+// be the start of a secret before releasing them.
+const InteractiveHold = 20 * time.Millisecond
+
+// InteractiveRequest is RequestBody for a long-lived client-to-upstream
+// stream (raw TCP, WebSocket) in interactive mode. Call stop when done.
+func (s *Session) InteractiveRequest(host policy.Host, r io.Reader) (rd io.Reader, stop func()) {
+	if s.Len() == 0 {
+		return r, func() {}
+	}
+	st := newStream(r, s.requestMatcher(host, Body, "stream"), nil).Interactive(InteractiveHold)
+	return st, func() { st.Close() }
+}
+
+// InteractiveGuard is Guard in interactive mode. Call stop when done.
+func (s *Session) InteractiveGuard(r io.Reader) (rd io.Reader, stop func()) {
+	if s.Len() == 0 {
+		return r, func() {}
+	}
+	st := s.Guard(r).(*Stream).Interactive(InteractiveHold)
+	return st, func() { st.Close() }
+}
+
+// Scrub replaces placeholders and real values in s (a path or reason about
+// to be logged) with "{secret:NAME}".
+func (s *Session) Scrub(str string) string {
+	if s.Len() == 0 {
+		return str
+	}
+	for i, sec := range s.secrets {
+		str = strings.ReplaceAll(str, s.placeholders[i], "{secret:"+sec.Name+"}")
+		str = strings.ReplaceAll(str, string(sec.value), "{secret:"+sec.Name+"}")
+	}
+	return str
+}

@@ -1,0 +1,517 @@
+// Package receipts keeps the gateway's tamper-evident decision log: an
+// append-only JSON Lines file with one record per policy decision, each
+// carrying the SHA-256 of the previous record's line, so that any edit,
+// deletion or reordering breaks the chain and Verify reports where.
+//
+// A sidecar file (the log path + ".head") holds the sequence number and hash
+// of the last record written; Verify compares it too, which catches
+// truncation of the tail. Someone able to rewrite both files can forge a
+// consistent log: compare the head with a copy kept elsewhere (`vak gateway
+// status` prints it) when that matters.
+//
+// Records never contain secret values or placeholder mappings; callers are
+// responsible for passing scrubbed paths and reasons.
+package receipts
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// ZeroHash is the "prev" of the first record of a log.
+const ZeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// HeadSuffix is appended to the log path to name the head sidecar file.
+const HeadSuffix = ".head"
+
+// Decisions.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// Record is one decision. Field order is the on-disk order.
+type Record struct {
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	Session  string    `json:"session,omitempty"`
+	Client   string    `json:"client,omitempty"`
+	Protocol string    `json:"protocol"`
+	Method   string    `json:"method,omitempty"`
+	Host     string    `json:"host,omitempty"`
+	Port     uint16    `json:"port,omitempty"`
+	Path     string    `json:"path,omitempty"`
+	// Rule is the index of the deciding rule, -1 when none matched.
+	Rule     int    `json:"rule"`
+	RuleName string `json:"rule_name,omitempty"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	// BytesOut is what the sandbox sent upstream, BytesIn what it received.
+	BytesOut int64 `json:"bytes_out"`
+	BytesIn  int64 `json:"bytes_in"`
+	// Secrets names the secrets substituted into the request (names only).
+	Secrets []string `json:"secrets,omitempty"`
+	Prev    string   `json:"prev"`
+}
+
+// Head identifies the last record of a log.
+type Head struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+	// Records is the number of records (0 for an empty log, where Seq and
+	// Hash are meaningless and Hash is ZeroHash).
+	Records uint64 `json:"records"`
+}
+
+// Errors.
+var (
+	// ErrTampered means the chain is broken: a record was edited, removed,
+	// inserted or reordered, or the tail was truncated.
+	ErrTampered = errors.New("receipts: log does not verify")
+	// ErrClosed is returned by Append after Close.
+	ErrClosed = errors.New("receipts: log closed")
+)
+
+func hashLine(line []byte) string {
+	sum := sha256.Sum256(line)
+	return hex.EncodeToString(sum[:])
+}
+
+// Log appends records to a file. Append is safe for concurrent use; a single
+// writer goroutine serialises records, computes the chain and writes them in
+// batches (one write per batch), so appends do not wait for the disk.
+type Log struct {
+	path string
+	f    *os.File
+	ch   chan *Record
+	done chan struct{}
+	// sendMu is held (shared) by Append while it sends on ch and
+	// (exclusively) by Close while it closes ch.
+	sendMu sync.RWMutex
+
+	mu      sync.Mutex
+	head    Head
+	err     error // sticky write error
+	closed  bool
+	flushed *sync.Cond
+	pending int
+	// Now is the clock (tests); nil means time.Now.
+	now func() time.Time
+}
+
+// queueLen bounds the records waiting for the writer; Append blocks beyond
+// it rather than dropping a record.
+const queueLen = 4096
+
+// Open opens (or creates, mode 0600) the log at path and resumes its chain.
+// It refuses a log whose last line is incomplete or does not parse, so that
+// a damaged log is looked at (with Verify) before more is written to it.
+func Open(path string) (*Log, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("receipts: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("receipts: %w", err)
+	}
+	head, err := lastHead(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("receipts: %s: %w (run `vak receipts verify %s` and move the file aside)", path, err, path)
+	}
+	l := &Log{
+		path: path,
+		f:    f,
+		ch:   make(chan *Record, queueLen),
+		done: make(chan struct{}),
+		head: head,
+		now:  time.Now,
+	}
+	l.flushed = sync.NewCond(&l.mu)
+	if err := l.writeHead(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	go l.writer()
+	return l, nil
+}
+
+// lastHead reads the final line of f to resume the chain.
+func lastHead(f *os.File) (Head, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return Head{}, err
+	}
+	size := fi.Size()
+	if size == 0 {
+		return Head{Hash: ZeroHash}, nil
+	}
+	// Records are small; read a tail window large enough for several.
+	const window = 1 << 20
+	off := max(0, size-window)
+	buf := make([]byte, size-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return Head{}, err
+	}
+	if buf[len(buf)-1] != '\n' {
+		return Head{}, errors.New("log ends with an incomplete record")
+	}
+	body := buf[:len(buf)-1]
+	i := bytes.LastIndexByte(body, '\n')
+	if i < 0 && off > 0 {
+		return Head{}, errors.New("last record is larger than 1 MiB")
+	}
+	line := body[i+1:]
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		return Head{}, fmt.Errorf("last record does not parse: %w", err)
+	}
+	// The record count is only known exactly by a full scan; resume with the
+	// sequence number (records are numbered from 0).
+	return Head{Seq: r.Seq, Hash: hashLine(line), Records: r.Seq + 1}, nil
+}
+
+// Path is the log file path.
+func (l *Log) Path() string { return l.path }
+
+// Append queues r. It fills in Seq, Prev and (if zero) Time. It returns the
+// sticky error of an earlier failed write, in which case the gateway must
+// stop allowing traffic.
+func (l *Log) Append(r Record) error {
+	// sendMu keeps Close from closing the channel under a pending send.
+	l.sendMu.RLock()
+	defer l.sendMu.RUnlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.pending++
+	l.mu.Unlock()
+	if r.Time.IsZero() {
+		r.Time = l.now()
+	}
+	l.ch <- &r
+	return nil
+}
+
+// Err is the sticky write error, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Head returns the head as of the last completed write.
+func (l *Log) Head() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head
+}
+
+// Sync waits until every record appended before the call is written.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.pending > 0 && l.err == nil {
+		l.flushed.Wait()
+	}
+	return l.err
+}
+
+// Close writes the queued records and closes the file.
+func (l *Log) Close() error {
+	l.sendMu.Lock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		l.sendMu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.ch)
+	l.sendMu.Unlock()
+	<-l.done
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	return errors.Join(err, l.f.Close())
+}
+
+// HeadInterval is how often the head sidecar is rewritten while records
+// are being appended (and always on Close). A crash can leave the head up to
+// this far behind the log; Verify treats a head that names an earlier record
+// of an intact chain as a checkpoint, not as tampering.
+const HeadInterval = 250 * time.Millisecond
+
+func (l *Log) writer() {
+	defer close(l.done)
+	var buf bytes.Buffer
+	ticker := time.NewTicker(HeadInterval)
+	defer ticker.Stop()
+	dirty := false
+	lastHead := time.Now()
+	flushHead := func() {
+		if !dirty {
+			return
+		}
+		dirty = false
+		lastHead = time.Now()
+		if err := l.writeHead(); err != nil {
+			l.mu.Lock()
+			if l.err == nil {
+				l.err = err
+			}
+			l.mu.Unlock()
+		}
+	}
+	for {
+		var r *Record
+		select {
+		case rr, ok := <-l.ch:
+			if !ok {
+				flushHead()
+				return
+			}
+			r = rr
+		case <-ticker.C:
+			flushHead()
+			continue
+		}
+		buf.Reset()
+		l.mu.Lock()
+		head, failed := l.head, l.err != nil
+		l.mu.Unlock()
+		if failed {
+			// After a failed write nothing more is written: the chain on
+			// disk would not continue where the in-memory head says.
+			l.mu.Lock()
+			l.pending--
+			l.flushed.Broadcast()
+			l.mu.Unlock()
+			continue
+		}
+		n := 0
+		encode := func(r *Record) {
+			if head.Records > 0 {
+				r.Seq = head.Seq + 1
+			} else {
+				r.Seq = 0
+			}
+			r.Prev = head.Hash
+			line, err := json.Marshal(r)
+			if err != nil {
+				// Cannot happen for Record; keep the chain intact anyway.
+				line = []byte(`{"seq":` + fmt.Sprint(r.Seq) + `,"protocol":"internal","rule":-1,"decision":"deny","reason":"unencodable record","bytes_out":0,"bytes_in":0,"prev":"` + r.Prev + `"}`)
+			}
+			buf.Write(line)
+			buf.WriteByte('\n')
+			head = Head{Seq: r.Seq, Hash: hashLine(line), Records: head.Records + 1}
+			n++
+		}
+		encode(r)
+		// Batch whatever else is already queued.
+	drain:
+		for n < 256 {
+			select {
+			case r2, ok := <-l.ch:
+				if !ok {
+					break drain
+				}
+				encode(r2)
+			default:
+				break drain
+			}
+		}
+		_, werr := l.f.Write(buf.Bytes())
+		l.mu.Lock()
+		if werr != nil && l.err == nil {
+			l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
+		}
+		if werr == nil {
+			l.head = head
+			dirty = true
+		}
+		l.pending -= n
+		l.mu.Unlock()
+		if time.Since(lastHead) >= HeadInterval {
+			flushHead()
+		}
+		l.mu.Lock()
+		l.flushed.Broadcast()
+		l.mu.Unlock()
+	}
+}
+
+// writeHead replaces the head sidecar atomically.
+func (l *Log) writeHead() error {
+	l.mu.Lock()
+	h := l.head
+	l.mu.Unlock()
+	b, _ := json.Marshal(h)
+	tmp := l.path + HeadSuffix + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("receipts: write head: %w", err)
+	}
+	if err := os.Rename(tmp, l.path+HeadSuffix); err != nil {
+		return fmt.Errorf("receipts: write head: %w", err)
+	}
+	return nil
+}
+
+// Problem is one verification failure.
+type Problem struct {
+	// Line is the 1-based line number (0 for the head file).
+	Line   int
+	Reason string
+}
+
+// Report is the result of Verify.
+type Report struct {
+	Records uint64
+	Head    Head
+	// HeadChecked reports whether a head sidecar was compared.
+	HeadChecked bool
+	// AfterHead counts records after the one the head names (written
+	// after the last head update, e.g. just before a crash).
+	AfterHead uint64
+	Problems  []Problem
+}
+
+// OK reports whether the log verified.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// maxLine bounds a record line when verifying.
+const maxLine = 1 << 20
+
+// Verify checks a log stream: every line must be a well-formed record, the
+// first record must have seq 0 and prev ZeroHash, sequence numbers must be
+// consecutive, and each prev must be the SHA-256 of the previous line.
+func Verify(r io.Reader) (*Report, error) { return verify(r, nil) }
+
+func verify(r io.Reader, head *Head) (*Report, error) {
+	rep := &Report{Head: Head{Hash: ZeroHash}}
+	headSeen := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), maxLine)
+	prevHash := ZeroHash
+	var prevSeq uint64
+	lineNo := 0
+	for sc.Scan() {
+		lineNo++
+		line := sc.Bytes()
+		var rec Record
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rec); err != nil {
+			rep.Problems = append(rep.Problems, Problem{lineNo, "not a valid record: " + err.Error()})
+			prevHash = hashLine(line)
+			continue
+		}
+		if rec.Prev != prevHash {
+			if lineNo == 1 {
+				rep.Problems = append(rep.Problems, Problem{lineNo, "first record does not start a chain (prev is not zero): earlier records were removed"})
+			} else {
+				rep.Problems = append(rep.Problems, Problem{lineNo, "prev hash does not match the previous record: a record was edited, removed, inserted or moved"})
+			}
+		}
+		if lineNo == 1 {
+			if rec.Seq != 0 {
+				rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("first record has seq %d, want 0", rec.Seq)})
+			}
+		} else if rec.Seq != prevSeq+1 {
+			rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("seq %d follows %d", rec.Seq, prevSeq)})
+		}
+		if rec.Decision != Allow && rec.Decision != Deny {
+			rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("decision %q is neither allow nor deny", rec.Decision)})
+		}
+		prevSeq = rec.Seq
+		prevHash = hashLine(line)
+		rep.Records++
+		rep.Head = Head{Seq: rec.Seq, Hash: prevHash, Records: rep.Records}
+		if head != nil && head.Records == rep.Records {
+			headSeen = true
+			if head.Hash != prevHash || head.Seq != rec.Seq {
+				rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("record %d does not match the head file (hash %.12s, head says %.12s): the log was edited", rec.Seq, prevHash, head.Hash)})
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return rep, fmt.Errorf("receipts: read: %w", err)
+	}
+	if head != nil {
+		rep.HeadChecked = true
+		switch {
+		case head.Records == 0:
+		case !headSeen:
+			rep.Problems = append(rep.Problems, Problem{0, fmt.Sprintf("the head file names record %d (%d records) but the log has only %d: the tail was truncated", head.Seq, head.Records, rep.Records)})
+		default:
+			rep.AfterHead = rep.Records - head.Records
+		}
+	}
+	return rep, nil
+}
+
+// VerifyFile verifies the log at path and, when its head sidecar exists,
+// checks the log against it: the record the head names must be in the log
+// with the same hash (an edited or truncated tail fails). Records after the
+// head are accepted (the head is rewritten every HeadInterval, so a crash
+// can leave it behind); the report counts them. The error wraps ErrTampered
+// when the log does not verify.
+func VerifyFile(path string) (*Report, error) {
+	var head *Head
+	hb, err := os.ReadFile(path + HeadSuffix)
+	var headProblem string
+	switch {
+	case err == nil:
+		var h Head
+		if jerr := json.Unmarshal(hb, &h); jerr != nil {
+			headProblem = "head file does not parse: " + jerr.Error()
+		} else {
+			head = &h
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("receipts: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("receipts: %w", err)
+	}
+	defer f.Close()
+	rep, err := verify(f, head)
+	if err != nil {
+		return rep, err
+	}
+	if headProblem != "" {
+		rep.Problems = append(rep.Problems, Problem{0, headProblem})
+	}
+	// A final line without '\n' is an interrupted write or an edit.
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		var last [1]byte
+		if _, err := f.ReadAt(last[:], fi.Size()-1); err == nil && last[0] != '\n' {
+			rep.Problems = append(rep.Problems, Problem{int(rep.Records), "log does not end with a newline: the last record is incomplete or was edited"})
+		}
+	}
+	if !rep.OK() {
+		return rep, fmt.Errorf("%w: %s: %d problem(s), first at line %d: %s", ErrTampered, path, len(rep.Problems), rep.Problems[0].Line, rep.Problems[0].Reason)
+	}
+	return rep, nil
+}
