@@ -42,6 +42,18 @@ type Exec struct {
 	// command a session leader itself (the landlock exec shim does, and pins
 	// it there); without a launcher the worker starts commands with setsid.
 	Launcher []string
+	// Subreaper says the Launcher is the reap shim (ReapCommand): the worker
+	// starts it with setsid, it makes itself a child subreaper, and a timeout
+	// or cancel kills the command's whole tree by parent links, so processes
+	// that left the session (setsid, double fork) die too.
+	Subreaper bool
+
+	// reg, if set, records running commands so that a PID-1 worker reaping
+	// orphans never reaps a command os/exec still waits for.
+	reg *childRegistry
+	// warm, if set, hands commands to reap shims started ahead of need
+	// (their start-up is the slowest part of a short command).
+	warm *warmShims
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -89,6 +101,8 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	cmd.Dir, cmd.Env = cwd, env
 	if len(x.Launcher) == 0 {
 		cmd.Args[0] = "sh"
+	}
+	if len(x.Launcher) == 0 || x.Subreaper {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
 	if a.Stdin != nil {
@@ -106,8 +120,19 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	cmd.WaitDelay = waitDelay
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	var proc process = cmdProcess{cmd}
+	if x.warm != nil {
+		proc, err = x.warm.run(argv[len(x.Launcher):], cwd, env, a.Stdin, stdout, stderr)
+		if err != nil {
+			return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+		}
+	} else if err := x.reg.start(cmd); err != nil {
 		return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+	}
+	defer x.reg.done(proc.cmd())
+	kill := killTree
+	if x.Subreaper {
+		kill = killSubtree
 	}
 	// The killer reports why it killed (or that it did not) once it is done.
 	done := make(chan struct{})
@@ -128,17 +153,18 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 		case <-ctx.Done():
 			why <- "cancel"
 		}
-		killTree(cmd.Process.Pid)
+		kill(proc.pid())
 	}()
-	werr := cmd.Wait()
+	werr := proc.wait()
 	close(done)
 	reason := <-why
 	timedOut, canceled := reason == "timeout", reason == "cancel"
 	// A timed-out or canceled command's stragglers die with it. Background
 	// jobs of a command that finished normally live on until the session ends.
 	if timedOut || canceled {
-		killTree(cmd.Process.Pid)
+		kill(proc.pid())
 	}
+	state := proc.cmd().ProcessState
 	res := &BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
 	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
 		var ee *exec.ExitError
@@ -146,11 +172,11 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 			return nil, errorf(CodeExec, "wait: %v", werr)
 		}
 	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
 		res.ExitCode = 128 + int(ws.Signal())
 	} else {
-		res.ExitCode = cmd.ProcessState.ExitCode()
+		res.ExitCode = state.ExitCode()
 	}
 	if c, ok := stdout.(*capBuffer); ok {
 		res.Stdout, res.StdoutTruncated = c.String(), c.truncated
@@ -161,6 +187,20 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	res.ProtectedRemoved = x.removeNewProtected(before)
 	return res, nil
 }
+
+// process is a started command the worker waits for.
+type process interface {
+	pid() int
+	wait() error
+	cmd() *exec.Cmd // the process os/exec started (its ProcessState)
+}
+
+// cmdProcess is a command started here with its output wired by os/exec.
+type cmdProcess struct{ c *exec.Cmd }
+
+func (p cmdProcess) pid() int       { return p.c.Process.Pid }
+func (p cmdProcess) wait() error    { return p.c.Wait() }
+func (p cmdProcess) cmd() *exec.Cmd { return p.c }
 
 func (x *Exec) shell() string {
 	if x.ShellPath != "" {

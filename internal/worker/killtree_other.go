@@ -8,3 +8,6 @@ import "syscall"
 // reliable way to find descendants that left the group; the process-scoped
 // backends on these platforms end the whole worker instead.
 func killTree(pid int) { syscall.Kill(-pid, syscall.SIGKILL) }
+
+// killSubtree is killTree: only Linux has child subreapers.
+func killSubtree(pid int) { killTree(pid) }

@@ -18,7 +18,12 @@ import (
 	"vak/internal/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ReapCommand {
+		os.Exit(Reap(os.Args[2:])) // the test binary is the reap shim in shim tests
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // conn is a server on pipes, driven line by line.
 type conn struct {

@@ -38,6 +38,9 @@ type Spec struct {
 	Namespaces bool `json:"namespaces,omitempty"`
 	// Launcher prefixes every command (the landlock exec shim).
 	Launcher []string `json:"launcher,omitempty"`
+	// Container configures a worker that is a session container's
+	// entrypoint (backend BackendContainer); see RunContainer.
+	Container *ContainerSpec `json:"container,omitempty"`
 }
 
 // Encode serialises the spec.
@@ -54,15 +57,21 @@ func ReadSpec() (*Spec, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: read spec: %w", err)
 	}
+	s, err := ParseSpec(data)
+	return s, data, err
+}
+
+// ParseSpec decodes and validates a spec.
+func ParseSpec(data []byte) (*Spec, error) {
 	if len(data) > MaxSpecBytes {
-		return nil, nil, fmt.Errorf("worker: spec larger than %d bytes", MaxSpecBytes)
+		return nil, fmt.Errorf("worker: spec larger than %d bytes", MaxSpecBytes)
 	}
 	var s Spec
 	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, nil, fmt.Errorf("worker: decode spec: %w", err)
+		return nil, fmt.Errorf("worker: decode spec: %w", err)
 	}
 	if s.Workspace == "" || !s.Mode.Restricted() && s.Mode != sandbox.FullAccess {
-		return nil, nil, fmt.Errorf("worker: spec lacks workspace or mode")
+		return nil, fmt.Errorf("worker: spec lacks workspace or mode")
 	}
-	return &s, data, nil
+	return &s, nil
 }

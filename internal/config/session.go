@@ -1,0 +1,122 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// The [session] section configures session-scoped task environments
+// (`vak session`, docs/sessions.md). It is privileged: a project config
+// cannot set any of it (projectKeys does not list it, so it is stripped with
+// a warning), because pool sizes, lifetimes, root package installs and the
+// worker binary are the operator's decisions.
+//
+//	[session]
+//	idle_timeout = "30m"       # a session unused this long ends
+//	max_lifetime = "24h"       # no session lives longer
+//	pool_size = 0              # warm containers kept per pool key (0: no pool)
+//	allow_install = false      # root package installs (vak session exec --root)
+//	worker = "/opt/vak/linux-amd64/vak"  # static Linux vak for the containers
+//	policy_generation = "1"    # bump to invalidate every snapshot
+
+// Limits of the [session] values.
+const (
+	MinSessionTimeout  = time.Second
+	MaxSessionLifetime = 30 * 24 * time.Hour
+	MaxPoolSize        = 16
+)
+
+// Session is the validated [session] section.
+type Session struct {
+	IdleTimeout  time.Duration
+	MaxLifetime  time.Duration
+	PoolSize     int
+	AllowInstall bool
+	// Worker is the static Linux vak binary mounted into session containers;
+	// empty means the running vak (which must then be static).
+	Worker string
+	// PolicyGeneration is hashed into snapshot keys.
+	PolicyGeneration string
+}
+
+// Defaults of [session]: the session manager's own defaults
+// (docker.DefaultIdleTimeout, ...), as literals because config must not
+// import the docker package (it imports the worker; TestDefaultsMatchBackends
+// keeps them equal).
+const (
+	DefaultSessionIdleTimeout      = 30 * time.Minute
+	DefaultSessionMaxLifetime      = 24 * time.Hour
+	DefaultSessionPolicyGeneration = "1"
+)
+
+// DefaultSession returns the built-in [session] values.
+func DefaultSession() Session {
+	return Session{
+		IdleTimeout:      DefaultSessionIdleTimeout,
+		MaxLifetime:      DefaultSessionMaxLifetime,
+		PolicyGeneration: DefaultSessionPolicyGeneration,
+	}
+}
+
+var generationRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// applySession validates and applies [session]. Only trusted files reach
+// here with it set (strip removes it from project configs).
+func (c *Config) applySession(file string, s *sessionWire) error {
+	if s == nil {
+		return nil
+	}
+	errf := func(key, format string, a ...any) error {
+		return &Error{File: file, Key: "session." + key, Msg: fmt.Sprintf(format, a...)}
+	}
+	duration := func(key, v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < MinSessionTimeout || d > MaxSessionLifetime {
+			return 0, errf(key, "invalid duration %q (between %v and %v, e.g. \"30m\", \"24h\")", v, MinSessionTimeout, MaxSessionLifetime)
+		}
+		return d, nil
+	}
+	next := c.Session
+	if s.IdleTimeout != nil {
+		d, err := duration("idle_timeout", *s.IdleTimeout)
+		if err != nil {
+			return err
+		}
+		next.IdleTimeout = d
+	}
+	if s.MaxLifetime != nil {
+		d, err := duration("max_lifetime", *s.MaxLifetime)
+		if err != nil {
+			return err
+		}
+		next.MaxLifetime = d
+	}
+	if next.IdleTimeout > next.MaxLifetime {
+		return errf("idle_timeout", "%v is longer than session.max_lifetime (%v)", next.IdleTimeout, next.MaxLifetime)
+	}
+	if s.PoolSize != nil {
+		if *s.PoolSize < 0 || *s.PoolSize > MaxPoolSize {
+			return errf("pool_size", "must be between 0 and %d, got %d", MaxPoolSize, *s.PoolSize)
+		}
+		next.PoolSize = int(*s.PoolSize)
+	}
+	if s.AllowInstall != nil {
+		next.AllowInstall = *s.AllowInstall
+	}
+	if s.Worker != nil {
+		p, err := hostPath(*s.Worker)
+		if err != nil {
+			return errf("worker", "%v", err)
+		}
+		next.Worker = p
+	}
+	if s.PolicyGeneration != nil {
+		if !generationRe.MatchString(*s.PolicyGeneration) {
+			return errf("policy_generation", "%q must be 1 to 64 of [A-Za-z0-9._-]", *s.PolicyGeneration)
+		}
+		next.PolicyGeneration = *s.PolicyGeneration
+	}
+	c.Session = next
+	return nil
+}

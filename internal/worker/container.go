@@ -1,0 +1,212 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+)
+
+// Container mode: the worker is the entrypoint (PID 1) of a session
+// container (internal/sandbox/docker). There is no fd 3 through docker, so
+// the spec arrives in the SpecEnv variable; the worker serves the protocol on
+// its attached stdio (the broker that created the session) and on a unix
+// socket in a per-session directory the broker bind-mounts, so separate
+// `vak session exec` processes reach it without a docker round trip.
+
+// BackendContainer is the backend name of a container-mode worker.
+const BackendContainer = "container"
+
+// SpecEnv carries a container-mode worker's spec (JSON). The worker removes
+// it from its own environment before serving anything; commands never see it.
+const SpecEnv = "VAK_WORKER_SPEC"
+
+// ReapCommand is the hidden vak subcommand a container-mode worker starts
+// every command under (see Reap).
+const ReapCommand = "__reap"
+
+// ContainerSpec configures a container-mode worker.
+type ContainerSpec struct {
+	// Socket is the unix socket to listen on, inside the per-session
+	// directory. The worker creates it 0600.
+	Socket string `json:"socket"`
+	// IdleTimeout ends the session after this long without a request;
+	// zero means never.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// Deadline ends the session at this time (its maximum lifetime); zero
+	// means never.
+	Deadline time.Time `json:"deadline,omitempty"`
+	// Mounts are the host paths the broker checked and bind-mounted. The
+	// worker refuses to serve unless each one is, inside the container, the
+	// very file or directory the broker checked (same device and inode): a
+	// path swapped for a symlink between the check and the mount (the daemon
+	// follows symlinks in mount sources) would show another inode.
+	Mounts []MountIdentity `json:"mounts,omitempty"`
+}
+
+// MountIdentity is a mounted path and the device and inode it had when the
+// broker checked it.
+type MountIdentity struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+}
+
+// ErrMountReplaced reports a bind mount that is not what the broker checked.
+var ErrMountReplaced = errors.New("worker: a mount is not the host path the broker checked")
+
+// ErrContainerUnsupported reports that container mode runs only on Linux
+// (session containers are Linux containers; other hosts bind-mount a Linux
+// build of vak into them).
+var ErrContainerUnsupported = errors.New("worker: container mode needs Linux")
+
+// Why a container-mode worker ended on its own (RunContainer's result).
+var (
+	ErrIdle     = errors.New("session ended: idle timeout reached")
+	ErrDeadline = errors.New("session ended: maximum lifetime reached")
+)
+
+// ReadSpecEnv reads a container-mode worker's spec from SpecEnv and removes
+// the variable from the process environment.
+func ReadSpecEnv() (*Spec, []byte, error) {
+	data, ok := os.LookupEnv(SpecEnv)
+	if !ok {
+		return nil, nil, fmt.Errorf("worker: no spec in $%s", SpecEnv)
+	}
+	os.Unsetenv(SpecEnv)
+	s, err := ParseSpec([]byte(data))
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.Backend != BackendContainer || s.Container == nil || s.Container.Socket == "" {
+		return nil, nil, fmt.Errorf("worker: $%s is not a container spec with a socket", SpecEnv)
+	}
+	return s, []byte(data), nil
+}
+
+// childRegistry records the commands os/exec is waiting for, so that a
+// PID-1 worker reaping orphaned zombies never reaps one of them.
+type childRegistry struct {
+	mu   sync.Mutex
+	pids map[int]bool
+}
+
+func newChildRegistry() *childRegistry { return &childRegistry{pids: map[int]bool{}} }
+
+// start starts cmd; with a registry, under the lock the reaper holds.
+func (r *childRegistry) start(cmd *exec.Cmd) error {
+	if r == nil {
+		return cmd.Start()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	r.pids[cmd.Process.Pid] = true
+	return nil
+}
+
+// done forgets cmd once os/exec has waited for it.
+func (r *childRegistry) done(cmd *exec.Cmd) {
+	if r == nil || cmd.Process == nil {
+		return
+	}
+	r.mu.Lock()
+	delete(r.pids, cmd.Process.Pid)
+	r.mu.Unlock()
+}
+
+// activity tracks requests for the idle timeout. It also sets the mtime of
+// a file (the socket) at most once a second, so the host can see when the
+// session was last used without asking the worker.
+type activity struct {
+	mu       sync.Mutex
+	inflight int
+	last     time.Time
+	touched  time.Time
+	touch    string
+}
+
+func (a *activity) begin() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight++
+	a.mark()
+}
+
+func (a *activity) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight--
+	a.mark()
+}
+
+func (a *activity) mark() {
+	now := time.Now()
+	a.last = now
+	if a.touch != "" && now.Sub(a.touched) >= time.Second {
+		a.touched = now
+		os.Chtimes(a.touch, now, now)
+	}
+}
+
+// idle is how long nothing has been in flight.
+func (a *activity) idle(now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight > 0 {
+		return 0
+	}
+	return now.Sub(a.last)
+}
+
+// trackedFiles and trackedShell count requests as activity.
+type trackedFiles struct {
+	f Files
+	a *activity
+}
+
+func (t *trackedFiles) Read(x ReadArgs) (*ReadResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.f.Read(x)
+}
+
+func (t *trackedFiles) Write(x WriteArgs) (*WriteResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.f.Write(x)
+}
+
+func (t *trackedFiles) Edit(x EditArgs) (*EditResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.f.Edit(x)
+}
+
+func (t *trackedFiles) Glob(x GlobArgs) (*GlobResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.f.Glob(x)
+}
+
+func (t *trackedFiles) Grep(x GrepArgs) (*GrepResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.f.Grep(x)
+}
+
+type trackedShell struct {
+	s Shell
+	a *activity
+}
+
+func (t *trackedShell) Bash(ctx context.Context, x BashArgs, emit func(string, []byte)) (*BashResult, error) {
+	t.a.begin()
+	defer t.a.end()
+	return t.s.Bash(ctx, x, emit)
+}

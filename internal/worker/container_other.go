@@ -1,0 +1,28 @@
+//go:build !linux
+
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+)
+
+// RunContainer is Linux-only.
+func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, out io.Writer) error {
+	return ErrContainerUnsupported
+}
+
+// Reap is Linux-only.
+func Reap(args []string) int {
+	fmt.Fprintf(os.Stderr, "vak: %s: %v\n", ReapCommand, ErrContainerUnsupported)
+	return 126
+}
+
+// warmShims exist only on Linux (container mode).
+type warmShims struct{}
+
+func (w *warmShims) run(argv []string, dir string, env []string, stdin *string, stdout, stderr io.Writer) (process, error) {
+	return nil, ErrContainerUnsupported
+}

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/paths"
+	"vak/internal/sandbox"
+)
+
+// unixHalfCloser ends only the client's sending side on Close.
+type unixHalfCloser struct{ *net.UnixConn }
+
+func (u unixHalfCloser) Close() error { return u.CloseWrite() }
+
+func dialClient(t *testing.T, sock string) (*Client, net.Conn) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := NewClient(unixHalfCloser{c.(*net.UnixConn)}, c)
+	if err := cl.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return cl, c
+}
+
+// ServeListener serves every connection independently, each starting with
+// the ready event; one client leaving does not disturb another; ending the
+// context ends every connection.
+func TestServeListener(t *testing.T) {
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := OpenFiles(ws, sandbox.WorkspaceWrite, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	shell := &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}}
+	sock := filepath.Join(t.TempDir(), "w.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeListener(ctx, ln, func() *Server {
+			return &Server{Files: files, Shell: shell, Ready: Event{Backend: BackendContainer}}
+		})
+	}()
+	c1, conn1 := dialClient(t, sock)
+	c2, conn2 := dialClient(t, sock)
+	defer conn2.Close()
+	if c1.Ready().Backend != BackendContainer || c1.Ready().Version != ProtocolVersion {
+		t.Fatalf("ready = %+v", c1.Ready())
+	}
+	// Both connections number their requests from 1: no crosstalk.
+	errs := make(chan error, 2)
+	for i, c := range []*Client{c1, c2} {
+		go func() {
+			for j := 0; j < 20; j++ {
+				r, err := c.Bash(context.Background(), BashArgs{Command: "echo " + string(rune('a'+i))}, nil)
+				if err == nil && r.Stdout != string(rune('a'+i))+"\n" {
+					err = errors.New("crosstalk: " + r.Stdout)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A client that closes its side still gets the answer in flight.
+	slow := make(chan error, 1)
+	go func() {
+		r, err := c1.Bash(context.Background(), BashArgs{Command: "sleep 0.3; echo late"}, nil)
+		if err == nil && r.Stdout != "late\n" {
+			err = errors.New(r.Stdout)
+		}
+		slow <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c1.Close(context.Background())
+	if err := <-slow; err != nil {
+		t.Fatalf("in-flight answer lost: %v", err)
+	}
+	conn1.Close()
+	if _, err := c2.Bash(context.Background(), BashArgs{Command: "true"}, nil); err != nil {
+		t.Fatalf("second client broken by the first leaving: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ServeListener: %v", err)
+	}
+	if _, err := c2.Bash(context.Background(), BashArgs{Command: "true"}, nil); !errors.Is(err, ErrWorkerExited) {
+		t.Fatalf("after shutdown: %v", err)
+	}
+	if _, err := net.Dial("unix", sock); err == nil {
+		t.Fatal("listener still accepting")
+	}
+}
+
+func TestReadSpecEnv(t *testing.T) {
+	spec := Spec{Backend: BackendContainer, Workspace: "/ws", Mode: sandbox.WorkspaceWrite, Container: &ContainerSpec{Socket: "/.vak/run/worker.sock"}}
+	data, _ := spec.Encode()
+	t.Setenv(SpecEnv, string(data))
+	got, _, err := ReadSpecEnv()
+	if err != nil || got.Container.Socket != "/.vak/run/worker.sock" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, ok := os.LookupEnv(SpecEnv); ok {
+		t.Fatal("the spec stayed in the environment")
+	}
+	for _, bad := range []string{"", "{", `{"backend":"docker","workspace":"/ws","mode":2}`, `{"backend":"container","workspace":"/ws","mode":2}`} {
+		t.Setenv(SpecEnv, bad)
+		if _, _, err := ReadSpecEnv(); err == nil {
+			t.Errorf("spec %q accepted", bad)
+		}
+	}
+}
+
+// procsMatching lists live processes whose command line contains s.
+func procsMatching(s string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(data), "\x00", " ")
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+2:]), "Z") {
+				continue
+			}
+		}
+		if strings.Contains(cmd, s) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
+}

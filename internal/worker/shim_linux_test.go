@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"vak/internal/paths"
+)
+
+// shimExec is an Exec as a container-mode worker has it: commands under
+// the reap shim (this test binary, see TestMain), started warm.
+func shimExec(t *testing.T) *Exec {
+	t.Helper()
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := newChildRegistry()
+	return &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}, Launcher: []string{self, ReapCommand, "--"},
+		Subreaper: true, reg: reg, warm: newWarmShims(self, reg)}
+}
+
+// A timeout kills the whole tree under the shim: background jobs, setsid
+// escapes and double forks. (The docker tests prove the escapes survive a
+// session-only kill.)
+func TestShimTimeoutKillsTree(t *testing.T) {
+	x := shimExec(t)
+	tag := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano()%1000)
+	line := fmt.Sprintf("sleep 61%[1]s & setsid sleep 62%[1]s & (sleep 63%[1]s &); setsid sh -c 'sleep 64%[1]s & sleep 65%[1]s' & echo started; sleep 66%[1]s", tag)
+	res, err := x.Bash(context.Background(), BashArgs{Command: line, TimeoutMS: 1500}, nil)
+	if err != nil || !res.TimedOut || res.Stdout != "started\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if left := procsMatching(tag); len(left) > 0 {
+		t.Fatalf("survivors:\n%s", strings.Join(left, "\n"))
+	}
+	// Control: a normally finished command's background job lives on.
+	if _, err := x.Bash(context.Background(), BashArgs{Command: fmt.Sprintf("sleep 67%s >/dev/null 2>&1 &", tag)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(procsMatching("sleep 67"+tag)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("control background job not found")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, p := range procsMatching("sleep 67" + tag) {
+		var pid int
+		fmt.Sscan(p, &pid)
+		if pid > 0 {
+			killTree(pid)
+		}
+	}
+}
+
+// The shim is transparent: status, signals, stdin, environment, directory,
+// output, and output held open by a background job.
+func TestShimTransparent(t *testing.T) {
+	x := shimExec(t)
+	os.Mkdir(x.Workspace+"/d", 0o755)
+	in := "from-stdin"
+	for _, tc := range []struct {
+		a    BashArgs
+		code int
+		sig  string
+		out  string
+	}{
+		{BashArgs{Command: "exit 7"}, 7, "", ""},
+		{BashArgs{Command: "kill -TERM $$"}, 128 + 15, "terminated", ""},
+		{BashArgs{Command: "cat", Stdin: &in}, 0, "", "from-stdin"},
+		{BashArgs{Command: "echo $FOO; pwd", Cwd: "d", Env: map[string]string{"FOO": "bar"}}, 0, "", "bar\n" + "WS/d\n"},
+		{BashArgs{Command: "cat"}, 0, "", ""}, // stdin is empty, not inherited
+	} {
+		res, err := x.Bash(context.Background(), tc.a, nil)
+		want := strings.ReplaceAll(tc.out, "WS", x.Workspace)
+		if err != nil || res.ExitCode != tc.code || res.Signal != tc.sig || res.Stdout != want {
+			t.Errorf("%q: %+v %v", tc.a.Command, res, err)
+		}
+	}
+	start := time.Now()
+	res, err := x.Bash(context.Background(), BashArgs{Command: "sleep 3 & echo quick"}, nil)
+	if err != nil || res.Stdout != "quick\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Fatalf("held output delayed the result %v", d)
+	}
+	// Streaming goes through the shim's pipes too.
+	var got strings.Builder
+	var mu sync.Mutex
+	_, err = x.Bash(context.Background(), BashArgs{Command: "echo a; echo b >&2", Stream: true}, func(s string, d []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got.WriteString(s + ":" + string(d))
+	})
+	if err != nil || !strings.Contains(got.String(), "stdout:a\n") || !strings.Contains(got.String(), "stderr:b\n") {
+		t.Fatalf("stream %q %v", got.String(), err)
+	}
+	// A warm shim killed before use (a session process can) is replaced.
+	x.warm.fill()
+	x.warm.mu.Lock()
+	for _, s := range x.warm.ready {
+		s.c.Process.Kill()
+	}
+	x.warm.mu.Unlock()
+	if res, err := x.Bash(context.Background(), BashArgs{Command: "echo ok"}, nil); err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("after killing warm shims: %+v %v", res, err)
+	}
+}
