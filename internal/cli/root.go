@@ -133,5 +133,7 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newWorkerCmd(),
 		a.newNetclientCmd(),
 	)
+	root.AddCommand(a.sessionCommands()...)
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd())
 	return root
 }

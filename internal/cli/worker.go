@@ -18,12 +18,16 @@ import (
 // the worker protocol on stdin/stdout.
 func (a *app) newWorkerCmd() *cobra.Command {
 	var stage int
+	var container bool
 	cmd := &cobra.Command{
 		Use:    broker.WorkerCommand,
 		Short:  "Serve the worker protocol (started by vak itself)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if container {
+				return runContainerWorker(cmd)
+			}
 			code, err := runWorker(cmd, stage)
 			if err != nil {
 				return exit(ExitInternal, fmt.Errorf("worker: %w", err))
@@ -32,6 +36,7 @@ func (a *app) newWorkerCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&stage, "stage", 1, "sandbox stage (1: namespaces and view, 2: self-restriction)")
+	cmd.Flags().BoolVar(&container, "container", false, "be a session container's entrypoint (spec in $"+worker.SpecEnv+")")
 	return cmd
 }
 

@@ -26,9 +26,9 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 )
 
 // Version is the only config file version this build understands.
@@ -38,7 +38,7 @@ const Version = 1
 const (
 	DefaultBackend = sandbox.Auto
 	DefaultMode    = sandbox.WorkspaceWrite
-	DefaultImage   = docker.DefaultImage
+	DefaultImage   = "alpine:3.20" // docker.DefaultImage; a literal so config does not import the docker package (TestDefaultsMatchBackends)
 	DefaultUser    = UserHost
 )
 
@@ -129,6 +129,10 @@ type Files struct {
 type Config struct {
 	Sandbox Sandbox
 	Files   Files
+	Session Session
+	// Egress is the validated gateway configuration ([network], [gateway],
+	// [secrets]) from the trusted user config; nil when it has none.
+	Egress *egressconfig.Config
 	// Sources lists the files considered, in order of application.
 	Sources []Source
 	// Warnings are non-fatal findings (stripped project keys, ignored widenings).
@@ -145,7 +149,8 @@ func Default() *Config {
 			User:    DefaultUser,
 			Limits:  sandbox.DefaultLimits(),
 		},
-		Files: Files{Protected: slices.Clone(DefaultProtected)},
+		Files:   Files{Protected: slices.Clone(DefaultProtected)},
+		Session: DefaultSession(),
 	}
 }
 
@@ -449,6 +454,19 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 			}
 			c.Sandbox.Env = append(c.Sandbox.Env, n)
 		}
+	}
+	if err := c.applySession(file, w.Session); err != nil {
+		return err
+	}
+	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
+		eg, err := egressconfig.Validate(file, &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets})
+		var fe *egressconfig.FieldError
+		if errors.As(err, &fe) {
+			return errf(fe.Field, "%v", fe.Err)
+		} else if err != nil {
+			return err
+		}
+		c.Egress = eg
 	}
 	if f := w.Files; f != nil {
 		for i, p := range f.Protected {

@@ -1,5 +1,7 @@
 package config
 
+import "vak/internal/egress/egressconfig"
+
 // The wire structs mirror the TOML file exactly. Every field is a pointer or a
 // slice so that "absent" is distinguishable from "zero"; decoding is strict,
 // so a key that has no field here is an error naming file, line and key.
@@ -8,8 +10,12 @@ type fileWire struct {
 	Version *int64       `toml:"version"`
 	Sandbox *sandboxWire `toml:"sandbox"`
 	Files   *filesWire   `toml:"files"`
+	Session *sessionWire `toml:"session"`
 	// egress: the gateway's trusted sections ([network], [gateway],
 	// [secrets.NAME]) are declared by internal/egress/egressconfig and added here.
+	Network *egressconfig.Network           `toml:"network"`
+	Gateway *egressconfig.Gateway           `toml:"gateway"`
+	Secrets map[string]*egressconfig.Secret `toml:"secrets"`
 }
 
 type sandboxWire struct {
@@ -40,6 +46,17 @@ type limitsWire struct {
 
 type filesWire struct {
 	Protected []string `toml:"protected"`
+}
+
+// sessionWire is [session]: session-scoped task environments (trusted only;
+// see session.go).
+type sessionWire struct {
+	IdleTimeout      *string `toml:"idle_timeout"`
+	MaxLifetime      *string `toml:"max_lifetime"`
+	PoolSize         *int64  `toml:"pool_size"`
+	AllowInstall     *bool   `toml:"allow_install"`
+	Worker           *string `toml:"worker"`
+	PolicyGeneration *string `toml:"policy_generation"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can

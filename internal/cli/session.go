@@ -1,0 +1,656 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/config"
+	"vak/internal/paths"
+	"vak/internal/sandbox/docker"
+	"vak/internal/worker"
+)
+
+// sessionCommands are the `vak session` tree, the `vak gc` alias and the
+// hidden reap shim of session containers.
+func (a *app) sessionCommands() []*cobra.Command {
+	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd()}
+}
+
+// sessionFlags are shared by the session subcommands.
+type sessionFlags struct {
+	labels []string // hidden: extra labels (tests set vak.test=1)
+}
+
+func (a *app) newSessionCmd() *cobra.Command {
+	var sf sessionFlags
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "Session-scoped task environments: one container per task, reused across turns",
+		Long: `A session is one long-lived container for a task in a workspace: created for
+the first turn, reused by later turns (a package installed in turn 1 is there in
+turn 2), and discarded, or snapshotted into an immutable image, at the end.
+
+Commands run through vak's own worker inside the container (no docker exec per
+command); 'vak session exec' reaches it through a socket in vak's state
+directory that only you can open. The container gets the workspace at its own
+path and nothing else of the host: never a Docker socket, credentials, vak's
+config or state, or another workspace. See docs/sessions.md.`,
+	}
+	cmd.PersistentFlags().StringArrayVar(&sf.labels, "label", nil, "extra label KEY=VALUE on containers and images (filters ls and gc)")
+	cmd.PersistentFlags().MarkHidden("label")
+	cmd.AddCommand(
+		a.newSessionCreateCmd(&sf),
+		a.newSessionExecCmd(&sf),
+		a.newSessionSnapshotCmd(&sf),
+		a.newSessionRmCmd(&sf),
+		a.newSessionLsCmd(&sf),
+		a.newSessionGCCmd(&sf),
+		a.newSessionPoolCmd(&sf),
+	)
+	return cmd
+}
+
+// manager builds the session manager from config (nil: defaults only).
+func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, error) {
+	m := &docker.Manager{Worker: workerExecutable, Labels: map[string]string{}}
+	for k, v := range a.labels {
+		m.Labels[k] = v
+	}
+	for _, l := range sf.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
+		}
+		m.Labels[k] = v
+	}
+	if cfg != nil {
+		s := cfg.Session
+		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
+		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
+		if s.Worker != "" {
+			m.Worker = s.Worker
+		}
+		m.EnvAllowlist = append(slices.Clone(docker.DefaultSessionEnv), cfg.Sandbox.Env...)
+		if cfg.Sandbox.User == config.UserRoot {
+			m.User = docker.User{Root: true}
+		}
+	}
+	return m, nil
+}
+
+// sessionErr maps session errors to vak's exit statuses.
+func sessionErr(err error) error {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		return err
+	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
+		return exit(ExitUnavailable, err)
+	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),
+		errors.Is(err, docker.ErrEnvNotAllowed), errors.Is(err, docker.ErrNetworkPolicy), errors.Is(err, docker.ErrSessionExists),
+		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
+		return exit(ExitUsage, err)
+	}
+	var we *worker.Error
+	if errors.As(err, &we) && (we.Code == worker.CodeOutside || we.Code == worker.CodeNotFound || we.Code == worker.CodeProtocol) {
+		return exit(ExitUsage, err)
+	}
+	return exit(ExitFailure, err)
+}
+
+// quietGC removes finished sessions before a session command, best effort
+// and bounded (a daemon that is down is reported by the command itself).
+func quietGC(ctx context.Context, m *docker.Manager) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m.GC(ctx)
+}
+
+type createFlags struct {
+	workspace, task, image, from, mode string
+	mounts                             []string
+	hold, noRefill                     bool
+	timeout                            time.Duration
+}
+
+func (a *app) newSessionCreateCmd(sf *sessionFlags) *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a session and print its ID",
+		Long: `Create a session container for a task in the workspace and print the session ID
+(TASK-HASH, derived from the task and the workspace).
+
+The image (default: sandbox.image) is resolved to its image ID now and the
+session is pinned to it. --from KEY starts from a snapshot. Limits, user and
+environment come from [sandbox], lifetimes and the warm pool from [session].
+
+Without --hold the session is detached: it ends after session.idle_timeout
+without use, after session.max_lifetime, or with 'vak session rm'. With --hold,
+vak stays in the foreground as the session's owner and removes it on exit
+(SIGINT, SIGTERM); if vak is killed, 'vak gc' removes it.`,
+		Example: `  id=$(vak session create --task build)
+  vak session exec "$id" -- make deps
+  vak session exec "$id" -- make test
+  vak session snapshot "$id" -m step=deps
+  vak session rm "$id"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return sessionErr(a.sessionCreate(cmd.Context(), sf, f))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
+	fl.StringVar(&f.task, "task", docker.DefaultTask, "task name (with the workspace, it names the session)")
+	fl.StringVar(&f.image, "image", "", "base image (default from config: sandbox.image)")
+	fl.StringVar(&f.from, "from", "", "start from the snapshot with this key")
+	fl.StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
+	fl.StringArrayVar(&f.mounts, "mount", nil, "extra host path mounted read-only at the same path (refused if it exposes credentials, sockets, vak's state or another workspace)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "default timeout of each command (default from config: sandbox.timeout)")
+	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
+	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
+	return cmd
+}
+
+func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags) error {
+	wsArg := f.workspace
+	if wsArg == "" {
+		wsArg = "."
+	}
+	ws, err := paths.CanonicalWorkspace(wsArg)
+	if err != nil {
+		return exit(ExitUsage, err)
+	}
+	cfg, err := a.loadConfig(ws)
+	if err != nil {
+		return err
+	}
+	if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout}); err != nil {
+		return exit(ExitUsage, err)
+	}
+	if !cfg.Sandbox.Mode.Restricted() {
+		return exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
+	}
+	m, err := a.manager(cfg, sf)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	image := cfg.Sandbox.Image
+	if f.from != "" {
+		if f.image != "" {
+			return exit(ExitUsage, errors.New("--from and --image exclude each other"))
+		}
+		if image, err = docker.SnapshotRef(f.from); err != nil {
+			return exit(ExitUsage, err)
+		}
+	}
+	quietGC(ctx, m)
+	spec := docker.Spec{
+		Task:           f.task,
+		Workspace:      ws,
+		BaseImage:      image,
+		Limits:         cfg.Sandbox.Limits,
+		Mode:           cfg.Sandbox.Mode,
+		Env:            docker.HostEnv(m.EnvAllowlist),
+		Mounts:         f.mounts,
+		Protected:      cfg.Files.Protected,
+		DefaultTimeout: cfg.Sandbox.Timeout,
+	}
+	if f.hold {
+		spec.OwnerPID = os.Getpid()
+	}
+	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	s, err := m.Create(sigctx, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdio.Out, s.ID())
+	if f.hold {
+		// The broker holds the session over its attached stdio until told
+		// to stop, or until the session ends by itself.
+		select {
+		case <-sigctx.Done():
+		case <-s.Done():
+		}
+		rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return s.Discard(rmctx)
+	}
+	s.Close()
+	if m.PoolSize > 0 && !f.noRefill {
+		// After the ID is out: topping up the pool is the next create's speed.
+		if _, err := m.FillPool(sigctx, spec); err != nil {
+			a.warnf("refilling the warm pool: %v", err)
+		}
+	}
+	return nil
+}
+
+type execFlags struct {
+	interactive, tty, root bool
+	dir                    string
+	env                    []string
+	timeout                time.Duration
+	maxOutput              int64
+}
+
+func (a *app) newSessionExecCmd(sf *sessionFlags) *cobra.Command {
+	var f execFlags
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARGS...]",
+		Short: "Run a command in a session",
+		Long: `Run a command in a session and exit with its status. The command reaches the
+container as argv (quoted, never re-interpreted), runs as the session's user in
+the workspace (or --cwd, which must be inside it), with the session's
+environment plus -e NAME=VALUE, and is killed with its whole process tree on
+--timeout or Ctrl-C. Output is streamed.
+
+Without -t this talks to the session's worker directly over its socket (no
+Docker round trip). -t runs 'docker exec -it' for an interactive terminal;
+--root runs it as root (package installs), only in sessions created with
+session.allow_install = true.
+
+Exit status: the command's own (128+N if it died of signal N), or
+  2   bad arguments, unknown session, cwd outside the workspace
+  69  the session has ended (the message says why) or Docker is unreachable
+  124 the command timed out and was killed
+  130 interrupted; the command was killed`,
+		Example: `  vak session exec default-0a1b2c3d4e -- go test ./...
+  vak session exec --cwd sub -e GOFLAGS=-v ID -- make
+  vak session exec -it ID -- sh
+  vak session exec -it --root ID -- apt-get install -y jq`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return exit(ExitUsage, errors.New("usage: vak session exec [flags] ID -- CMD [ARGS...]"))
+			}
+			return sessionErr(a.sessionExec(cmd.Context(), sf, f, args[0], args[1:]))
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "pass stdin to the command")
+	fl.BoolVarP(&f.tty, "tty", "t", false, "allocate a terminal (runs docker exec -it)")
+	fl.BoolVar(&f.root, "root", false, "run as root through docker exec (needs session.allow_install)")
+	fl.StringVarP(&f.dir, "cwd", "C", "", "working directory inside the workspace")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set NAME=VALUE (NAME alone copies it from here, allowlisted names only)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command's process tree after this long")
+	fl.Int64Var(&f.maxOutput, "max-output", 0, "bytes kept of each of stdout and stderr when not streaming")
+	return cmd
+}
+
+func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id string, argv []string) error {
+	m, err := a.manager(nil, sf)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	env := map[string]string{}
+	for _, e := range f.env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			// Copying a host variable is the path by which secrets leak:
+			// only allowlisted names.
+			if !slices.Contains(docker.DefaultSessionEnv, k) {
+				return exit(ExitUsage, fmt.Errorf("-e %s: %w (give a value: -e %s=VALUE)", k, docker.ErrEnvNotAllowed, k))
+			}
+			if v, ok = os.LookupEnv(k); !ok {
+				continue
+			}
+		}
+		env[k] = v
+	}
+	if f.tty || f.root {
+		return a.sessionExecDocker(ctx, m, f, id, argv, env)
+	}
+	var stdin []byte
+	if f.interactive {
+		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, worker.MaxRequestBytes/2)); err != nil {
+			return exit(ExitFailure, fmt.Errorf("read stdin: %w", err))
+		}
+	}
+	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := m.Open(sigctx, id)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	res, err := s.Exec(sigctx, docker.Command{
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, Stdin: stdin, MaxOutputBytes: f.maxOutput,
+		Output: func(stream string, data []byte) {
+			if stream == "stderr" {
+				a.stdio.Err.Write(data)
+			} else {
+				a.stdio.Out.Write(data)
+			}
+		},
+	})
+	switch {
+	case sigctx.Err() != nil && ctx.Err() == nil:
+		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
+	case err != nil:
+		return err
+	case res.TimedOut:
+		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
+	}
+	for _, p := range res.ProtectedRemoved {
+		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
+	}
+	return exit(res.ExitCode, nil)
+}
+
+// sessionExecDocker runs docker exec for a terminal or as root.
+func (a *app) sessionExecDocker(ctx context.Context, m *docker.Manager, f execFlags, id string, argv []string, env map[string]string) error {
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
+	if !f.interactive && !f.tty {
+		cmd.Stdin = nil
+	}
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exit(ee.ExitCode(), nil)
+	}
+	if err != nil {
+		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
+	}
+	return nil
+}
+
+func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
+	var manifest []string
+	var manifestFile string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "snapshot [flags] ID",
+		Short: "Snapshot a session into an immutable, content-addressed image",
+		Long: `Commit the session's environment into an image tagged vak-env:KEY and print the
+key and the image. KEY hashes the session's base image ID, the environment
+manifest (-m NAME=VALUE pairs and/or --manifest FILE, describing how the
+environment was made) and the policy generation. The same three reuse the
+existing image at once; changing any one makes a new one. Start a session from
+it with 'vak session create --from KEY'.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return sessionErr(a.sessionSnapshot(cmd.Context(), sf, args[0], manifest, manifestFile, quiet))
+		},
+	}
+	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE")
+	cmd.Flags().StringVar(&manifestFile, "manifest", "", "file whose content is the manifest entry \"file\"")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key")
+	return cmd
+}
+
+func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, entries []string, file string, quiet bool) error {
+	cfg, err := a.loadConfig("")
+	if err != nil {
+		return err
+	}
+	m, err := a.manager(cfg, sf)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	man := docker.Manifest{}
+	for _, e := range entries {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE", e))
+		}
+		man[k] = v
+	}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return exit(ExitUsage, fmt.Errorf("--manifest: %w", err))
+		}
+		man["file"] = string(data)
+	}
+	quietGC(ctx, m)
+	ref, err := m.Snapshot(ctx, id, man)
+	if err != nil {
+		return err
+	}
+	if quiet {
+		fmt.Fprintln(a.stdio.Out, ref.Key)
+		return nil
+	}
+	cached := ""
+	if ref.Cached {
+		cached = " (cached: reused the existing image)"
+	}
+	fmt.Fprintf(a.stdio.Out, "key:   %s\nimage: %s %s%s\n", ref.Key, ref.Ref, ref.ID, cached)
+	return nil
+}
+
+func (a *app) newSessionRmCmd(sf *sessionFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID...",
+		Aliases: []string{"discard"},
+		Short:   "Discard sessions (their containers are killed and removed)",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.manager(nil, sf)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			var errs []error
+			for _, id := range args {
+				if err := m.Discard(cmd.Context(), id); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			quietGC(cmd.Context(), m)
+			return sessionErr(errors.Join(errs...))
+		},
+	}
+}
+
+func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
+	var all, quiet bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List your sessions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := a.manager(nil, sf)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			quietGC(cmd.Context(), m)
+			list, err := m.List(cmd.Context())
+			if err != nil {
+				return sessionErr(err)
+			}
+			if quiet {
+				for _, s := range list {
+					if s.ID != "" {
+						fmt.Fprintln(a.stdio.Out, s.ID)
+					}
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tWORKSPACE")
+			for _, s := range list {
+				id := s.ID
+				if id == "" {
+					if !all {
+						continue
+					}
+					id = "(pool) " + s.Name
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), s.Workspace)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list warm-pool containers")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only session IDs")
+	return cmd
+}
+
+func short(image string) string {
+	image = strings.TrimPrefix(image, "sha256:")
+	if len(image) > 12 {
+		return image[:12]
+	}
+	return image
+}
+
+func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove sessions that are over (ended, expired, idle, or whose owner is gone)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.gc(cmd.Context(), sf)
+		},
+	}
+}
+
+func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
+	m, err := a.manager(nil, sf)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	rep, err := m.GC(ctx)
+	if rep != nil {
+		for _, r := range rep.Removed {
+			name := r.ID
+			if name == "" {
+				name = r.Name
+			}
+			fmt.Fprintf(a.stdio.Out, "removed %s: %s\n", name, r.Reason)
+		}
+	}
+	return sessionErr(err)
+}
+
+func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
+	var f createFlags
+	pool := &cobra.Command{
+		Use:   "pool",
+		Short: "Manage the warm pool of pre-started session containers",
+	}
+	fill := &cobra.Command{
+		Use:   "fill [flags]",
+		Short: "Start containers until session.pool_size are ready for this workspace and image",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws, err := paths.CanonicalWorkspace(orDot(f.workspace))
+			if err != nil {
+				return exit(ExitUsage, err)
+			}
+			cfg, err := a.loadConfig(ws)
+			if err != nil {
+				return err
+			}
+			if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout}); err != nil {
+				return exit(ExitUsage, err)
+			}
+			m, err := a.manager(cfg, sf)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if m.PoolSize == 0 {
+				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
+			}
+			n, err := m.FillPool(cmd.Context(), docker.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
+				Mode: cfg.Sandbox.Mode, Env: docker.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
+			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
+			return sessionErr(err)
+		},
+	}
+	fill.Flags().StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
+	fill.Flags().StringVar(&f.image, "image", "", "base image (default from config)")
+	fill.Flags().StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
+	fill.Flags().DurationVar(&f.timeout, "timeout", 0, "default command timeout (default from config)")
+	pool.AddCommand(fill)
+	return pool
+}
+
+func orDot(s string) string {
+	if s == "" {
+		return "."
+	}
+	return s
+}
+
+func (a *app) newGCCmd() *cobra.Command {
+	var sf sessionFlags
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what vak left behind: sessions that are over (same as 'vak session gc')",
+		Long: `Remove your session and warm-pool containers that are over: their worker
+ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
+the process that owned them (vak session create --hold, or an embedding broker)
+is gone, e.g. killed with SIGKILL. Containers vak did not create are never
+touched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.gc(cmd.Context(), &sf)
+		},
+	}
+	cmd.Flags().StringArrayVar(&sf.labels, "label", nil, "only objects with label KEY=VALUE")
+	cmd.Flags().MarkHidden("label")
+	return cmd
+}
+
+// newReapCmd is the reap shim every session command runs under (see
+// worker.Reap); it exists only inside session containers.
+func newReapCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                worker.ReapCommand,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return exit(worker.Reap(args), nil)
+		},
+	}
+}
+
+// runContainerWorker is `vak __worker --container`: a session container's
+// entrypoint.
+func runContainerWorker(cmd *cobra.Command) error {
+	spec, _, err := worker.ReadSpecEnv()
+	if err != nil {
+		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	desc := fmt.Sprintf("container: vak worker as PID 1 of a session container (mode %s); commands run as its user under a subreaper shim", spec.Mode)
+	err = worker.RunContainer(ctx, spec, desc, os.Stdin, os.Stdout)
+	if errors.Is(err, worker.ErrIdle) || errors.Is(err, worker.ErrDeadline) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "vak: %v\n", err)
+		return exit(ExitOK, nil)
+	}
+	if err != nil {
+		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
+	}
+	return exit(ExitOK, nil)
+}

@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"vak/internal/sandbox/docker"
+	"vak/internal/testenv"
+)
+
+// sessionEnv isolates vak's state directory and returns the labels every
+// session command of the test passes (so the test's objects can be found
+// and removed, and gc only looks at them).
+func sessionEnv(t *testing.T) (cfg string, labels []string) {
+	t.Helper()
+	img := testenv.Image(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	run := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
+	labels = []string{"--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", "vak.test.run=" + run}
+	t.Cleanup(func() {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=vak.test.run="+run).Output()
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+			t.Errorf("test left containers behind: %v", ids)
+		}
+		out, _ = exec.Command("docker", "images", "-q", "--filter", "label=vak.test.run="+run).Output()
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			exec.Command("docker", append([]string{"rmi", "-f"}, ids...)...).Run()
+		}
+	})
+	return writeConfig(t, "version = 1\n[sandbox]\nimage = \""+img+"\"\n"), labels
+}
+
+// session runs `vak session SUB LABELS... ARGS...` in-process.
+func session(t *testing.T, cfg string, labels []string, stdin string, sub string, args ...string) (int, string, string) {
+	t.Helper()
+	full := append([]string{"--config", cfg, "session", sub}, labels...)
+	full = append(full, args...)
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), full, Stdio{In: strings.NewReader(stdin), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestSessionCLI(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "cli")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	if id != docker.SessionID("cli", ws) {
+		t.Fatalf("create printed %q", out)
+	}
+	exec1 := func(stdin string, args ...string) (int, string, string) {
+		t.Helper()
+		return session(t, cfg, labels, stdin, "exec", args...)
+	}
+	// Status, output, files in the workspace.
+	if code, out, errs := exec1("", id, "--", "sh", "-c", "echo $((6*7)) > answer; echo out; echo err >&2; exit 3"); code != 3 || out != "out\n" || errs != "err\n" {
+		t.Fatalf("exec: %d %q %q", code, out, errs)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws, "answer")); string(data) != "42\n" {
+		t.Fatalf("workspace file %q", data)
+	}
+	// argv reaches the container as argv.
+	if code, out, _ := exec1("", id, "--", "printf", "%s|", "a b", "it's", "$HOME", ";true"); code != 0 || out != "a b|it's|$HOME|;true|" {
+		t.Fatalf("argv: %d %q", code, out)
+	}
+	// Working directory, environment, stdin, timeout.
+	if code, _, errs := exec1("", "--cwd", "/etc", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "outside") {
+		t.Fatalf("cwd outside: %d %s", code, errs)
+	}
+	if code, out, _ := exec1("", "-e", "FOO=bar", id, "--", "sh", "-c", "echo $FOO"); code != 0 || out != "bar\n" {
+		t.Fatalf("env: %d %q", code, out)
+	}
+	if code, _, errs := exec1("", "-e", "AWS_SECRET_ACCESS_KEY", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "not allowed") {
+		t.Fatalf("copying a host variable: %d %s", code, errs)
+	}
+	if code, out, _ := exec1("from stdin", "-i", id, "--", "cat"); code != 0 || out != "from stdin" {
+		t.Fatalf("stdin: %d %q", code, out)
+	}
+	if code, _, errs := exec1("", "--timeout", "1s", id, "--", "sleep", "60"); code != ExitTimeout || !strings.Contains(errs, "timed out") {
+		t.Fatalf("timeout: %d %s", code, errs)
+	}
+	if code, _, errs := exec1("", "--root", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "allow_install") {
+		t.Fatalf("root without allow_install: %d %s", code, errs)
+	}
+	if code, _, errs := exec1("", "nope-0123456789", "--", "true"); code != ExitUsage || !strings.Contains(errs, "no such session") {
+		t.Fatalf("unknown session: %d %s", code, errs)
+	}
+	// Snapshot: key and image; the same again is a cache hit.
+	exec1("", id, "--", "sh", "-c", "echo pkg > $HOME/pkg")
+	code, out, errs = session(t, cfg, labels, "", "snapshot", id, "-m", "step=pkg")
+	if code != 0 || !strings.Contains(out, "key:") || !strings.Contains(out, "image: vak-env:") {
+		t.Fatalf("snapshot: %d %q %s", code, out, errs)
+	}
+	code, key, _ := session(t, cfg, labels, "", "snapshot", "-q", id, "-m", "step=pkg")
+	key = strings.TrimSpace(key)
+	if code != 0 || !strings.Contains(out, key) {
+		t.Fatalf("snapshot -q: %d %q (first: %q)", code, key, out)
+	}
+	if _, out, _ := session(t, cfg, labels, "", "snapshot", id, "-m", "step=pkg"); !strings.Contains(out, "cached") {
+		t.Fatalf("no cache hit: %q", out)
+	}
+	code, out, errs = session(t, cfg, labels, "", "create", "-w", ws, "--task", "from", "--from", key)
+	if code != 0 {
+		t.Fatalf("create --from: %d %s", code, errs)
+	}
+	id2 := strings.TrimSpace(out)
+	if code, out, _ := exec1("", id2, "--", "cat", docker.SessionHome+"/pkg"); code != 0 || out != "pkg\n" {
+		t.Fatalf("from snapshot: %d %q", code, out)
+	}
+	// ls, rm.
+	code, out, _ = session(t, cfg, labels, "", "ls", "-q")
+	if code != 0 || !strings.Contains(out, id+"\n") || !strings.Contains(out, id2+"\n") {
+		t.Fatalf("ls: %d %q", code, out)
+	}
+	if code, _, errs := session(t, cfg, labels, "", "rm", id, id2); code != 0 {
+		t.Fatalf("rm: %d %s", code, errs)
+	}
+	if code, out, _ := session(t, cfg, labels, "", "ls", "-q"); code != 0 || out != "" {
+		t.Fatalf("ls after rm: %d %q", code, out)
+	}
+	if code, _, errs := exec1("", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "no such session") {
+		t.Fatalf("exec after rm: %d %s", code, errs)
+	}
+}
+
+// The session's environment holds only allowlisted host variables.
+func TestSessionCLIEnvFiltered(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	vak := testenv.Vak(t)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(vak, append([]string{"--config", cfg, "session"}, args...)...)
+		cmd.Env = append(os.Environ(), "CANARY_TOKEN=sk-canary", "AWS_SECRET_ACCESS_KEY=aws-canary", "LANG=C.UTF-8")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return string(out)
+	}
+	id := strings.TrimSpace(run(append([]string{"create"}, append(labels, "-w", ws)...)...))
+	defer session(t, cfg, labels, "", "rm", id)
+	env := run("exec", id, "--", "env")
+	if strings.Contains(env, "canary") || strings.Contains(env, "VAK_") {
+		t.Fatalf("host secrets reached the session:\n%s", env)
+	}
+	if !strings.Contains(env, "LANG=C.UTF-8") {
+		t.Fatalf("allowlisted LANG missing (the environment was not passed at all?):\n%s", env)
+	}
+}
+
+// A broker killed with SIGKILL leaves its session behind; `vak gc`
+// removes it because its owner is gone. A broker that exits normally
+// removes its session itself.
+func TestSessionCLIKilledBroker(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	vak := testenv.Vak(t)
+	hold := func() (*exec.Cmd, string) {
+		cmd := exec.Command(vak, append(append([]string{"--config", cfg, "session", "create", "--hold"}, labels...), "-w", ws)...)
+		stdout, _ := cmd.StdoutPipe()
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("create --hold: %v %s", err, errb.String())
+		}
+		return cmd, strings.TrimSpace(line)
+	}
+	running := func(id string) bool {
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "name=^"+docker.SessionPrefix+id+"$").Output()
+		return strings.TrimSpace(string(out)) != ""
+	}
+	cmd, id := hold()
+	if !running(id) {
+		t.Fatal("no session container while the broker holds it")
+	}
+	if code, out, _ := session(t, cfg, labels, "", "exec", id, "--", "echo", "held"); code != 0 || out != "held\n" {
+		t.Fatalf("exec in a held session: %d %q", code, out)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if !running(id) {
+		t.Fatal("the session vanished with its broker: the gc test proves nothing")
+	}
+	// gc: its owner is gone.
+	full := append([]string{"--config", cfg, "gc"}, labels...)
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), full, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}); code != 0 {
+		t.Fatalf("gc: %d %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "removed "+id+": its owner process is gone") {
+		t.Fatalf("gc output %q", out.String())
+	}
+	if running(id) {
+		t.Fatal("gc left the orphaned session")
+	}
+	// A broker that is told to stop removes its session.
+	cmd, id = hold()
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("held broker exit: %v", err)
+	}
+	if running(id) {
+		t.Fatal("the held session survived its broker's normal exit")
+	}
+}
+
+// With session.allow_install, `exec --root` runs as root through docker
+// exec (no TTY needed), and what it installs is there for the next turn.
+func TestSessionCLIRootInstall(t *testing.T) {
+	_, labels := sessionEnv(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer session(t, cfg, labels, "", "rm", id)
+	if code, out, errs := session(t, cfg, labels, "", "exec", "--root", id, "--", "sh", "-c", "echo pkg > /bin/installed-tool; id -u"); code != 0 || out != "0\n" {
+		t.Fatalf("exec --root: %d %q %s", code, out, errs)
+	}
+	if code, out, _ := session(t, cfg, labels, "", "exec", id, "--", "cat", "/bin/installed-tool"); code != 0 || out != "pkg\n" {
+		t.Fatalf("next turn: %d %q", code, out)
+	}
+	insp, err := exec.Command("docker", "inspect", "-f", "{{.HostConfig.CapAdd}}", docker.SessionPrefix+id).Output()
+	if err != nil || !strings.Contains(string(insp), "CAP_SETUID") {
+		t.Fatalf("install capabilities: %q %v", insp, err)
+	}
+}
