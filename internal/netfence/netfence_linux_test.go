@@ -259,7 +259,7 @@ func TestFenceInNamespaces(t *testing.T) {
 		waitFor(t, func() bool { return g.count("TRANSPARENT src="+n+".2:") > 0 && contains(g.log(), "dst="+dst) }, "transparent connection for "+dst)
 	}
 	// DNS to any server lands on the gateway's resolver.
-	for _, srv := range []string{"8.8.8.8:53", n + ".3:53"} {
+	for _, srv := range []string{"8.8.8.8:53", n + ".3:53", "127.0.0.11:53"} {
 		if out := inNS(sb, probe, "udp", srv, "3s"); !strings.Contains(out, "DNS-UDP") {
 			t.Errorf("DNS to %s did not reach the gateway resolver: %s", srv, out)
 		}

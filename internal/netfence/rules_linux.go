@@ -19,6 +19,9 @@ type ruleset struct {
 	filterRules       [][]expr.Any
 }
 
+// natPriority runs vak's NAT before Docker's (-100).
+const natPriority = -150
+
 func ifname(n string) []byte {
 	b := make([]byte, 16)
 	copy(b, n)
@@ -73,14 +76,19 @@ func build(c Config) *ruleset {
 		filter: &nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable},
 	}
 	drop := nftables.ChainPolicyDrop
-	r.natOut = &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest}
+	// Before Docker's own NAT (priority -100): its embedded DNS server at
+	// 127.0.0.11 forwards queries from the host's namespace, outside the
+	// fence, so DNS must be bound to the gateway before Docker's DNAT runs
+	// (the first NAT decision of a connection is the one that holds).
+	r.natOut = &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority)}
 	r.filterOut = &nftables.Chain{Name: "output", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
 	r.natRules = [][]expr.Any{
-		// Loopback stays loopback (the forwarder itself listens there).
-		cat(oifLo, []expr.Any{accept}),
-		// DNS, to whatever server, goes to the gateway's resolver.
+		// DNS, to whatever server (127.0.0.11 included), goes to the
+		// gateway's resolver.
 		cat(l4(unix.IPPROTO_UDP), dport(53), dnat),
 		cat(l4(unix.IPPROTO_TCP), dport(53), dnat),
+		// Loopback stays loopback (the forwarder itself listens there).
+		cat(oifLo, []expr.Any{accept}),
 		// The forwarder's own connections and explicit-proxy use reach the
 		// gateway as they are.
 		cat(ipDaddrGW, []expr.Any{accept}),
@@ -91,19 +99,29 @@ func build(c Config) *ruleset {
 			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 		}),
 	}
-	// "ip daddr 127.0.0.0/8": redirected connections. The filter hook sees
-	// the device chosen before the nat hook redirected them, so oifname is
-	// not "lo" for them; match the new destination instead.
-	toLoopback := []expr.Any{
+	// "ip daddr 127.0.0.1": local services and the redirected connections.
+	// Only 127.0.0.1: other loopback addresses host things that are not
+	// ours (Docker's embedded DNS listens on 127.0.0.11 and forwards from
+	// outside the fence). The destination is matched, not the device: the
+	// filter hook sees the device chosen before the nat hook redirected.
+	toLocalhost := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{0xff, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 1}},
+	}
+	// Replies of accepted connections (the forwarder's answers to a
+	// redirected client travel to the client's own address).
+	established := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
 	r.filterRules = [][]expr.Any{
-		cat(oifLo, []expr.Any{accept}),
-		cat(toLoopback, []expr.Any{accept}),
+		cat(established, []expr.Any{accept}),
+		cat(toLocalhost, []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.TransparentPort), []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.ProxyPort), []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.DNSPort), []expr.Any{accept}),
@@ -204,6 +222,8 @@ func normalize(es []expr.Any) []string {
 			out[i] = fmt.Sprintf("payload %d %d %d %d", v.Base, v.Offset, v.Len, v.DestRegister)
 		case *expr.Bitwise:
 			out[i] = fmt.Sprintf("bitwise %d %d %d %x %x", v.SourceRegister, v.DestRegister, v.Len, v.Mask, v.Xor)
+		case *expr.Ct:
+			out[i] = fmt.Sprintf("ct %d %d", v.Key, v.Register)
 		case *expr.Immediate:
 			out[i] = fmt.Sprintf("imm %d %x", v.Register, v.Data)
 		default:
