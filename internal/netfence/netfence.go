@@ -64,3 +64,12 @@ const (
 	NATTable    = "vak_nat"
 	FilterTable = "vak_filter"
 )
+
+// Sysctls a netclient container must be created with (Docker sets them in
+// its network namespace; /proc/sys is read-only inside).
+var Sysctls = map[string]string{
+	"net.ipv6.conf.all.disable_ipv6":       "1",
+	"net.ipv6.conf.default.disable_ipv6":   "1",
+	"net.ipv4.conf.all.route_localnet":     "1",
+	"net.ipv4.conf.default.route_localnet": "1",
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -15,7 +16,9 @@ import (
 type ruleset struct {
 	nat, filter       *nftables.Table
 	natOut, filterOut *nftables.Chain
+	natPost           *nftables.Chain
 	natRules          [][]expr.Any
+	natPostRules      [][]expr.Any
 	filterRules       [][]expr.Any
 }
 
@@ -81,6 +84,18 @@ func build(c Config) *ruleset {
 	// fence, so DNS must be bound to the gateway before Docker's DNAT runs
 	// (the first NAT decision of a connection is the one that holds).
 	r.natOut = &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority)}
+	r.natPost = &nftables.Chain{Name: "postrouting", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
+	// DNS sent to a loopback resolver (Docker's 127.0.0.11) leaves with a
+	// loopback source once redirected to the gateway; give it this
+	// namespace's address so the gateway can answer (needs route_localnet).
+	r.natPostRules = [][]expr.Any{{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte{0xff, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
+		&expr.Masq{},
+	}}
 	r.filterOut = &nftables.Chain{Name: "output", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
 	r.natRules = [][]expr.Any{
 		// DNS, to whatever server (127.0.0.11 included), goes to the
@@ -137,6 +152,11 @@ func Apply(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	for _, f := range []string{"/proc/sys/net/ipv4/conf/all/route_localnet", "/proc/sys/net/ipv4/conf/default/route_localnet"} {
+		if err := ensureSysctl(f, "1"); err != nil {
+			return err
+		}
+	}
 	conn, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("netfence: netlink: %w", err)
@@ -150,9 +170,13 @@ func Apply(c Config) error {
 	conn.AddTable(r.nat)
 	conn.AddTable(r.filter)
 	conn.AddChain(r.natOut)
+	conn.AddChain(r.natPost)
 	conn.AddChain(r.filterOut)
 	for _, e := range r.natRules {
 		conn.AddRule(&nftables.Rule{Table: r.nat, Chain: r.natOut, Exprs: e})
+	}
+	for _, e := range r.natPostRules {
+		conn.AddRule(&nftables.Rule{Table: r.nat, Chain: r.natPost, Exprs: e})
 	}
 	for _, e := range r.filterRules {
 		conn.AddRule(&nftables.Rule{Table: r.filter, Chain: r.filterOut, Exprs: e})
@@ -199,6 +223,9 @@ func Verify(c Config) error {
 	if err := check(r.nat, r.natOut, r.natRules); err != nil {
 		return err
 	}
+	if err := check(r.nat, r.natPost, r.natPostRules); err != nil {
+		return err
+	}
 	return check(r.filter, r.filterOut, r.filterRules)
 }
 
@@ -222,6 +249,8 @@ func normalize(es []expr.Any) []string {
 			out[i] = fmt.Sprintf("payload %d %d %d %d", v.Base, v.Offset, v.Len, v.DestRegister)
 		case *expr.Bitwise:
 			out[i] = fmt.Sprintf("bitwise %d %d %d %x %x", v.SourceRegister, v.DestRegister, v.Len, v.Mask, v.Xor)
+		case *expr.Masq:
+			out[i] = "masq"
 		case *expr.Ct:
 			out[i] = fmt.Sprintf("ct %d %d", v.Key, v.Register)
 		case *expr.Immediate:
@@ -236,12 +265,31 @@ func normalize(es []expr.Any) []string {
 func describe(es []expr.Any) string { return fmt.Sprint(normalize(es)) }
 
 // DisableIPv6 turns IPv6 off in the current network namespace (a second
-// layer under the drop policy).
+// layer under the drop policy). In a container /proc/sys is read-only; the
+// container must then be created with the sysctl already set, which this
+// checks.
 func DisableIPv6() error {
 	for _, f := range []string{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"} {
-		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("netfence: %s: %w", f, err)
+		if err := ensureSysctl(f, "1"); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ensureSysctl makes a sysctl file hold want: fine if it already does,
+// written if it can be, an error naming the key otherwise. A missing file
+// (IPv6 not compiled in) is fine.
+func ensureSysctl(path, want string) error {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err == nil && strings.TrimSpace(string(data)) == want {
+		return nil
+	}
+	if werr := os.WriteFile(path, []byte(want), 0o644); werr != nil {
+		return fmt.Errorf("netfence: %s must be %s: %w", path, want, werr)
 	}
 	return nil
 }
