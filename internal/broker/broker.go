@@ -64,6 +64,9 @@ type Options struct {
 	Stderr io.Writer
 	// Labels are added to containers (tests use vak.test=1).
 	Labels map[string]string
+	// Network, if set, attaches command containers to a proxied network
+	// (docker backend only); nil means no network.
+	Network *sandbox.NetworkAttachment
 }
 
 // Session is a running worker for one workspace.
@@ -97,6 +100,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		Mode:           cfg.Sandbox.Mode,
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
+	}
+	if opts.Network != nil {
+		if _, ok := opts.Backend.(*docker.Backend); !ok {
+			return nil, fmt.Errorf("broker: the proxied network needs the docker backend; the %s sandbox has no network at all", opts.Backend.Name())
+		}
 	}
 	cmd := exec.Command(exe, WorkerCommand)
 	cmd.Dir = opts.Workspace
@@ -255,6 +263,7 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
 		Protected: existing,
+		Network:   s.opts.Network,
 	}
 	argv, err := s.docker.Wrap(c)
 	if err != nil {

@@ -33,6 +33,7 @@ config file is invalid.`,
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode to resolve for")
 	fl.StringVar(&f.backend, "backend", "", "backend to resolve")
+	fl.StringVar(&f.network, "network", "", "network policy to show (none or proxied)")
 	return cmd
 }
 
@@ -127,6 +128,18 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
 	fmt.Fprintf(out, "protected paths: %v\n", cfg.Files.Protected)
+	if netPolicy, err := effectiveNetwork(cfg, f.network); err == nil {
+		switch {
+		case cfg.Sandbox.Mode == sandbox.FullAccess:
+			fmt.Fprintln(out, "network: unrestricted (mode full-access)")
+		case netPolicy == NetworkProxied && cfg.Egress != nil:
+			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); docker backend only)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets))
+		case netPolicy == NetworkProxied:
+			fmt.Fprintln(out, "network: proxied requested, but the user config has no [network] rules: proxied commands fail")
+		default:
+			fmt.Fprintln(out, "network: none")
+		}
+	}
 	if err := b.Available(ctx); err != nil {
 		fmt.Fprintf(out, "\nthe effective backend cannot run: %v\n", err)
 		return exit(ExitUnavailable, nil)

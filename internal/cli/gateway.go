@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,25 @@ import (
 type gatewayFlags struct {
 	listen, transparent, mode, dns, socket, receipts, session string
 	file                                                      string
+	// noForwarding refuses to start unless IP forwarding is off in this
+	// network namespace (the gateway container of a proxied topology must
+	// never route packets between its networks).
+	noForwarding bool
+}
+
+// ipForwardFile says whether this network namespace forwards IPv4.
+const ipForwardFile = "/proc/sys/net/ipv4/ip_forward"
+
+// checkNoForwarding fails unless IPv4 forwarding is off here.
+func checkNoForwarding() error {
+	data, err := os.ReadFile(ipForwardFile)
+	if err != nil {
+		return fmt.Errorf("cannot verify that IP forwarding is off: %w", err)
+	}
+	if v := strings.TrimSpace(string(data)); v != "0" {
+		return fmt.Errorf("%s is %s: the gateway must not forward packets between its networks (create its container with sysctl net.ipv4.ip_forward=0)", ipForwardFile, v)
+	}
+	return nil
 }
 
 func (a *app) newGatewayCmd() *cobra.Command {
@@ -59,6 +79,7 @@ Listener flags override the config; "-" disables a listener.`,
 	fl.StringVar(&f.receipts, "receipts", "", "receipts log (default <state>/receipts/<session>.jsonl)")
 	fl.StringVar(&f.session, "session", "", "session name for receipts (default random)")
 	fl.StringVar(&f.file, "gateway-config", "", "standalone gateway config file with only [network], [gateway], [secrets]")
+	fl.BoolVar(&f.noForwarding, "require-no-forwarding", false, "refuse to start unless IP forwarding is off in this network namespace")
 	a.socketFlag(cmd, &f.socket)
 	cmd.AddCommand(
 		a.newGatewayAdminCmd("reload", "Reload the running gateway's configuration (connections stay up)", &f.socket),
@@ -107,6 +128,11 @@ func (a *app) gatewayLoader(file string) (func() (*egressconfig.Config, error), 
 }
 
 func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
+	if f.noForwarding {
+		if err := checkNoForwarding(); err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("gateway: %w", err))
+		}
+	}
 	load, cfgFile, err := a.gatewayLoader(f.file)
 	if err != nil {
 		return exit(ExitConfig, err)

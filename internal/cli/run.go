@@ -30,6 +30,7 @@ type runFlags struct {
 	backend   string
 	image     string
 	timeout   time.Duration
+	network   string
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -65,6 +66,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
+	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
 
@@ -123,9 +125,24 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 
+	netPolicy, err := effectiveNetwork(cfg, f.network)
+	if err != nil {
+		return exit(ExitUsage, err)
+	}
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable})
+	var attach *sandbox.NetworkAttachment
+	if netPolicy == NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+		if b.Name() != string(sandbox.Docker) {
+			return exit(ExitUnavailable, fmt.Errorf("the proxied network needs the docker backend (--backend docker); the %s sandbox has no network at all; nothing was run", b.Name()))
+		}
+		acquire, release := a.proxyNet(cfg)
+		if attach, err = acquire(sigctx, ws); err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
+		}
+		defer release(context.Background(), ws)
+	}
+	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
 		if errors.Is(err, docker.ErrDaemonUnavailable) {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))

@@ -76,6 +76,7 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 		m.Labels[k] = v
 	}
 	if cfg != nil {
+		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg)
 		s := cfg.Session
 		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
@@ -121,10 +122,10 @@ func quietGC(ctx context.Context, m *docker.Manager) {
 }
 
 type createFlags struct {
-	workspace, task, image, from, mode string
-	mounts                             []string
-	hold, noRefill                     bool
-	timeout                            time.Duration
+	workspace, task, image, from, mode, network string
+	mounts                                      []string
+	hold, noRefill                              bool
+	timeout                                     time.Duration
 }
 
 func (a *app) newSessionCreateCmd(sf *sessionFlags) *cobra.Command {
@@ -163,6 +164,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.DurationVar(&f.timeout, "timeout", 0, "default timeout of each command (default from config: sandbox.timeout)")
 	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
+	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
 
@@ -211,6 +213,11 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
+	netPolicy, err := effectiveNetwork(cfg, f.network)
+	if err != nil {
+		return exit(ExitUsage, err)
+	}
+	spec.NetworkPolicy = docker.NetworkPolicy(netPolicy)
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
 	}

@@ -175,9 +175,25 @@ type Command struct {
 	// in WorkspaceWrite (only ones that exist; the worker's tripwire removes
 	// protected paths a command creates).
 	Protected []string
+	// Network, if set, attaches a container to a proxied network; nil means
+	// no network at all.
+	Network *NetworkAttachment
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
 	Timeout time.Duration
+}
+
+// NetworkAttachment joins a container to a workspace's proxied network:
+// its packets leave only through the egress gateway.
+type NetworkAttachment struct {
+	// Mode is the Docker network mode, "container:NAME" of the netclient.
+	Mode string
+	// Binds are read-only HOST:CONTAINER bind mounts (public trust files).
+	Binds []string
+	// Env holds trust variables and secret placeholders (never real values).
+	Env []string
+	// Labels mark the container as a user of the network.
+	Labels map[string]string
 }
 
 // Backend is a sandboxing mechanism.

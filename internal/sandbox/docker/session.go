@@ -130,15 +130,15 @@ var (
 	ErrInstallNotAllowed = errors.New("package installs are not allowed in this session")
 )
 
-// NetworkPolicy says what network a session has. Only NetworkNone is
-// implemented; anything else is refused (fail closed), never weakened.
+// NetworkPolicy says what network a session has. Unknown policies are
+// refused (fail closed), never weakened.
 type NetworkPolicy string
 
 const (
 	// NetworkNone: no network at all (--network none). The default.
 	NetworkNone NetworkPolicy = "none"
-	// NetworkProxied is reserved for egress through vak's gateway (a later
-	// issue); asking for it today is an error.
+	// NetworkProxied: the session joins its workspace's proxied network,
+	// whose only way out is vak's egress gateway (Manager.ProxyNet).
 	NetworkProxied NetworkPolicy = "proxied"
 )
 
@@ -153,12 +153,10 @@ func ParseNetworkPolicy(s string) (NetworkPolicy, error) {
 
 func (p NetworkPolicy) check() error {
 	switch p {
-	case NetworkNone:
+	case NetworkNone, NetworkProxied:
 		return nil
-	case NetworkProxied:
-		return fmt.Errorf("%w: %q needs the egress gateway, which sessions do not support yet; only %q is available", ErrNetworkPolicy, p, NetworkNone)
 	}
-	return fmt.Errorf("%w: unknown policy %q (only %q is available)", ErrNetworkPolicy, p, NetworkNone)
+	return fmt.Errorf("%w: unknown policy %q (want %q or %q)", ErrNetworkPolicy, p, NetworkNone, NetworkProxied)
 }
 
 // Spec is what a caller asks for. The broker validates all of it and
@@ -295,6 +293,13 @@ type Manager struct {
 	// Binary is the docker CLI used only for interactive TTY execs; empty
 	// means "docker".
 	Binary string
+	// ProxyNet gives sessions with NetworkPolicy proxied their network (the
+	// CLI wires the workspace's egress topology here). Nil refuses proxied
+	// sessions.
+	ProxyNet func(ctx context.Context, workspace string) (*sandbox.NetworkAttachment, error)
+	// ReleaseProxyNet is called when a session is discarded, so a
+	// workspace's topology goes when its last user does. May be nil.
+	ReleaseProxyNet func(ctx context.Context, workspace string)
 
 	mu        sync.Mutex
 	open      map[string]*Session
@@ -420,6 +425,7 @@ type plan struct {
 	policy    string // digest of network, mode, install
 	install   bool
 	protected []string
+	net       *sandbox.NetworkAttachment // proxied sessions
 }
 
 // prepare validates spec and decides the container's shape.
@@ -455,6 +461,14 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		return nil, bad("workspace %q cannot be mounted", ws)
 	}
 	p := &plan{spec: spec, id: SessionID(spec.Task, ws), user: m.user(), install: m.AllowInstall}
+	if spec.NetworkPolicy == NetworkProxied {
+		if m.ProxyNet == nil {
+			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
+		}
+		if p.net, err = m.ProxyNet(ctx, ws); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNetworkPolicy, err)
+		}
+	}
 	p.limits = spec.Limits.WithDefaults()
 
 	// The never-mounted list: the workspace itself must pass it too (it
@@ -873,10 +887,24 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 	if p.install {
 		hc.CapAdd = InstallCapabilities
 	}
+
 	hc.Mounts = append(slices.Clone(p.mounts),
 		mount.Mount{Type: mount.TypeBind, Source: p.worker, Target: ContainerWorker, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: runDir, Target: ContainerRunDir},
 	)
+	if p.net != nil {
+		// Join the netclient's namespace: no capability is added, so
+		// nothing inside can change the fence.
+		hc.NetworkMode = container.NetworkMode(p.net.Mode)
+		for _, b := range p.net.Binds {
+			src, dst, _ := strings.Cut(strings.TrimSuffix(b, ":ro"), ":")
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: true})
+		}
+		cfg.Env = append(cfg.Env, p.net.Env...)
+		for k, v := range p.net.Labels {
+			cfg.Labels[k] = v
+		}
+	}
 	return cfg, hc, nil
 }
 
@@ -1175,7 +1203,11 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 	if s != nil {
 		s.Close()
 	}
-	return m.removeContainer(rec.Container, rec.RunDir, id)
+	err = m.removeContainer(rec.Container, rec.RunDir, id)
+	if m.ReleaseProxyNet != nil && rec.Workspace != "" {
+		m.ReleaseProxyNet(ctx, rec.Workspace)
+	}
+	return err
 }
 
 // List lists this user's session and pool containers (those carrying the

@@ -98,8 +98,15 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		image = DefaultImage
 	}
 
+	netMode := "none"
+	if c.Network != nil {
+		if !strings.HasPrefix(c.Network.Mode, "container:") {
+			return nil, fmt.Errorf("docker wrap: network mode %q: a sandbox joins a netclient (container:NAME) or has none", c.Network.Mode)
+		}
+		netMode = c.Network.Mode
+	}
 	args := []string{b.binary(), "run", "--rm",
-		"--network", "none",
+		"--network", netMode,
 		"--memory", strconv.FormatInt(lim.Memory, 10),
 		"--cpus", strconv.FormatFloat(lim.CPUs, 'f', -1, 64),
 		"--pids-limit", strconv.Itoa(lim.Pids),
@@ -129,7 +136,20 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	} else {
 		args = append(args, "--user", strconv.Itoa(b.User.UID)+":"+strconv.Itoa(b.User.GID))
 	}
+	if c.Network != nil {
+		for _, bind := range c.Network.Binds {
+			if !strings.HasSuffix(bind, ":ro") {
+				return nil, fmt.Errorf("docker wrap: network bind %q must be read-only", bind)
+			}
+			args = append(args, "-v", bind)
+		}
+	}
 	args = append(args, "-e", "HOME="+ContainerHome, "-e", "TMPDIR=/tmp")
+	if c.Network != nil {
+		for _, kv := range c.Network.Env {
+			args = append(args, "-e", kv)
+		}
+	}
 	for _, kv := range c.Env {
 		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
 			return nil, fmt.Errorf("docker wrap: environment entry %q is not KEY=VALUE", kv)
@@ -144,6 +164,11 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	)
 	for _, k := range sortedKeys(b.Labels) {
 		args = append(args, "--label", k+"="+b.Labels[k])
+	}
+	if c.Network != nil {
+		for _, k := range sortedKeys(c.Network.Labels) {
+			args = append(args, "--label", k+"="+c.Network.Labels[k])
+		}
 	}
 	args = append(args, image, "sh", "-c", c.Shell)
 	return args, nil

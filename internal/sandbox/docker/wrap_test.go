@@ -92,3 +92,35 @@ func TestWrapRefuses(t *testing.T) {
 		t.Fatalf("valid command refused: %v", err)
 	}
 }
+
+func TestWrapProxiedNetwork(t *testing.T) {
+	b := &Backend{Image: "img", User: User{UID: 1, GID: 1}}
+	c := sandbox.Command{ID: "n", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite,
+		Network: &sandbox.NetworkAttachment{
+			Mode:   "container:vak-nc-k",
+			Binds:  []string{"/state/trust:/etc/vak/trust:ro"},
+			Env:    []string{"SSL_CERT_FILE=/etc/vak/trust/ca-bundle.pem", "GH_TOKEN=vakph_x"},
+			Labels: map[string]string{"vak.proxynet.user": "k"},
+		}}
+	got, err := b.Wrap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(got, " ")
+	for _, want := range []string{"--network container:vak-nc-k", "-v /state/trust:/etc/vak/trust:ro", "-e SSL_CERT_FILE=/etc/vak/trust/ca-bundle.pem", "-e GH_TOKEN=vakph_x", "--label vak.proxynet.user=k", "--cap-drop ALL"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("proxied wrap lacks %q: %s", want, joined)
+		}
+	}
+	if strings.Contains(joined, "--network none") || strings.Contains(joined, "NET_ADMIN") || strings.Contains(joined, "NET_RAW") {
+		t.Errorf("proxied wrap: %s", joined)
+	}
+	for _, bad := range []*sandbox.NetworkAttachment{
+		{Mode: "host"}, {Mode: "bridge"}, {Mode: "container:x", Binds: []string{"/etc:/etc"}},
+	} {
+		c.Network = bad
+		if _, err := b.Wrap(c); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+}

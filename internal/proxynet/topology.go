@@ -1,0 +1,576 @@
+package proxynet
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+	toml "github.com/pelletier/go-toml/v2"
+
+	"vak/internal/egress/ca"
+	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/gateway"
+	"vak/internal/netfence"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
+)
+
+// Labels of proxied-network resources.
+const (
+	LabelKind     = "vak.kind"          // "proxynet" on every resource of a topology
+	LabelKey      = "vak.proxynet"      // the topology key on its resources
+	LabelClientOf = "vak.proxynet.user" // the topology key on sandbox containers that use it
+	KindProxynet  = "proxynet"
+)
+
+// In-container paths of the gateway.
+const (
+	gatewayData     = "/data" // the gateway's volume (state, config, CA key, receipts)
+	gatewayConfig   = gatewayData + "/gateway.toml"
+	gatewayStateDir = gatewayData + "/vak" // $XDG_STATE_HOME/vak
+)
+
+// Ports the gateway serves on the sandbox network.
+const (
+	ProxyPort       = netfence.DefaultProxyPort
+	TransparentPort = netfence.DefaultTransparentPort
+	DNSPort         = netfence.DefaultDNSPort
+)
+
+// DefaultReadyTimeout bounds how long the gateway and netclient may take to
+// become healthy.
+const DefaultReadyTimeout = 60 * time.Second
+
+// ErrNoPolicy reports a proxied network requested without a [network]
+// policy in the trusted config.
+var ErrNoPolicy = errors.New("proxynet: the proxied network needs [network] rules in the user config")
+
+// Options configure a workspace's topology.
+type Options struct {
+	Engine    *client.Client
+	Workspace string // canonical
+	// Binary is the static Linux vak that the image is built from.
+	Binary string
+	// UserConfig is the trusted config file holding [network], [gateway]
+	// and [secrets].
+	UserConfig string
+	// StateDir is vak's host state dir (installation CA, trust files,
+	// copied receipts).
+	StateDir string
+	// Labels are added to every resource (tests: vak.test=1).
+	Labels map[string]string
+	// Progress receives image-build and set-up progress (may be nil).
+	Progress io.Writer
+	// Getenv reads env-sourced secrets for the gateway; nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// Net is a running topology, ready for sandbox containers to join.
+type Net struct {
+	Key       string
+	Gateway   string // gateway container name
+	Netclient string // netclient container name (join with container:NAME)
+	GatewayIP netip.Addr
+	// TrustDir is the host directory of public trust files to mount
+	// read-only at TrustDir inside sandbox containers.
+	HostTrustDir string
+	// Env is what sandbox containers get: trust variables and the secret
+	// placeholders (never real values).
+	Env []string
+	// Placeholders maps secret names to their placeholders.
+	Placeholders map[string]string
+}
+
+// Key derives the topology key from the workspace.
+func Key(workspace string) string {
+	sum := sha256.Sum256([]byte(workspace))
+	return hex.EncodeToString(sum[:6])
+}
+
+// Names of a topology's resources.
+func names(key string) (egressNet, sandboxNet, gw, nc, vol string) {
+	return "vak-egress-" + key, "vak-sandbox-" + key, "vak-gw-" + key, "vak-nc-" + key, "vak-gw-" + key
+}
+
+// NetworkMode is what a sandbox container sets to join the topology.
+func (n *Net) NetworkMode() string { return "container:" + n.Netclient }
+
+// Mounts are the read-only trust files for a sandbox container (bind spec).
+func (n *Net) Bind() string { return n.HostTrustDir + ":" + TrustDir + ":ro" }
+
+func (o *Options) labels(key string) map[string]string {
+	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace}
+	for k, v := range o.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+func (o *Options) progressf(format string, a ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "vak: "+format+"\n", a...)
+	}
+}
+
+// Ensure returns the workspace's running topology, creating it if needed:
+// egress network and gateway first, then the sandbox network and the
+// netclient, which must report its rules verified before anything joins it.
+// A second caller for the same workspace reuses the running gateway.
+func Ensure(ctx context.Context, o Options) (*Net, error) {
+	if o.Engine == nil || o.Workspace == "" || o.StateDir == "" {
+		return nil, errors.New("proxynet: Engine, Workspace and StateDir are required")
+	}
+	sections, err := gatewaySections(o.UserConfig)
+	if err != nil {
+		return nil, err
+	}
+	key := Key(o.Workspace)
+	egressNet, sandboxNet, gwName, ncName, vol := names(key)
+	cli := o.Engine
+
+	if n, err := o.reuse(ctx, key); err == nil {
+		return n, nil
+	}
+	// Whatever is left of a half-built topology goes first.
+	removeTopology(ctx, cli, key)
+
+	image, err := EnsureImage(ctx, cli, o.Binary, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	o.progressf("starting the egress gateway for %s", o.Workspace)
+	labels := o.labels(key)
+	fail := func(err error) (*Net, error) {
+		removeTopology(context.Background(), cli, key)
+		return nil, err
+	}
+	if _, err := cli.NetworkCreate(ctx, egressNet, client.NetworkCreateOptions{Driver: "bridge", Labels: labels}); err != nil {
+		return fail(fmt.Errorf("proxynet: create %s: %w", egressNet, err))
+	}
+	if _, err := cli.NetworkCreate(ctx, sandboxNet, client.NetworkCreateOptions{
+		Driver: "bridge", Internal: true, Labels: labels,
+		// No address of the host on this bridge: nothing but the gateway
+		// is reachable from it, even with the netclient's rules flushed.
+		Options: map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"},
+	}); err != nil {
+		return fail(fmt.Errorf("proxynet: create %s: %w", sandboxNet, err))
+	}
+	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: labels}); err != nil {
+		return fail(fmt.Errorf("proxynet: create volume %s: %w", vol, err))
+	}
+
+	// The gateway: its config, the installation CA and secret files go into
+	// its own volume, which no sandbox container ever mounts.
+	payload, env, err := o.gatewayPayload(sections)
+	if err != nil {
+		return fail(err)
+	}
+	health := func(cmd ...string) *container.HealthConfig {
+		return &container.HealthConfig{Test: append([]string{"CMD"}, cmd...), Interval: 250 * time.Millisecond, Timeout: 5 * time.Second, Retries: 3}
+	}
+	gwCfg := &container.Config{
+		Image: image, User: "0:0", Labels: labels, Env: env,
+		Cmd: []string{"gateway", "--gateway-config", gatewayConfig, "--require-no-forwarding",
+			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
+			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
+			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
+			"--session", key},
+		Healthcheck: health("/vak", "gateway", "status", "--socket", gateway.DefaultAdminSocket(gatewayStateDir)),
+	}
+	gwHost := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(egressNet),
+		Mounts:         []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: gatewayData}},
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Sysctls: map[string]string{
+			"net.ipv4.ip_forward":                 "0", // never route between the networks
+			"net.ipv4.ip_unprivileged_port_start": "0", // DNS on 53 without capabilities
+		},
+		Resources: container.Resources{Memory: 512 << 20, PidsLimit: ptr(int64(512))},
+	}
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: gwName, Config: gwCfg, HostConfig: gwHost})
+	if err != nil {
+		return fail(fmt.Errorf("proxynet: create gateway: %w", err))
+	}
+	if _, err := cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: gatewayData, Content: bytes.NewReader(payload)}); err != nil {
+		return fail(fmt.Errorf("proxynet: give the gateway its config: %w", err))
+	}
+	if _, err := cli.NetworkConnect(ctx, sandboxNet, client.NetworkConnectOptions{Container: res.ID}); err != nil {
+		return fail(fmt.Errorf("proxynet: attach the gateway to %s: %w", sandboxNet, err))
+	}
+	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		return fail(fmt.Errorf("proxynet: start gateway: %w", err))
+	}
+	if err := waitHealthy(ctx, cli, gwName); err != nil {
+		return fail(fmt.Errorf("proxynet: gateway: %w", err))
+	}
+	gwIP, err := addressOn(ctx, cli, gwName, sandboxNet)
+	if err != nil {
+		return fail(err)
+	}
+
+	o.progressf("starting the netclient (gateway %v)", gwIP)
+	ncCfg := &container.Config{
+		Image: image, User: "0:0", Labels: labels,
+		Cmd:         []string{"netclient", "--gateway", gwIP.String()},
+		Healthcheck: health("/vak", "netclient", "--check", "--gateway", gwIP.String()),
+	}
+	ncHost := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(sandboxNet),
+		CapDrop:        []string{"ALL"},
+		CapAdd:         []string{"NET_ADMIN"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/run": "rw,nosuid,nodev,noexec,size=1m"},
+		Sysctls:        netfence.Sysctls,
+		Resources:      container.Resources{Memory: 128 << 20, PidsLimit: ptr(int64(128))},
+	}
+	if res, err = cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: ncName, Config: ncCfg, HostConfig: ncHost}); err != nil {
+		return fail(fmt.Errorf("proxynet: create netclient: %w", err))
+	}
+	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		return fail(fmt.Errorf("proxynet: start netclient: %w", err))
+	}
+	if err := waitHealthy(ctx, cli, ncName); err != nil {
+		return fail(fmt.Errorf("proxynet: netclient: %w", err))
+	}
+	n, err := o.describe(ctx, key, gwIP)
+	if err != nil {
+		return fail(err)
+	}
+	o.progressf("proxied network ready")
+	return n, nil
+}
+
+// reuse returns the running topology of key if both containers are healthy.
+func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
+	_, sandboxNet, gwName, ncName, _ := names(key)
+	for _, c := range []string{gwName, ncName} {
+		if !healthy(ctx, o.Engine, c) {
+			return nil, errors.New("not running")
+		}
+	}
+	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
+	if err != nil {
+		return nil, err
+	}
+	return o.describe(ctx, key, gwIP)
+}
+
+// describe finishes a Net: trust files on the host and the placeholders.
+func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*Net, error) {
+	_, _, gwName, ncName, _ := names(key)
+	auth, err := ca.LoadOrCreate(gateway.CADir(o.StateDir))
+	if err != nil {
+		return nil, fmt.Errorf("proxynet: installation CA: %w", err)
+	}
+	trustDir := filepath.Join(o.StateDir, "proxynet", key, "trust")
+	if err := WriteTrust(trustDir, auth.CertPEM(), SystemRoots()); err != nil {
+		return nil, err
+	}
+	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", gateway.DefaultAdminSocket(gatewayStateDir))
+	if err != nil {
+		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
+	}
+	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}}
+	n.Env = TrustEnv()
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && k != "" {
+			n.Placeholders[k] = v
+			n.Env = append(n.Env, k+"="+v)
+		}
+	}
+	return n, nil
+}
+
+// gatewaySections reads [network], [gateway] and [secrets] from the trusted
+// config, validating them as the gateway will.
+func gatewaySections(userConfig string) (*egressconfig.Sections, error) {
+	data, err := os.ReadFile(userConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoPolicy, err)
+	}
+	var s egressconfig.Sections
+	// Only these sections; the rest of the file was validated by config.Load.
+	if err := toml.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("proxynet: %s: %w", userConfig, err)
+	}
+	if s.Network == nil || len(s.Network.Rules) == 0 {
+		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, userConfig)
+	}
+	if _, err := egressconfig.Validate(userConfig, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// gatewayPayload builds the tar unpacked into the gateway's volume: the
+// standalone gateway config (host file paths rewritten to copies inside the
+// volume), the installation CA and secret files. It returns the container
+// environment (state dir, env-sourced secrets).
+func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	cp := *s
+	files := map[string][]byte{}
+	env := []string{"XDG_STATE_HOME=" + gatewayData}
+	if cp.Gateway != nil {
+		g := *cp.Gateway
+		// Listeners and paths are the container's, set by flags.
+		g.Listen, g.TransparentListen, g.DNSListen, g.AdminSocket, g.Receipts = nil, nil, nil, nil, nil
+		var bundles []string
+		for i, b := range g.ExtraCABundles {
+			data, err := os.ReadFile(b)
+			if err != nil {
+				return nil, nil, fmt.Errorf("proxynet: gateway.extra_ca_bundles[%d]: %w", i, err)
+			}
+			name := fmt.Sprintf("ca-bundles/%d.pem", i)
+			files[name] = data
+			bundles = append(bundles, gatewayData+"/"+name)
+		}
+		g.ExtraCABundles = bundles
+		cp.Gateway = &g
+	}
+	if len(cp.Secrets) > 0 {
+		cp.Secrets = map[string]*egressconfig.Secret{}
+		for name, sec := range s.Secrets {
+			c := *sec
+			switch {
+			case sec.File != nil:
+				data, err := os.ReadFile(*sec.File)
+				if err != nil {
+					return nil, nil, fmt.Errorf("proxynet: secrets.%s.file: %w", name, err)
+				}
+				p := gatewayData + "/secrets/" + name
+				files["secrets/"+name] = data
+				c.File = &p
+			case sec.Env != nil:
+				v := getenv(*sec.Env)
+				if v == "" {
+					return nil, nil, fmt.Errorf("proxynet: secrets.%s: environment variable %s is not set", name, *sec.Env)
+				}
+				env = append(env, *sec.Env+"="+v)
+			}
+			cp.Secrets[name] = &c
+		}
+	}
+	cfg, err := toml.Marshal(cp)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxynet: encode gateway config: %w", err)
+	}
+	files["gateway.toml"] = cfg
+	// The installation CA: key and certificate (the key stays in this
+	// volume and in vak's host state dir, nowhere a sandbox can read).
+	caDir := gateway.CADir(o.StateDir)
+	if _, err := ca.LoadOrCreate(caDir); err != nil {
+		return nil, nil, fmt.Errorf("proxynet: installation CA: %w", err)
+	}
+	for _, f := range []string{ca.KeyFile, ca.CertFile} {
+		data, err := os.ReadFile(filepath.Join(caDir, f))
+		if err != nil {
+			return nil, nil, err
+		}
+		files["vak/ca/"+f] = data
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for name, data := range files {
+		for d := filepath.Dir(name); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+			tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o700})
+		}
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(data))})
+		tw.Write(data)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, nil, err
+	}
+	return buf.Bytes(), env, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitHealthy polls until the container's health check passes.
+func waitHealthy(ctx context.Context, cli *client.Client, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
+	defer cancel()
+	for {
+		res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		if err != nil {
+			return err
+		}
+		st := res.Container.State
+		if st == nil || !st.Running {
+			return fmt.Errorf("container %s stopped: %s", name, lastLog(cli, name))
+		}
+		if st.Health != nil && st.Health.Status == container.Healthy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %s not healthy: %w: %s", name, ctx.Err(), lastLog(cli, name))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func healthy(ctx context.Context, cli *client.Client, name string) bool {
+	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	return err == nil && res.Container.State != nil && res.Container.State.Running &&
+		res.Container.State.Health != nil && res.Container.State.Health.Status == container.Healthy
+}
+
+// lastLog returns the tail of a container's output (for errors).
+func lastLog(cli *client.Client, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rc, err := cli.ContainerLogs(ctx, name, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	stdcopy.StdCopy(&out, &out, rc)
+	return strings.TrimSpace(out.String())
+}
+
+// addressOn returns the container's IPv4 address on a network.
+func addressOn(ctx context.Context, cli *client.Client, name, net string) (netip.Addr, error) {
+	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if res.Container.NetworkSettings != nil {
+		if ep, ok := res.Container.NetworkSettings.Networks[net]; ok && ep != nil {
+			if a := ep.IPAddress; a.IsValid() {
+				return a, nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("proxynet: %s has no address on %s", name, net)
+}
+
+// execOutput runs a command in a container and returns its stdout.
+func execOutput(ctx context.Context, cli *client.Client, name string, cmd ...string) (string, error) {
+	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return "", err
+	}
+	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return "", err
+	}
+	defer att.Close()
+	var out, errb bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errb, att.Reader); err != nil {
+		return "", err
+	}
+	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil {
+		return "", err
+	}
+	if ins.ExitCode != 0 {
+		return "", fmt.Errorf("%v exited %d: %s", cmd, ins.ExitCode, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Teardown removes the workspace's topology unless sandbox containers still
+// use it (force removes them too). The gateway's receipts are copied to the
+// host state dir first.
+func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace string, force bool) error {
+	key := Key(workspace)
+	users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
+	if err != nil {
+		return fmt.Errorf("proxynet: list users: %w", err)
+	}
+	if len(users.Items) > 0 && !force {
+		return nil
+	}
+	for _, u := range users.Items {
+		cli.ContainerRemove(ctx, u.ID, client.ContainerRemoveOptions{Force: true})
+	}
+	saveReceipts(ctx, cli, stateDir, key)
+	return removeTopology(ctx, cli, key)
+}
+
+// saveReceipts copies the gateway's receipts into stateDir/receipts/proxynet-KEY.
+func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string) {
+	_, _, gwName, _, _ := names(key)
+	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: gateway.ReceiptsDir(gatewayStateDir)})
+	if err != nil {
+		return
+	}
+	defer res.Content.Close()
+	dst := filepath.Join(stateDir, "receipts", "proxynet-"+key)
+	tr := tar.NewReader(res.Content)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return
+		}
+		if h.Typeflag != tar.TypeReg || strings.Contains(h.Name, "..") {
+			continue
+		}
+		p := filepath.Join(dst, filepath.Base(h.Name))
+		os.MkdirAll(dst, 0o700)
+		if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
+			io.Copy(f, tr)
+			f.Close()
+		}
+	}
+}
+
+// removeTopology removes a topology's containers, networks and volume, in
+// reverse order of creation. Missing pieces are fine.
+func removeTopology(ctx context.Context, cli *client.Client, key string) error {
+	egressNet, sandboxNet, gwName, ncName, vol := names(key)
+	var errs []error
+	for _, c := range []string{ncName, gwName} {
+		if _, err := cli.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range []string{sandboxNet, egressNet} {
+		if _, err := cli.NetworkRemove(ctx, n, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := cli.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Attachment is what a sandbox container needs to join this network.
+func (n *Net) Attachment() *sandbox.NetworkAttachment {
+	return &sandbox.NetworkAttachment{
+		Mode:   n.NetworkMode(),
+		Binds:  []string{n.Bind()},
+		Env:    slices.Clone(n.Env),
+		Labels: map[string]string{LabelClientOf: n.Key},
+	}
+}
