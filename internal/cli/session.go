@@ -18,6 +18,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/paths"
+	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 )
@@ -554,7 +555,22 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 			fmt.Fprintf(a.stdio.Out, "removed %s: %s\n", name, r.Reason)
 		}
 	}
-	return sessionErr(err)
+	if err != nil {
+		return sessionErr(err)
+	}
+	// Proxied networks nobody uses any more (their receipts are kept).
+	if eng, eerr := docker.NewEngine(); eerr == nil {
+		if state, serr := paths.EnsureStateDir(); serr == nil {
+			keys, perr := proxynet.GC(ctx, eng, state, m.Labels)
+			for _, k := range keys {
+				fmt.Fprintf(a.stdio.Out, "removed proxied network %s: no sandbox uses it\n", k)
+			}
+			if perr != nil {
+				return sessionErr(perr)
+			}
+		}
+	}
+	return nil
 }
 
 func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {

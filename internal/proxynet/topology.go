@@ -574,3 +574,45 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 		Labels: map[string]string{LabelClientOf: n.Key},
 	}
 }
+
+// GC removes topologies that no sandbox container uses any more (left by a
+// broker that was killed), keeping their receipts. Only resources carrying
+// all of labels (vak's own, plus the caller's) are considered. It returns
+// the keys it removed.
+func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) ([]string, error) {
+	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet)
+	for k, v := range labels {
+		f.Add("label", k+"="+v)
+	}
+	keys := map[string]bool{}
+	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("proxynet: list: %w", err)
+	}
+	for _, c := range cs.Items {
+		keys[c.Labels[LabelKey]] = true
+	}
+	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err == nil {
+		for _, n := range ns.Items {
+			keys[n.Labels[LabelKey]] = true
+		}
+	}
+	var removed []string
+	for key := range keys {
+		if key == "" {
+			continue
+		}
+		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
+		if err != nil || len(users.Items) > 0 {
+			continue
+		}
+		saveReceipts(ctx, cli, stateDir, key)
+		if err := removeTopology(ctx, cli, key); err != nil {
+			return removed, err
+		}
+		removed = append(removed, key)
+	}
+	slices.Sort(removed)
+	return removed, nil
+}
