@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the images vak's tests run, offline (no registry is reachable):
 #   vak-test:latest  FROM scratch + Debian's busybox-static + scripts/probe
+#                    (/bin/probe) + scripts/testnet (/bin/testnet, the hermetic
+#                    test "internet": upstream, canary, gencert)
 # The tag is only rebuilt when its inputs change (a content hash label).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,9 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/bin"
 cp "$busybox" "$ctx/bin/busybox"
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/bin/probe" ./scripts/probe
+for tool in probe testnet; do
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/bin/$tool" "./scripts/$tool"
+done
 cat >"$ctx/Dockerfile" <<'DOCKERFILE'
 FROM scratch
 COPY bin/ /bin/

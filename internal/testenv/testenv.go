@@ -25,7 +25,9 @@ const (
 )
 
 // TestImage is the image scripts/build-test-images.sh builds: FROM scratch,
-// busybox-static, and the probe program from scripts/probe.
+// busybox-static, the probe program from scripts/probe (/bin/probe) and the
+// hermetic test "internet" from scripts/testnet (/bin/testnet; see
+// TestNetImage).
 const TestImage = "vak-test:latest"
 
 // TestLabel marks every Docker object a test creates, so leftovers can be

@@ -1,73 +1,213 @@
 // Command probe is a small static network prober baked into vak's test images
 // (busybox's networking applets crash in name resolution when statically
-// linked against glibc). Every subcommand prints one line and exits 0 on
-// success, 1 on failure, 2 on usage errors, so tests can assert both.
+// linked against glibc). Every subcommand prints one result line starting
+// OK or FAIL and exits 0 on success, 1 on failure, 2 on usage errors, so
+// tests can assert both.
 //
 //	probe connect HOST:PORT [TIMEOUT]   TCP connect
 //	probe udp HOST:PORT [TIMEOUT]       send one datagram, wait for a reply
-//	probe resolve NAME [SERVER:53]      DNS lookup (A/AAAA)
-//	probe http URL [TIMEOUT]            GET, print status
+//	probe resolve NAME [SERVER:53]      DNS lookup (A/AAAA) with the Go resolver
+//	probe http [-H 'Name: value']... [--host HOST] [--sni NAME] [-X METHOD] [-d BODY] URL [TIMEOUT]
+//	                                    request (GET; POST with -d), print status and body.
+//	                                    Honours HTTPS_PROXY/HTTP_PROXY/NO_PROXY. --host
+//	                                    sends another Host header than the URL's; --sni
+//	                                    sends another TLS server name and turns
+//	                                    certificate verification OFF (printed as verify=off)
+//	probe tls URL [TIMEOUT]             HTTPS GET with verification on (roots from
+//	                                    SSL_CERT_FILE): OK STATUS issuer="CN of the chain's
+//	                                    last cert" subject="leaf CN" proto=P body=FIRST-LINE
+//	probe dns [--tcp] [--type A|AAAA] NAME SERVER[:53] [TIMEOUT]
+//	                                    raw DNS query to SERVER: OK NOERROR A ADDR,... or
+//	                                    FAIL rcode=NXDOMAIN answers=0 (or a timeout)
+//	probe quic HOST:PORT [TIMEOUT]      send a QUIC-v1-Initial-shaped datagram, wait for
+//	                                    any reply (a proxied sandbox must time out)
+//	probe ping HOST [TIMEOUT]           ICMP echo (unprivileged ICMP socket, else raw)
+//	probe bench [--http1] [--timeout D] URL N CONCURRENCY
+//	                                    N keep-alive GETs (verification on) at CONCURRENCY
+//	                                    after an unmeasured warm-up round; prints
+//	                                    OK|FAIL {"n":..,"errors":..,"median_ms":..,...}
+//	                                    (vak/internal/testenv/testnet.Bench); FAIL if any
+//	                                    request failed or answered >= 400
 //	probe sleep-tree N SECONDS          start N sleeping children (process-tree tests)
 //	probe unix PATH                     connect to a UNIX socket
 //	probe attempt NAME                  try a forbidden kernel operation (socket-inet,
 //	                                    ptrace-parent, io_uring, unshare-user, mount, ...)
+//
+// TIMEOUT is a Go duration (default 3s).
 package main
 
 import (
 	"context"
-	"crypto/tls"
+	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 )
+
+// defaultTimeout applies when a subcommand's TIMEOUT is omitted.
+const defaultTimeout = 3 * time.Second
+
+// errPrinted means the subcommand already printed its FAIL line.
+var errPrinted = errors.New("failure already reported")
+
+// errUsage marks command-line errors (exit status 2).
+var errUsage = errors.New("usage")
 
 func main() {
 	if len(os.Args) < 3 {
 		usage()
 	}
-	timeout := 3 * time.Second
-	if len(os.Args) > 3 {
-		if d, err := time.ParseDuration(os.Args[3]); err == nil {
-			timeout = d
-		}
-	}
+	args := os.Args[2:]
 	var err error
 	switch os.Args[1] {
 	case "connect":
-		err = connect(os.Args[2], timeout)
+		err = withTimeout(args, 1, func(pos []string, timeout time.Duration) error { return connect(pos[0], timeout) })
 	case "udp":
-		err = udp(os.Args[2], timeout)
+		err = withTimeout(args, 1, func(pos []string, timeout time.Duration) error { return udp(pos[0], timeout) })
 	case "resolve":
 		server := ""
-		if len(os.Args) > 3 {
-			server = os.Args[3]
+		if len(args) > 1 {
+			server = args[1]
 		}
-		err = resolve(os.Args[2], server)
+		err = resolve(args[0], server)
 	case "http":
-		err = get(os.Args[2], timeout)
+		err = httpCmd(args)
+	case "tls":
+		err = withTimeout(args, 1, func(pos []string, timeout time.Duration) error { return tlsCmd(pos[0], timeout) })
+	case "dns":
+		err = dnsCmd(args)
+	case "quic":
+		err = withTimeout(args, 1, func(pos []string, timeout time.Duration) error { return quic(pos[0], timeout) })
+	case "ping":
+		err = withTimeout(args, 1, func(pos []string, timeout time.Duration) error { return ping(pos[0], timeout) })
+	case "bench":
+		err = benchCmd(args)
 	case "sleep-tree":
-		err = sleepTree(os.Args[2:])
+		err = sleepTree(args)
 	case "unix":
-		err = unixConnect(os.Args[2])
+		err = unixConnect(args[0])
 	case "attempt":
-		err = attempt(os.Args[2])
+		err = attempt(args[0])
 	default:
 		usage()
 	}
-	if err != nil {
-		fmt.Println("FAIL", err)
+	switch {
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		usage()
+	case errors.Is(err, errPrinted):
+		os.Exit(1)
+	case err != nil:
+		fmt.Println("FAIL", oneLine(err.Error()))
 		os.Exit(1)
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe connect|udp|resolve|http|sleep-tree|unix|attempt ARG [ARG]")
+	fmt.Fprintln(os.Stderr, `usage: probe SUBCOMMAND ARG...
+  connect HOST:PORT [TIMEOUT] | udp HOST:PORT [TIMEOUT] | resolve NAME [SERVER:53]
+  http [-H 'Name: value']... [--host HOST] [--sni NAME] [-X METHOD] [-d BODY] URL [TIMEOUT]
+  tls URL [TIMEOUT] | dns [--tcp] [--type A|AAAA] NAME SERVER[:53] [TIMEOUT]
+  quic HOST:PORT [TIMEOUT] | ping HOST [TIMEOUT]
+  bench [--http1] [--timeout D] URL N CONCURRENCY
+  sleep-tree N SECONDS | unix PATH | attempt NAME`)
 	os.Exit(2)
+}
+
+// withTimeout checks that args are n positionals plus an optional TIMEOUT
+// and calls fn.
+func withTimeout(args []string, n int, fn func(pos []string, timeout time.Duration) error) error {
+	if len(args) < n || len(args) > n+1 {
+		return fmt.Errorf("%w: want %d argument(s) and an optional TIMEOUT, got %q", errUsage, n, args)
+	}
+	timeout, err := parseTimeout(args[n:])
+	if err != nil {
+		return err
+	}
+	return fn(args[:n], timeout)
+}
+
+// parseTimeout parses an optional TIMEOUT argument.
+func parseTimeout(rest []string) (time.Duration, error) {
+	if len(rest) == 0 {
+		return defaultTimeout, nil
+	}
+	d, err := time.ParseDuration(rest[0])
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%w: bad TIMEOUT %q", errUsage, rest[0])
+	}
+	return d, nil
+}
+
+// cmdArgs are a subcommand's parsed arguments.
+type cmdArgs struct {
+	pos     []string
+	values  map[string][]string // flag name (without dashes) -> values, in order
+	present map[string]bool
+}
+
+func (a cmdArgs) value(name string) string {
+	v := a.values[name]
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
+}
+
+// parseArgs splits args into positionals and flags, anywhere on the line.
+// Flags take one or two dashes; valueFlags take a value (next argument or
+// after '='), boolFlags none.
+func parseArgs(args []string, valueFlags, boolFlags []string) (cmdArgs, error) {
+	a := cmdArgs{values: map[string][]string{}, present: map[string]bool{}}
+	isIn := func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if len(arg) < 2 || arg[0] != '-' {
+			a.pos = append(a.pos, arg)
+			continue
+		}
+		if arg == "--" {
+			a.pos = append(a.pos, args[i+1:]...)
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		switch {
+		case isIn(boolFlags, name):
+			if hasVal {
+				return a, fmt.Errorf("%w: flag %s takes no value", errUsage, arg)
+			}
+			a.present[name] = true
+		case isIn(valueFlags, name):
+			if !hasVal {
+				if i+1 >= len(args) {
+					return a, fmt.Errorf("%w: flag %s needs a value", errUsage, arg)
+				}
+				i++
+				val = args[i]
+			}
+			a.present[name] = true
+			a.values[name] = append(a.values[name], val)
+		default:
+			return a, fmt.Errorf("%w: unknown flag %s", errUsage, arg)
+		}
+	}
+	return a, nil
+}
+
+// oneLine keeps a result on one line.
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\r", " "), "\n", " ")
 }
 
 func connect(addr string, timeout time.Duration) error {
@@ -117,25 +257,9 @@ func resolve(name, server string) error {
 	return nil
 }
 
-func get(url string, timeout time.Duration) error {
-	c := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		Proxy:             http.ProxyFromEnvironment,
-		TLSClientConfig:   &tls.Config{},
-		ForceAttemptHTTP2: true,
-	}}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	fmt.Printf("OK %d %s\n", resp.StatusCode, body)
-	return nil
-}
-
 func sleepTree(args []string) error {
 	if len(args) < 2 {
-		usage()
+		return fmt.Errorf("%w: sleep-tree N SECONDS", errUsage)
 	}
 	n, _ := strconv.Atoi(args[0])
 	for i := 0; i < n; i++ {
