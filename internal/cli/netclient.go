@@ -20,14 +20,16 @@ import (
 // `vak netclient --check`).
 const ReadyFile = "/run/vak-netclient.ready"
 
-// netclientVerifyInterval is how often the running netclient re-verifies its
-// rules; tampering makes it exit (fail closed: the forwarder is gone).
-const netclientVerifyInterval = 2 * time.Second
+// DefaultVerifyInterval is how often the running netclient re-verifies its
+// rules; tampering makes it exit (fail closed: the forwarder is gone, and
+// Docker then removes the namespace's interface).
+const DefaultVerifyInterval = 2 * time.Second
 
 func (a *app) newNetclientCmd() *cobra.Command {
 	var (
 		gateway string
 		check   bool
+		every   time.Duration
 		c       = netfence.Config{
 			TransparentPort: netfence.DefaultTransparentPort,
 			ProxyPort:       netfence.DefaultProxyPort,
@@ -65,7 +67,10 @@ With --check, only verify the rules and readiness (for health checks).`,
 				}
 				return nil
 			}
-			return a.netclient(c)
+			if every <= 0 {
+				return exit(ExitUsage, errors.New("--verify-interval must be positive"))
+			}
+			return a.netclient(c, every)
 		},
 	}
 	fl := cmd.Flags()
@@ -75,11 +80,32 @@ With --check, only verify the rules and readiness (for health checks).`,
 	fl.Uint16Var(&c.DNSPort, "dns-port", c.DNSPort, "gateway DNS port")
 	fl.Uint16Var(&c.ForwarderPort, "forward-port", c.ForwarderPort, "local forwarder port")
 	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
+	fl.DurationVar(&every, "verify-interval", DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")
+	cmd.AddCommand(a.newUnfenceCmd())
 	return cmd
 }
 
-func (a *app) netclient(c netfence.Config) error {
+// newUnfenceCmd is for tests of the topology: it does what an attacker with
+// NET_ADMIN in the sandbox namespace would do first (flush the rules), to
+// show that nothing gets out anyway.
+func (a *app) newUnfenceCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "unfence",
+		Short:  "Flush this namespace's rules: a tamper test",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := netfence.Unfence(); err != nil {
+				return exit(ExitFailure, err)
+			}
+			fmt.Fprintln(a.stdio.Out, "unfenced")
+			return nil
+		},
+	}
+}
+
+func (a *app) netclient(c netfence.Config, every time.Duration) error {
 	os.Remove(ReadyFile)
 	if err := netfence.DisableIPv6(); err != nil {
 		return exit(ExitFailure, err)
@@ -100,7 +126,7 @@ func (a *app) netclient(c netfence.Config) error {
 	fmt.Fprintf(a.stdio.Out, "netclient: ready: TCP via %v:%d, DNS via %v:%d, everything else dropped\n", c.Gateway, c.TransparentPort, c.Gateway, c.DNSPort)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	tick := time.NewTicker(netclientVerifyInterval)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {

@@ -328,3 +328,51 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// The netclient re-verifies its rules and exits when they change: its
+// forwarder is then gone, and in Docker the namespace loses its interface.
+func TestNetclientExitsOnTamper(t *testing.T) {
+	sb, _, n := netns(t)
+	vak := testenv.Vak(t)
+	cmd := exec.Command("ip", "netns", "exec", sb, vak, "netclient", "--gateway", n+".1", "--verify-interval", "100ms")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, func() bool { return strings.Contains(out.String(), "netclient: ready") }, "netclient ready")
+	select {
+	case err := <-done:
+		t.Fatalf("netclient exited before any tampering: %v\n%s", err, out.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	sh(t, "ip", "netns", "exec", sb, "nft", "flush", "ruleset")
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "rules changed") {
+			t.Fatalf("netclient exit after tampering: %v\n%s", err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("netclient kept running with its rules flushed:\n%s", out.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -15,3 +15,6 @@ func Verify(Config) error { return ErrUnsupported }
 
 // DisableIPv6 is unsupported here.
 func DisableIPv6() error { return ErrUnsupported }
+
+// Unfence is unsupported here.
+func Unfence() error { return ErrUnsupported }

@@ -81,6 +81,9 @@ type Options struct {
 	Progress io.Writer
 	// Getenv reads env-sourced secrets for the gateway; nil means os.Getenv.
 	Getenv func(string) string
+	// VerifyInterval is how often the netclient re-verifies its rules (and
+	// exits if they changed); zero means its default.
+	VerifyInterval time.Duration
 }
 
 // Net is a running topology, ready for sandbox containers to join.
@@ -231,7 +234,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	o.progressf("starting the netclient (gateway %v)", gwIP)
 	ncCfg := &container.Config{
 		Image: image, User: "0:0", Labels: labels,
-		Cmd:         []string{"netclient", "--gateway", gwIP.String()},
+		Cmd:         o.netclientCmd(gwIP),
 		Healthcheck: health("/vak", "netclient", "--check", "--gateway", gwIP.String()),
 	}
 	ncHost := &container.HostConfig{
@@ -412,6 +415,14 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (o *Options) netclientCmd(gw netip.Addr) []string {
+	cmd := []string{"netclient", "--gateway", gw.String()}
+	if o.VerifyInterval > 0 {
+		cmd = append(cmd, "--verify-interval", o.VerifyInterval.String())
+	}
+	return cmd
+}
 
 // waitHealthy polls until the container's health check passes.
 func waitHealthy(ctx context.Context, cli *client.Client, name string) error {
