@@ -78,6 +78,9 @@ type Session struct {
 	env     []string // environment of sandboxed commands
 	prot    []string // absolute protected paths
 	cgroup  *landlock.Cgroup
+	// supervisor answers setsid notifications of a landlock worker that
+	// runs without namespaces (with them, stage 1 does).
+	supervisor *os.File
 }
 
 // Start starts a worker for opts.
@@ -108,6 +111,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	cmd := exec.Command(exe, WorkerCommand)
 	cmd.Dir = opts.Workspace
+	var supRemote *os.File
 	cmd.Stderr = opts.Stderr
 	home, _ := os.UserHomeDir()
 
@@ -145,8 +149,14 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			}
 		}
 		if !ns {
+			// No stage 1: stage 2 is our child, and we answer its setsid
+			// notifications (see landlock.Supervise).
 			s.env = sandboxEnv(cfg.Sandbox.Env, tmp, tmp)
 			cmd.Args = append(cmd.Args, "--stage", "2")
+			if s.supervisor, supRemote, err = landlock.SupervisorPair(); err != nil {
+				s.cleanup()
+				return nil, err
+			}
 		}
 		spec.Landlock, spec.Namespaces = &p, ns
 	case *seatbelt.Backend:
@@ -202,11 +212,21 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		return nil, err
 	}
 	cmd.ExtraFiles = []*os.File{r}
+	if supRemote != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, supRemote)
+	}
 	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
+	// Go runtime knobs reach the worker process itself (tests use GOGC to
+	// make garbage collection frequent); they never reach commands.
+	cmd.Env = append(cmd.Env, hostEnv([]string{"GOGC", "GODEBUG", "GOMAXPROCS"})...)
 	// The worker blocks on its spec, so whatever onStarted does (joining a
 	// cgroup) happens before the sandbox runs anything.
 	onStarted := func(pid int) error {
 		r.Close()
+		if supRemote != nil {
+			supRemote.Close()
+			go landlock.Supervise(s.supervisor, pid)
+		}
 		if s.cgroup != nil {
 			if err := s.cgroup.Add(pid); err != nil {
 				w.Close()

@@ -20,7 +20,7 @@
 //     denied) and a seccomp filter
 //     (no AF_INET/AF_INET6/AF_PACKET/raw sockets, no ptrace, io_uring, bpf,
 //     namespaces, mounts, keyrings, TIOCSTI, ...; setsid only for the
-//     worker's own children, answered by the worker through a seccomp user
+//     worker's own children, answered by stage 1 through a seccomp user
 //     notification), and only then serves the worker protocol.
 //
 // Stage 1 stays behind as the PID namespace's init: when it exits, the kernel

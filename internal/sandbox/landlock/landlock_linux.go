@@ -182,7 +182,11 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	cmd := exec.Command("/proc/self/exe", argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{r}
+	sup, supRemote, err := SupervisorPair()
+	if err != nil {
+		return 0, err
+	}
+	cmd.ExtraFiles = []*os.File{r, supRemote}
 	cmd.Env = os.Environ()
 	cmd.Dir = p.Workspace
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -199,6 +203,9 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		return 0, fmt.Errorf("landlock: start stage 2: %w", err)
 	}
 	r.Close()
+	supRemote.Close()
+	// Stage 1 answers stage 2's setsid notifications (see notify_linux.go).
+	go Supervise(sup, cmd.Process.Pid)
 	if _, err := w.Write(spec); err != nil {
 		return 0, fmt.Errorf("landlock: pass spec: %w", err)
 	}
@@ -255,7 +262,9 @@ func Stage2(p Policy, namespaces bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("landlock: seccomp: %w", err)
 	}
-	go superviseSetsid(listener, os.Getpid())
+	if err := handOver(listener); err != nil {
+		return "", fmt.Errorf("landlock: %w", err)
+	}
 	s := summary(st)
 	if !namespaces {
 		s += " (weaker: no namespaces; allowed by sandbox.allow_weaker)"

@@ -4,6 +4,7 @@ package landlock
 
 import (
 	"context"
+	"os"
 	"os/exec"
 
 	"vak/internal/sandbox"
@@ -53,3 +54,9 @@ func (*Cgroup) Remove() {}
 
 // CleanStaleCgroups does nothing here.
 func CleanStaleCgroups(func(int) bool) []string { return nil }
+
+// SupervisorPair is unsupported here.
+func SupervisorPair() (*os.File, *os.File, error) { return nil, nil, ErrUnsupported }
+
+// Supervise does nothing here.
+func Supervise(*os.File, int) {}

@@ -19,6 +19,66 @@ import (
 // refused with EPERM for everyone else. No process in the sandbox can make
 // the worker its parent, so no command's descendant can pass.
 
+// The supervisor must be another process. The command being launched calls
+// setsid in the worker's vfork child, which blocks until the notification
+// is answered, while the worker's forking thread is suspended in the kernel
+// holding its Go P. A supervisor goroutine in the worker could then wait
+// forever for a stop-the-world garbage collection that waits for that
+// thread. Stage 1 (with namespaces) or the broker (without) answers
+// instead: it receives the listener from stage 2 over a socketpair.
+
+// SupervisorFD is the descriptor on which stage 2 finds the socket to its
+// supervisor (the second extra file).
+const SupervisorFD = 4
+
+// SupervisorPair returns a connected pair: local stays with the supervisor,
+// remote is handed to stage 2 as SupervisorFD.
+func SupervisorPair() (local, remote *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("landlock: supervisor socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "supervisor"), os.NewFile(uintptr(fds[1]), "supervised"), nil
+}
+
+// Supervise receives stage 2's listener on local and answers setsid
+// notifications for the rest of the sandbox's life: allowed only for direct
+// children of worker (a pid as this process sees it).
+func Supervise(local *os.File, worker int) {
+	defer local.Close()
+	buf := make([]byte, 16)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(local.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil || n == 0 {
+		return // stage 2 died before restricting itself
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return
+	}
+	superviseSetsid(fds[0], worker)
+	unix.Close(fds[0])
+}
+
+// handOver sends the listener to the supervisor and closes it here: the
+// worker (and everything it starts) never holds it.
+func handOver(listener int) error {
+	defer unix.Close(listener)
+	var st unix.Stat_t
+	if err := unix.Fstat(SupervisorFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("no supervisor socket on fd %d", SupervisorFD)
+	}
+	defer unix.Close(SupervisorFD)
+	if err := unix.Sendmsg(SupervisorFD, []byte("L"), unix.UnixRights(listener), nil, 0); err != nil {
+		return fmt.Errorf("hand the seccomp listener to the supervisor: %w", err)
+	}
+	return nil
+}
+
 // seccompNotif and seccompNotifResp mirror struct seccomp_notif and
 // struct seccomp_notif_resp (linux/seccomp.h).
 type seccompNotif struct {

@@ -1,11 +1,13 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"vak/internal/config"
 	"vak/internal/sandbox"
@@ -133,4 +135,23 @@ func truncate(s string) string {
 		return "..." + s[len(s)-300:]
 	}
 	return s
+}
+
+// Every command's fork child calls setsid, which the seccomp filter turns
+// into a notification answered outside the worker. If the answer came from
+// the worker itself, a stop-the-world garbage collection during a fork would
+// deadlock it (found by a benchmark). Many commands against a worker that
+// collects garbage constantly must all finish.
+func TestLandlockManyCommandsUnderGC(t *testing.T) {
+	t.Setenv("GOGC", "1")
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	for i := 0; i < 400; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		r, err := s.Bash(ctx, worker.BashArgs{Command: "true"}, nil)
+		cancel()
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("command %d: %v %+v (a hang here is the setsid deadlock)", i, err, r)
+		}
+	}
 }
