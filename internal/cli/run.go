@@ -98,24 +98,31 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 	return nil
 }
 
+// workspaceConfig resolves the --workspace flag (default: the current
+// directory) to the canonical workspace, loads the config for it, and
+// applies the trusted command-line flags.
+func (a *app) workspaceConfig(f runFlags) (string, *config.Config, error) {
+	ws, err := paths.CanonicalWorkspace(orDot(f.workspace))
+	if err != nil {
+		return "", nil, exit(ExitUsage, err)
+	}
+	cfg, err := a.loadConfig(ws)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := applyFlags(cfg, f); err != nil {
+		return "", nil, exit(ExitUsage, err)
+	}
+	return ws, cfg, nil
+}
+
 func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
-	wsArg := f.workspace
-	if wsArg == "" {
-		wsArg = "."
-	}
-	ws, err := paths.CanonicalWorkspace(wsArg)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
-	cfg, err := a.loadConfig(ws)
+	ws, cfg, err := a.workspaceConfig(f)
 	if err != nil {
 		return err
-	}
-	if err := applyFlags(cfg, f); err != nil {
-		return exit(ExitUsage, err)
 	}
 	b, _, err := registry(cfg).Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {

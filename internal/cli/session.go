@@ -170,20 +170,9 @@ vak stays in the foreground as the session's owner and removes it on exit
 }
 
 func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags) error {
-	wsArg := f.workspace
-	if wsArg == "" {
-		wsArg = "."
-	}
-	ws, err := paths.CanonicalWorkspace(wsArg)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
-	cfg, err := a.loadConfig(ws)
+	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout})
 	if err != nil {
 		return err
-	}
-	if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout}); err != nil {
-		return exit(ExitUsage, err)
 	}
 	if !cfg.Sandbox.Mode.Restricted() {
 		return exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))

@@ -37,7 +37,7 @@ type Client struct {
 	readyCh <-chan Event
 	exited  chan struct{} // closed once cmd.Wait returned (Start only)
 	cmd     *exec.Cmd
-	stderr  *tailBuffer
+	stderr  *TailBuffer
 }
 
 type call struct {
@@ -60,7 +60,7 @@ func Start(ctx context.Context, cmd *exec.Cmd, onStarted func(pid int) error) (*
 	if err != nil {
 		return nil, err
 	}
-	tail := &tailBuffer{max: 8 << 10}
+	tail := NewTailBuffer(8 << 10)
 	if cmd.Stderr == nil {
 		cmd.Stderr = tail
 	}
@@ -327,14 +327,18 @@ func (c *Client) Kill() {
 // Done is closed when the worker's output ends (it exited).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
+// TailBuffer keeps the last bytes written to it (a worker's diagnostics,
+// for error messages).
+type TailBuffer struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTailBuffer keeps the last max bytes.
+func NewTailBuffer(max int) *TailBuffer { return &TailBuffer{max: max} }
+
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
@@ -344,7 +348,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(bytes.TrimSpace(t.b))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vak/internal/procfs"
 )
 
 // RunContainer is a session container's entrypoint. It serves the protocol
@@ -128,10 +130,10 @@ func reapOrphans(ctx context.Context, reg *childRegistry) {
 		case <-tick.C:
 		}
 		reg.mu.Lock()
-		for _, p := range procTable() {
-			if p.ppid == self && p.state == 'Z' && !reg.pids[p.pid] {
+		for _, p := range procfs.All() {
+			if p.PPID == self && p.State == 'Z' && !reg.pids[p.PID] {
 				var ws syscall.WaitStatus
-				syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+				syscall.Wait4(p.PID, &ws, syscall.WNOHANG, nil)
 			}
 		}
 		reg.mu.Unlock()

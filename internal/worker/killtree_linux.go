@@ -1,11 +1,10 @@
 package worker
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"vak/internal/procfs"
 )
 
 // killTree kills every process in the session led by pid (commands start
@@ -30,35 +29,10 @@ func killTree(pid int) {
 
 // sessionMembers lists live (non-zombie) processes whose session id is sid.
 func sessionMembers(sid int) []int {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
 	var out []int
-	for _, n := range names {
-		p, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + n + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command name, which is in parentheses and may
-		// contain anything: state ppid pgrp session ...
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if sess, _ := strconv.Atoi(f[3]); sess == sid {
-			out = append(out, p)
+	for _, p := range procfs.All() {
+		if p.SID == sid && p.Live() {
+			out = append(out, p.PID)
 		}
 	}
 	return out
@@ -84,53 +58,13 @@ func killSubtree(pid int) {
 	killTree(pid)
 }
 
-// procInfo is one line of /proc/PID/stat.
-type procInfo struct {
-	pid, ppid, sid int
-	state          byte
-}
-
-// procTable lists the processes visible in /proc.
-func procTable() []procInfo {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	out := make([]procInfo, 0, len(names))
-	for _, n := range names {
-		p, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + n + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 || len(f[0]) != 1 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		sid, _ := strconv.Atoi(f[3])
-		out = append(out, procInfo{pid: p, ppid: ppid, sid: sid, state: f[0][0]})
-	}
-	return out
-}
-
 // descendants lists the live (non-zombie) processes below pid.
 func descendants(pid int) []int {
 	children := map[int][]int{}
 	live := map[int]bool{}
-	for _, p := range procTable() {
-		children[p.ppid] = append(children[p.ppid], p.pid)
-		live[p.pid] = p.state != 'Z' && p.state != 'X'
+	for _, p := range procfs.All() {
+		children[p.PPID] = append(children[p.PPID], p.PID)
+		live[p.PID] = p.Live()
 	}
 	var out []int
 	queue := []int{pid}

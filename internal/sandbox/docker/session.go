@@ -1351,7 +1351,7 @@ type Session struct {
 	rec    *record
 	client *worker.Client
 	conn   io.Closer
-	stderr *tailBuffer // the worker's stderr, when attached to stdio
+	stderr *worker.TailBuffer // the worker's stderr, when attached to stdio
 }
 
 // ID is the session ID.
@@ -1438,34 +1438,11 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.b))
-}
-
 // attachment is the broker's end of a container's attached stdio.
 type attachment struct {
 	hj     client.HijackedResponse
 	stdout *io.PipeReader
-	stderr *tailBuffer
+	stderr *worker.TailBuffer
 	once   sync.Once
 }
 
@@ -1477,7 +1454,7 @@ func attach(ctx context.Context, cli *client.Client, cid string) (*attachment, e
 		return nil, apiErr("attach to session container", err)
 	}
 	pr, pw := io.Pipe()
-	a := &attachment{hj: res.HijackedResponse, stdout: pr, stderr: &tailBuffer{max: 8 << 10}}
+	a := &attachment{hj: res.HijackedResponse, stdout: pr, stderr: worker.NewTailBuffer(8 << 10)}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, a.stderr, res.Reader)
 		if err == nil {

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"vak/internal/procfs"
 )
 
 // The worker starts each command as the leader of a new session and kills a
@@ -127,26 +127,13 @@ func superviseSetsid(fd int, parent int) {
 	}
 }
 
-// ppidOf reads the parent pid from /proc/PID/stat (-1 if unknown).
+// ppidOf returns pid's parent (-1 if unknown).
 func ppidOf(pid int) int {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.Stat(pid)
 	if err != nil {
 		return -1
 	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return -1
-	}
-	p, err := strconv.Atoi(f[1])
-	if err != nil {
-		return -1
-	}
-	return p
+	return p.PPID
 }
 
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {

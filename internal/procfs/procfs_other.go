@@ -1,0 +1,9 @@
+//go:build !linux
+
+package procfs
+
+// Stat is unsupported here.
+func Stat(int) (Proc, error) { return Proc{}, ErrUnsupported }
+
+// All is empty here.
+func All() []Proc { return nil }
