@@ -5,7 +5,8 @@
 //     namespaces, view, Landlock, seccomp, the command) vs exec of `true`;
 //
 //   - warm: a bash request for `true` on a running landlock worker (the
-//     protocol round trip through the exec shim) vs os/exec of `true` from Go.
+//     protocol round trip, setsid answered by stage 1) vs os/exec of `true`
+//     from Go.
 //
 //     go run ./bench/landlock -n 200
 package main

@@ -38,9 +38,9 @@ type Exec struct {
 	// Protected are workspace-relative paths that must not be created by a
 	// command; ones that appear are removed after the command (tripwire).
 	Protected []string
-	// Launcher, if set, prefixes every command's argv. It must make the
-	// command a session leader itself (the landlock exec shim does, and pins
-	// it there); without a launcher the worker starts commands with setsid.
+	// Launcher, if set, prefixes every command's argv (the reap shim of
+	// session containers; see Subreaper). Without one the worker starts
+	// commands itself, each as the leader of a new session.
 	Launcher []string
 	// Subreaper says the Launcher is the reap shim (ReapCommand): the worker
 	// starts it with setsid, it makes itself a child subreaper, and a timeout

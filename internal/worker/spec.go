@@ -36,7 +36,7 @@ type Spec struct {
 	Landlock *landlock.Policy `json:"landlock,omitempty"`
 	// Namespaces says whether stage 1 runs in new namespaces (landlock).
 	Namespaces bool `json:"namespaces,omitempty"`
-	// Launcher prefixes every command (the landlock exec shim).
+	// Launcher prefixes every command (see Exec.Launcher).
 	Launcher []string `json:"launcher,omitempty"`
 	// Container configures a worker that is a session container's
 	// entrypoint (backend BackendContainer); see RunContainer.
