@@ -136,7 +136,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			UID:         os.Getuid(),
 			GID:         os.Getgid(),
 		}
-		ns, err := landlock.Configure(cmd, p)
+		ns, err := landlock.Configure(cmd, b.StatusFor(p.AllowWeaker))
 		if err != nil {
 			s.cleanup()
 			return nil, err

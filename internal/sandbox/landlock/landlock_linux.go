@@ -24,7 +24,7 @@ type Backend struct {
 	AllowWeaker bool
 
 	once   sync.Once
-	status Status
+	kernel kernelProbe
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -45,22 +45,38 @@ func (b *Backend) Available(context.Context) error {
 	return nil
 }
 
-// Status is the cached kernel probe.
-func (b *Backend) Status() Status {
-	b.once.Do(func() { b.status = Probe(b.AllowWeaker) })
-	return b.status
+// Status is the backend's verdict on this kernel (probed once).
+func (b *Backend) Status() Status { return b.StatusFor(b.AllowWeaker) }
+
+// StatusFor evaluates the cached kernel probe as if allowWeaker were set.
+func (b *Backend) StatusFor(allowWeaker bool) Status {
+	b.once.Do(func() { b.kernel = probeKernel() })
+	return b.kernel.evaluate(allowWeaker)
 }
 
 // Probe reports what the kernel offers. With allowWeaker, missing pieces
 // make the status Weaker instead of unavailable (except seccomp, which is
 // always required).
-func Probe(allowWeaker bool) Status {
-	abi, _ := llsys.LandlockGetABIVersion()
-	var cgErr error
-	if NeedCgroup() {
-		cgErr = cgroupUsable()
+func Probe(allowWeaker bool) Status { return probeKernel().evaluate(allowWeaker) }
+
+// kernelProbe is what the kernel offers, read once per backend.
+type kernelProbe struct {
+	abi                     int
+	seccomp, userNS, needCG bool
+	cgErr                   error
+}
+
+func probeKernel() kernelProbe {
+	k := kernelProbe{seccomp: seccompSupported(), userNS: userNSWorks(), needCG: NeedCgroup()}
+	k.abi, _ = llsys.LandlockGetABIVersion()
+	if k.needCG {
+		k.cgErr = cgroupUsable()
 	}
-	return evaluate(abi, seccompSupported(), userNSWorks(), NeedCgroup(), cgErr, allowWeaker)
+	return k
+}
+
+func (k kernelProbe) evaluate(allowWeaker bool) Status {
+	return evaluate(k.abi, k.seccomp, k.userNS, k.needCG, k.cgErr, allowWeaker)
 }
 
 // evaluate decides, purely from what the kernel offers, whether the sandbox
@@ -148,11 +164,11 @@ func nsAttr(uid, gid int) *syscall.SysProcAttr {
 }
 
 // Configure prepares cmd (a re-exec of vak's worker) to start stage 1 in
-// fresh namespaces. It reports whether namespaces are used: false only when
-// they are unavailable and p.AllowWeaker accepts that; the caller then starts
-// stage 2 directly.
-func Configure(cmd *exec.Cmd, p Policy) (namespaces bool, err error) {
-	st := Probe(p.AllowWeaker)
+// fresh namespaces, given the kernel's status (Backend.StatusFor). It
+// reports whether namespaces are used: false only when they are unavailable
+// and the status accepts a weaker sandbox; the caller then starts stage 2
+// directly.
+func Configure(cmd *exec.Cmd, st Status) (namespaces bool, err error) {
 	if st.Problem != "" && !st.Weaker {
 		return false, fmt.Errorf("%w: %s", ErrUnavailable, st.Problem)
 	}

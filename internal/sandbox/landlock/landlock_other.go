@@ -25,11 +25,14 @@ func (*Backend) Available(context.Context) error { return ErrUnsupported }
 // Status reports what the kernel offers: nothing here.
 func (*Backend) Status() Status { return Probe(false) }
 
+// StatusFor reports what the kernel offers: nothing here.
+func (*Backend) StatusFor(bool) Status { return Probe(false) }
+
 // Probe reports what the kernel offers.
 func Probe(bool) Status { return Status{Problem: ErrUnsupported.Error()} }
 
 // Configure is unsupported here.
-func Configure(*exec.Cmd, Policy) (bool, error) { return false, ErrUnsupported }
+func Configure(*exec.Cmd, Status) (bool, error) { return false, ErrUnsupported }
 
 // Stage1 is unsupported here.
 func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
