@@ -50,13 +50,9 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := make(client.Filters).Add("label", LabelManaged+"=true", LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
-	for k, v := range m.Labels {
-		f.Add("label", k+"="+v)
-	}
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	res, err := m.listContainers(ctx, cli)
 	if err != nil {
-		return nil, apiErr("list sessions", err)
+		return nil, err
 	}
 	rep := &GCReport{}
 	now := time.Now()

@@ -1210,6 +1210,20 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 	return err
 }
 
+// listContainers lists this user's session and pool containers that carry
+// the manager's labels, running or not.
+func (m *Manager) listContainers(ctx context.Context, cli *client.Client) (client.ContainerListResult, error) {
+	f := make(client.Filters).Add("label", LabelManaged+"=true", LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	for k, v := range m.Labels {
+		f.Add("label", k+"="+v)
+	}
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return res, apiErr("list sessions", err)
+	}
+	return res, nil
+}
+
 // List lists this user's session and pool containers (those carrying the
 // manager's labels), running or not.
 func (m *Manager) List(ctx context.Context) ([]Info, error) {
@@ -1217,13 +1231,9 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := make(client.Filters).Add("label", LabelManaged+"=true", LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
-	for k, v := range m.Labels {
-		f.Add("label", k+"="+v)
-	}
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	res, err := m.listContainers(ctx, cli)
 	if err != nil {
-		return nil, apiErr("list sessions", err)
+		return nil, err
 	}
 	var out []Info
 	for _, c := range res.Items {
