@@ -32,6 +32,7 @@ import (
 	"vak/internal/sandbox/seatbelt"
 	"vak/internal/shellquote"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker.
@@ -72,7 +73,7 @@ type Options struct {
 // Session is a running worker for one workspace.
 type Session struct {
 	opts    Options
-	client  *worker.Client
+	client  *wire.Client
 	tempDir string
 	docker  *docker.Backend
 	env     []string // environment of sandboxed commands
@@ -239,7 +240,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}()
 		return nil
 	}
-	client, err := worker.Start(ctx, cmd, onStarted)
+	client, err := wire.Start(ctx, cmd, onStarted)
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
@@ -249,13 +250,13 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 }
 
 // Ready is the worker's ready event (what restrictions are in force).
-func (s *Session) Ready() worker.Event { return s.client.Ready() }
+func (s *Session) Ready() wire.Event { return s.client.Ready() }
 
 // Client is the raw protocol client (file tools).
-func (s *Session) Client() *worker.Client { return s.client }
+func (s *Session) Client() *wire.Client { return s.client }
 
 // Bash runs a command in the sandbox.
-func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(stream string, data []byte)) (*worker.BashResult, error) {
+func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
 	if s.docker == nil {
 		return s.client.Bash(ctx, a, onOutput)
 	}
@@ -322,7 +323,7 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 	p = filepath.Clean(p)
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil || !paths.Within(ws, p) || !paths.Within(ws, real) {
-		return "", &worker.Error{Code: worker.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace or does not exist", cwd)}
+		return "", &wire.Error{Code: wire.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace or does not exist", cwd)}
 	}
 	return real, nil
 }

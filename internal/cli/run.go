@@ -17,7 +17,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // workerExecutable is the binary re-executed as the worker; empty means
@@ -162,7 +162,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		broker.CleanStale()
 	}()
 
-	req := worker.BashArgs{Command: shellquote.Join(args), Stream: true}
+	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
@@ -179,8 +179,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	case errors.Is(err, docker.ErrDaemonUnavailable):
 		return exit(ExitUnavailable, err)
 	case err != nil:
-		var we *worker.Error
-		if errors.As(err, &we) && we.Code == worker.CodeOutside {
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeOutside {
 			return exit(ExitUsage, err)
 		}
 		return exit(ExitInternal, err)

@@ -21,6 +21,7 @@ import (
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
@@ -107,8 +108,8 @@ func sessionErr(err error) error {
 		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
 		return exit(ExitUsage, err)
 	}
-	var we *worker.Error
-	if errors.As(err, &we) && (we.Code == worker.CodeOutside || we.Code == worker.CodeNotFound || we.Code == worker.CodeProtocol) {
+	var we *wire.Error
+	if errors.As(err, &we) && (we.Code == wire.CodeOutside || we.Code == wire.CodeNotFound || we.Code == wire.CodeProtocol) {
 		return exit(ExitUsage, err)
 	}
 	return exit(ExitFailure, err)
@@ -317,7 +318,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	}
 	var stdin []byte
 	if f.interactive {
-		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, worker.MaxRequestBytes/2)); err != nil {
+		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, wire.MaxRequestBytes/2)); err != nil {
 			return exit(ExitFailure, fmt.Errorf("read stdin: %w", err))
 		}
 	}

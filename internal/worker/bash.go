@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vak/internal/paths"
+	"vak/internal/worker/wire"
 )
 
 // DefaultShell runs bash requests.
@@ -62,9 +63,9 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
 
 // Bash implements Shell.
-func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) (*BashResult, error) {
+func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
 	if strings.IndexByte(a.Command, 0) >= 0 {
-		return nil, errorf(CodeProtocol, "command contains a NUL byte")
+		return nil, wire.Errorf(wire.CodeProtocol, "command contains a NUL byte")
 	}
 	cwd, err := x.resolveCwd(a.Cwd)
 	if err != nil {
@@ -74,20 +75,20 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	for _, k := range sortedKeys(a.Env) {
 		v := a.Env[k]
 		if !envName.MatchString(k) || slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "VAK_") {
-			return nil, errorf(CodeProtocol, "environment variable %q may not be set", k)
+			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q may not be set", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return nil, errorf(CodeProtocol, "environment variable %q contains a NUL byte", k)
+			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q contains a NUL byte", k)
 		}
 		env = setEnv(env, k, v)
 	}
 	env = setEnv(env, "PWD", cwd)
 	max := a.MaxOutputBytes
 	if max <= 0 {
-		max = DefaultOutputBytes
+		max = wire.DefaultOutputBytes
 	}
-	if max > MaxOutputBytes {
-		max = MaxOutputBytes
+	if max > wire.MaxOutputBytes {
+		max = wire.MaxOutputBytes
 	}
 	timeout := x.DefaultTimeout
 	if a.TimeoutMS > 0 {
@@ -124,10 +125,10 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	if x.warm != nil {
 		proc, err = x.warm.run(argv[len(x.Launcher):], cwd, env, a.Stdin, stdout, stderr)
 		if err != nil {
-			return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 		}
 	} else if err := x.reg.start(cmd); err != nil {
-		return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+		return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 	}
 	defer x.reg.done(proc.cmd())
 	kill := killTree
@@ -165,11 +166,11 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 		kill(proc.pid())
 	}
 	state := proc.cmd().ProcessState
-	res := &BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
+	res := &wire.BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
 	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {
-			return nil, errorf(CodeExec, "wait: %v", werr)
+			return nil, wire.Errorf(wire.CodeExec, "wait: %v", werr)
 		}
 	}
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -213,7 +214,7 @@ func (x *Exec) shell() string {
 // outside the workspace (also through symlinks).
 func (x *Exec) resolveCwd(cwd string) (string, error) {
 	if strings.IndexByte(cwd, 0) >= 0 {
-		return "", errorf(CodeInvalidPath, "cwd contains a NUL byte")
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd contains a NUL byte")
 	}
 	p := cwd
 	if p == "" {
@@ -223,20 +224,20 @@ func (x *Exec) resolveCwd(cwd string) (string, error) {
 	}
 	p = filepath.Clean(p)
 	if !paths.Within(x.Workspace, p) {
-		return "", errorf(CodeOutside, "cwd %q is outside the workspace", cwd)
+		return "", wire.Errorf(wire.CodeOutside, "cwd %q is outside the workspace", cwd)
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", errorf(CodeNotFound, "cwd %q does not exist", cwd)
+			return "", wire.Errorf(wire.CodeNotFound, "cwd %q does not exist", cwd)
 		}
-		return "", errorf(CodeInvalidPath, "cwd %q: %v", cwd, err)
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd %q: %v", cwd, err)
 	}
 	if !paths.Within(x.Workspace, real) {
-		return "", errorf(CodeOutside, "cwd %q resolves outside the workspace", cwd)
+		return "", wire.Errorf(wire.CodeOutside, "cwd %q resolves outside the workspace", cwd)
 	}
 	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return "", errorf(CodeInvalidPath, "cwd %q is not a directory", cwd)
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd %q is not a directory", cwd)
 	}
 	return real, nil
 }

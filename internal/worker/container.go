@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sync"
 	"time"
+	"vak/internal/worker/wire"
 )
 
 // Container mode: the worker is the entrypoint (PID 1) of a session
@@ -170,31 +171,31 @@ type trackedFiles struct {
 	a *activity
 }
 
-func (t *trackedFiles) Read(x ReadArgs) (*ReadResult, error) {
+func (t *trackedFiles) Read(x wire.ReadArgs) (*wire.ReadResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.f.Read(x)
 }
 
-func (t *trackedFiles) Write(x WriteArgs) (*WriteResult, error) {
+func (t *trackedFiles) Write(x wire.WriteArgs) (*wire.WriteResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.f.Write(x)
 }
 
-func (t *trackedFiles) Edit(x EditArgs) (*EditResult, error) {
+func (t *trackedFiles) Edit(x wire.EditArgs) (*wire.EditResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.f.Edit(x)
 }
 
-func (t *trackedFiles) Glob(x GlobArgs) (*GlobResult, error) {
+func (t *trackedFiles) Glob(x wire.GlobArgs) (*wire.GlobResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.f.Glob(x)
 }
 
-func (t *trackedFiles) Grep(x GrepArgs) (*GrepResult, error) {
+func (t *trackedFiles) Grep(x wire.GrepArgs) (*wire.GrepResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.f.Grep(x)
@@ -205,7 +206,7 @@ type trackedShell struct {
 	a *activity
 }
 
-func (t *trackedShell) Bash(ctx context.Context, x BashArgs, emit func(string, []byte)) (*BashResult, error) {
+func (t *trackedShell) Bash(ctx context.Context, x wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
 	t.a.begin()
 	defer t.a.end()
 	return t.s.Bash(ctx, x, emit)

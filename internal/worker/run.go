@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"vak/internal/worker/wire"
 )
 
 // Run serves the protocol for spec on in/out until in is closed. sandbox
@@ -23,7 +24,7 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Protected:      spec.Protected,
 			Launcher:       spec.Launcher,
 		},
-		Ready: Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
+		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
 	}
 	return srv.Serve(ctx, in, out)
 }

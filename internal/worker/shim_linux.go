@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"vak/internal/worker/wire"
 
 	"golang.org/x/sys/unix"
 )
@@ -269,7 +270,7 @@ func Reap(args []string) int {
 	switch {
 	case len(args) == 1 && args[0] == "--serve":
 		ctl := os.NewFile(3, "ctl")
-		line, err := bufio.NewReader(io.LimitReader(ctl, MaxRequestBytes+1)).ReadBytes('\n')
+		line, err := bufio.NewReader(io.LimitReader(ctl, wire.MaxRequestBytes+1)).ReadBytes('\n')
 		if err != nil {
 			return 0 // the worker never used this shim
 		}

@@ -20,6 +20,7 @@ import (
 
 	"vak/internal/sandbox"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // The warm pool keeps started session containers ready, so creating a
@@ -171,13 +172,13 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
 		User: p.user.spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key}
-	deadline := time.Now().Add(worker.DefaultStartTimeout)
+	deadline := time.Now().Add(wire.DefaultStartTimeout)
 	for {
 		var conn interface{ Close() error }
 		c, derr := dialWorker(ctx, runDir, res.ID)
 		if derr == nil {
 			conn = c
-			wc := worker.NewClient(halfCloser{c}, c)
+			wc := wire.NewClient(halfCloser{c}, c)
 			derr = wc.WaitReady(ctx)
 			wc.Close(ctx)
 			conn.Close()
@@ -217,7 +218,7 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 		conn, err := dialWorker(ctx, rec.RunDir, rec.Container)
 		if err == nil {
-			wc := worker.NewClient(halfCloser{conn}, conn)
+			wc := wire.NewClient(halfCloser{conn}, conn)
 			if err = wc.WaitReady(ctx); err == nil {
 				s := &Session{m: m, rec: rec, client: wc, conn: conn}
 				m.remember(s)

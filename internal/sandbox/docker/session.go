@@ -56,6 +56,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // Paths inside a session container.
@@ -236,7 +237,7 @@ type Command struct {
 }
 
 // Result is a command's outcome.
-type Result = worker.BashResult
+type Result = wire.BashResult
 
 // DefaultSessionEnv are the host variables a session may receive (its
 // base environment); configuration can name more (sandbox.env).
@@ -990,7 +991,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 	if _, err = cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
 		return nil, apiErr("start session container", err)
 	}
-	wc := worker.NewClient(att, att.stdout)
+	wc := wire.NewClient(att, att.stdout)
 	if err = wc.WaitReady(ctx); err != nil {
 		return nil, m.startErr(cid, att.stderr.String(), err)
 	}
@@ -1082,7 +1083,7 @@ func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
 		}
 		return nil, m.ended(rec, err)
 	}
-	wc := worker.NewClient(halfCloser{conn}, conn)
+	wc := wire.NewClient(halfCloser{conn}, conn)
 	if err := wc.WaitReady(ctx); err != nil {
 		conn.Close()
 		return nil, m.ended(rec, err)
@@ -1343,14 +1344,14 @@ func resolveDir(ws, dir string) (string, error) {
 	}
 	p = filepath.Clean(p)
 	if !paths.Within(ws, p) {
-		return "", &worker.Error{Code: worker.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace %s", dir, ws)}
+		return "", &wire.Error{Code: wire.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace %s", dir, ws)}
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return "", &worker.Error{Code: worker.CodeNotFound, Message: fmt.Sprintf("cwd %q: %v", dir, err)}
+		return "", &wire.Error{Code: wire.CodeNotFound, Message: fmt.Sprintf("cwd %q: %v", dir, err)}
 	}
 	if !paths.Within(ws, real) {
-		return "", &worker.Error{Code: worker.CodeOutside, Message: fmt.Sprintf("cwd %q resolves outside the workspace %s", dir, ws)}
+		return "", &wire.Error{Code: wire.CodeOutside, Message: fmt.Sprintf("cwd %q resolves outside the workspace %s", dir, ws)}
 	}
 	return real, nil
 }
@@ -1359,9 +1360,9 @@ func resolveDir(ws, dir string) (string, error) {
 type Session struct {
 	m      *Manager
 	rec    *record
-	client *worker.Client
+	client *wire.Client
 	conn   io.Closer
-	stderr *worker.TailBuffer // the worker's stderr, when attached to stdio
+	stderr *wire.TailBuffer // the worker's stderr, when attached to stdio
 }
 
 // ID is the session ID.
@@ -1377,7 +1378,7 @@ func (s *Session) Workspace() string { return s.rec.Workspace }
 func (s *Session) Image() string { return s.rec.Image }
 
 // Ready is the worker's ready event.
-func (s *Session) Ready() worker.Event { return s.client.Ready() }
+func (s *Session) Ready() wire.Event { return s.client.Ready() }
 
 // Done is closed when the connection to the worker ends.
 func (s *Session) Done() <-chan struct{} { return s.client.Done() }
@@ -1394,7 +1395,7 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 	if _, err := resolveDir(s.rec.Workspace, c.Dir); err != nil {
 		return nil, err
 	}
-	a := worker.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
+	a := wire.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
 	if c.Timeout > 0 {
 		a.TimeoutMS = max(1, c.Timeout.Milliseconds())
 	}
@@ -1403,7 +1404,7 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 		a.Stdin = &in
 	}
 	res, err := s.client.Bash(ctx, a, c.Output)
-	if err != nil && errors.Is(err, worker.ErrWorkerExited) {
+	if err != nil && errors.Is(err, wire.ErrWorkerExited) {
 		return nil, s.m.ended(s.rec, err)
 	}
 	return res, err
@@ -1411,7 +1412,7 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 
 // Client is the raw protocol client (file tools: read, write, edit, glob,
 // grep run inside the container under fsguard at the same paths).
-func (s *Session) Client() *worker.Client { return s.client }
+func (s *Session) Client() *wire.Client { return s.client }
 
 // Close drops this connection; the session keeps running.
 func (s *Session) Close() error {
@@ -1452,7 +1453,7 @@ func randomHex(n int) string {
 type attachment struct {
 	hj     client.HijackedResponse
 	stdout *io.PipeReader
-	stderr *worker.TailBuffer
+	stderr *wire.TailBuffer
 	once   sync.Once
 }
 
@@ -1464,7 +1465,7 @@ func attach(ctx context.Context, cli *client.Client, cid string) (*attachment, e
 		return nil, apiErr("attach to session container", err)
 	}
 	pr, pw := io.Pipe()
-	a := &attachment{hj: res.HijackedResponse, stdout: pr, stderr: worker.NewTailBuffer(8 << 10)}
+	a := &attachment{hj: res.HijackedResponse, stdout: pr, stderr: wire.NewTailBuffer(8 << 10)}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, a.stderr, res.Reader)
 		if err == nil {

@@ -20,6 +20,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/testenv"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // Every Docker object the session tests create carries vak.test=1 and
@@ -302,16 +303,16 @@ func TestSessionExecCwdOutside(t *testing.T) {
 	ctx := context.Background()
 	for _, dir := range []string{"/etc", "..", "../..", "sub/../../", "link-out", "/", filepath.Dir(ws)} {
 		_, err := s.Exec(ctx, Command{Argv: []string{"pwd"}, Dir: dir})
-		var we *worker.Error
-		if !errors.As(err, &we) || we.Code != worker.CodeOutside {
-			t.Errorf("cwd %q: %v, want %s", dir, err, worker.CodeOutside)
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeOutside {
+			t.Errorf("cwd %q: %v, want %s", dir, err, wire.CodeOutside)
 		}
 	}
 	// The worker checks too: a raw request that skips the host check.
-	var res worker.BashResult
-	err := s.Client().Call(ctx, worker.OpBash, worker.BashArgs{Command: "pwd", Cwd: "/etc"}, &res)
-	var we *worker.Error
-	if !errors.As(err, &we) || we.Code != worker.CodeOutside {
+	var res wire.BashResult
+	err := s.Client().Call(ctx, wire.OpBash, wire.BashArgs{Command: "pwd", Cwd: "/etc"}, &res)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeOutside {
 		t.Fatalf("worker accepted cwd /etc: %v %+v", err, res)
 	}
 	// Control: inside the workspace works.
@@ -509,8 +510,8 @@ func TestSessionReadOnly(t *testing.T) {
 		t.Fatalf("read-only: %q", r.Stdout)
 	}
 	// The file tools inside refuse writes too.
-	var wr worker.WriteResult
-	err := s.Client().Call(context.Background(), worker.OpWrite, worker.WriteArgs{Path: "new", Content: "x"}, &wr)
+	var wr wire.WriteResult
+	err := s.Client().Call(context.Background(), wire.OpWrite, wire.WriteArgs{Path: "new", Content: "x"}, &wr)
 	if err == nil {
 		t.Fatal("write tool succeeded in a read-only session")
 	}
@@ -523,8 +524,8 @@ func TestSessionFileTools(t *testing.T) {
 	ws := f.workspace()
 	s := f.create(f.spec(ws))
 	ctx := context.Background()
-	var wr worker.WriteResult
-	if err := s.Client().Call(ctx, worker.OpWrite, worker.WriteArgs{Path: "a.txt", Content: "hello"}, &wr); err != nil {
+	var wr wire.WriteResult
+	if err := s.Client().Call(ctx, wire.OpWrite, wire.WriteArgs{Path: "a.txt", Content: "hello"}, &wr); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(data) != "hello" {
@@ -532,7 +533,7 @@ func TestSessionFileTools(t *testing.T) {
 	}
 	// Protected paths and escapes are refused.
 	for _, p := range []string{".git/hooks/pre-commit", "../escape", "/etc/passwd"} {
-		if err := s.Client().Call(ctx, worker.OpWrite, worker.WriteArgs{Path: p, Content: "x"}, &wr); err == nil {
+		if err := s.Client().Call(ctx, wire.OpWrite, wire.WriteArgs{Path: p, Content: "x"}, &wr); err == nil {
 			t.Errorf("write %s accepted", p)
 		}
 	}

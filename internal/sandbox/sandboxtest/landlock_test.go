@@ -13,7 +13,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 func landlockBackend(t *testing.T) Backend {
@@ -50,7 +50,7 @@ func TestLandlockForkBombBounded(t *testing.T) {
 	e := NewEnv(t, landlockBackend(t))
 	e.Config.Sandbox.Limits.Pids = 64
 	s := e.Start(sandbox.WorkspaceWrite)
-	r := ShArgs(t, s, worker.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
+	r := ShArgs(t, s, wire.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
 	if !r.TimedOut {
 		t.Fatalf("bomb was not stopped by the timeout: %+v", r)
 	}
@@ -67,11 +67,11 @@ func TestLandlockProcessLimit(t *testing.T) {
 	s := e.Start(sandbox.WorkspaceWrite)
 	// Control first: fewer children than the limit all start (and die with
 	// the command at its timeout, freeing the slots).
-	r := ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 20 30", TimeoutMS: 3000})
+	r := ShArgs(t, s, wire.BashArgs{Command: "./probe sleep-tree 20 30", TimeoutMS: 3000})
 	if strings.Count(r.Stdout, "child ") != 20 {
 		t.Fatalf("control: 20 children under a limit of 64: %s", truncate(r.Stdout))
 	}
-	r = ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 100 30", TimeoutMS: 20000})
+	r = ShArgs(t, s, wire.BashArgs{Command: "./probe sleep-tree 100 30", TimeoutMS: 20000})
 	if !strings.Contains(r.Stdout, "resource temporarily unavailable") {
 		t.Fatalf("100 children under a limit of 64 did not fail: exit %d %s", r.ExitCode, truncate(r.Stdout))
 	}
@@ -148,7 +148,7 @@ func TestLandlockManyCommandsUnderGC(t *testing.T) {
 	s := e.Start(sandbox.WorkspaceWrite)
 	for i := 0; i < 400; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		r, err := s.Bash(ctx, worker.BashArgs{Command: "true"}, nil)
+		r, err := s.Bash(ctx, wire.BashArgs{Command: "true"}, nil)
 		cancel()
 		if err != nil || r.ExitCode != 0 {
 			t.Fatalf("command %d: %v %+v (a hang here is the setsid deadlock)", i, err, r)

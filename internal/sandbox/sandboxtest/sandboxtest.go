@@ -24,7 +24,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/testenv"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // Backend builds the backend under test for a config.
@@ -104,13 +104,13 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 }
 
 // Sh runs a command and returns its result.
-func Sh(t *testing.T, s *broker.Session, command string) *worker.BashResult {
+func Sh(t *testing.T, s *broker.Session, command string) *wire.BashResult {
 	t.Helper()
-	return ShArgs(t, s, worker.BashArgs{Command: command})
+	return ShArgs(t, s, wire.BashArgs{Command: command})
 }
 
 // ShArgs runs a bash request.
-func ShArgs(t *testing.T, s *broker.Session, a worker.BashArgs) *worker.BashResult {
+func ShArgs(t *testing.T, s *broker.Session, a wire.BashArgs) *wire.BashResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

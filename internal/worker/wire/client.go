@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"bufio"
@@ -269,7 +269,7 @@ func decodeResponse(r Response, ok bool, result any, c *Client) error {
 	}
 	if !r.OK {
 		if r.Error == nil {
-			return errorf(CodeInternal, "response without result or error")
+			return Errorf(CodeInternal, "response without result or error")
 		}
 		return r.Error
 	}

@@ -1,19 +1,19 @@
-// Package worker is vak's broker<->worker protocol and the worker that
-// serves it.
+// Package wire is the worker protocol's wire types and its client: the
+// JSON-lines messages a broker (or an embedder) exchanges with a vak worker,
+// their limits and error codes, and Client, which starts a worker process
+// and speaks to it. It depends on nothing else in vak, so an embedder can use
+// it without pulling in the sandbox backends.
 //
-// The broker (trusted: it holds config and policy) never executes model
-// input itself. It starts a worker — the same binary re-executed as
-// `vak __worker`, restricted by the sandbox backend before it serves anything —
-// and speaks JSON lines to it over the worker's stdin and stdout:
+// One request per line, one final response per request (matched by id),
+// requests may be pipelined and are served concurrently:
 //
 //	-> {"id":"1","op":"bash","args":{"command":"make test","timeout_ms":60000}}
 //	<- {"id":"1","ok":true,"result":{"exit_code":0,"stdout":"...","stderr":""}}
 //
-// One request per line, one final response per request (matched by id),
-// requests may be pipelined and are served concurrently. A malformed,
-// unknown or oversized request gets an error response and the worker keeps
-// serving. The full protocol is documented in docs/worker-protocol.md.
-package worker
+// A malformed, unknown or oversized request gets an error response and the
+// worker keeps serving. The full protocol is documented in
+// docs/worker-protocol.md.
+package wire
 
 import (
 	"encoding/json"
@@ -244,6 +244,7 @@ func (e *Error) Is(target error) bool {
 	return errors.As(target, &t) && t.Code == e.Code && t.Message == ""
 }
 
-func errorf(code, format string, a ...any) *Error {
+// Errorf returns an Error with code and a formatted message.
+func Errorf(code, format string, a ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
 }
