@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sync"
 	"time"
+
 	"vak/internal/worker/wire"
 )
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
+
 	"vak/internal/worker/wire"
 )
 

@@ -12,9 +12,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"vak/internal/worker/wire"
 
 	"golang.org/x/sys/unix"
+
+	"vak/internal/worker/wire"
 )
 
 // A container-mode worker runs every command under a reap shim: the vak
