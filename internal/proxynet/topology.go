@@ -27,8 +27,8 @@ import (
 
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
-	"vak/internal/egress/gateway"
 	"vak/internal/netfence"
+	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 )
@@ -196,7 +196,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
 			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
 			"--session", key},
-		Healthcheck: health("/vak", "gateway", "status", "--socket", gateway.DefaultAdminSocket(gatewayStateDir)),
+		Healthcheck: health("/vak", "gateway", "status", "--socket", paths.GatewayAdminSocket(gatewayStateDir)),
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
@@ -282,7 +282,7 @@ func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
 // describe finishes a Net: trust files on the host and the placeholders.
 func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*Net, error) {
 	_, _, gwName, ncName, _ := names(key)
-	auth, err := ca.LoadOrCreate(gateway.CADir(o.StateDir))
+	auth, err := ca.LoadOrCreate(paths.GatewayCADir(o.StateDir))
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: installation CA: %w", err)
 	}
@@ -290,7 +290,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err := WriteTrust(trustDir, auth.CertPEM(), SystemRoots()); err != nil {
 		return nil, err
 	}
-	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", gateway.DefaultAdminSocket(gatewayStateDir))
+	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir))
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
@@ -386,7 +386,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	files["gateway.toml"] = cfg
 	// The installation CA: key and certificate (the key stays in this
 	// volume and in vak's host state dir, nowhere a sandbox can read).
-	caDir := gateway.CADir(o.StateDir)
+	caDir := paths.GatewayCADir(o.StateDir)
 	if _, err := ca.LoadOrCreate(caDir); err != nil {
 		return nil, nil, fmt.Errorf("proxynet: installation CA: %w", err)
 	}
@@ -531,7 +531,7 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 // saveReceipts copies the gateway's receipts into stateDir/receipts/proxynet-KEY.
 func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string) {
 	_, _, gwName, _, _ := names(key)
-	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: gateway.ReceiptsDir(gatewayStateDir)})
+	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: paths.GatewayReceiptsDir(gatewayStateDir)})
 	if err != nil {
 		return
 	}

@@ -31,6 +31,7 @@ import (
 	"vak/internal/egress/policy"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
+	"vak/internal/paths"
 	"vak/internal/receipts"
 )
 
@@ -107,13 +108,13 @@ type Addrs struct {
 }
 
 // CADir is the CA directory inside the state directory.
-func CADir(stateDir string) string { return filepath.Join(stateDir, "ca") }
+func CADir(stateDir string) string { return paths.GatewayCADir(stateDir) }
 
 // DefaultAdminSocket is the admin socket inside the state directory.
-func DefaultAdminSocket(stateDir string) string { return filepath.Join(stateDir, "gateway.sock") }
+func DefaultAdminSocket(stateDir string) string { return paths.GatewayAdminSocket(stateDir) }
 
 // ReceiptsDir holds the receipts logs.
-func ReceiptsDir(stateDir string) string { return filepath.Join(stateDir, "receipts") }
+func ReceiptsDir(stateDir string) string { return paths.GatewayReceiptsDir(stateDir) }
 
 func newSession() string {
 	var b [6]byte
