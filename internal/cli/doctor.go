@@ -10,8 +10,6 @@ import (
 
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
-	"vak/internal/sandbox/landlock"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -96,14 +94,9 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		case n == sandbox.None:
 			status = "available (only with mode full-access: no isolation)"
 		default:
-			if d, ok := b.(*docker.Backend); ok && d.Probe != nil {
-				status += " (server " + d.Probe.Version() + ")"
-			}
-			if l, ok := b.(*landlock.Backend); ok {
-				st := l.Status()
-				status += " (" + st.Restricted + ")"
-				if st.Weaker {
-					status += "; WEAKER than designed, accepted by sandbox.allow_weaker: " + st.Problem
+			if d, ok := b.(sandbox.Describer); ok {
+				if more := d.Describe(ctx); more != "" {
+					status += " " + more
 				}
 			}
 		}

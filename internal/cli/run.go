@@ -124,7 +124,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, _, err := registry(cfg).Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
+	reg := registry(cfg)
+	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))
 	}
@@ -159,7 +160,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	defer func() {
 		sess.Close()
 		// Leftovers of brokers that were killed (temp dirs, cgroups).
-		broker.CleanStale()
+		broker.CleanStale(reg.All()...)
 	}()
 
 	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}

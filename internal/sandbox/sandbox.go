@@ -212,4 +212,15 @@ type Wrapper interface {
 	Backend
 	// Wrap returns the argv that runs c inside the sandbox.
 	Wrap(c Command) ([]string, error)
+	// HostEnv is the environment the host worker needs to run wrapped
+	// commands (the wrapper's own client variables); it never reaches the
+	// sandbox.
+	HostEnv() []string
+	// Remove removes whatever the wrapped command with this ID may have
+	// left running after its wrapper died, timed out or was canceled.
+	Remove(ctx context.Context, id string) error
+	// WrapperFailed is asked after every wrapped command with its exit
+	// code: it returns an error when the code is the wrapper's own failure
+	// because the backend went away (fail closed, loudly), nil otherwise.
+	WrapperFailed(ctx context.Context, exitCode int) error
 }

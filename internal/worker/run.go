@@ -2,19 +2,40 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
+
+	"vak/internal/fsguard"
 	"vak/internal/worker/wire"
 )
 
 // Run serves the protocol for spec on in/out until in is closed. sandbox
 // describes the restrictions in force (sent in the ready event).
+//
+// Where the platform has no safe file tools (fsguard is Linux-only), the
+// worker still starts: bash works and every file tool answers with code
+// unsupported. Any other failure to open the workspace fails the start.
 func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer) error {
-	files, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
-	if err != nil {
+	return run(ctx, spec, sandboxDesc, in, out, func() (Files, io.Closer, error) {
+		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
+		if err != nil {
+			return nil, nil, err
+		}
+		return f, f, nil
+	})
+}
+
+func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error)) error {
+	files, closer, err := open()
+	switch {
+	case errors.Is(err, fsguard.ErrUnsupported):
+		files = unavailableFiles{err: fsError(err)}
+	case err != nil:
 		return err
+	default:
+		defer closer.Close()
 	}
-	defer files.Close()
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -28,3 +49,13 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 	}
 	return srv.Serve(ctx, in, out)
 }
+
+// unavailableFiles answers every file tool with the error that kept the
+// file tools from opening.
+type unavailableFiles struct{ err error }
+
+func (u unavailableFiles) Read(wire.ReadArgs) (*wire.ReadResult, error)    { return nil, u.err }
+func (u unavailableFiles) Write(wire.WriteArgs) (*wire.WriteResult, error) { return nil, u.err }
+func (u unavailableFiles) Edit(wire.EditArgs) (*wire.EditResult, error)    { return nil, u.err }
+func (u unavailableFiles) Glob(wire.GlobArgs) (*wire.GlobResult, error)    { return nil, u.err }
+func (u unavailableFiles) Grep(wire.GrepArgs) (*wire.GrepResult, error)    { return nil, u.err }
