@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"vak/internal/paths"
-	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
 )
 
@@ -258,9 +257,7 @@ func TestVersion(t *testing.T) {
 
 // The README's first command: the embedded default (landlock on Linux).
 func TestRunDefaultBackend(t *testing.T) {
-	if st := landlock.Probe(false); st.Problem != "" {
-		testenv.Missing(t, testenv.EnvRequireLandlock, st.Problem)
-	}
+	testenv.RequireLandlock(t)
 	ws := tempWorkspace(t)
 	cfg := writeConfig(t, "version = 1\n")
 	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "echo hello from the sandbox; touch made-by-sandbox; cat ~/.ssh/id_ed25519 2>&1; exit 4")

@@ -18,9 +18,7 @@ import (
 
 func landlockBackend(t *testing.T) Backend {
 	t.Helper()
-	if st := landlock.Probe(false); st.Problem != "" {
-		testenv.Missing(t, testenv.EnvRequireLandlock, "landlock sandbox unavailable: "+st.Problem)
-	}
+	testenv.RequireLandlock(t)
 	return func(t *testing.T, cfg *config.Config) sandbox.Backend { return &landlock.Backend{} }
 }
 
