@@ -23,7 +23,7 @@ import (
 	"vak/bench/internal/stats"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 const image = "vak-test:latest"
@@ -68,7 +68,7 @@ func main() {
 	ws, _ := paths.CanonicalWorkspace(mkdir(filepath.Join(base, "ws")))
 	cfg := filepath.Join(base, "config.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"upstream\"\naction = \"allow\"\nhosts = [\"allowed.test\"]\ncidrs = [\"%s/32\"]\n[network.dns.overrides]\n\"allowed.test\" = [%q]\n[gateway]\nextra_ca_bundles = [%q]\n", upIP, upIP, filepath.Join(certs, "ca.pem"))), 0o600)
-	eng, err := docker.NewEngine()
+	eng, err := taskenv.NewEngine()
 	if err != nil {
 		fail(err)
 	}

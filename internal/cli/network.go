@@ -10,6 +10,7 @@ import (
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 // Network policies.
@@ -39,7 +40,7 @@ func effectiveNetwork(cfg *config.Config, flag string) (string, error) {
 // (reusing a running one) and release it (it goes when its last user does).
 func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
 	opts := func() (proxynet.Options, error) {
-		eng, err := docker.NewEngine()
+		eng, err := taskenv.NewEngine()
 		if err != nil {
 			return proxynet.Options{}, fmt.Errorf("%w: %v", docker.ErrDaemonUnavailable, err)
 		}

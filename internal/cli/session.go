@@ -20,6 +20,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -65,8 +66,8 @@ config or state, or another workspace. See docs/sessions.md.`,
 }
 
 // manager builds the session manager from config (nil: defaults only).
-func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, error) {
-	m := &docker.Manager{Worker: workerExecutable, Labels: map[string]string{}}
+func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
+	m := &taskenv.Manager{Worker: workerExecutable, Labels: map[string]string{}}
 	for k, v := range a.labels {
 		m.Labels[k] = v
 	}
@@ -85,7 +86,7 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 		if s.Worker != "" {
 			m.Worker = s.Worker
 		}
-		m.EnvAllowlist = append(slices.Clone(docker.DefaultSessionEnv), cfg.Sandbox.Env...)
+		m.EnvAllowlist = append(slices.Clone(taskenv.DefaultSessionEnv), cfg.Sandbox.Env...)
 		if cfg.Sandbox.User == config.UserRoot {
 			m.User = docker.User{Root: true}
 		}
@@ -101,11 +102,11 @@ func sessionErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
+	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, taskenv.ErrSessionEnded), errors.Is(err, taskenv.ErrWorkerBinary), errors.Is(err, taskenv.ErrUnsupported):
 		return exit(ExitUnavailable, err)
-	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),
-		errors.Is(err, docker.ErrEnvNotAllowed), errors.Is(err, docker.ErrNetworkPolicy), errors.Is(err, docker.ErrSessionExists),
-		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
+	case errors.Is(err, taskenv.ErrNoSession), errors.Is(err, taskenv.ErrInvalidSpec), errors.Is(err, taskenv.ErrForbiddenMount),
+		errors.Is(err, taskenv.ErrEnvNotAllowed), errors.Is(err, taskenv.ErrNetworkPolicy), errors.Is(err, taskenv.ErrSessionExists),
+		errors.Is(err, taskenv.ErrNoSnapshot), errors.Is(err, taskenv.ErrInstallNotAllowed):
 		return exit(ExitUsage, err)
 	}
 	var we *wire.Error
@@ -117,7 +118,7 @@ func sessionErr(err error) error {
 
 // quietGC removes finished sessions before a session command, best effort
 // and bounded (a daemon that is down is reported by the command itself).
-func quietGC(ctx context.Context, m *docker.Manager) {
+func quietGC(ctx context.Context, m *taskenv.Manager) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m.GC(ctx)
@@ -158,7 +159,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
-	fl.StringVar(&f.task, "task", docker.DefaultTask, "task name (with the workspace, it names the session)")
+	fl.StringVar(&f.task, "task", taskenv.DefaultTask, "task name (with the workspace, it names the session)")
 	fl.StringVar(&f.image, "image", "", "base image (default from config: sandbox.image)")
 	fl.StringVar(&f.from, "from", "", "start from the snapshot with this key")
 	fl.StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
@@ -188,18 +189,18 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		if f.image != "" {
 			return exit(ExitUsage, errors.New("--from and --image exclude each other"))
 		}
-		if image, err = docker.SnapshotRef(f.from); err != nil {
+		if image, err = taskenv.SnapshotRef(f.from); err != nil {
 			return exit(ExitUsage, err)
 		}
 	}
 	quietGC(ctx, m)
-	spec := docker.Spec{
+	spec := taskenv.Spec{
 		Task:           f.task,
 		Workspace:      ws,
 		BaseImage:      image,
 		Limits:         cfg.Sandbox.Limits,
 		Mode:           cfg.Sandbox.Mode,
-		Env:            docker.HostEnv(m.EnvAllowlist),
+		Env:            taskenv.HostEnv(m.EnvAllowlist),
 		Mounts:         f.mounts,
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
@@ -208,7 +209,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	if err != nil {
 		return exit(ExitUsage, err)
 	}
-	spec.NetworkPolicy = docker.NetworkPolicy(netPolicy)
+	spec.NetworkPolicy = taskenv.NetworkPolicy(netPolicy)
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
 	}
@@ -304,8 +305,8 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		if !ok {
 			// Copying a host variable is the path by which secrets leak:
 			// only allowlisted names.
-			if !slices.Contains(docker.DefaultSessionEnv, k) {
-				return exit(ExitUsage, fmt.Errorf("-e %s: %w (give a value: -e %s=VALUE)", k, docker.ErrEnvNotAllowed, k))
+			if !slices.Contains(taskenv.DefaultSessionEnv, k) {
+				return exit(ExitUsage, fmt.Errorf("-e %s: %w (give a value: -e %s=VALUE)", k, taskenv.ErrEnvNotAllowed, k))
 			}
 			if v, ok = os.LookupEnv(k); !ok {
 				continue
@@ -329,7 +330,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	}
 	defer s.Close()
-	res, err := s.Exec(sigctx, docker.Command{
+	res, err := s.Exec(sigctx, taskenv.Command{
 		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, Stdin: stdin, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
@@ -354,7 +355,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 }
 
 // sessionExecDocker runs docker exec for a terminal or as root.
-func (a *app) sessionExecDocker(ctx context.Context, m *docker.Manager, f execFlags, id string, argv []string, env map[string]string) error {
+func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
 	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
 	if err != nil {
 		return err
@@ -409,7 +410,7 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 		return err
 	}
 	defer m.Close()
-	man := docker.Manifest{}
+	man := taskenv.Manifest{}
 	for _, e := range entries {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
@@ -549,7 +550,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 		return sessionErr(err)
 	}
 	// Proxied networks nobody uses any more (their receipts are kept).
-	if eng, eerr := docker.NewEngine(); eerr == nil {
+	if eng, eerr := taskenv.NewEngine(); eerr == nil {
 		if state, serr := paths.EnsureStateDir(); serr == nil {
 			keys, perr := proxynet.GC(ctx, eng, state, m.Labels)
 			for _, k := range keys {
@@ -593,8 +594,8 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 			if m.PoolSize == 0 {
 				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
 			}
-			n, err := m.FillPool(cmd.Context(), docker.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
-				Mode: cfg.Sandbox.Mode, Env: docker.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
+			n, err := m.FillPool(cmd.Context(), taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
+				Mode: cfg.Sandbox.Mode, Env: taskenv.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
 			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
 			return sessionErr(err)
 		},

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"vak/internal/paths"
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.Image(t)
-	cli, err := docker.NewEngine()
+	cli, err := taskenv.NewEngine()
 	if err != nil {
 		t.Fatal(err)
 	}

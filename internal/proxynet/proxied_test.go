@@ -16,7 +16,7 @@ import (
 
 	"vak/internal/paths"
 	"vak/internal/receipts"
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -29,7 +29,7 @@ import (
 func TestProxiedTopology(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.TestNetImage(t)
-	cli, err := docker.NewEngine()
+	cli, err := taskenv.NewEngine()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
-// Package docker is vak's Docker sandbox backend.
-//
-// The command-scoped part (this file) wraps one tool command in a throwaway
-// container, structurally exactly as seed 000 describes:
+// Package docker is vak's Docker sandbox backend: command-scoped, it wraps
+// one tool command in a throwaway container, structurally exactly as seed
+// 000 describes:
 //
 //	docker run --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
 //	  --cap-drop ALL --security-opt no-new-privileges [--read-only] \
@@ -14,6 +13,10 @@
 // --read-only and mounts the workspace :ro. Both modes get only the bounded
 // private /tmp as scratch. By default the container runs as the invoking
 // user's uid:gid, so files it writes into the workspace belong to that user.
+//
+// The broker uses it only through sandbox.Wrapper. Session-scoped task
+// environments (long-lived containers driven through the Engine API) are
+// package taskenv.
 package docker
 
 import (
@@ -50,6 +53,22 @@ type User struct {
 	Root bool
 	// UID and GID are the host identity to map to (the invoking user's).
 	UID, GID int
+}
+
+// Spec is the user as docker's --user takes it ("UID:GID").
+func (u User) Spec() string {
+	if u.Root {
+		return "0:0"
+	}
+	return strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID)
+}
+
+// IDs are the uid and gid processes in the container run as.
+func (u User) IDs() (int, int) {
+	if u.Root {
+		return 0, 0
+	}
+	return u.UID, u.GID
 }
 
 // Sentinel errors of Wrap.

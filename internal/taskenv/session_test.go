@@ -1,4 +1,4 @@
-package docker
+package taskenv
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 	"vak/internal/testenv"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
@@ -44,7 +45,7 @@ func leftoverObjects() string {
 	if exec.Command("docker", "info").Run() != nil {
 		return ""
 	}
-	filter := "label=" + labelPkg + "=docker"
+	filter := "label=" + labelPkg + "=taskenv"
 	var out []string
 	for _, kind := range [][]string{{"ps", "-aq"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}, {"image", "ls", "-q"}} {
 		args := append(kind, "--filter", filter)
@@ -95,8 +96,8 @@ func newFixture(t *testing.T) *fixture {
 	f.m = &Manager{
 		StateDir: t.TempDir(),
 		Worker:   testenv.Vak(t),
-		User:     User{UID: testUID, GID: testGID},
-		Labels:   map[string]string{testenv.TestLabel: "1", labelPkg: "docker", "vak.test.run": f.run},
+		User:     docker.User{UID: testUID, GID: testGID},
+		Labels:   map[string]string{testenv.TestLabel: "1", labelPkg: "taskenv", "vak.test.run": f.run},
 		Home:     f.home,
 	}
 	cli, err := f.m.engine()
@@ -254,7 +255,7 @@ func TestSessionContainerShape(t *testing.T) {
 	if c.Config.User != fmt.Sprintf("%d:%d", testUID, testGID) || c.Image != s.Image() || !strings.HasPrefix(s.Image(), "sha256:") {
 		t.Fatalf("user %q image %q (pinned %q)", c.Config.User, c.Image, s.Image())
 	}
-	for _, k := range []string{LabelOwner, LabelSession, LabelCreated, LabelWorkspace, LabelManaged, LabelKind, testenv.TestLabel} {
+	for _, k := range []string{LabelOwner, LabelSession, LabelCreated, docker.LabelWorkspace, docker.LabelManaged, docker.LabelKind, testenv.TestLabel} {
 		if c.Config.Labels[k] == "" {
 			t.Errorf("label %s missing: %v", k, c.Config.Labels)
 		}

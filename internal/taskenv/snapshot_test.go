@@ -1,4 +1,4 @@
-package docker
+package taskenv
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 )
 
@@ -99,7 +100,7 @@ func TestSessionSnapshot(t *testing.T) {
 	}
 	cfg := ii.Config
 	if len(cfg.Entrypoint) != 0 || strings.Join(cfg.Cmd, " ") != "/bin/sh" || cfg.User != "0" ||
-		cfg.Labels[LabelKind] != KindSnapshot || cfg.Labels[LabelSnapshot] != r1.Key || cfg.Labels[LabelSession] != "" || cfg.Labels[LabelWorkspace] != "" {
+		cfg.Labels[docker.LabelKind] != KindSnapshot || cfg.Labels[LabelSnapshot] != r1.Key || cfg.Labels[LabelSession] != "" || cfg.Labels[docker.LabelWorkspace] != "" {
 		t.Fatalf("snapshot config: entrypoint %q cmd %q user %q labels %v", cfg.Entrypoint, cfg.Cmd, cfg.User, cfg.Labels)
 	}
 	for _, kv := range cfg.Env {

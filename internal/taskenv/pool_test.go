@@ -1,4 +1,4 @@
-package docker
+package taskenv
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 	"vak/internal/testenv"
 )
 
@@ -184,9 +185,9 @@ func TestSessionGC(t *testing.T) {
 	}
 	old := fmt.Sprint(time.Now().Add(-time.Hour).Unix())
 	decoys := []string{
-		decoy("vak-session-unmanaged", map[string]string{LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
-		decoy("vak-session-otheruser", map[string]string{LabelManaged: "true", LabelKind: KindSession, LabelOwner: "99999", LabelCreated: old}),
-		decoy("someone-elses", map[string]string{LabelManaged: "true", LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
+		decoy("vak-session-unmanaged", map[string]string{docker.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
+		decoy("vak-session-otheruser", map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSession, LabelOwner: "99999", LabelCreated: old}),
+		decoy("someone-elses", map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
 	}
 	// Nothing to do while the owner lives.
 	rep, err := f.m.GC(ctx)

@@ -1,4 +1,4 @@
-package docker
+package taskenv
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 )
 
@@ -171,8 +172,8 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 			cfg.Labels[k] = ""
 		}
 	}
-	cfg.Labels[LabelManaged] = "true"
-	cfg.Labels[LabelKind] = KindSnapshot
+	cfg.Labels[docker.LabelManaged] = "true"
+	cfg.Labels[docker.LabelKind] = KindSnapshot
 	cfg.Labels[LabelSnapshot] = key
 	cfg.Labels[LabelBase] = base
 	for k, v := range m.Labels {

@@ -1,27 +1,4 @@
-package docker
-
-// Session-scoped task environments (seed 000, "Task environments").
-//
-// A session is one long-lived container per (task, workspace), created for
-// the first turn of an agent's session, reused by later turns and destroyed
-// (or snapshotted into an immutable image) when the session is released. It
-// is driven through the Engine API, never the docker CLI, and its commands
-// run through vak's own worker, which is the container's entrypoint:
-//
-//	Create ──> container "vak-session-TASK-HASH"
-//	             PID 1: /.vak/bin/vak __worker --container   (vak, bind-mounted read-only)
-//	             ├─ protocol on the attached stdio            (the broker that created it)
-//	             └─ protocol on /.vak/run/worker.sock          (= STATE/sessions/run/SLOT on the host)
-//	Exec   ──> one protocol request; the worker forks `sh -c` under the reap shim
-//	Snapshot─> docker commit, tagged vak-env:KEY (KEY = hash of base, manifest, policy)
-//	Discard──> docker rm -f, run directory and record removed
-//
-// The broker decides everything about the container: its name (from task
-// and workspace), its mounts (the canonical workspace at its own path, the
-// worker binary and the per-session socket directory; never a Docker socket,
-// host credentials, vak's config or state, or another workspace), the image
-// (a tag is resolved to the image ID at create time and the session is
-// pinned to that ID), limits, network policy and lifetime.
+package taskenv
 
 import (
 	"archive/tar"
@@ -54,6 +31,7 @@ import (
 
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
@@ -267,7 +245,7 @@ type Manager struct {
 	// entrypoint; empty means this executable.
 	Worker string
 	// User is the identity inside; zero means the invoking uid:gid.
-	User User
+	User docker.User
 	// Labels are added to every container and image the manager creates,
 	// and restrict List and GC to objects that carry them (tests: vak.test=1).
 	Labels map[string]string
@@ -326,7 +304,7 @@ func (m *Manager) engine() (*client.Client, error) {
 		m.API, m.engineErr = NewEngine()
 	}
 	if m.engineErr != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDaemonUnavailable, m.engineErr)
+		return nil, fmt.Errorf("%w: %v", docker.ErrDaemonUnavailable, m.engineErr)
 	}
 	return m.API, nil
 }
@@ -337,30 +315,16 @@ func apiErr(what string, err error) error {
 		return nil
 	}
 	if client.IsErrConnectionFailed(err) {
-		return fmt.Errorf("%s: %w: %v", what, ErrDaemonUnavailable, err)
+		return fmt.Errorf("%s: %w: %v", what, docker.ErrDaemonUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func (m *Manager) user() User {
-	if m.User == (User{}) {
-		return User{UID: os.Getuid(), GID: os.Getgid()}
+func (m *Manager) user() docker.User {
+	if m.User == (docker.User{}) {
+		return docker.User{UID: os.Getuid(), GID: os.Getgid()}
 	}
 	return m.User
-}
-
-func (u User) spec() string {
-	if u.Root {
-		return "0:0"
-	}
-	return strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID)
-}
-
-func (u User) ids() (int, int) {
-	if u.Root {
-		return 0, 0
-	}
-	return u.UID, u.GID
 }
 
 func (m *Manager) idle() time.Duration {
@@ -417,7 +381,7 @@ type plan struct {
 	imageID   string
 	imageEnv  []string
 	worker    string
-	user      User
+	user      docker.User
 	limits    sandbox.Limits
 	env       []string // base environment of commands
 	home      string
@@ -478,7 +442,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 	// Two daemon round trips, at once: the image and the other sessions.
 	img := spec.BaseImage
 	if img == "" {
-		img = DefaultImage
+		img = docker.DefaultImage
 	}
 	type inspected struct {
 		ii  client.ImageInspectResult
@@ -608,7 +572,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 	}
 	p.home = SessionHome
 	if spec.Mode == sandbox.ReadOnly {
-		p.home = ContainerHome
+		p.home = docker.ContainerHome
 	}
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
 		env = append(env, "PATH="+defaultPath)
@@ -634,14 +598,14 @@ func setEnv(env []string, kv string) []string {
 
 // policyDigest names the policy a session runs under; it is part of the
 // snapshot key's policy generation.
-func policyDigest(n NetworkPolicy, mode sandbox.Mode, install bool, u User) string {
+func policyDigest(n NetworkPolicy, mode sandbox.Mode, install bool, u docker.User) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "network=%s\nmode=%s\ninstall=%t\nroot=%t\n", n, mode, install, u.Root))
 	return hex.EncodeToString(h[:8])
 }
 
 // checkWorker checks the worker binary once per path and architecture.
-func (m *Manager) checkWorker(path, arch string, u User) error {
-	key := path + "\x00" + arch + "\x00" + u.spec()
+func (m *Manager) checkWorker(path, arch string, u docker.User) error {
+	key := path + "\x00" + arch + "\x00" + u.Spec()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.workers == nil {
@@ -651,7 +615,7 @@ func (m *Manager) checkWorker(path, arch string, u User) error {
 	if !ok {
 		err = CheckWorkerBinary(path, arch)
 		if err == nil {
-			uid, gid := u.ids()
+			uid, gid := u.IDs()
 			err = checkRunnableBy(path, uid, gid)
 		}
 		m.workers[key] = err
@@ -662,13 +626,13 @@ func (m *Manager) checkWorker(path, arch string, u User) error {
 // otherWorkspaces lists the workspaces of this user's other sessions.
 func (m *Manager) otherWorkspaces(ctx context.Context, cli *client.Client, ws string) ([]string, error) {
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).
-		Add("label", LabelManaged+"=true", LabelKind+"="+KindSession)})
+		Add("label", docker.LabelManaged+"=true", docker.LabelKind+"="+KindSession)})
 	if err != nil {
 		return nil, apiErr("list sessions", err)
 	}
 	var out []string
 	for _, c := range res.Items {
-		if w := c.Labels[LabelWorkspace]; w != "" && w != ws && !slices.Contains(out, w) {
+		if w := c.Labels[docker.LabelWorkspace]; w != "" && w != ws && !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}
@@ -750,10 +714,10 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 		return nil, apiErr("inspect session "+id, err)
 	}
 	c := res.Container
-	if c.Config == nil || c.Config.Labels[LabelManaged] != "true" || c.Config.Labels[LabelKind] != KindSession {
+	if c.Config == nil || c.Config.Labels[docker.LabelManaged] != "true" || c.Config.Labels[docker.LabelKind] != KindSession {
 		return nil, fmt.Errorf("%w: %s (the container of that name is not a vak session)", ErrNoSession, id)
 	}
-	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[LabelWorkspace],
+	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[docker.LabelWorkspace],
 		Image: c.Config.Labels[LabelImage], User: c.Config.User, Owner: c.Config.Labels[LabelOwnerProc],
 		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool]}
 	for _, mp := range c.Mounts {
@@ -792,7 +756,7 @@ func (m *Manager) makeRunDir(slot string) (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", fmt.Errorf("session socket directory: %w", err)
 	}
-	uid, gid := m.user().ids()
+	uid, gid := m.user().IDs()
 	if uid != os.Getuid() || gid != os.Getgid() {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			os.Remove(dir)
@@ -825,17 +789,17 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		return nil, nil, err
 	}
 	labels := map[string]string{
-		LabelManaged:   "true",
-		LabelKind:      KindSession,
-		LabelOwner:     strconv.Itoa(os.Getuid()),
-		LabelSession:   session,
-		LabelTask:      p.spec.Task,
-		LabelCreated:   strconv.FormatInt(created.Unix(), 10),
-		LabelWorkspace: p.spec.Workspace,
-		LabelImage:     p.imageID,
-		LabelLifetime:  strconv.FormatInt(int64(m.lifetime()/time.Second), 10),
-		LabelIdle:      strconv.FormatInt(int64(m.idle()/time.Second), 10),
-		LabelPolicy:    p.policy,
+		docker.LabelManaged:   "true",
+		docker.LabelKind:      KindSession,
+		LabelOwner:            strconv.Itoa(os.Getuid()),
+		LabelSession:          session,
+		LabelTask:             p.spec.Task,
+		LabelCreated:          strconv.FormatInt(created.Unix(), 10),
+		docker.LabelWorkspace: p.spec.Workspace,
+		LabelImage:            p.imageID,
+		LabelLifetime:         strconv.FormatInt(int64(m.lifetime()/time.Second), 10),
+		LabelIdle:             strconv.FormatInt(int64(m.idle()/time.Second), 10),
+		LabelPolicy:           p.policy,
 	}
 	if pool != "" {
 		labels[LabelPool] = pool
@@ -858,7 +822,7 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 	noInit := false
 	cfg := &container.Config{
 		Image:        p.imageID,
-		User:         p.user.spec(),
+		User:         p.user.Spec(),
 		Env:          append(slices.Clone(p.imageEnv), worker.SpecEnv+"="+string(specJSON)),
 		Entrypoint:   []string{ContainerWorker, "__worker", "--container"},
 		WorkingDir:   p.spec.Workspace,
@@ -918,8 +882,8 @@ var InstallCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", 
 
 // homeArchive is a tar of SessionHome owned by the session's user (the
 // daemon keeps the archive's ownership when CopyUIDGID is off).
-func homeArchive(u User) []byte {
-	uid, gid := u.ids()
+func homeArchive(u docker.User) []byte {
+	uid, gid := u.IDs()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(SessionHome, "/") + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: time.Unix(0, 0), Uid: uid, Gid: gid})
@@ -996,7 +960,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, m.startErr(cid, att.stderr.String(), err)
 	}
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created}
 	rp, err := m.recordPath(p.id)
 	if err != nil {
 		return nil, err
@@ -1214,7 +1178,7 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 // listContainers lists this user's session and pool containers that carry
 // the manager's labels, running or not.
 func (m *Manager) listContainers(ctx context.Context, cli *client.Client) (client.ContainerListResult, error) {
-	f := make(client.Filters).Add("label", LabelManaged+"=true", LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	f := make(client.Filters).Add("label", docker.LabelManaged+"=true", docker.LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
 	for k, v := range m.Labels {
 		f.Add("label", k+"="+v)
 	}
@@ -1238,7 +1202,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	}
 	var out []Info
 	for _, c := range res.Items {
-		in := Info{Container: c.ID, Image: c.Labels[LabelImage], Workspace: c.Labels[LabelWorkspace], Task: c.Labels[LabelTask],
+		in := Info{Container: c.ID, Image: c.Labels[LabelImage], Workspace: c.Labels[docker.LabelWorkspace], Task: c.Labels[LabelTask],
 			State: string(c.State), Status: c.Status, Pool: c.Labels[LabelPool], Labels: c.Labels}
 		if len(c.Names) > 0 {
 			in.Name = strings.TrimPrefix(c.Names[0], "/")

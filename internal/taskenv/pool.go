@@ -1,4 +1,4 @@
-package docker
+package taskenv
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 		Worker                                        string
 		WorkerDev, WorkerIno, WorkerSize              uint64
 		WorkerMtime                                   int64
-	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.spec(), p.home,
+	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.Spec(), p.home,
 		p.spec.Mode, p.limits, p.env, p.protected, labels, p.identity, p.install,
 		m.idle(), m.lifetime(), p.spec.DefaultTimeout,
 		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano()}
@@ -171,7 +171,7 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	}
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key}
 	deadline := time.Now().Add(wire.DefaultStartTimeout)
 	for {
 		var conn interface{ Close() error }
