@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"vak/bench/internal/stats"
+	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/taskenv"
@@ -73,7 +74,11 @@ func main() {
 		fail(err)
 	}
 	state := mkdir(filepath.Join(base, "state"))
-	net, err := proxynet.Ensure(context.Background(), proxynet.Options{Engine: eng, Workspace: ws, Binary: vak, UserConfig: cfg, StateDir: state, Labels: map[string]string{"vak.bench": "1"}, Progress: os.Stderr})
+	vcfg, err := config.Load(config.Options{UserFile: cfg})
+	if err != nil {
+		fail(err)
+	}
+	net, err := proxynet.Ensure(context.Background(), proxynet.Options{Engine: eng, Workspace: ws, Binary: vak, Sections: vcfg.EgressSections, ConfigFile: cfg, StateDir: state, Labels: map[string]string{"vak.bench": "1"}, Progress: os.Stderr})
 	if err != nil {
 		fail(err)
 	}

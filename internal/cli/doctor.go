@@ -121,13 +121,13 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
 	fmt.Fprintf(out, "protected paths: %v\n", cfg.Files.Protected)
-	if netPolicy, err := effectiveNetwork(cfg, f.network); err == nil {
-		switch {
+	{
+		switch netPolicy := cfg.Network; {
 		case cfg.Sandbox.Mode == sandbox.FullAccess:
 			fmt.Fprintln(out, "network: unrestricted (mode full-access)")
-		case netPolicy == NetworkProxied && cfg.Egress != nil:
+		case netPolicy == sandbox.NetworkProxied && cfg.Egress != nil:
 			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); docker backend only)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets))
-		case netPolicy == NetworkProxied:
+		case netPolicy == sandbox.NetworkProxied:
 			fmt.Fprintln(out, "network: proxied requested, but the user config has no [network] rules: proxied commands fail")
 		default:
 			fmt.Fprintln(out, "network: none")

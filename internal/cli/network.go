@@ -13,29 +13,6 @@ import (
 	"vak/internal/taskenv"
 )
 
-// Network policies.
-const (
-	NetworkNone    = "none"
-	NetworkProxied = "proxied"
-)
-
-// effectiveNetwork is the network policy: the command-line flag (trusted),
-// else the trusted config's [network] policy, else none. A project config
-// can never set it (the loader strips [network]).
-func effectiveNetwork(cfg *config.Config, flag string) (string, error) {
-	switch flag {
-	case NetworkNone, NetworkProxied:
-		return flag, nil
-	case "":
-	default:
-		return "", fmt.Errorf("--network %q: want %s or %s", flag, NetworkNone, NetworkProxied)
-	}
-	if cfg.Egress != nil && cfg.Egress.Mode == NetworkProxied {
-		return NetworkProxied, nil
-	}
-	return NetworkNone, nil
-}
-
 // proxyNet returns functions that bring up a workspace's proxied network
 // (reusing a running one) and release it (it goes when its last user does).
 func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
@@ -48,12 +25,6 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 		if err != nil {
 			return proxynet.Options{}, err
 		}
-		userConfig := a.userConfig
-		if userConfig == "" {
-			if userConfig, err = paths.UserConfigFile(); err != nil {
-				return proxynet.Options{}, err
-			}
-		}
 		bin := cfg.Session.Worker
 		if bin == "" {
 			bin = workerExecutable
@@ -63,7 +34,7 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 				return proxynet.Options{}, err
 			}
 		}
-		return proxynet.Options{Engine: eng, Binary: bin, UserConfig: userConfig, StateDir: state, Labels: a.labels, Progress: a.stdio.Err}, nil
+		return proxynet.Options{Engine: eng, Binary: bin, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg), StateDir: state, Labels: a.labels, Progress: a.stdio.Err}, nil
 	}
 	acquire = func(ctx context.Context, ws string) (*sandbox.NetworkAttachment, error) {
 		o, err := opts()
@@ -87,4 +58,18 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 		}
 	}
 	return acquire, release
+}
+
+// trustedFile names the file the gateway sections come from (or would): the
+// trusted user config.
+func trustedFile(cfg *config.Config) string {
+	if cfg.EgressFile != "" {
+		return cfg.EgressFile
+	}
+	for _, s := range cfg.Sources {
+		if s.Trusted {
+			return s.Path
+		}
+	}
+	return "the user config"
 }

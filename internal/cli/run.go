@@ -89,6 +89,13 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 	if f.image != "" {
 		cfg.Sandbox.Image = f.image
 	}
+	if f.network != "" {
+		n, err := sandbox.ParseNetworkPolicy(f.network)
+		if err != nil {
+			return fmt.Errorf("--network: %w", err)
+		}
+		cfg.Network = n
+	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout: must not be negative")
 	}
@@ -133,14 +140,10 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 
-	netPolicy, err := effectiveNetwork(cfg, f.network)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if netPolicy == NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
 		if b.Name() != string(sandbox.Docker) {
 			return exit(ExitUnavailable, fmt.Errorf("the proxied network needs the docker backend (--backend docker); the %s sandbox has no network at all; nothing was run", b.Name()))
 		}

@@ -102,7 +102,8 @@ func sessionErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, taskenv.ErrSessionEnded), errors.Is(err, taskenv.ErrWorkerBinary), errors.Is(err, taskenv.ErrUnsupported):
+	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, taskenv.ErrSessionEnded), errors.Is(err, taskenv.ErrWorkerBinary), errors.Is(err, taskenv.ErrUnsupported),
+		errors.Is(err, taskenv.ErrNetworkUnavailable):
 		return exit(ExitUnavailable, err)
 	case errors.Is(err, taskenv.ErrNoSession), errors.Is(err, taskenv.ErrInvalidSpec), errors.Is(err, taskenv.ErrForbiddenMount),
 		errors.Is(err, taskenv.ErrEnvNotAllowed), errors.Is(err, taskenv.ErrNetworkPolicy), errors.Is(err, taskenv.ErrSessionExists),
@@ -172,7 +173,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 }
 
 func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags) error {
-	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout})
+	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
 	if err != nil {
 		return err
 	}
@@ -205,11 +206,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
-	netPolicy, err := effectiveNetwork(cfg, f.network)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
-	spec.NetworkPolicy = taskenv.NetworkPolicy(netPolicy)
+	spec.NetworkPolicy = cfg.Network
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
 	}

@@ -130,9 +130,17 @@ type Config struct {
 	Sandbox Sandbox
 	Files   Files
 	Session Session
+	// Network is the network policy of restricted modes: the trusted
+	// config's network.policy, else none (the --network flag overrides it).
+	Network sandbox.NetworkPolicy
 	// Egress is the validated gateway configuration ([network], [gateway],
 	// [secrets]) from the trusted user config; nil when it has none.
 	Egress *egressconfig.Config
+	// EgressSections are the same sections as decoded (strictly, with the
+	// rest of the file), for whoever starts a gateway with them (proxynet);
+	// nil when the trusted config has none. EgressFile names their file.
+	EgressSections *egressconfig.Sections
+	EgressFile     string
 	// Sources lists the files considered, in order of application.
 	Sources []Source
 	// Warnings are non-fatal findings (stripped project keys, ignored widenings).
@@ -151,6 +159,7 @@ func Default() *Config {
 		},
 		Files:   Files{Protected: slices.Clone(DefaultProtected)},
 		Session: DefaultSession(),
+		Network: sandbox.NetworkNone,
 	}
 }
 
@@ -459,14 +468,19 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 		return err
 	}
 	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
-		eg, err := egressconfig.Validate(file, &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets})
+		sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets}
+		eg, err := egressconfig.Validate(file, sections)
 		var fe *egressconfig.FieldError
 		if errors.As(err, &fe) {
 			return errf(fe.Field, "%v", fe.Err)
 		} else if err != nil {
 			return err
 		}
-		c.Egress = eg
+		np, err := sandbox.ParseNetworkPolicy(eg.Mode)
+		if err != nil {
+			return errf("network.policy", "%v", err)
+		}
+		c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, np
 	}
 	if f := w.Files; f != nil {
 		for i, p := range f.Protected {

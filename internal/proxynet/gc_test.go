@@ -31,7 +31,7 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	}
 	state := mkdir(t, filepath.Join(base, "state"))
 	labels := map[string]string{testenv.TestLabel: "1", testenv.TestIDLabel: testenv.TestID(t)}
-	n, err := Ensure(ctx, Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), UserConfig: cfg, StateDir: state, Labels: labels})
+	n, err := Ensure(ctx, Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), Sections: sectionsOf(t, cfg), ConfigFile: cfg, StateDir: state, Labels: labels})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ hosts = ["allowed.test"]
 	// The netclient exits when its rules change (tested in netfence); here it
 	// re-verifies slowly, so that the tamper phases below test what the
 	// topology alone guarantees with the rules gone.
-	o := Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), UserConfig: cfgFile, StateDir: stateDir, Labels: labels, VerifyInterval: 10 * time.Minute}
+	o := Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), Sections: sectionsOf(t, cfgFile), ConfigFile: cfgFile, StateDir: stateDir, Labels: labels, VerifyInterval: 10 * time.Minute}
 	n, err := Ensure(ctx, o)
 	if err != nil {
 		t.Fatal(err)

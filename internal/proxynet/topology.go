@@ -69,9 +69,11 @@ type Options struct {
 	Workspace string // canonical
 	// Binary is the static Linux vak that the image is built from.
 	Binary string
-	// UserConfig is the trusted config file holding [network], [gateway]
-	// and [secrets].
-	UserConfig string
+	// Sections are [network], [gateway] and [secrets] of the trusted config,
+	// as config decoded them (config.Config.EgressSections); ConfigFile
+	// names their file in errors. proxynet never reads a config file.
+	Sections   *egressconfig.Sections
+	ConfigFile string
 	// StateDir is vak's host state dir (installation CA, trust files,
 	// copied receipts).
 	StateDir string
@@ -141,7 +143,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if o.Engine == nil || o.Workspace == "" || o.StateDir == "" {
 		return nil, errors.New("proxynet: Engine, Workspace and StateDir are required")
 	}
-	sections, err := gatewaySections(o.UserConfig)
+	sections, err := gatewaySections(o.ConfigFile, o.Sections)
 	if err != nil {
 		return nil, err
 	}
@@ -306,25 +308,16 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	return n, nil
 }
 
-// gatewaySections reads [network], [gateway] and [secrets] from the trusted
-// config, validating them as the gateway will.
-func gatewaySections(userConfig string) (*egressconfig.Sections, error) {
-	data, err := os.ReadFile(userConfig)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoPolicy, err)
+// gatewaySections checks the decoded [network], [gateway] and [secrets] of
+// the trusted config as the gateway will.
+func gatewaySections(file string, s *egressconfig.Sections) (*egressconfig.Sections, error) {
+	if s == nil || s.Network == nil || len(s.Network.Rules) == 0 {
+		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, file)
 	}
-	var s egressconfig.Sections
-	// Only these sections; the rest of the file was validated by config.Load.
-	if err := toml.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("proxynet: %s: %w", userConfig, err)
-	}
-	if s.Network == nil || len(s.Network.Rules) == 0 {
-		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, userConfig)
-	}
-	if _, err := egressconfig.Validate(userConfig, &s); err != nil {
+	if _, err := egressconfig.Validate(file, s); err != nil {
 		return nil, err
 	}
-	return &s, nil
+	return s, nil
 }
 
 // gatewayPayload builds the tar unpacked into the gateway's volume: the

@@ -104,21 +104,26 @@ var (
 	ErrEnvNotAllowed = errors.New("environment variable not allowed into sessions")
 	// ErrNetworkPolicy reports a network policy that is not implemented.
 	ErrNetworkPolicy = errors.New("network policy not available")
+	// ErrNetworkUnavailable reports a proxied network that could not be
+	// brought up (the egress gateway is down or cannot start): nothing was
+	// created, as with `vak run`.
+	ErrNetworkUnavailable = errors.New("proxied network unavailable")
 	// ErrInstallNotAllowed reports a root exec in a session created without
 	// package installs allowed.
 	ErrInstallNotAllowed = errors.New("package installs are not allowed in this session")
 )
 
-// NetworkPolicy says what network a session has. Unknown policies are
-// refused (fail closed), never weakened.
-type NetworkPolicy string
+// NetworkPolicy says what network a session has (sandbox.NetworkPolicy).
+// Unknown policies are refused (fail closed), never weakened.
+type NetworkPolicy = sandbox.NetworkPolicy
 
+// The network policies of sessions.
 const (
-	// NetworkNone: no network at all (--network none). The default.
-	NetworkNone NetworkPolicy = "none"
-	// NetworkProxied: the session joins its workspace's proxied network,
-	// whose only way out is vak's egress gateway (Manager.ProxyNet).
-	NetworkProxied NetworkPolicy = "proxied"
+	// NetworkNone: no network at all (--network none).
+	NetworkNone = sandbox.NetworkNone
+	// NetworkProxied: the workspace's proxied network, whose only way out
+	// is vak's egress gateway (Manager.ProxyNet).
+	NetworkProxied = sandbox.NetworkProxied
 )
 
 // ParseNetworkPolicy parses a policy name; "" means NetworkNone.
@@ -127,10 +132,10 @@ func ParseNetworkPolicy(s string) (NetworkPolicy, error) {
 	if p == "" {
 		p = NetworkNone
 	}
-	return p, p.check()
+	return p, checkNetworkPolicy(p)
 }
 
-func (p NetworkPolicy) check() error {
+func checkNetworkPolicy(p NetworkPolicy) error {
 	switch p {
 	case NetworkNone, NetworkProxied:
 		return nil
@@ -431,7 +436,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
 		if p.net, err = m.ProxyNet(ctx, ws); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNetworkPolicy, err)
+			return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, err)
 		}
 	}
 	p.limits = spec.Limits.WithDefaults()
