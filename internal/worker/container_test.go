@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -134,26 +133,4 @@ func TestReadSpecEnv(t *testing.T) {
 			t.Errorf("spec %q accepted", bad)
 		}
 	}
-}
-
-// procsMatching lists live processes whose command line contains s.
-func procsMatching(s string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(data), "\x00", " ")
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+2:]), "Z") {
-				continue
-			}
-		}
-		if strings.Contains(cmd, s) {
-			out = append(out, e.Name()+": "+cmd)
-		}
-	}
-	return out
 }
