@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -201,6 +202,57 @@ func TestPackageDocs(t *testing.T) {
 			if len(p.GoFiles) > 0 && strings.TrimSpace(p.Doc) == "" {
 				t.Errorf("GOOS=%s: package %s has no doc comment", goos, p.ImportPath)
 			}
+		}
+	}
+}
+
+// TestArchitectureMap: the package map in docs/ARCHITECTURE.md lists every
+// package under internal/ and cmd/ that `go list ./...` finds, and nothing
+// that does not exist unless it is marked (planned).
+func TestArchitectureMap(t *testing.T) {
+	data, err := os.ReadFile("../../docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i := strings.Index(doc, "## Layout")
+	if i < 0 {
+		t.Fatal("docs/ARCHITECTURE.md has no Layout section")
+	}
+	start := strings.Index(doc[i:], "```\n")
+	end := strings.Index(doc[i+start+4:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("the Layout section has no code block")
+	}
+	listed := map[string]bool{} // dir -> planned
+	for _, line := range strings.Split(doc[i+start+4:i+start+4+end], "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasSuffix(f[0], "/") {
+			continue
+		}
+		dir := strings.TrimSuffix(f[0], "/")
+		if !strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(dir, "cmd/") {
+			continue // bench/, docs/, scripts/ stand for their trees
+		}
+		listed[dir] = len(f) > 1 && f[1] == "(planned)"
+	}
+	exists := map[string]bool{}
+	for _, p := range goList(t, "linux") {
+		dir := strings.TrimPrefix(p.ImportPath, "vak/")
+		if !strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(dir, "cmd/") {
+			continue
+		}
+		exists[dir] = true
+		if _, ok := listed[dir]; !ok {
+			t.Errorf("docs/ARCHITECTURE.md does not list package %s/", dir)
+		}
+	}
+	for dir, planned := range listed {
+		switch {
+		case planned && exists[dir]:
+			t.Errorf("docs/ARCHITECTURE.md marks %s/ planned, but it exists", dir)
+		case !planned && !exists[dir]:
+			t.Errorf("docs/ARCHITECTURE.md lists %s/, which does not exist (mark it (planned))", dir)
 		}
 	}
 }
