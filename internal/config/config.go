@@ -191,7 +191,7 @@ func Load(opts Options) (*Config, error) {
 	cfg.Sources = append(cfg.Sources, Source{Path: userFile, Trusted: true, Exists: exists})
 	if uw != nil {
 		if err := cfg.apply(userFile, uw, true); err != nil {
-			return nil, err
+			return nil, withLine(err, uw.raw)
 		}
 	}
 	if opts.Workspace != "" {
@@ -204,7 +204,7 @@ func Load(opts Options) (*Config, error) {
 		if pw != nil {
 			pw = cfg.strip(pf, pw)
 			if err := cfg.apply(pf, pw, false); err != nil {
-				return nil, err
+				return nil, withLine(err, pw.raw)
 			}
 		}
 	}
@@ -221,7 +221,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	cfg := Default()
 	cfg.Sources = []Source{{Path: name, Trusted: true, Exists: true}}
 	if err := cfg.apply(name, w, true); err != nil {
-		return nil, err
+		return nil, withLine(err, data)
 	}
 	return cfg, nil
 }
@@ -267,6 +267,7 @@ func decode(file string, data []byte) (*fileWire, error) {
 	if *w.Version != Version {
 		return nil, &Error{File: file, Line: lineOf(data, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d (this vak understands %d)", *w.Version, Version)}
 	}
+	w.raw = data
 	return &w, nil
 }
 
@@ -308,7 +309,7 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring %s: project config is untrusted and may not set privileged keys (set it in %s)", file, k, userConfigHint()))
 		}
 	}
-	out := &fileWire{Version: w.Version}
+	out := &fileWire{Version: w.Version, raw: w.raw}
 	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil) {
 		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout}
 	}
