@@ -19,7 +19,7 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 	opts := func() (proxynet.Options, error) {
 		eng, err := taskenv.NewEngine()
 		if err != nil {
-			return proxynet.Options{}, fmt.Errorf("%w: %v", docker.ErrDaemonUnavailable, err)
+			return proxynet.Options{}, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
 		}
 		state, err := paths.EnsureStateDir()
 		if err != nil {

@@ -38,7 +38,7 @@ import (
 func (m *Manager) poolKey(p *plan) (string, error) {
 	fi, err := os.Stat(p.worker)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkerBinary, err)
+		return "", fmt.Errorf("%w: %w", ErrWorkerBinary, err)
 	}
 	var wdev, wino uint64
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {

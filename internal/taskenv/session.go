@@ -309,7 +309,7 @@ func (m *Manager) engine() (*client.Client, error) {
 		m.API, m.engineErr = NewEngine()
 	}
 	if m.engineErr != nil {
-		return nil, fmt.Errorf("%w: %v", docker.ErrDaemonUnavailable, m.engineErr)
+		return nil, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, m.engineErr)
 	}
 	return m.API, nil
 }
@@ -552,7 +552,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		}
 	}
 	if p.worker, err = filepath.EvalSymlinks(p.worker); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrWorkerBinary, err)
+		return nil, fmt.Errorf("%w: %w", ErrWorkerBinary, err)
 	}
 	if err := m.checkWorker(p.worker, ii.Architecture, p.user); err != nil {
 		return nil, err

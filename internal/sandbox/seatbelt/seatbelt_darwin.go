@@ -55,7 +55,7 @@ func (b *Backend) Available(ctx context.Context) error {
 
 func probe(ctx context.Context) error {
 	if _, err := os.Stat(SandboxExec); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	prof, err := Profile(probePolicy)
 	if err != nil {

@@ -242,7 +242,7 @@ func (c *Client) call(ctx context.Context, op string, args, result any, output f
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %v", ErrWorkerExited, err)
+		return fmt.Errorf("%w: %w", ErrWorkerExited, err)
 	}
 	select {
 	case r, ok := <-cl.resp:
