@@ -13,6 +13,7 @@ import (
 
 	"vak/internal/broker"
 	"vak/internal/config"
+	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -155,7 +156,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
-		if errors.Is(err, docker.ErrDaemonUnavailable) {
+		if errors.Is(err, errclass.Unavailable) {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
@@ -180,7 +181,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
-	case errors.Is(err, docker.ErrDaemonUnavailable):
+	case errors.Is(err, errclass.Unavailable):
 		return exit(ExitUnavailable, err)
 	case err != nil:
 		var we *wire.Error

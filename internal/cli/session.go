@@ -94,28 +94,8 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, e
 	return m, nil
 }
 
-// sessionErr maps session errors to vak's exit statuses.
-func sessionErr(err error) error {
-	var ee *exitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ee):
-		return err
-	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, taskenv.ErrSessionEnded), errors.Is(err, taskenv.ErrWorkerBinary), errors.Is(err, taskenv.ErrUnsupported),
-		errors.Is(err, taskenv.ErrNetworkUnavailable):
-		return exit(ExitUnavailable, err)
-	case errors.Is(err, taskenv.ErrNoSession), errors.Is(err, taskenv.ErrInvalidSpec), errors.Is(err, taskenv.ErrForbiddenMount),
-		errors.Is(err, taskenv.ErrEnvNotAllowed), errors.Is(err, taskenv.ErrNetworkPolicy), errors.Is(err, taskenv.ErrSessionExists),
-		errors.Is(err, taskenv.ErrNoSnapshot), errors.Is(err, taskenv.ErrInstallNotAllowed):
-		return exit(ExitUsage, err)
-	}
-	var we *wire.Error
-	if errors.As(err, &we) && (we.Code == wire.CodeOutside || we.Code == wire.CodeNotFound || we.Code == wire.CodeProtocol) {
-		return exit(ExitUsage, err)
-	}
-	return exit(ExitFailure, err)
-}
+// sessionErr maps session errors to vak's exit statuses (see exitFor).
+func sessionErr(err error) error { return exitFor(err) }
 
 // quietGC removes finished sessions before a session command, best effort
 // and bounded (a daemon that is down is reported by the command itself).

@@ -27,6 +27,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 )
@@ -60,7 +61,7 @@ const (
 var DefaultProtected = sandbox.DefaultProtected
 
 // ErrInvalid is wrapped by every error about a config file's content.
-var ErrInvalid = errors.New("invalid config")
+var ErrInvalid = errclass.New(errclass.Config, "invalid config")
 
 // Error describes a problem in a config file. Line and Column are 1-based, 0
 // when unknown.

@@ -2,18 +2,19 @@ package taskenv
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"syscall"
+
+	"vak/internal/errclass"
 )
 
 // ErrWorkerBinary reports a worker binary that cannot be a session
 // container's entrypoint: not a Linux ELF executable for the image's
 // architecture, or dynamically linked (the container has no matching C
 // library, often none at all).
-var ErrWorkerBinary = errors.New("unusable worker binary")
+var ErrWorkerBinary = errclass.New(errclass.Unavailable, "unusable worker binary")
 
 // elfMachines maps Docker/Go architecture names to ELF machines.
 var elfMachines = map[string]elf.Machine{

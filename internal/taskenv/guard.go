@@ -1,13 +1,13 @@
 package taskenv
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"vak/internal/errclass"
 	"vak/internal/paths"
 )
 
@@ -15,7 +15,7 @@ import (
 // session: a Docker (or other daemon) socket, host credentials, vak's own
 // config and state, or another workspace. The broker refuses these even when
 // the request comes from trusted code: there is no override.
-var ErrForbiddenMount = errors.New("refusing to mount")
+var ErrForbiddenMount = errclass.New(errclass.Invalid, "refusing to mount")
 
 // MountError says which requested path was refused and why.
 type MountError struct {

@@ -29,6 +29,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -87,30 +88,30 @@ const (
 // Errors of the session API.
 var (
 	// ErrUnsupported reports a session feature this host cannot provide.
-	ErrUnsupported = errors.New("unsupported on this host")
+	ErrUnsupported = errclass.New(errclass.Unavailable, "unsupported on this host")
 	// ErrNoSession reports an unknown session ID.
-	ErrNoSession = errors.New("no such session")
+	ErrNoSession = errclass.New(errclass.Invalid, "no such session")
 	// ErrSessionExists reports a session for the same task and workspace.
-	ErrSessionExists = errors.New("session already exists")
+	ErrSessionExists = errclass.New(errclass.Invalid, "session already exists")
 	// ErrSessionEnded reports a session whose worker is gone (it died, was
 	// killed, or hit its idle timeout or lifetime); the message says which.
-	ErrSessionEnded = errors.New("session ended")
+	ErrSessionEnded = errclass.New(errclass.Unavailable, "session ended")
 	// ErrUntrustedPeer reports that the session socket is not served by the
 	// session's worker (it was replaced from inside the container).
 	ErrUntrustedPeer = errors.New("session socket is not the session's worker")
 	// ErrInvalidSpec reports a session spec the broker refuses.
-	ErrInvalidSpec = errors.New("invalid session spec")
+	ErrInvalidSpec = errclass.New(errclass.Invalid, "invalid session spec")
 	// ErrEnvNotAllowed reports a Spec.Env variable outside the allowlist.
-	ErrEnvNotAllowed = errors.New("environment variable not allowed into sessions")
+	ErrEnvNotAllowed = errclass.New(errclass.Invalid, "environment variable not allowed into sessions")
 	// ErrNetworkPolicy reports a network policy that is not implemented.
-	ErrNetworkPolicy = errors.New("network policy not available")
+	ErrNetworkPolicy = errclass.New(errclass.Invalid, "network policy not available")
 	// ErrNetworkUnavailable reports a proxied network that could not be
 	// brought up (the egress gateway is down or cannot start): nothing was
 	// created, as with `vak run`.
-	ErrNetworkUnavailable = errors.New("proxied network unavailable")
+	ErrNetworkUnavailable = errclass.New(errclass.Unavailable, "proxied network unavailable")
 	// ErrInstallNotAllowed reports a root exec in a session created without
 	// package installs allowed.
-	ErrInstallNotAllowed = errors.New("package installs are not allowed in this session")
+	ErrInstallNotAllowed = errclass.New(errclass.Invalid, "package installs are not allowed in this session")
 )
 
 // NetworkPolicy says what network a session has (sandbox.NetworkPolicy).

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/errclass"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 )
@@ -61,7 +62,7 @@ type ImageRef struct {
 }
 
 // ErrNoSnapshot reports an unknown snapshot key.
-var ErrNoSnapshot = errors.New("no such snapshot")
+var ErrNoSnapshot = errclass.New(errclass.Invalid, "no such snapshot")
 
 var keyRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,12 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"vak/internal/errclass"
 	"vak/internal/sandbox"
 )
 
 // ErrDaemonUnavailable reports that no Docker daemon answered. Commands fail
 // with it; they never fall back to running on the host.
-var ErrDaemonUnavailable = errors.New("docker daemon unavailable")
+var ErrDaemonUnavailable = errclass.New(errclass.Unavailable, "docker daemon unavailable")
 
 // Probe defaults.
 const (
