@@ -360,139 +360,189 @@ func setKeys(v reflect.Value, prefix string) []string {
 // apply validates w and merges it into c. Trusted files override; untrusted
 // ones may only narrow.
 func (c *Config) apply(file string, w *fileWire, trusted bool) error {
-	errf := func(key, format string, a ...any) error {
-		return &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)}
-	}
 	if s := w.Sandbox; s != nil {
-		if s.Backend != nil {
-			n, err := sandbox.ParseName(*s.Backend)
-			if err != nil {
-				return errf("sandbox.backend", "%v", err)
-			}
-			c.Sandbox.Backend = n
-		}
-		if s.Mode != nil {
-			m, err := sandbox.ParseMode(*s.Mode)
-			if err != nil {
-				return errf("sandbox.mode", "%v", err)
-			}
-			if trusted {
-				c.Sandbox.Mode = m
-			} else if m > c.Sandbox.Mode {
-				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.mode = %q: project config may only narrow the mode (effective %s)", file, m, c.Sandbox.Mode))
-			} else {
-				c.Sandbox.Mode = m
-			}
-		}
-		if s.Image != nil {
-			if err := validateImage(*s.Image); err != nil {
-				return errf("sandbox.image", "%v", err)
-			}
-			c.Sandbox.Image = *s.Image
-		}
-		if s.User != nil {
-			switch u := User(*s.User); u {
-			case UserHost, UserRoot:
-				c.Sandbox.User = u
-			default:
-				return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
-			}
-		}
-		if s.Timeout != nil {
-			d, err := time.ParseDuration(*s.Timeout)
-			if err != nil || d < 0 {
-				return errf("sandbox.timeout", "invalid duration %q (e.g. \"90s\", \"10m\")", *s.Timeout)
-			}
-			switch {
-			case trusted:
-				c.Sandbox.Timeout = d
-			case d == 0 || (c.Sandbox.Timeout != 0 && d > c.Sandbox.Timeout):
-				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.timeout = %q: project config may only shorten the timeout", file, *s.Timeout))
-			default:
-				c.Sandbox.Timeout = d
-			}
+		if err := c.applySandbox(file, s, trusted); err != nil {
+			return err
 		}
 		if l := s.Limits; l != nil {
-			if l.Memory != nil {
-				n, err := ParseSize(*l.Memory)
-				if err != nil || n < 6<<20 {
-					return errf("sandbox.limits.memory", "invalid size %q (e.g. \"2g\"; at least 6m)", *l.Memory)
-				}
-				c.Sandbox.Limits.Memory = n
-			}
-			if l.CPUs != nil {
-				if *l.CPUs <= 0 || *l.CPUs > 1024 {
-					return errf("sandbox.limits.cpus", "must be a positive number of CPUs, got %v", *l.CPUs)
-				}
-				c.Sandbox.Limits.CPUs = *l.CPUs
-			}
-			if l.Pids != nil {
-				if *l.Pids < 8 || *l.Pids > 1<<22 {
-					return errf("sandbox.limits.pids", "must be between 8 and %d, got %d", 1<<22, *l.Pids)
-				}
-				c.Sandbox.Limits.Pids = int(*l.Pids)
-			}
-			if l.Tmpfs != nil {
-				n, err := ParseSize(*l.Tmpfs)
-				if err != nil || n < 1<<20 {
-					return errf("sandbox.limits.tmpfs", "invalid size %q (e.g. \"512m\"; at least 1m)", *l.Tmpfs)
-				}
-				c.Sandbox.Limits.TmpfsSize = n
+			if err := c.applyLimits(file, l); err != nil {
+				return err
 			}
 		}
-	}
-	if s := w.Sandbox; s != nil {
-		if s.AllowWeaker != nil {
-			c.Sandbox.AllowWeaker = *s.AllowWeaker
-		}
-		for i, p := range s.Read {
-			abs, err := hostPath(p)
-			if err != nil {
-				return errf(fmt.Sprintf("sandbox.read[%d]", i), "%v", err)
-			}
-			c.Sandbox.ReadPaths = append(c.Sandbox.ReadPaths, abs)
-		}
-		for i, p := range s.Write {
-			abs, err := hostPath(p)
-			if err != nil {
-				return errf(fmt.Sprintf("sandbox.write[%d]", i), "%v", err)
-			}
-			c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
-		}
-		for i, n := range s.Env {
-			if !envName.MatchString(n) {
-				return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
-			}
-			c.Sandbox.Env = append(c.Sandbox.Env, n)
+		if err := c.applyHost(file, s); err != nil {
+			return err
 		}
 	}
 	if err := c.applySession(file, w.Session); err != nil {
 		return err
 	}
 	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
-		sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets}
-		eg, err := egressconfig.Validate(file, sections)
-		var fe *egressconfig.FieldError
-		if errors.As(err, &fe) {
-			return errf(fe.Field, "%v", fe.Err)
-		} else if err != nil {
+		if err := c.applyEgress(file, w); err != nil {
 			return err
 		}
-		np, err := sandbox.ParseNetworkPolicy(eg.Mode)
-		if err != nil {
-			return errf("network.policy", "%v", err)
-		}
-		c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, np
 	}
 	if f := w.Files; f != nil {
-		for i, p := range f.Protected {
-			clean, err := cleanRelative(p)
-			if err != nil {
-				return errf(fmt.Sprintf("files.protected[%d]", i), "%v", err)
-			}
-			if !slices.Contains(c.Files.Protected, clean) {
-				c.Files.Protected = append(c.Files.Protected, clean)
-			}
+		return c.applyFiles(file, f)
+	}
+	return nil
+}
+
+// keyErrorf returns the constructor of file's validation errors: each names
+// the key at fault (withLine adds its line).
+func keyErrorf(file string) func(key, format string, a ...any) error {
+	return func(key, format string, a ...any) error {
+		return &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)}
+	}
+}
+
+// applySandbox validates [sandbox]'s backend, mode, image, user and
+// timeout; an untrusted file may only narrow the mode and shorten the
+// timeout.
+func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
+	errf := keyErrorf(file)
+	if s.Backend != nil {
+		n, err := sandbox.ParseName(*s.Backend)
+		if err != nil {
+			return errf("sandbox.backend", "%v", err)
+		}
+		c.Sandbox.Backend = n
+	}
+	if s.Mode != nil {
+		m, err := sandbox.ParseMode(*s.Mode)
+		if err != nil {
+			return errf("sandbox.mode", "%v", err)
+		}
+		if trusted {
+			c.Sandbox.Mode = m
+		} else if m > c.Sandbox.Mode {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.mode = %q: project config may only narrow the mode (effective %s)", file, m, c.Sandbox.Mode))
+		} else {
+			c.Sandbox.Mode = m
+		}
+	}
+	if s.Image != nil {
+		if err := validateImage(*s.Image); err != nil {
+			return errf("sandbox.image", "%v", err)
+		}
+		c.Sandbox.Image = *s.Image
+	}
+	if s.User != nil {
+		switch u := User(*s.User); u {
+		case UserHost, UserRoot:
+			c.Sandbox.User = u
+		default:
+			return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
+		}
+	}
+	if s.Timeout != nil {
+		d, err := time.ParseDuration(*s.Timeout)
+		if err != nil || d < 0 {
+			return errf("sandbox.timeout", "invalid duration %q (e.g. \"90s\", \"10m\")", *s.Timeout)
+		}
+		switch {
+		case trusted:
+			c.Sandbox.Timeout = d
+		case d == 0 || (c.Sandbox.Timeout != 0 && d > c.Sandbox.Timeout):
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.timeout = %q: project config may only shorten the timeout", file, *s.Timeout))
+		default:
+			c.Sandbox.Timeout = d
+		}
+	}
+	return nil
+}
+
+// applyLimits validates [sandbox.limits].
+func (c *Config) applyLimits(file string, l *limitsWire) error {
+	errf := keyErrorf(file)
+	if l.Memory != nil {
+		n, err := ParseSize(*l.Memory)
+		if err != nil || n < 6<<20 {
+			return errf("sandbox.limits.memory", "invalid size %q (e.g. \"2g\"; at least 6m)", *l.Memory)
+		}
+		c.Sandbox.Limits.Memory = n
+	}
+	if l.CPUs != nil {
+		if *l.CPUs <= 0 || *l.CPUs > 1024 {
+			return errf("sandbox.limits.cpus", "must be a positive number of CPUs, got %v", *l.CPUs)
+		}
+		c.Sandbox.Limits.CPUs = *l.CPUs
+	}
+	if l.Pids != nil {
+		if *l.Pids < 8 || *l.Pids > 1<<22 {
+			return errf("sandbox.limits.pids", "must be between 8 and %d, got %d", 1<<22, *l.Pids)
+		}
+		c.Sandbox.Limits.Pids = int(*l.Pids)
+	}
+	if l.Tmpfs != nil {
+		n, err := ParseSize(*l.Tmpfs)
+		if err != nil || n < 1<<20 {
+			return errf("sandbox.limits.tmpfs", "invalid size %q (e.g. \"512m\"; at least 1m)", *l.Tmpfs)
+		}
+		c.Sandbox.Limits.TmpfsSize = n
+	}
+	return nil
+}
+
+// applyHost validates what [sandbox] grants of the host: allow_weaker, read,
+// write and env (trusted files only: strip removes them from the others).
+func (c *Config) applyHost(file string, s *sandboxWire) error {
+	errf := keyErrorf(file)
+	if s.AllowWeaker != nil {
+		c.Sandbox.AllowWeaker = *s.AllowWeaker
+	}
+	for i, p := range s.Read {
+		abs, err := hostPath(p)
+		if err != nil {
+			return errf(fmt.Sprintf("sandbox.read[%d]", i), "%v", err)
+		}
+		c.Sandbox.ReadPaths = append(c.Sandbox.ReadPaths, abs)
+	}
+	for i, p := range s.Write {
+		abs, err := hostPath(p)
+		if err != nil {
+			return errf(fmt.Sprintf("sandbox.write[%d]", i), "%v", err)
+		}
+		c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
+	}
+	for i, n := range s.Env {
+		if !envName.MatchString(n) {
+			return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
+		}
+		c.Sandbox.Env = append(c.Sandbox.Env, n)
+	}
+	return nil
+}
+
+// applyEgress validates [network], [gateway] and [secrets] (trusted files
+// only) and keeps the decoded sections next to the validated policy.
+func (c *Config) applyEgress(file string, w *fileWire) error {
+	errf := keyErrorf(file)
+	sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets}
+	eg, err := egressconfig.Validate(file, sections)
+	var fe *egressconfig.FieldError
+	if errors.As(err, &fe) {
+		return errf(fe.Field, "%v", fe.Err)
+	} else if err != nil {
+		return err
+	}
+	np, err := sandbox.ParseNetworkPolicy(eg.Mode)
+	if err != nil {
+		return errf("network.policy", "%v", err)
+	}
+	c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, np
+	return nil
+}
+
+// applyFiles validates [files].
+func (c *Config) applyFiles(file string, f *filesWire) error {
+	errf := keyErrorf(file)
+	for i, p := range f.Protected {
+		clean, err := cleanRelative(p)
+		if err != nil {
+			return errf(fmt.Sprintf("files.protected[%d]", i), "%v", err)
+		}
+		if !slices.Contains(c.Files.Protected, clean) {
+			c.Files.Protected = append(c.Files.Protected, clean)
 		}
 	}
 	return nil
