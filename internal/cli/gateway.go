@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -30,21 +29,6 @@ type gatewayFlags struct {
 	// network namespace (the gateway container of a proxied topology must
 	// never route packets between its networks).
 	noForwarding bool
-}
-
-// ipForwardFile says whether this network namespace forwards IPv4.
-const ipForwardFile = "/proc/sys/net/ipv4/ip_forward"
-
-// checkNoForwarding fails unless IPv4 forwarding is off here.
-func checkNoForwarding() error {
-	data, err := os.ReadFile(ipForwardFile)
-	if err != nil {
-		return fmt.Errorf("cannot verify that IP forwarding is off: %w", err)
-	}
-	if v := strings.TrimSpace(string(data)); v != "0" {
-		return fmt.Errorf("%s is %s: the gateway must not forward packets between its networks (create its container with sysctl net.ipv4.ip_forward=0)", ipForwardFile, v)
-	}
-	return nil
 }
 
 func (a *app) newGatewayCmd() *cobra.Command {
@@ -128,11 +112,6 @@ func (a *app) gatewayLoader(file string) (func() (*egressconfig.Config, error), 
 }
 
 func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
-	if f.noForwarding {
-		if err := checkNoForwarding(); err != nil {
-			return exit(ExitUnavailable, fmt.Errorf("gateway: %w", err))
-		}
-	}
 	load, cfgFile, err := a.gatewayLoader(f.file)
 	if err != nil {
 		return exit(ExitConfig, err)
@@ -162,6 +141,8 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 		AdminSocket:       f.socket,
 		Receipts:          f.receipts,
 		HandleSIGHUP:      true,
+		// Checked before anything opens; failing it exits 69.
+		RequireNoForwarding: f.noForwarding,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(a.stdio.Err, "vak gateway: "+format+"\n", args...)
 		},

@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -106,43 +106,10 @@ func (a *app) newUnfenceCmd() *cobra.Command {
 }
 
 func (a *app) netclient(c netfence.Config, every time.Duration) error {
-	os.Remove(ReadyFile)
-	if err := netfence.DisableIPv6(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := netfence.Run(ctx, c, netfence.RunOptions{VerifyEvery: every, ReadyFile: ReadyFile, Out: a.stdio.Out}); err != nil {
 		return exit(ExitFailure, err)
 	}
-	if err := netfence.Apply(c); err != nil {
-		return exit(ExitFailure, err)
-	}
-	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", c.ForwarderPort))
-	if err != nil {
-		return exit(ExitFailure, fmt.Errorf("netclient: forwarder: %w", err))
-	}
-	f := &netfence.Forwarder{Gateway: netip.AddrPortFrom(c.Gateway, c.TransparentPort)}
-	served := make(chan error, 1)
-	go func() { served <- f.Serve(ln) }()
-	if err := os.WriteFile(ReadyFile, []byte("ready\n"), 0o644); err != nil {
-		return exit(ExitFailure, err)
-	}
-	fmt.Fprintf(a.stdio.Out, "netclient: ready: TCP via %v:%d, DNS via %v:%d, everything else dropped\n", c.Gateway, c.TransparentPort, c.Gateway, c.DNSPort)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sigs:
-			ln.Close()
-			f.Close()
-			return nil
-		case err := <-served:
-			return exit(ExitFailure, fmt.Errorf("netclient: forwarder stopped: %v", err))
-		case <-tick.C:
-			if err := netfence.Verify(c); err != nil {
-				os.Remove(ReadyFile)
-				ln.Close()
-				f.Close()
-				return exit(ExitFailure, fmt.Errorf("netclient: rules changed, stopping (fail closed): %w", err))
-			}
-		}
-	}
+	return nil
 }

@@ -62,6 +62,12 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// HandleSIGHUP makes Run reload on SIGHUP.
 	HandleSIGHUP bool
+	// RequireNoForwarding refuses to start unless IP forwarding is off in
+	// this network namespace (the gateway container of a proxied topology
+	// must never route packets between its networks).
+	RequireNoForwarding bool
+
+	forwardFile string // tests; empty means IPForwardFile
 }
 
 // Gateway is a running gateway.
@@ -132,6 +138,15 @@ func (f resolverFunc) Lookup(ctx context.Context, name string) ([]netip.Addr, ti
 // listener; it fails (and binds nothing) on any error, so a gateway with an
 // invalid rule never starts. Call Run to serve, Close to stop.
 func New(opts Options) (_ *Gateway, err error) {
+	if opts.RequireNoForwarding {
+		f := opts.forwardFile
+		if f == "" {
+			f = IPForwardFile
+		}
+		if err := checkNoForwarding(f); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
 	if opts.Load == nil || opts.StateDir == "" {
 		return nil, errors.New("gateway: Load and StateDir are required")
 	}
