@@ -276,20 +276,19 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	}
 	defer m.Close()
-	env := map[string]string{}
-	for _, e := range f.env {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok {
-			// Copying a host variable is the path by which secrets leak:
-			// only allowlisted names.
-			if !slices.Contains(taskenv.DefaultSessionEnv, k) {
-				return exit(ExitUsage, fmt.Errorf("-e %s: %w (give a value: -e %s=VALUE)", k, taskenv.ErrEnvNotAllowed, k))
-			}
-			if v, ok = os.LookupEnv(k); !ok {
-				continue
-			}
+	// The allowlist of copied variables is the sessions' (sandbox.env of
+	// the trusted config included), read only when a name is copied.
+	allow := taskenv.DefaultSessionEnv
+	if slices.ContainsFunc(f.env, func(e string) bool { return !strings.Contains(e, "=") }) {
+		cfg, err := a.loadConfig("")
+		if err != nil {
+			return err
 		}
-		env[k] = v
+		allow = append(slices.Clone(allow), cfg.Sandbox.Env...)
+	}
+	env, err := taskenv.CommandEnv(f.env, allow, os.LookupEnv)
+	if err != nil {
+		return exit(ExitUsage, err)
 	}
 	if f.tty || f.root {
 		return a.sessionExecDocker(ctx, m, f, id, argv, env)

@@ -247,3 +247,27 @@ func TestSessionCLIRootInstall(t *testing.T) {
 		t.Fatalf("install capabilities: %q %v", insp, err)
 	}
 }
+
+// TestSessionExecEnvAllowlist: `vak session exec -e NAME` copies a host
+// variable only when the sessions' allowlist names it, and sandbox.env of
+// the trusted config extends that list as it does for the session's base
+// environment.
+func TestSessionExecEnvAllowlist(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	img := testenv.Image(t)
+	withEnv := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+img+"\"\nenv = [\"EXTRA_TOOL_FLAGS\"]\n")
+	t.Setenv("EXTRA_TOOL_FLAGS", "copied")
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "envlist")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	if code, _, errs := session(t, cfg, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "not allowed") {
+		t.Fatalf("without sandbox.env: %d %q, want %d and not allowed", code, errs, ExitUsage)
+	}
+	if code, out, errs := session(t, withEnv, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "sh", "-c", "echo $EXTRA_TOOL_FLAGS"); code != 0 || out != "copied\n" {
+		t.Fatalf("with sandbox.env: %d %q %q", code, out, errs)
+	}
+}
