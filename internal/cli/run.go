@@ -145,8 +145,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		if b.Name() != string(sandbox.Docker) {
-			return exit(ExitUnavailable, fmt.Errorf("the proxied network needs the docker backend (--backend docker); the %s sandbox has no network at all; nothing was run", b.Name()))
+		if err := sandbox.CheckNetwork(b); err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		acquire, release := a.proxyNet(cfg)
 		if attach, err = acquire(sigctx, ws); err != nil {

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+
+	"vak/internal/errclass"
 )
 
 // WorkerCommand is the hidden subcommand of the vak binary that runs a
@@ -74,13 +76,27 @@ type ProcessBackend interface {
 	PrepareWorker(ctx context.Context, p ProcessPolicy, cmd *exec.Cmd) (*WorkerLaunch, error)
 }
 
-// RefuseNetwork is the error of a backend that provides no network when a
-// proxied one is requested: the request fails closed.
+// ErrNoNetwork reports a proxied network requested from a backend that
+// cannot attach one: the request fails closed, nothing runs without it.
+var ErrNoNetwork = errclass.New(errclass.Unavailable, "the proxied network needs the docker backend")
+
+// CheckNetwork says whether b can attach commands to a proxied network:
+// only command-scoped backends (Wrapper) can. It is the one place this rule
+// lives: the command line asks it before it brings a network up, the broker
+// and the process backends enforce it.
+func CheckNetwork(b Backend) error {
+	if _, ok := b.(Wrapper); ok {
+		return nil
+	}
+	return fmt.Errorf("%w (--backend docker); the %s sandbox has no network at all", ErrNoNetwork, b.Name())
+}
+
+// RefuseNetwork is CheckNetwork when a network is requested (n != nil).
 func RefuseNetwork(b Backend, n *NetworkAttachment) error {
 	if n == nil {
 		return nil
 	}
-	return fmt.Errorf("the proxied network needs the docker backend; the %s sandbox has no network at all", b.Name())
+	return CheckNetwork(b)
 }
 
 // Describer is implemented by backends that can say more about their state
