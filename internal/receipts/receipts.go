@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -63,6 +64,19 @@ type Record struct {
 	// Secrets names the secrets substituted into the request (names only).
 	Secrets []string `json:"secrets,omitempty"`
 	Prev    string   `json:"prev"`
+}
+
+// Scrub returns r with every free-text field passed through f (the
+// gateway's secret scrubber), so that no field can carry a secret.
+func (r Record) Scrub(f func(string) string) Record {
+	for _, p := range []*string{&r.Session, &r.Client, &r.Protocol, &r.Method, &r.Host, &r.Path, &r.RuleName, &r.Reason} {
+		*p = f(*p)
+	}
+	r.Secrets = slices.Clone(r.Secrets)
+	for i := range r.Secrets {
+		r.Secrets[i] = f(r.Secrets[i])
+	}
+	return r
 }
 
 // Head identifies the last record of a log.

@@ -317,6 +317,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Resolver: resolverFunc(g.resolver.Load),
 			Book:     g.book,
 			Receipt:  func(r receipts.Record) { _ = g.receipts.Append(r) },
+			Secrets:  g.sess.Load,
 			Session:  g.opts.Session,
 		}
 		if err := g.dnsSrv.Serve(g.dnsUDP, g.dnsTCP); err != nil {

@@ -247,6 +247,9 @@ func (p *Proxy) init() {
 			ConnContext:       p.connContext,
 			ConnState:         p.connState,
 			ErrorLog:          log.New(logWriter{p}, "", 0),
+			// "OPTIONS *" is decided by the policy and receipted, not
+			// answered by net/http.
+			DisableGeneralOptionsHandler: true,
 		}
 		p.servers = append(p.servers, p.inner)
 		p.wg.Add(1)
@@ -458,6 +461,11 @@ func (p *Proxy) addListener(l io.Closer) error {
 // emit writes a receipt; failures are logged (the sink's Err makes the
 // proxy refuse further traffic).
 func (p *Proxy) emit(r receipts.Record) {
+	// No secret value or placeholder is ever written: every field the
+	// sandbox can influence (host, method, path, reason) is scrubbed.
+	if sess := p.secrets(); sess.Len() > 0 {
+		r = r.Scrub(sess.Scrub)
+	}
 	if r.Decision == receipts.Deny {
 		p.stats.denied.Add(1)
 	}
