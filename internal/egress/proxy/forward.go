@@ -546,10 +546,20 @@ func (p *Proxy) relayWebSocket(w *countingWriter, resp *http.Response, ci *connI
 	case errors.Is(inErr, secrets.ErrInResponse):
 		rec.Reason += "; cut: a secret value appeared in a WebSocket frame"
 	case errors.Is(out.err, secrets.ErrBlocked):
-		rec.Reason += "; cut: " + out.err.Error()
+		rec.Reason += "; cut: " + blockedReason(out.err)
 	case errors.Is(out.err, errBadFrame):
 		rec.Reason += "; cut: " + out.err.Error()
 	}
+}
+
+// blockedReason is the secrets refusal inside err (without the I/O
+// wrapping of the copy that hit it).
+func blockedReason(err error) string {
+	var be *secrets.BlockedError
+	if errors.As(err, &be) {
+		return be.Error()
+	}
+	return err.Error()
 }
 
 // trailerCheck runs check when r ends, turning io.EOF into check's error:

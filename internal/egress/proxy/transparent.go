@@ -372,7 +372,7 @@ func (p *Proxy) relayTCP(ctx context.Context, c, raw net.Conn, ci *connInfo, h p
 	case errors.Is(inErr, secrets.ErrInResponse):
 		rec.Reason += "; cut: a secret value appeared in the response stream"
 	case errors.Is(out.err, secrets.ErrBlocked):
-		rec.Reason += "; cut: " + out.err.Error()
+		rec.Reason += "; cut: " + blockedReason(out.err)
 	}
 	p.emit(rec)
 }

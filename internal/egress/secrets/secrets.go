@@ -256,6 +256,7 @@ type Session struct {
 type scanKey struct {
 	host  policy.Host
 	place Place
+	where string
 	// clear is set for requests that leave the gateway unencrypted.
 	clear bool
 }
@@ -333,7 +334,7 @@ func (s *Session) Names(idx []int) []string {
 // plaintext); every other placeholder, and the real value of any secret not
 // bound to host, blocks the request.
 func (s *Session) requestMatcher(host policy.Host, place Place, where string, tls bool) *matcher {
-	key := scanKey{host, place, !tls}
+	key := scanKey{host, place, where, !tls}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.scanCache[key]; ok {
