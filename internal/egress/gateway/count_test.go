@@ -236,7 +236,11 @@ func TestEveryResponseHasOneReceipt(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
-	rep, err := receipts.VerifyFile(filepath.Join(dir, "state", "receipts", "count.jsonl"))
+	pub, err := receipts.LoadPublicKey(filepath.Join(ReceiptsKeyDir(filepath.Join(dir, "state")), receipts.PubKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := receipts.VerifyFileSigned(filepath.Join(dir, "state", "receipts", "count.jsonl"), pub, false)
 	if err != nil {
 		t.Fatal(err)
 	}

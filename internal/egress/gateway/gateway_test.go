@@ -258,8 +258,15 @@ func TestGatewayEndToEnd(t *testing.T) {
 	runErr <- nil
 
 	// Receipts verify, and contain no secret or placeholder.
-	rep, err := receipts.VerifyFile(st.ReceiptsFile)
-	if err != nil || rep.Records < 10 {
+	pub, err := receipts.LoadPublicKey(st.ReceiptsPubKey)
+	if err != nil || receipts.KeyID(pub) != st.ReceiptsKey {
+		t.Fatalf("receipts public key: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(ReceiptsKeyDir(state), receipts.KeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("receipts signing key: %v %v", fi, err)
+	}
+	rep, err := receipts.VerifyFileSigned(st.ReceiptsFile, pub, false)
+	if err != nil || rep.Records < 10 || !rep.Signed {
 		t.Fatalf("receipts: %+v %v", rep, err)
 	}
 	b, _ := os.ReadFile(st.ReceiptsFile)
