@@ -255,3 +255,54 @@ func TestInteractiveCheckKeepsLength(t *testing.T) {
 		t.Fatalf("placeholder: %q %v", got, err)
 	}
 }
+
+// TestEncodedFormsRedactedAndBlocked: base64 (both alphabets, every
+// alignment inside a longer string), hex and percent-encoding of a value
+// are redacted from responses and refused toward unbound hosts. Controls:
+// the encodings of an unrelated string pass untouched.
+func TestEncodedFormsRedactedAndBlocked(t *testing.T) {
+	t.Parallel()
+	val := "sk-test+/value?&=0123456789~ab"
+	s := NewSession([]*Secret{NewForTest("K", val, Header, "api.test")}, nil)
+	ph := s.Env()["K"]
+	var forms []string
+	for k := range 3 {
+		prefix := strings.Repeat("P", k)
+		forms = append(forms,
+			base64.StdEncoding.EncodeToString([]byte(prefix+val+"suffix")),
+			base64.URLEncoding.EncodeToString([]byte(prefix+val)),
+			base64.RawStdEncoding.EncodeToString([]byte(prefix+val)))
+	}
+	forms = append(forms, hexString(val), strings.ToUpper(hexString(val)), url.QueryEscape(val), url.PathEscape(val))
+	for _, f := range forms {
+		body := `{"echo":"` + f + `"}`
+		got, err := io.ReadAll(s.RedactReader(iotest.OneByteReader(strings.NewReader(body))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) == body || !strings.Contains(string(got), ph) {
+			t.Errorf("encoded form %q not redacted: %s", f, got)
+		}
+		rd, _ := s.RequestBody(host("evil.test"), strings.NewReader(body), true, nil)
+		if _, err := io.ReadAll(rd); !errors.Is(err, ErrBlocked) {
+			t.Errorf("encoded form %q sent to an unbound host: %v", f, err)
+		}
+	}
+	other := "completely-unrelated-text-42"
+	for _, f := range []string{base64.StdEncoding.EncodeToString([]byte(other)), hexString(other)} {
+		got, _ := io.ReadAll(s.RedactReader(strings.NewReader(f)))
+		if string(got) != f {
+			t.Errorf("control %q changed: %q", f, got)
+		}
+	}
+}
+
+func hexString(s string) string {
+	const digits = "0123456789abcdef"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		b.WriteByte(digits[s[i]>>4])
+		b.WriteByte(digits[s[i]&15])
+	}
+	return b.String()
+}

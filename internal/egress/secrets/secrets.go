@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -122,6 +123,8 @@ type Secret struct {
 	AllowPlaintext          bool
 	AllowForeignCredentials bool
 	value                   []byte
+	encOnce                 sync.Once
+	enc                     [][]byte
 }
 
 // String never reveals the value.
@@ -227,6 +230,42 @@ func NewForTest(name, value string, inject Place, hosts ...string) *Secret {
 	return s
 }
 
+// minEncodedLen is the shortest encoded form matched: shorter cores would
+// match unrelated bytes.
+const minEncodedLen = 8
+
+// encoded returns the common encodings of the value that the matchers look
+// for besides the value itself: base64 (standard and URL alphabets) at each
+// of the three alignments the value can have inside a longer encoded
+// string (only the characters determined by the value alone), hex (lower
+// and upper case) and URL percent-encoding. Forms equal to the value or
+// shorter than minEncodedLen are left out.
+func (s *Secret) encoded() [][]byte {
+	s.encOnce.Do(func() {
+		seen := map[string]bool{string(s.value): true}
+		add := func(e string) {
+			if len(e) >= minEncodedLen && !seen[e] {
+				seen[e] = true
+				s.enc = append(s.enc, []byte(e))
+			}
+		}
+		n := len(s.value)
+		for k := range 3 {
+			in := append(make([]byte, k), s.value...)
+			start, end := (8*k+5)/6, (8*(k+n))/6
+			for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+				add(enc.EncodeToString(in)[start:end])
+			}
+		}
+		h := hex.EncodeToString(s.value)
+		add(h)
+		add(strings.ToUpper(h))
+		add(url.QueryEscape(string(s.value)))
+		add(url.PathEscape(string(s.value)))
+	})
+	return s.enc
+}
+
 func (s *Secret) boundTo(host policy.Host) bool {
 	if host.IsIP() {
 		return false
@@ -290,6 +329,9 @@ func NewSession(secrets []*Secret, prev *Session) *Session {
 		s.placeholders = append(s.placeholders, ph)
 		s.byName[sec.Name] = i
 		redact = append(redact, literal{from: sec.value, to: []byte(ph), secret: i})
+		for _, enc := range sec.encoded() {
+			redact = append(redact, literal{from: enc, to: []byte(ph), secret: i})
+		}
 	}
 	s.redact = newMatcher(redact)
 	return s
@@ -357,7 +399,11 @@ func (s *Session) requestMatcher(host policy.Host, place Place, where string, tl
 			lits = append(lits, literal{from: ph, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where}})
 		}
 		if !bound {
-			lits = append(lits, literal{from: sec.value, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}})
+			be := &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}
+			lits = append(lits, literal{from: sec.value, secret: i, block: be})
+			for _, enc := range sec.encoded() {
+				lits = append(lits, literal{from: enc, secret: i, block: be})
+			}
 		}
 	}
 	m := newMatcher(lits)
@@ -686,7 +732,11 @@ func (s *Session) Guard(r io.Reader) io.Reader {
 	}
 	var lits []literal
 	for i, sec := range s.secrets {
-		lits = append(lits, literal{from: sec.value, secret: i, block: fmt.Errorf("%w (secret %s)", ErrInResponse, sec.Name)})
+		err := fmt.Errorf("%w (secret %s)", ErrInResponse, sec.Name)
+		lits = append(lits, literal{from: sec.value, secret: i, block: err})
+		for _, enc := range sec.encoded() {
+			lits = append(lits, literal{from: enc, secret: i, block: err})
+		}
 	}
 	return newStream(r, newMatcher(lits), nil)
 }
