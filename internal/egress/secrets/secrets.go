@@ -284,6 +284,7 @@ func (s *Secret) boundTo(host policy.Host) bool {
 type Session struct {
 	secrets      []*Secret
 	placeholders []string // parallel to secrets
+	folded       []string // the values, ASCII lower-cased (parallel)
 	byName       map[string]int
 
 	redact *matcher // real value -> placeholder
@@ -327,6 +328,7 @@ func NewSession(secrets []*Secret, prev *Session) *Session {
 		}
 		s.secrets = append(s.secrets, sec)
 		s.placeholders = append(s.placeholders, ph)
+		s.folded = append(s.folded, string(foldASCII(sec.value)))
 		s.byName[sec.Name] = i
 		redact = append(redact, literal{from: sec.value, to: []byte(ph), secret: i})
 		for _, enc := range sec.encoded() {
@@ -435,16 +437,41 @@ func (s *Session) checkFolded(host policy.Host, str, where string, anyValue bool
 	if s.Len() == 0 || len(str) < MinValueLen {
 		return nil
 	}
-	f := foldASCII([]byte(str))
 	for i, sec := range s.secrets {
-		if bytes.Contains(f, []byte(s.placeholders[i])) {
+		// Placeholders are lower case already.
+		if containsFold(str, s.placeholders[i]) {
 			return &BlockedError{Secret: sec.Name, Host: host.String(), Where: where}
 		}
-		if (anyValue || !sec.boundTo(host)) && bytes.Contains(f, foldASCII(sec.value)) {
+		if (anyValue || !sec.boundTo(host)) && containsFold(str, s.folded[i]) {
 			return &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}
 		}
 	}
 	return nil
+}
+
+// containsFold reports whether s contains lower (already ASCII
+// lower-cased), ignoring ASCII case in s, without allocating.
+func containsFold(s, lower string) bool {
+	n := len(lower)
+	if n == 0 {
+		return true
+	}
+	for i := 0; i+n <= len(s); i++ {
+		j := 0
+		for ; j < n; j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == n {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckName refuses a host name (a CONNECT authority, SNI, Host header or
@@ -787,8 +814,12 @@ func (s *Session) Scrub(str string) string {
 		return str
 	}
 	for i, sec := range s.secrets {
-		str = replaceFolded(str, []byte(s.placeholders[i]), "[placeholder:"+sec.Name+"]")
-		str = replaceFolded(str, sec.value, "[secret:"+sec.Name+"]")
+		if containsFold(str, s.placeholders[i]) {
+			str = replaceFolded(str, []byte(s.placeholders[i]), "[placeholder:"+sec.Name+"]")
+		}
+		if containsFold(str, s.folded[i]) {
+			str = replaceFolded(str, sec.value, "[secret:"+sec.Name+"]")
+		}
 	}
 	return str
 }
