@@ -613,3 +613,35 @@ func TestResponseRedactionEncodings(t *testing.T) {
 }
 
 var _ = policy.NoRule
+
+// TestLogsNeverHoldSecrets: a log line that quotes sandbox input (here a
+// panic value holding the path) is scrubbed like a receipt.
+func TestLogsNeverHoldSecrets(t *testing.T) {
+	h := newHarness(t)
+	h.p.testHookRequest = func(r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/boom") {
+			panic("fault at " + r.URL.Path)
+		}
+	}
+	gh := h.env("GH_TOKEN")
+	for _, p := range []string{"/boom/" + gh, "/boom/" + ghValue} {
+		if status, _, _ := get(t, h.client(false), "GET", h.url("https", "allowed.test", p), nil, nil); status == 200 {
+			t.Fatal("panicking request succeeded")
+		}
+	}
+	h.receipt(func(r receipts.Record) bool { return strings.Contains(r.Reason, "internal error") })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	found := 0
+	for _, l := range h.logs {
+		if strings.Contains(l, "fault at /boom/") {
+			found++
+		}
+		if strings.Contains(strings.ToLower(l), strings.ToLower(ghValue)) || strings.Contains(l, gh) {
+			t.Fatalf("log line holds a secret: %s", l)
+		}
+	}
+	if found != 2 {
+		t.Fatalf("the panics were not logged (%d): %q", found, h.logs)
+	}
+}

@@ -97,6 +97,7 @@ type harness struct {
 
 	mu      sync.Mutex
 	clients []*http.Transport
+	logs    []string // what the gateway logged
 	// book makes NamesFor report tcp.test for upstreamIP, as if the client
 	// had looked it up through the gateway's DNS.
 	book atomic.Bool
@@ -207,7 +208,12 @@ func newHarness(t testing.TB) *harness {
 		RootCAs:  h.upCA.Pool(),
 		Session:  "test",
 		Limits:   Limits{ReadHeaderTimeout: 2 * time.Second, PeekTimeout: 500 * time.Millisecond, TLSHandshakeTimeout: 2 * time.Second, MaxHeaderBytes: 8 << 10},
-		Logf:     t.Logf,
+		Logf: func(format string, args ...any) {
+			h.mu.Lock()
+			h.logs = append(h.logs, fmt.Sprintf(format, args...))
+			h.mu.Unlock()
+			t.Logf(format, args...)
+		},
 	}
 	h.explicit = egresstest.Listen(t, "127.0.0.1", 0)
 	h.transparent = egresstest.Listen(t, "127.0.0.1", 0)

@@ -187,12 +187,18 @@ func (p *Proxy) limits() Limits {
 	return l
 }
 
+// logf logs with every secret value and placeholder scrubbed (log lines
+// can quote what the sandbox sent: a panic value, a host, a path).
 func (p *Proxy) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if sess := p.secrets(); sess.Len() > 0 {
+		msg = sess.Scrub(msg)
+	}
 	if p.Logf != nil {
-		p.Logf(format, args...)
+		p.Logf("%s", msg)
 		return
 	}
-	log.Printf("vak gateway: "+format, args...)
+	log.Printf("vak gateway: %s", msg)
 }
 
 func (p *Proxy) secrets() *secrets.Session {
