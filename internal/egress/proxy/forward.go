@@ -281,6 +281,12 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 			// transport sends them (declared ones share r.Trailer).
 			src = &trailerCheck{r: r.Body, check: func() error { return sess.Trailer(t.host, r.Trailer) }}
 			outreq.Trailer = r.Trailer
+			if len(outreq.Trailer) > 0 {
+				// HTTP/1.1 sends trailers only with chunked bodies (an HTTP/2
+				// client may declare both a length and trailers).
+				outreq.ContentLength = -1
+				outreq.Header.Del("Content-Length")
+			}
 		}
 		cr = &countReader{r: src}
 		var rd io.Reader = cr

@@ -239,6 +239,18 @@ func TestSecretsInTrailers(t *testing.T) {
 			}
 		}
 	}
+	// An HTTP/2 client may declare a length and trailers; the gateway
+	// forwards both (chunked on an HTTP/1.1 upstream leg).
+	req, _ := http.NewRequest("POST", h.url("https", "other.test", "/trailer"), strings.NewReader("data"))
+	req.Trailer = http.Header{"X-Sum": {"len"}}
+	if resp, err := h.client(true).Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("h2 trailer with a length: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if got := h.seen.last(t).trailer.Get("X-Sum"); got != "len" || h.seen.last(t).body != "data" {
+		t.Errorf("h2 trailer with a length: upstream got trailer %q body %q", got, h.seen.last(t).body)
+	}
 	h.receipt(func(r receipts.Record) bool {
 		return r.Status == 403 && strings.Contains(r.Reason, "in request trailer X-Sum")
 	})
