@@ -202,8 +202,12 @@ func TestCheckNameAndScrub(t *testing.T) {
 	s := session(t)
 	gh := s.Env()["GITHUB_TOKEN"]
 	for _, name := range []string{gh + ".evil.test", strings.ToLower(ghValue) + ".evil.test", "x." + strings.ToLower(aiValue), strings.ToLower(ghValue) + ".githubusercontent.com"} {
-		if err := s.CheckName(name); !errors.Is(err, ErrBlocked) {
+		err := s.CheckName(name)
+		if !errors.Is(err, ErrBlocked) {
 			t.Errorf("CheckName(%s) = %v", name, err)
+		}
+		if err != nil && (strings.Contains(strings.ToLower(err.Error()), strings.ToLower(ghValue)) || strings.Contains(strings.ToLower(err.Error()), strings.ToLower(aiValue)) || strings.Contains(err.Error(), gh)) {
+			t.Errorf("CheckName error reveals the secret: %v", err)
 		}
 	}
 	if err := s.CheckName("api.github.com"); err != nil {

@@ -479,7 +479,9 @@ func containsFold(s, lower string) bool {
 // ignoring case: names travel in the clear to resolvers and upstreams and
 // are never substituted.
 func (s *Session) CheckName(name string) error {
-	return s.checkFolded(policy.Host{Name: name}, name, "host name", true)
+	// The error names the host scrubbed: it is shown to the sandbox and
+	// written to receipts.
+	return s.checkFolded(policy.Host{Name: s.Scrub(name)}, name, "host name", true)
 }
 
 // RewriteRequest checks every part of the request head bound for host and
