@@ -422,20 +422,30 @@ func TestWebSocketMaskedFrames(t *testing.T) {
 	port := h.upTLS.Port()
 	gh := h.env("GH_TOKEN")
 	key := []byte{0x11, 0x22, 0x33, 0x44}
-	open := func() (net.Conn, *bufio.Reader) {
+	openPath := func(path string, want int) (net.Conn, *bufio.Reader) {
 		c, br, status := h.rawConnect(fmt.Sprintf("ws.test:%d", port))
 		if status != 200 {
 			t.Fatalf("CONNECT: %d", status)
 		}
 		tc := tls.Client(&bufConn{c, br}, &tls.Config{ServerName: "ws.test", RootCAs: h.gwPool(), NextProtos: []string{"http/1.1"}})
-		fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: ws.test:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n", port)
+		fmt.Fprintf(tc, "GET %s HTTP/1.1\r\nHost: ws.test:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n", path, port)
 		tbr := bufio.NewReader(tc)
 		resp, err := http.ReadResponse(tbr, nil)
-		if err != nil || resp.StatusCode != 101 {
-			t.Fatalf("upgrade: %v %v", resp, err)
+		if err != nil || resp.StatusCode != want {
+			t.Fatalf("upgrade %s: %v %v, want %d", path, resp, err, want)
 		}
 		return tc, tbr
 	}
+	open := func() (net.Conn, *bufio.Reader) { return openPath("/ws", 101) }
+	// The offered compression never reaches the upstream, and an upstream
+	// that negotiates it anyway is refused.
+	c, _ := open()
+	c.Close()
+	if ext := h.seen.last(t).header.Get("Sec-Websocket-Extensions"); ext != "" {
+		t.Errorf("upstream was offered %q", ext)
+	}
+	c, _ = openPath("/wsext", 502)
+	c.Close()
 	// Control: masked frames (small and 16-bit length) are relayed unchanged.
 	c, br := open()
 	for _, f := range [][]byte{wsFrame(true, 1, []byte("hello"), key, 0), wsFrame(true, 2, []byte(strings.Repeat("z", 300)), key, 0)} {

@@ -300,14 +300,20 @@ func (h *harness) upstreamHandler() http.Handler {
 			http.Error(w, "not a websocket", 400)
 			return
 		}
+		h.seen.add(seenReq{host: r.Host, path: r.URL.Path, method: r.Method, header: r.Header.Clone(), proto: r.ProtoMajor})
 		key := r.Header.Get("Sec-WebSocket-Key")
 		sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		ext := ""
+		if r.URL.Path == "/wsext" {
+			// An upstream that negotiates compression nobody offered.
+			ext = "Sec-WebSocket-Extensions: permessage-deflate\r\n"
+		}
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
 		}
 		defer conn.Close()
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s\r\n", base64.StdEncoding.EncodeToString(sum[:]), ext)
 		brw.Flush()
 		if r.URL.Path == "/wsleak" {
 			// The upstream sends a real secret value in a frame.
@@ -327,6 +333,7 @@ func (h *harness) upstreamHandler() http.Handler {
 	}
 	mux.HandleFunc("/ws", ws)
 	mux.HandleFunc("/wsleak", ws)
+	mux.HandleFunc("/wsext", ws)
 	return mux
 }
 
