@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
 	"vak/internal/receipts"
 )
@@ -654,7 +653,6 @@ func TestResponseRedactionEncodings(t *testing.T) {
 	}
 }
 
-var _ = policy.NoRule
 
 // TestLogsNeverHoldSecrets: a log line that quotes sandbox input (here a
 // panic value holding the path) is scrubbed like a receipt.
