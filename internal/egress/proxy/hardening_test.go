@@ -653,7 +653,6 @@ func TestResponseRedactionEncodings(t *testing.T) {
 	}
 }
 
-
 // TestLogsNeverHoldSecrets: a log line that quotes sandbox input (here a
 // panic value holding the path) is scrubbed like a receipt.
 func TestLogsNeverHoldSecrets(t *testing.T) {
