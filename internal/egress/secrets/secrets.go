@@ -731,6 +731,9 @@ func (s *Session) redactFolded(str string) string {
 		return str
 	}
 	for i, sec := range s.secrets {
+		if !containsFold(str, s.folded[i]) {
+			continue
+		}
 		fv := foldASCII(sec.value)
 		for {
 			at := bytes.Index(foldASCII([]byte(str)), fv)
