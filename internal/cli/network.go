@@ -76,14 +76,22 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 		}
 		return n.Attachment(), nil
 	}
-	release = func(ctx context.Context, ws string) {
-		o, err := opts()
-		if err != nil {
-			return
-		}
-		if err := proxynet.Teardown(ctx, o.Engine, o.StateDir, ws, false); err != nil {
-			a.warnf("proxied network of %s: %v", ws, err)
-		}
+	return acquire, a.releaseProxyNet
+}
+
+// releaseProxyNet removes a workspace's proxied network when nothing uses
+// it any more (its receipts are kept). It needs no config, so that
+// `vak session rm` releases what `vak session create` acquired.
+func (a *app) releaseProxyNet(ctx context.Context, ws string) {
+	eng, err := docker.NewEngine()
+	if err != nil {
+		return
 	}
-	return acquire, release
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return
+	}
+	if err := proxynet.Teardown(ctx, eng, state, ws, false); err != nil {
+		a.warnf("proxied network of %s: %v", ws, err)
+	}
 }

@@ -3,9 +3,13 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/paths"
 	"vak/internal/receipts"
 )
 
@@ -48,5 +52,55 @@ verifies, 1 when it does not.`,
 			return nil
 		},
 	})
+	cmd.AddCommand(a.newReceiptsLsCmd())
 	return cmd
+}
+
+func (a *app) newReceiptsLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls [DIR]",
+		Short: "List the kept receipts logs and verify each",
+		Long: `List every receipts log (*.jsonl) under DIR, by default vak's state
+directory's receipts/ (where the proxied network keeps one log per gateway
+lifetime, in proxynet-KEY/), with its record count, the time of its first
+and last record and whether it verifies. Exits 1 when a log does not verify.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := ""
+			if len(args) == 1 {
+				dir = args[0]
+			} else {
+				state, err := paths.StateDir()
+				if err != nil {
+					return exit(ExitFailure, err)
+				}
+				dir = filepath.Join(state, "receipts")
+			}
+			list, err := receipts.List(dir)
+			if err != nil {
+				return exit(ExitFailure, err)
+			}
+			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "LOG\tRECORDS\tFIRST\tLAST\tVERIFIES")
+			bad := 0
+			stamp := func(t time.Time) string {
+				if t.IsZero() {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			for _, s := range list {
+				status := "OK"
+				if s.Problem != "" {
+					status, bad = "NO: "+s.Problem, bad+1
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.Path, s.Records, stamp(s.First), stamp(s.Last), status)
+			}
+			tw.Flush()
+			if bad > 0 {
+				return exit(ExitFailure, fmt.Errorf("%d of %d receipts log(s) do not verify (details: vak receipts verify FILE)", bad, len(list)))
+			}
+			return nil
+		},
+	}
 }

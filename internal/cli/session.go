@@ -76,6 +76,9 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 		}
 		m.Labels[k] = v
 	}
+	// Discarding a session releases its workspace's proxied network, with
+	// or without a config (session rm has none).
+	m.ReleaseProxyNet = a.releaseProxyNet
 	if cfg != nil {
 		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg)
 		s := cfg.Session

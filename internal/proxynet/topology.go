@@ -81,6 +81,10 @@ type Options struct {
 	Progress io.Writer
 	// Getenv reads env-sourced secrets for the gateway; nil means os.Getenv.
 	Getenv func(string) string
+	// HostRootsFile is the host's system root bundle, copied into the
+	// gateway's trust for upstream TLS; empty means the first of
+	// SystemRootFiles that exists.
+	HostRootsFile string
 	// VerifyInterval is how often the netclient re-verifies its rules (and
 	// exits if they changed); zero means its default.
 	VerifyInterval time.Duration
@@ -102,11 +106,15 @@ type Net struct {
 	Placeholders map[string]string
 }
 
-// Key derives the topology key from the workspace.
+// Key derives the topology key from the invoking user and the workspace:
+// two users never share (or tear down) each other's topology.
 func Key(workspace string) string {
-	sum := sha256.Sum256([]byte(workspace))
+	sum := sha256.Sum256([]byte(strconv.Itoa(os.Getuid()) + "\x00" + workspace))
 	return hex.EncodeToString(sum[:6])
 }
+
+// owner is the value of docker.LabelOwner on the caller's topologies.
+func owner() string { return strconv.Itoa(os.Getuid()) }
 
 // Names of a topology's resources.
 func names(key string) (egressNet, sandboxNet, gw, nc, vol string) {
@@ -120,7 +128,7 @@ func (n *Net) NetworkMode() string { return "container:" + n.Netclient }
 func (n *Net) Bind() string { return n.HostTrustDir + ":" + TrustDir + ":ro" }
 
 func (o *Options) labels(key string) map[string]string {
-	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace}
+	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace, docker.LabelOwner: owner()}
 	for k, v := range o.Labels {
 		l[k] = v
 	}
@@ -272,6 +280,9 @@ func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
 			return nil, errors.New("not running")
 		}
 	}
+	if ins, err := o.Engine.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{}); err != nil || ins.Container.Config == nil || ins.Container.Config.Labels[docker.LabelOwner] != owner() {
+		return nil, errors.New("not the caller's")
+	}
 	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
 	if err != nil {
 		return nil, err
@@ -329,8 +340,8 @@ func gatewaySections(userConfig string) (*egressconfig.Sections, error) {
 
 // gatewayPayload builds the tar unpacked into the gateway's volume: the
 // standalone gateway config (host file paths rewritten to copies inside the
-// volume), the installation CA and secret files. It returns the container
-// environment (state dir, env-sourced secrets).
+// volume), the installation CA and secret files (env-sourced secrets too).
+// It returns the container environment, which holds no secret.
 func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, error) {
 	getenv := o.Getenv
 	if getenv == nil {
@@ -339,7 +350,10 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	cp := *s
 	files := map[string][]byte{}
 	env := []string{"XDG_STATE_HOME=" + gatewayData}
-	if cp.Gateway != nil {
+	if cp.Gateway == nil {
+		cp.Gateway = &egressconfig.Gateway{}
+	}
+	{
 		g := *cp.Gateway
 		// Listeners and paths are the container's, set by flags.
 		g.Listen, g.TransparentListen, g.DNSListen, g.AdminSocket, g.Receipts = nil, nil, nil, nil, nil
@@ -352,6 +366,12 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 			name := fmt.Sprintf("ca-bundles/%d.pem", i)
 			files[name] = data
 			bundles = append(bundles, gatewayData+"/"+name)
+		}
+		// The host's system bundle (corporate and proxy CAs live there):
+		// the gateway image has none of its own.
+		if data, _ := hostRoots(o.HostRootsFile); data != nil {
+			files[hostRootsName] = data
+			bundles = append(bundles, gatewayData+"/"+hostRootsName)
 		}
 		g.ExtraCABundles = bundles
 		cp.Gateway = &g
@@ -370,11 +390,17 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 				files["secrets/"+name] = data
 				c.File = &p
 			case sec.Env != nil:
+				// Read here, handed over as a file in the gateway's own
+				// volume (0600, the gateway's user), never as container
+				// environment, which `docker inspect` and /proc/1/environ
+				// would show.
 				v := getenv(*sec.Env)
 				if v == "" {
 					return nil, nil, fmt.Errorf("proxynet: secrets.%s: environment variable %s is not set", name, *sec.Env)
 				}
-				env = append(env, *sec.Env+"="+v)
+				p := gatewayData + "/secrets/" + name
+				files["secrets/"+name] = []byte(v)
+				c.Env, c.File = nil, &p
 			}
 			cp.Secrets[name] = &c
 		}
@@ -528,15 +554,25 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 	return removeTopology(ctx, cli, key)
 }
 
-// saveReceipts copies the gateway's receipts into stateDir/receipts/proxynet-KEY.
+// saveReceipts copies the gateway's receipts into
+// stateDir/receipts/proxynet-KEY, one file (and its head) per gateway
+// lifetime, named after the gateway's creation time and container ID: a
+// later topology for the same workspace writes new files and never
+// truncates an earlier one. Copying the same gateway's log again replaces
+// its copy with the longer log of the same chain.
 func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string) {
 	_, _, gwName, _, _ := names(key)
+	ins, err := cli.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{})
+	if err != nil {
+		return
+	}
+	prefix := receiptsPrefix(ins.Container.Created, ins.Container.ID)
 	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: gateway.ReceiptsDir(gatewayStateDir)})
 	if err != nil {
 		return
 	}
 	defer res.Content.Close()
-	dst := filepath.Join(stateDir, "receipts", "proxynet-"+key)
+	dst := ReceiptsDir(stateDir, key)
 	tr := tar.NewReader(res.Content)
 	for {
 		h, err := tr.Next()
@@ -546,7 +582,7 @@ func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string)
 		if h.Typeflag != tar.TypeReg || strings.Contains(h.Name, "..") {
 			continue
 		}
-		p := filepath.Join(dst, filepath.Base(h.Name))
+		p := filepath.Join(dst, prefix+filepath.Base(h.Name))
 		os.MkdirAll(dst, 0o700)
 		if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
 			io.Copy(f, tr)
@@ -586,12 +622,13 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 	}
 }
 
-// GC removes topologies that no sandbox container uses any more (left by a
-// broker that was killed), keeping their receipts. Only resources carrying
-// all of labels (vak's own, plus the caller's) are considered. It returns
-// the keys it removed.
+// GC removes the caller's topologies that no sandbox container uses any
+// more (left by a broker that was killed), keeping their receipts. Only
+// resources owned by the caller's uid (docker.LabelOwner) and carrying all
+// of labels are considered: another user's topology is never removed and
+// its receipts never copied. It returns the keys it removed.
 func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) ([]string, error) {
-	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet)
+	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet, docker.LabelOwner+"="+owner())
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
 	}

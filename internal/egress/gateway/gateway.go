@@ -228,12 +228,14 @@ func pick(vals ...string) string {
 	return ""
 }
 
-// rootPool is the system roots plus extra PEM bundles.
+// rootPool is the system roots, the roots compiled into vak and extra PEM
+// bundles.
 func rootPool(bundles []string) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
+	addCompiledRoots(pool)
 	for _, b := range bundles {
 		pem, err := os.ReadFile(b)
 		if err != nil {

@@ -614,7 +614,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 	}
 	env = setEnv(env, "HOME="+p.home)
 	env = setEnv(env, "TMPDIR=/tmp")
-	p.env = env
+	p.env = withNetworkEnv(env, p.net)
 	p.policy = policyDigest(spec.NetworkPolicy, spec.Mode, p.install, p.user)
 	if m.mutatePlan != nil {
 		m.mutatePlan(p)
