@@ -80,7 +80,7 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 	// or without a config (session rm has none).
 	m.ReleaseProxyNet = a.releaseProxyNet
 	if cfg != nil {
-		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg)
+		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg, m.Labels)
 		s := cfg.Session
 		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
@@ -218,6 +218,10 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	defer stop()
 	s, err := m.Create(sigctx, spec)
 	if err != nil {
+		if spec.NetworkPolicy == docker.NetworkProxied {
+			// A topology brought up for this create goes again.
+			a.releaseProxyNet(context.Background(), ws)
+		}
 		return err
 	}
 	fmt.Fprintln(a.stdio.Out, s.ID())

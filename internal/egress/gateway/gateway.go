@@ -320,6 +320,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Book:     g.book,
 			Receipt:  func(r receipts.Record) { _ = g.receipts.Append(r) },
 			Session:  g.opts.Session,
+			Sinkhole: func() netip.Addr { return g.cfg.Load().DNS.Sinkhole },
 		}
 		if err := g.dnsSrv.Serve(g.dnsUDP, g.dnsTCP); err != nil {
 			g.Close()
