@@ -12,12 +12,15 @@ import (
 const hostRootsName = "ca-bundles/host-system.pem"
 
 // hostRoots returns the host's system root bundle and the file it came
-// from: file when set, else the first of SystemRootFiles that exists. The
-// host bundle is where users install corporate and proxy CAs, so the gateway
-// trusts it for upstream TLS too. A bundle with no certificate counts as
-// none.
+// from: file when set, else $SSL_CERT_FILE when set (as Go and OpenSSL
+// read it), else the first of SystemRootFiles that exists. The host bundle
+// is where users install corporate and proxy CAs, so the gateway trusts it
+// for upstream TLS too. A bundle with no certificate counts as none.
 func hostRoots(file string) ([]byte, string) {
 	files := SystemRootFiles
+	if f := os.Getenv("SSL_CERT_FILE"); f != "" {
+		files = []string{f}
+	}
 	if file != "" {
 		files = []string{file}
 	}
