@@ -103,6 +103,9 @@ func sessionErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
+	case errors.Is(err, proxynet.ErrFenceSelfTest):
+		// The fence did not prove itself: nothing ran (the topology is gone).
+		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
 		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),

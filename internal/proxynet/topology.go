@@ -157,8 +157,10 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	egressNet, sandboxNet, gwName, ncName, vol := names(key)
 	cli := o.Engine
 
-	if n, err := o.reuse(ctx, key); err == nil {
+	if n, err := o.reuse(ctx, key, sections); err == nil {
 		return n, nil
+	} else if errors.Is(err, ErrFenceSelfTest) {
+		return nil, err
 	}
 	// Whatever is left of a half-built topology goes first.
 	removeTopology(ctx, cli, key)
@@ -203,6 +205,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
 			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
 			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
+			"--canary", "0.0.0.0:" + strconv.Itoa(CanaryPort),
 			"--session", key},
 		Healthcheck: health("/vak", "gateway", "status", "--socket", gateway.DefaultAdminSocket(gatewayStateDir)),
 	}
@@ -264,6 +267,13 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if err := waitHealthy(ctx, cli, ncName); err != nil {
 		return fail(fmt.Errorf("proxynet: netclient: %w", err))
 	}
+	// Prove the fence before anything joins it.
+	if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
+		return fail(err)
+	}
+	if start, err := gatewayStart(ctx, cli, gwName); err == nil {
+		markSelfTest(o.StateDir, key, start)
+	}
 	n, err := o.describe(ctx, key, gwIP)
 	if err != nil {
 		return fail(err)
@@ -272,8 +282,11 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	return n, nil
 }
 
-// reuse returns the running topology of key if both containers are healthy.
-func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
+// reuse returns the running topology of key if both containers are
+// healthy. A gateway that (re)started since the last passed self-test is
+// tested again; if that fails, the topology is torn down and the error is
+// ErrFenceSelfTest.
+func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.Sections) (*Net, error) {
 	_, sandboxNet, gwName, ncName, _ := names(key)
 	for _, c := range []string{gwName, ncName} {
 		if !healthy(ctx, o.Engine, c) {
@@ -286,6 +299,18 @@ func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
 	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
 	if err != nil {
 		return nil, err
+	}
+	start, err := gatewayStart(ctx, o.Engine, gwName)
+	if err != nil {
+		return nil, err
+	}
+	if !selfTested(o.StateDir, key, start) {
+		if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
+			saveReceipts(context.Background(), o.Engine, o.StateDir, key)
+			removeTopology(context.Background(), o.Engine, key)
+			return nil, err
+		}
+		markSelfTest(o.StateDir, key, start)
 	}
 	return o.describe(ctx, key, gwIP)
 }
