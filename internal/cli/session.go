@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -110,7 +112,7 @@ func sessionErr(err error) error {
 		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),
 		errors.Is(err, docker.ErrEnvNotAllowed), errors.Is(err, docker.ErrNetworkPolicy), errors.Is(err, docker.ErrSessionExists),
-		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
+		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed), errors.Is(err, docker.ErrSnapshotMismatch):
 		return exit(ExitUsage, err)
 	}
 	var we *worker.Error
@@ -393,16 +395,18 @@ func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
 		Short: "Snapshot a session into an immutable, content-addressed image",
 		Long: `Commit the session's environment into an image tagged vak-env:KEY and print the
 key and the image. KEY hashes the session's base image ID, the environment
-manifest (-m NAME=VALUE pairs and/or --manifest FILE, describing how the
-environment was made) and the policy generation. The same three reuse the
-existing image at once; changing any one makes a new one. Start a session from
+manifest (-m NAME=VALUE pairs, -m NAME=@FILE for the digest of a file such
+as a lockfile, and/or --manifest FILE, describing how the environment was
+made) and the policy generation. The same three reuse the existing image if
+its content matches the session's filesystem (else the snapshot is refused);
+changing any one makes a new one. Start a session from
 it with 'vak session create --from KEY'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return sessionErr(a.sessionSnapshot(cmd.Context(), sf, args[0], manifest, manifestFile, quiet))
 		},
 	}
-	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE")
+	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE, or NAME=@FILE for the SHA-256 of FILE's content")
 	cmd.Flags().StringVar(&manifestFile, "manifest", "", "file whose content is the manifest entry \"file\"")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key")
 	return cmd
@@ -422,7 +426,16 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	for _, e := range entries {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE", e))
+			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE or NAME=@FILE", e))
+		}
+		if f, isFile := strings.CutPrefix(v, "@"); isFile {
+			// vak computes the entry: the digest of the file's content.
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return exit(ExitUsage, fmt.Errorf("-m %s: %w", k, err))
+			}
+			sum := sha256.Sum256(data)
+			v = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		man[k] = v
 	}
