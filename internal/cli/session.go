@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
@@ -512,8 +513,9 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 				}
 				return nil
 			}
+			eng, _ := docker.NewEngine()
 			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tWORKSPACE")
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
 			for _, s := range list {
 				id := s.ID
 				if id == "" {
@@ -522,7 +524,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 					}
 					id = "(pool) " + s.Name
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), s.Workspace)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), sessionNetwork(cmd.Context(), eng, s.Labels), s.Workspace)
 			}
 			return tw.Flush()
 		},
@@ -688,4 +690,21 @@ func runContainerWorker(cmd *cobra.Command) error {
 		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 	}
 	return exit(ExitOK, nil)
+}
+
+// sessionNetwork is the NETWORK column of `vak session ls`: none, or
+// proxied with the state of the workspace's topology (a session whose
+// network is gone says so).
+func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]string) string {
+	if labels[proxynet.LabelClientOf] == "" {
+		return "none"
+	}
+	if eng == nil {
+		return "proxied"
+	}
+	st := proxynet.NetworkState(ctx, eng, labels)
+	if st == "ok" {
+		return "proxied"
+	}
+	return "proxied (" + st + ")"
 }

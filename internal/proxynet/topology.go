@@ -95,6 +95,9 @@ type Net struct {
 	Key       string
 	Gateway   string // gateway container name
 	Netclient string // netclient container name (join with container:NAME)
+	// NetclientID is the netclient's container ID (a rebuilt topology has
+	// another).
+	NetclientID string
 	GatewayIP netip.Addr
 	// TrustDir is the host directory of public trust files to mount
 	// read-only at TrustDir inside sandbox containers.
@@ -161,6 +164,17 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 		return n, nil
 	} else if errors.Is(err, ErrFenceSelfTest) {
 		return nil, err
+	}
+	// Sandboxes still joined: bring the gateway back in place, never
+	// rebuild under them (that would cut them off for good).
+	if users, err := liveUsers(ctx, cli, key); err != nil {
+		return nil, fmt.Errorf("proxynet: list users: %w", err)
+	} else if len(users) > 0 {
+		n, err := o.recover(ctx, key, sections)
+		if err == nil || errors.Is(err, ErrFenceSelfTest) {
+			return n, err
+		}
+		return nil, fmt.Errorf("%w: %s: %v; %d sandbox(es) still use it (%s): end them (vak session rm, vak gc) and retry", ErrInUse, o.Workspace, err, len(users), strings.Join(users, ", "))
 	}
 	// Whatever is left of a half-built topology goes first.
 	removeTopology(ctx, cli, key)
@@ -331,6 +345,9 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
 	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}}
+	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
+		n.NetclientID = ins.Container.ID
+	}
 	n.Env = TrustEnv()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -643,7 +660,7 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 		Mode:   n.NetworkMode(),
 		Binds:  []string{n.Bind()},
 		Env:    slices.Clone(n.Env),
-		Labels: map[string]string{LabelClientOf: n.Key},
+		Labels: map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
 	}
 }
 

@@ -260,7 +260,9 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 	if cfg.Mode == egressconfig.ModeNone {
 		pol, _ = policy.New(nil)
 	}
-	g.sess.Store(secrets.NewSession(secs, g.sess.Load()))
+	sess := secrets.NewSession(secs, g.prevSession())
+	g.sess.Store(sess)
+	g.savePlaceholders(sess)
 	g.resolver.Store(&dns.Resolver{Overrides: cfg.DNS.Overrides, Upstreams: cfg.DNS.Upstreams})
 	g.pol.Store(pol)
 	g.cfg.Store(cfg)
