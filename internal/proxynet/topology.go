@@ -98,7 +98,7 @@ type Net struct {
 	// NetclientID is the netclient's container ID (a rebuilt topology has
 	// another).
 	NetclientID string
-	GatewayIP netip.Addr
+	GatewayIP   netip.Addr
 	// TrustDir is the host directory of public trust files to mount
 	// read-only at TrustDir inside sandbox containers.
 	HostTrustDir string
