@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,16 +194,19 @@ func TestSnapshotContentVerified(t *testing.T) {
 func TestHashFiles(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	os.Chmod(filepath.Join(dir, "f"), 0o640) // not the umask's
+	os.Chmod(dir, 0o750)
 	os.Symlink("f", filepath.Join(dir, "l"))
 	var out strings.Builder
 	in := strings.Join([]string{dir, filepath.Join(dir, "f"), filepath.Join(dir, "l"), filepath.Join(dir, "gone")}, "\x00")
 	if err := HashFiles(strings.NewReader(in), &out); err != nil {
 		t.Fatal(err)
 	}
-	want := dir + "\tdir\t-\n" +
-		filepath.Join(dir, "f") + "\tfile\t2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881\n" +
-		filepath.Join(dir, "l") + "\tsymlink\t252f10c83610ebca1a059c0bae8255eba2f95be4d1d7bcfa89d7248a82d9f111\n" +
-		filepath.Join(dir, "gone") + "\tmissing\t-\n"
+	q := strconv.Quote
+	want := q(dir) + "\tdir\tdrwxr-x---\t-\n" +
+		q(filepath.Join(dir, "f")) + "\tfile\t-rw-r-----\t2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881\n" +
+		q(filepath.Join(dir, "l")) + "\tsymlink\tLrwxrwxrwx\t252f10c83610ebca1a059c0bae8255eba2f95be4d1d7bcfa89d7248a82d9f111\n" +
+		q(filepath.Join(dir, "gone")) + "\tmissing\t-\t-\n"
 	if out.String() != want {
 		t.Fatalf("HashFiles:\n%s\nwant\n%s", out.String(), want)
 	}

@@ -41,7 +41,8 @@ const HashFilesCommand = "__hashfiles"
 var ErrSnapshotMismatch = errors.New("snapshot content differs from the cached image with the same key")
 
 // HashFiles reads NUL-separated absolute paths from r and writes, for each,
-// one line "PATH\tKIND\tHASH": KIND is dir, file, symlink, missing or other;
+// one line "QUOTED-PATH\tKIND\tMODE\tHASH" (PATH Go-quoted, MODE as
+// fs.FileMode prints it, "-" when missing): KIND is dir, file, symlink, missing or other;
 // HASH is the SHA-256 of a file's content, a symlink's target, or "-".
 // Files it cannot read get "unreadable:SIZE".
 func HashFiles(r io.Reader, w io.Writer) error {
@@ -54,8 +55,9 @@ func HashFiles(r io.Reader, w io.Writer) error {
 		if p == "" {
 			continue
 		}
-		kind, sum := "missing", "-"
+		kind, sum, mode := "missing", "-", "-"
 		if fi, err := os.Lstat(p); err == nil {
+			mode = fi.Mode().String()
 			switch {
 			case fi.IsDir():
 				kind = "dir"
@@ -78,7 +80,9 @@ func HashFiles(r io.Reader, w io.Writer) error {
 				kind = "other"
 			}
 		}
-		fmt.Fprintf(bw, "%s\t%s\t%s\n", strings.ToValidUTF8(p, "?"), kind, sum)
+		// Quoted: a file name can hold tabs and newlines, and must not be
+		// able to forge another entry of the digest.
+		fmt.Fprintf(bw, "%q\t%s\t%s\t%s\n", p, kind, mode, sum)
 	}
 	return bw.Flush()
 }
@@ -120,7 +124,7 @@ func contentDigest(ctx context.Context, cli *client.Client, ctr, user string, mo
 	h := sha256.New()
 	fmt.Fprintln(h, "vak-content-v1")
 	for _, c := range changes {
-		fmt.Fprintf(h, "%s\t%s\n", c.Kind, c.Path)
+		fmt.Fprintf(h, "%s\t%q\n", c.Kind, c.Path)
 	}
 	for _, l := range lines {
 		fmt.Fprintln(h, l)
