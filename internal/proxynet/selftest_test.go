@@ -30,7 +30,7 @@ func TestFenceSelfTest(t *testing.T) {
 	ctx := context.Background()
 	base, _ := filepath.EvalSymlinks(t.TempDir())
 	cfg := filepath.Join(base, "config.toml")
-	os.WriteFile(cfg, []byte("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"x\"\nhosts = [\"example.com\"]\n"), 0o600)
+	os.WriteFile(cfg, []byte("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"x\"\nhosts = [\"example.com\"]\n[secrets.OLD]\nvalue = \"old-secret-value\"\nhosts = [\"example.com\"]\n"), 0o600)
 	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, "ws")))
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +75,25 @@ func TestFenceSelfTest(t *testing.T) {
 		t.Fatalf("a reuse without a restart tested again: %d receipts", len(rs))
 	}
 
+	// A config change: the reuse reloads the running gateway (same
+	// container; the old secret keeps its placeholder, the new one gets
+	// one) and proves the fence again.
+	os.WriteFile(cfg, []byte("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"x\"\nhosts = [\"example.com\", \"example.org\"]\n"+
+		"[secrets.OLD]\nvalue = \"old-secret-value\"\nhosts = [\"example.com\"]\n[secrets.NEW]\nvalue = \"new-secret-value\"\nhosts = [\"example.org\"]\n"), 0o600)
+	nr, err := Ensure(ctx, o)
+	if err != nil {
+		out1, _ := dockerOut("logs", "--tail", "20", n.Netclient)
+		out2, _ := dockerOut("logs", "--tail", "20", n.Gateway)
+		t.Fatalf("%v\nnetclient:\n%s\ngateway:\n%s", err, out1, out2)
+	}
+	if nr.NetclientID != n.NetclientID || nr.Placeholders["OLD"] != n.Placeholders["OLD"] || !strings.HasPrefix(nr.Placeholders["NEW"], "vakph_") {
+		t.Fatalf("config change: reused %v, placeholders %v then %v", nr.NetclientID == n.NetclientID, n.Placeholders, nr.Placeholders)
+	}
+	if rs := records(); len(rs) != 2 || rs[1].Decision != receipts.Allow {
+		t.Fatalf("no self-test after the reload: %+v", rs)
+	}
+	n = nr
+
 	// A gateway restart: the next reuse proves the fence again.
 	testenv.Docker(t, "restart", "-t", "1", n.Gateway)
 	deadline := time.Now().Add(DefaultReadyTimeout)
@@ -91,7 +110,7 @@ func TestFenceSelfTest(t *testing.T) {
 	if n2.Gateway != n.Gateway {
 		t.Fatalf("the restarted topology was rebuilt, not reused")
 	}
-	if rs := records(); len(rs) != 2 || rs[1].Decision != receipts.Allow {
+	if rs := records(); len(rs) != 3 || rs[2].Decision != receipts.Allow {
 		t.Fatalf("no self-test after the gateway restart: %+v", rs)
 	}
 
@@ -114,7 +133,7 @@ func TestFenceSelfTest(t *testing.T) {
 	if !strings.Contains(err.Error(), "nftables rules verify") || !strings.Contains(err.Error(), "reached the canary directly") {
 		t.Errorf("the failure does not say why: %v", err)
 	}
-	if rs := records(); len(rs) != 3 || rs[2].Decision != receipts.Deny || !strings.Contains(rs[2].Reason, "FAILED") {
+	if rs := records(); len(rs) != 4 || rs[3].Decision != receipts.Deny || !strings.Contains(rs[3].Reason, "FAILED") {
 		t.Errorf("self-test receipts: %+v", rs)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -288,6 +289,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if start, err := gatewayStart(ctx, cli, gwName); err == nil {
 		markSelfTest(o.StateDir, key, start)
 	}
+	writeConfigDigest(o.StateDir, key, payload)
 	n, err := o.describe(ctx, key, gwIP)
 	if err != nil {
 		return fail(err)
@@ -318,7 +320,11 @@ func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.
 	if err != nil {
 		return nil, err
 	}
-	if !selfTested(o.StateDir, key, start) {
+	changed, err := o.refresh(ctx, key, sections)
+	if err != nil {
+		return nil, err
+	}
+	if changed || !selfTested(o.StateDir, key, start) {
 		if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
 			saveReceipts(context.Background(), o.Engine, o.StateDir, key)
 			removeTopology(context.Background(), o.Engine, key)
@@ -468,7 +474,10 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
-	for name, data := range files {
+	// Sorted, no times: the same inputs make the same bytes (refresh
+	// compares digests).
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		data := files[name]
 		for d := filepath.Dir(name); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 			tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o700})
