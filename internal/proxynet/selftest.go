@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/gateway"
 	"vak/internal/netfence"
 	"vak/internal/receipts"
 )
@@ -83,7 +84,7 @@ func (o *Options) selfTest(ctx context.Context, key string, gwIP netip.Addr, sec
 		rec.Decision = receipts.Deny
 		rec.Reason = "fence self-test FAILED: " + strings.Join(problems, "; ") + " | " + oneLine(out)
 	}
-	if err := appendReceipt(SelfTestLog(o.StateDir, key), rec); err != nil {
+	if err := appendReceipt(o.StateDir, SelfTestLog(o.StateDir, key), rec); err != nil {
 		problems = append(problems, "record the self-test: "+err.Error())
 	}
 	if len(problems) > 0 {
@@ -97,8 +98,14 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")), " ")
 }
 
-func appendReceipt(path string, r receipts.Record) error {
-	l, err := receipts.Open(path)
+// appendReceipt appends r to a log signed with the installation's receipts
+// key (the one the topology's gateways sign with).
+func appendReceipt(stateDir, path string, r receipts.Record) error {
+	key, err := receipts.LoadOrCreateKey(gateway.ReceiptsKeyDir(stateDir))
+	if err != nil {
+		return err
+	}
+	l, err := receipts.OpenSigned(path, key)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/gateway"
 	"vak/internal/paths"
 	"vak/internal/receipts"
 	"vak/internal/testenv"
@@ -300,7 +301,12 @@ hosts = ["allowed.test"]
 	if left := topology(); left != "" {
 		t.Fatalf("session rm left the topology behind: %s", left)
 	}
-	all, err := receipts.List(ReceiptsDir(stateDir, key))
+	// Signed with the installation's key: they verify on the host.
+	pub, err := receipts.LoadPublicKey(filepath.Join(gateway.ReceiptsKeyDir(stateDir), receipts.PubKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := receipts.List(ReceiptsDir(stateDir, key), pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +314,7 @@ hosts = ["allowed.test"]
 	for _, s := range all {
 		if s.Path == SelfTestLog(stateDir, key) {
 			// One fence self-test per topology, each passed.
-			if s.Records != 3 || s.Problem != "" {
+			if s.Records != 3 || s.Problem != "" || !s.Signed {
 				t.Errorf("fence self-test log: %+v", s)
 			}
 			continue
@@ -319,7 +325,7 @@ hosts = ["allowed.test"]
 		t.Fatalf("receipts kept: %+v, want 3 gateway logs (one per lifetime) and the self-test log", all)
 	}
 	for _, s := range list {
-		if s.Problem != "" || s.Records == 0 {
+		if s.Problem != "" || s.Records == 0 || !s.Signed {
 			t.Errorf("%s: %d records, %s", s.Path, s.Records, s.Problem)
 		}
 		if data, _ := os.ReadFile(s.Path); bytes.Contains(data, []byte(secret)) || !bytes.Contains(data, []byte("allowed.test")) {

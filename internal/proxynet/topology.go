@@ -30,6 +30,7 @@ import (
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/gateway"
 	"vak/internal/netfence"
+	"vak/internal/receipts"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 )
@@ -470,6 +471,19 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 			return nil, nil, err
 		}
 		files["vak/ca/"+f] = data
+	}
+	// The installation's receipts signing key: the gateway signs with it,
+	// so the receipts kept on the host verify with the host's public key.
+	keyDir := gateway.ReceiptsKeyDir(o.StateDir)
+	if _, err := receipts.LoadOrCreateKey(keyDir); err != nil {
+		return nil, nil, fmt.Errorf("proxynet: receipts key: %w", err)
+	}
+	for _, f := range []string{receipts.KeyFile, receipts.PubKeyFile} {
+		data, err := os.ReadFile(filepath.Join(keyDir, f))
+		if err != nil {
+			return nil, nil, err
+		}
+		files["vak/receipts-key/"+f] = data
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -2,6 +2,7 @@ package receipts
 
 import (
 	"bufio"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -21,11 +22,15 @@ type Summary struct {
 	First, Last time.Time
 	// Problem is empty when the log verifies, else the first problem.
 	Problem string
+	// Signed says the signatures were checked and every record is covered
+	// by a valid one.
+	Signed bool
 }
 
-// List finds every receipts log (*.jsonl) under dir, verifies each and
-// returns them sorted by path. A missing dir is an empty list.
-func List(dir string) ([]Summary, error) {
+// List finds every receipts log (*.jsonl) under dir, verifies each (with
+// its signatures when pub is not nil: a log without them does not verify)
+// and returns them sorted by path. A missing dir is an empty list.
+func List(dir string, pub ed25519.PublicKey) ([]Summary, error) {
 	var out []Summary
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -38,7 +43,12 @@ func List(dir string) ([]Summary, error) {
 			return nil
 		}
 		s := Summary{Path: p}
-		rep, err := VerifyFile(p)
+		var rep *Report
+		if pub != nil {
+			rep, err = VerifyFileSigned(p, pub, false)
+		} else {
+			rep, err = VerifyFile(p)
+		}
 		switch {
 		case rep != nil && len(rep.Problems) > 0:
 			s.Problem = rep.Problems[0].Reason
@@ -46,7 +56,7 @@ func List(dir string) ([]Summary, error) {
 			s.Problem = err.Error()
 		}
 		if rep != nil {
-			s.Records = rep.Records
+			s.Records, s.Signed = rep.Records, rep.Signed && rep.OK()
 		}
 		s.First, s.Last = timeRange(p)
 		out = append(out, s)

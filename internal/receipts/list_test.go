@@ -31,7 +31,7 @@ func TestList(t *testing.T) {
 	bad := write("main.jsonl", 2)
 	data, _ := os.ReadFile(bad)
 	os.WriteFile(bad, data[:len(data)/2], 0o600) // truncated mid-record
-	list, err := List(dir)
+	list, err := List(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,45 @@ func TestList(t *testing.T) {
 	if got["main.jsonl"].Problem == "" {
 		t.Errorf("a truncated log verifies: %+v", got["main.jsonl"])
 	}
-	if l, err := List(filepath.Join(dir, "missing")); err != nil || len(l) != 0 {
+	if l, err := List(filepath.Join(dir, "missing"), nil); err != nil || len(l) != 0 {
 		t.Errorf("missing dir: %v %v", l, err)
+	}
+}
+
+// With a public key, List checks signatures: a signed log verifies and says
+// so; an unsigned one does not.
+func TestListSigned(t *testing.T) {
+	dir := t.TempDir()
+	key, err := LoadOrCreateKey(filepath.Join(dir, "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := LoadPublicKey(filepath.Join(dir, "key", PubKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := filepath.Join(dir, "logs")
+	for name, k := range map[string]any{"signed.jsonl": key, "unsigned.jsonl": nil} {
+		var l *Log
+		if k != nil {
+			l, err = OpenSigned(filepath.Join(logs, name), key)
+		} else {
+			l, err = Open(filepath.Join(logs, name))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Append(Record{Protocol: "dns", Decision: Deny})
+		l.Close()
+	}
+	list, err := List(logs, pub)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%+v %v", list, err)
+	}
+	if s := list[0]; !s.Signed || s.Problem != "" || s.Records != 1 {
+		t.Errorf("signed log: %+v", s)
+	}
+	if s := list[1]; s.Signed || s.Problem == "" {
+		t.Errorf("unsigned log verified with a key: %+v", s)
 	}
 }
