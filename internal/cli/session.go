@@ -106,8 +106,9 @@ func sessionErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, proxynet.ErrFenceSelfTest):
-		// The fence did not prove itself: nothing ran (the topology is gone).
+	case errors.Is(err, proxynet.ErrFenceSelfTest), errors.Is(err, proxynet.ErrInUse):
+		// The fence did not prove itself (the topology is gone), or the
+		// network is down under live sessions: nothing ran.
 		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
 		return exit(ExitUnavailable, err)
