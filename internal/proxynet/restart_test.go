@@ -2,6 +2,7 @@ package proxynet
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,6 +119,23 @@ hosts = ["allowed.test"]
 	}
 	if ph2, _ := vakCmd("session", "exec", id2, "--", "sh", "-c", "echo $TOKEN"); ph2 != ph {
 		t.Errorf("placeholders changed across the gateway restart: %q, then %q", ph, ph2)
+	}
+	// A gateway that cannot come back in place (removed): the next create
+	// fails (exit 69, naming the sessions) and leaves the netclient the
+	// live sessions share alone.
+	_, _, _, ncName, _ := names(key)
+	ncID := testenv.Docker(t, "inspect", "-f", "{{.Id}}", ncName)
+	testenv.Docker(t, "rm", "-f", gwName)
+	out, err := vakCmd(append(append([]string{"session", "create"}, labels...), "-w", ws, "--task", "third", "--network", "proxied")...)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 69 || !strings.Contains(out, "still use it") || !strings.Contains(out, id1) {
+		t.Fatalf("create with the gateway gone under live sessions: %v\n%s", err, out)
+	}
+	if got := testenv.Docker(t, "inspect", "-f", "{{.Id}}", ncName); got != ncID {
+		t.Fatalf("the netclient of live sessions was replaced")
+	}
+	if l := ls(id1); !strings.Contains(l, "proxied (down: gateway not running)") {
+		t.Errorf("ls with the gateway gone: %s", l)
 	}
 	if out, err := vakCmd(append(append([]string{"session", "rm"}, labels...), id1, id2)...); err != nil {
 		t.Fatalf("rm: %v %s", err, out)
