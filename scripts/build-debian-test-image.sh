@@ -15,7 +15,10 @@ if docker image inspect "$tag" >/dev/null 2>&1; then
 	exit 0
 fi
 command -v debootstrap >/dev/null || { echo "build-debian-test-image: need debootstrap (apt-get install -y debootstrap)" >&2; exit 1; }
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The archive apt is configured with (deb822 sources first, then sources.list).
+mirror=${DEBIAN_MIRROR:-$( { awk '/^URIs:/ {print $2}' /etc/apt/sources.list.d/*.sources 2>/dev/null
+	awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null; } | grep -v -- '-security' | head -1)}
+[ -n "$mirror" ] || { echo "build-debian-test-image: no Debian archive configured for apt; set DEBIAN_MIRROR" >&2; exit 1; }
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 debootstrap --variant=minbase bookworm "$root" "$mirror"
