@@ -148,7 +148,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		if err := sandbox.CheckNetwork(b); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
-		acquire, release := a.proxyNet(cfg)
+		acquire, release := a.proxyNet(cfg, a.labels)
 		if attach, err = acquire(sigctx, ws); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}

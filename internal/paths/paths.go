@@ -162,3 +162,8 @@ func GatewayAdminSocket(stateDir string) string { return filepath.Join(stateDir,
 // GatewayReceiptsDir holds the receipts logs inside a gateway state
 // directory.
 func GatewayReceiptsDir(stateDir string) string { return filepath.Join(stateDir, "receipts") }
+
+// GatewayReceiptsKeyDir holds the Ed25519 key that signs receipts
+// (receipts.key, 0600) and its public half (receipts.pub) inside a gateway
+// state directory.
+func GatewayReceiptsKeyDir(stateDir string) string { return filepath.Join(stateDir, "receipts-key") }

@@ -276,7 +276,7 @@ func (m *Manager) planEnv(p *plan) error {
 	}
 	env = setEnv(env, "HOME="+p.home)
 	env = setEnv(env, "TMPDIR=/tmp")
-	p.env = env
+	p.env = withNetworkEnv(env, p.net)
 	return nil
 }
 

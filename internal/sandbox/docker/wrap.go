@@ -42,6 +42,7 @@ const (
 	LabelKind      = "vak.kind"      // "run" for command-scoped containers
 	LabelRunID     = "vak.run"       // the Command.ID
 	LabelWorkspace = "vak.workspace" // the canonical workspace path
+	LabelOwner     = "vak.owner"     // host uid of the user who created it
 )
 
 // NamePrefix prefixes the names of command-scoped containers.
