@@ -80,6 +80,7 @@ func TestFenceSelfTest(t *testing.T) {
 	// one) and proves the fence again.
 	os.WriteFile(cfg, []byte("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"x\"\nhosts = [\"example.com\", \"example.org\"]\n"+
 		"[secrets.OLD]\nvalue = \"old-secret-value\"\nhosts = [\"example.com\"]\n[secrets.NEW]\nvalue = \"new-secret-value\"\nhosts = [\"example.org\"]\n"), 0o600)
+	o.Sections = sectionsOf(t, cfg) // what the CLI decodes from the changed file
 	nr, err := Ensure(ctx, o)
 	if err != nil {
 		out1, _ := dockerOut("logs", "--tail", "20", n.Netclient)
