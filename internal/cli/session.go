@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -529,6 +530,12 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 }
 
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
+	// Private temp dirs (and, as root, cgroups) of native runs whose vak
+	// process is gone, e.g. killed with SIGKILL. Their commands died with
+	// it: the sandbox's init is killed with its parent.
+	for _, p := range broker.CleanStale() {
+		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
+	}
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err
