@@ -629,7 +629,8 @@ func (a *app) newGCCmd() *cobra.Command {
 ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
-touched.`,
+touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
+cgroups of native (landlock) runs whose vak process is gone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.gc(cmd.Context(), &sf)
