@@ -144,8 +144,9 @@ func truncate(s string) string {
 // deadlock it (found by a benchmark). Many commands against a worker that
 // collects garbage constantly must all finish.
 func TestLandlockManyCommandsUnderGC(t *testing.T) {
-	t.Setenv("GOGC", "1")
 	e := NewEnv(t, landlockBackend(t))
+	testenv.Vak(t) // built with the usual GOGC, not the worker's
+	t.Setenv("GOGC", "1")
 	s := e.Start(sandbox.WorkspaceWrite)
 	for i := 0; i < 400; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
