@@ -3,10 +3,12 @@ package cli
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/config"
 	"vak/internal/devcontainer"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -56,7 +58,7 @@ func (a *app) newDevcontainerCmd() *cobra.Command {
 
 func (a *app) newDevcontainerInitCmd() *cobra.Command {
 	var f devcontainerFlags
-	var image, vakPath string
+	var image, vakPath, fromSandcat string
 	var nets []string
 	var force bool
 	cmd := &cobra.Command{
@@ -76,6 +78,12 @@ init runs.`,
 			ws, labels, err := f.resolve()
 			if err != nil {
 				return err
+			}
+			var sc *devcontainer.Sandcat
+			if fromSandcat != "" {
+				if sc, err = a.importSandcat(fromSandcat); err != nil {
+					return err
+				}
 			}
 			cfg, err := a.loadConfig(ws)
 			if err != nil {
@@ -100,6 +108,9 @@ init runs.`,
 			}
 			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath,
 				Protected: devcontainer.ExistingProtected(ws, cfg.Files.Protected)}
+			if sc != nil {
+				t.Env = sc.Env
+			}
 			written, err := t.Write(force)
 			if err != nil {
 				return exitFor(err)
@@ -115,7 +126,59 @@ init runs.`,
 	cmd.Flags().StringArrayVar(&nets, "gateway-network", nil, "an existing Docker network the gateway also joins (repeatable)")
 	cmd.Flags().StringVar(&vakPath, "vak", "", "the vak the host runs as initializeCommand (default: this executable)")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite an existing devcontainer.json and compose.yml")
+	cmd.Flags().StringVar(&fromSandcat, "from-sandcat", "", "convert the sandcat project DIR's settings (user, .sandcat/settings.json, settings.local.json) first")
 	return cmd
+}
+
+// importSandcat converts a sandcat project's settings into the trusted user
+// config: written as that file when there is none yet, else next to it as
+// sandcat-import.toml for the user to merge (vak never merges policy
+// silently). Notes and behaviour changes go to stderr.
+func (a *app) importSandcat(dir string) (*devcontainer.Sandcat, error) {
+	sc, err := devcontainer.FromSandcat(dir, devcontainer.SandcatUserSettings())
+	if err != nil {
+		return nil, exit(ExitConfig, err)
+	}
+	for _, f := range sc.Files {
+		fmt.Fprintf(a.stdio.Err, "vak: read %s\n", f)
+	}
+	for _, n := range sc.Result.Notes {
+		fmt.Fprintf(a.stdio.Err, "vak: note: %s\n", n)
+	}
+	for _, c := range sc.Changes {
+		fmt.Fprintf(a.stdio.Err, "vak: changed: %s\n", c)
+	}
+	cfgFile := a.userConfig
+	if cfgFile == "" {
+		if cfgFile, err = paths.UserConfigFile(); err != nil {
+			return nil, exitFor(err)
+		}
+	}
+	target, merge := cfgFile, false
+	if _, err := os.Lstat(cfgFile); err == nil {
+		target, merge = filepath.Join(filepath.Dir(cfgFile), "sandcat-import.toml"), true
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		return nil, exitFor(err)
+	}
+	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, exit(ExitFailure, fmt.Errorf("write the converted settings: %w", err))
+	}
+	data := append([]byte(fmt.Sprintf("version = %d\n\n", config.Version)), sc.Result.TOML...)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, exit(ExitFailure, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, exit(ExitFailure, err)
+	}
+	if merge {
+		fmt.Fprintf(a.stdio.Err, "vak: wrote %s (mode 0600): %s exists, merge its [network] and [secrets] into it\n", target, cfgFile)
+	} else {
+		fmt.Fprintf(a.stdio.Err, "vak: wrote %s (mode 0600): the trusted user config\n", target)
+	}
+	return sc, nil
 }
 
 func (a *app) newDevcontainerPrepareCmd() *cobra.Command {
@@ -181,7 +244,7 @@ func (a *app) newDevcontainerDoctorCmd() *cobra.Command {
 			}
 			st, err := devcontainer.Inspect(cmd.Context(), eng, ws)
 			if err != nil {
-				return exitFor(err)
+				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
 			}
 			st.Report(a.stdio.Out)
 			if len(st.Problems()) > 0 {

@@ -61,6 +61,9 @@ type Template struct {
 	Labels map[string]string
 	// Vak is the command the host runs as initializeCommand ("" = "vak").
 	Vak string
+	// Env is plain (non-secret) environment for the agent's container
+	// (sandcat's env with --from-sandcat).
+	Env map[string]string
 	// Protected are further workspace-relative paths mounted read-only in
 	// the agent's container (those of the trusted config's protected list
 	// that exist when init runs; ProtectedDirs always are).
@@ -216,6 +219,12 @@ func (t *Template) Compose() ([]byte, error) {
 		nets[alias] = &network{External: true, Name: n}
 	}
 	env := proxynet.TrustEnv()
+	for _, name := range slices.Sorted(maps.Keys(t.Env)) {
+		if _, ok := t.Placeholders[name]; ok || !validName(name) {
+			return nil, fmt.Errorf("devcontainer: environment variable %q: not a name, or also a secret", name)
+		}
+		env = append(env, name+"="+t.Env[name])
+	}
 	for _, name := range slices.Sorted(maps.Keys(t.Placeholders)) {
 		env = append(env, name+"="+t.Placeholders[name])
 	}
