@@ -231,8 +231,13 @@ func (a *app) newDevcontainerDoctorCmd() *cobra.Command {
 	var f devcontainerFlags
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Explain the state of each dev-container service",
-		Args:  cobra.NoArgs,
+		Short: "Explain the state of each dev-container service and prove the fence",
+		Long: `Print one line per service of the workspace's dev container (gateway,
+netclient, app: container, state, health), name what is wrong (a missing or
+unhealthy service, an agent container left in a dead netclient namespace),
+and when all is running run the fence self-test that vak run --network
+proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ws, _, err := f.resolve()
 			if err != nil {
@@ -250,6 +255,19 @@ func (a *app) newDevcontainerDoctorCmd() *cobra.Command {
 			if len(st.Problems()) > 0 {
 				return exit(ExitFailure, nil)
 			}
+			cfg, err := a.loadConfig(ws)
+			if err != nil {
+				return err
+			}
+			state, err := paths.EnsureStateDir()
+			if err != nil {
+				return exitFor(err)
+			}
+			if err := st.SelfTest(cmd.Context(), devcontainer.PrepareOptions{Engine: eng, Workspace: ws, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg), StateDir: state}); err != nil {
+				fmt.Fprintf(a.stdio.Out, "  problem: %v\n", err)
+				return exit(ExitFailure, nil)
+			}
+			fmt.Fprintf(a.stdio.Out, "  fence self-test passed (receipt in %s)\n", proxynet.SelfTestLog(state, st.Key))
 			return nil
 		},
 	}

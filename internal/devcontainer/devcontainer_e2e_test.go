@@ -135,6 +135,9 @@ hosts = ["allowed.test"]
 		t.Fatalf("allowed HTTPS after devcontainer up: %s", out)
 	}
 	t.Logf("benchmark: devcontainer up to a working exec: %v", time.Since(t0).Round(100*time.Millisecond))
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+		t.Errorf("doctor after up: %v\n%s", err, out)
+	}
 
 	canaryZero := func(when string) {
 		t.Helper()
@@ -296,13 +299,38 @@ hosts = ["allowed.test"]
 		if appOf() == stale {
 			t.Errorf("the agent container %s was not recreated", stale)
 		}
-		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil {
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
 			t.Errorf("doctor after up: %v\n%s", err, out)
 		}
 		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
 			t.Errorf("after the repairing up: %s", out)
 		}
 		canaryZero("after repair")
+	})
+	t.Run("FenceTamperFailsClosedAndIsRepaired", func(t *testing.T) {
+		nc := testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=netclient")
+		// As the netclient itself: flush every rule in the namespace. The
+		// netclient notices and exits; nothing restarts it silently.
+		if out, code := testenv.Exec(t, nc, "/vak", "netclient", "unfence"); code != 0 {
+			t.Fatalf("unfence: %s", out)
+		}
+		testenv.ResetCanary(t, canIP)
+		for _, a := range []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", "probe tls https://allowed.test/status/200 3s"} {
+			if out := lastLine(sb(a)); strings.Contains(out, "OK 200") || strings.Contains(out, "canary") {
+				t.Errorf("with the rules flushed, %s: %s", a, out)
+			}
+		}
+		canaryZero("rules flushed")
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err == nil {
+			t.Errorf("doctor with the rules flushed found nothing:\n%s", out)
+		}
+		mustRun(dc, "up", "--workspace-folder", ws)
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+			t.Errorf("doctor after up: %v\n%s", err, out)
+		}
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("after the repairing up: %s", out)
+		}
 	})
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -73,6 +75,18 @@ func Inspect(ctx context.Context, cli *client.Client, ws string) (*Status, error
 			st.AppStale, st.AppProblem = true, "its netclient "+short(joined)+" is gone"
 		case joined != nc.ID:
 			st.AppStale, st.AppProblem = true, "it joined netclient "+short(joined)+", the running one is "+short(nc.ID)
+		case nc.State != container.StateRunning:
+			st.AppStale, st.AppProblem = true, "its netclient "+short(nc.ID)+" is "+string(nc.State)
+		default:
+			// A netclient that stopped and started again has a new
+			// namespace; the app still holds the old one.
+			if nci, err := cli.ContainerInspect(ctx, nc.ID, client.ContainerInspectOptions{}); err == nil && nci.Container.State != nil && ins.Container.State != nil {
+				ncStart, e1 := time.Parse(time.RFC3339Nano, nci.Container.State.StartedAt)
+				appStart, e2 := time.Parse(time.RFC3339Nano, ins.Container.State.StartedAt)
+				if e1 == nil && e2 == nil && ncStart.After(appStart) {
+					st.AppStale, st.AppProblem = true, "its netclient "+short(nc.ID)+" restarted after it"
+				}
+			}
 		}
 	}
 	return st, nil
@@ -116,4 +130,35 @@ func (st *Status) Report(w io.Writer) {
 	for _, p := range st.Problems() {
 		fmt.Fprintf(w, "  problem: %s\n", p)
 	}
+}
+
+// SelfTest proves the running template's fence as `vak run --network
+// proxied` does before a sandbox joins (proxynet's fence self-test: direct
+// TCP/UDP to the gateway's canary on both its addresses must not arrive,
+// denied DNS is answered by the gateway, the rules verify), with the
+// receipt in proxynet.SelfTestLog. st must come from Inspect with gateway
+// and netclient running.
+func (st *Status) SelfTest(ctx context.Context, o PrepareOptions) error {
+	gw, nc := st.Services["gateway"], st.Services["netclient"]
+	if gw == nil || nc == nil {
+		return fmt.Errorf("devcontainer: fence self-test: gateway and netclient must be running")
+	}
+	ins, err := o.Engine.ContainerInspect(ctx, gw.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("devcontainer: inspect gateway: %w", err)
+	}
+	var egressIP netip.Addr
+	if ins.Container.NetworkSettings != nil {
+		for name, ep := range ins.Container.NetworkSettings.Networks {
+			n, err := o.Engine.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+			if err == nil && ep != nil && n.Network.Labels[LabelKey] == st.Key && n.Network.Labels["com.docker.compose.network"] == "egress" {
+				egressIP = ep.IPAddress
+			}
+		}
+	}
+	if !egressIP.IsValid() {
+		return fmt.Errorf("devcontainer: fence self-test: the gateway %s has no address on the template's egress network", short(gw.ID))
+	}
+	po := &proxynet.Options{Engine: o.Engine, StateDir: o.StateDir, ConfigFile: o.ConfigFile, Progress: o.Progress}
+	return po.SelfTestContainers(ctx, st.Key, gw.ID, nc.ID, GatewayIP(st.Key), egressIP, o.Sections)
 }
