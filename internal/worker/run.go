@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 )
@@ -14,6 +15,13 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 		return err
 	}
 	defer files.Close()
+	var lifeline *os.File
+	if spec.Lifeline > 0 {
+		if lifeline = os.NewFile(uintptr(spec.Lifeline), "lifeline"); lifeline == nil {
+			return fmt.Errorf("worker: no lifeline on fd %d", spec.Lifeline)
+		}
+		defer lifeline.Close()
+	}
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -22,6 +30,7 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
 			Launcher:       spec.Launcher,
+			Lifeline:       lifeline,
 		},
 		Ready: Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
 	}
