@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"vak/internal/config"
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -81,6 +82,10 @@ type Session struct {
 	// supervisor answers setsid notifications of a landlock worker that
 	// runs without namespaces (with them, stage 1 does).
 	supervisor *os.File
+	// lifeline is the write end of the docker worker's lifeline pipe
+	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
+	// this process dies.
+	lifeline *os.File
 }
 
 // Start starts a worker for opts.
@@ -111,12 +116,16 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	cmd := exec.Command(exe, WorkerCommand)
 	cmd.Dir = opts.Workspace
-	var supRemote *os.File
+	var supRemote, lifeR *os.File
 	cmd.Stderr = opts.Stderr
 	home, _ := os.UserHomeDir()
 
 	switch b := opts.Backend.(type) {
 	case *landlock.Backend:
+		plan, err := protectionPlan(opts.Workspace, cfg.Files.Protected)
+		if err != nil {
+			return nil, err
+		}
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
@@ -130,7 +139,8 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			Home:        home,
 			ReadPaths:   cfg.Sandbox.ReadPaths,
 			WritePaths:  cfg.Sandbox.WritePaths,
-			Protected:   s.prot,
+			Protected:   absAll(opts.Workspace, plan.ReadOnly),
+			Pin:         absAll(opts.Workspace, plan.Pin),
 			Limits:      cfg.Sandbox.Limits,
 			AllowWeaker: cfg.Sandbox.AllowWeaker || b.AllowWeaker,
 			UID:         os.Getuid(),
@@ -192,6 +202,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		s.docker = b
 		spec.Env = hostEnv(DockerClientEnv)
 		s.env = containerEnv(cfg.Sandbox.Env)
+		var err error
+		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
+		}
+		spec.Lifeline = lifelineFD
 	default:
 		if b.Name() != string(sandbox.None) {
 			return nil, fmt.Errorf("broker: backend %s: %w", b.Name(), sandbox.ErrNotYetAvailable)
@@ -215,6 +230,13 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if supRemote != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, supRemote)
 	}
+	if lifeR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lifeR)
+		if 2+len(cmd.ExtraFiles) != lifelineFD {
+			s.cleanup()
+			return nil, fmt.Errorf("broker: lifeline would be fd %d, not %d", 2+len(cmd.ExtraFiles), lifelineFD)
+		}
+	}
 	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
 	// Go runtime knobs reach the worker process itself (tests use GOGC to
 	// make garbage collection frequent); they never reach commands.
@@ -223,6 +245,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// cgroup) happens before the sandbox runs anything.
 	onStarted := func(pid int) error {
 		r.Close()
+		if lifeR != nil {
+			lifeR.Close()
+		}
 		if supRemote != nil {
 			supRemote.Close()
 			go landlock.Supervise(s.supervisor, pid)
@@ -268,11 +293,11 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
-	var existing []string
-	for _, p := range s.prot {
-		if _, err := os.Lstat(p); err == nil {
-			existing = append(existing, p)
-		}
+	// What exists right now, resolved without following links (a link the
+	// last command planted must not make the daemon mount its target).
+	plan, err := protectionPlan(s.opts.Workspace, s.opts.Config.Files.Protected)
+	if err != nil {
+		return nil, err
 	}
 	c := sandbox.Command{
 		ID:        newID(),
@@ -282,7 +307,8 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 		Env:       env,
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: existing,
+		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
+		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
 	}
 	argv, err := s.docker.Wrap(c)
@@ -338,12 +364,54 @@ func (s *Session) Close() error {
 }
 
 func (s *Session) cleanup() {
+	if s.lifeline != nil {
+		s.lifeline.Close()
+	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)
 	}
 	if s.cgroup != nil {
 		s.cgroup.Remove()
 	}
+}
+
+// lifelineFD is the docker worker's descriptor of its lifeline: the extra
+// file after the spec pipe.
+const lifelineFD = 4
+
+// protectionPlan walks the workspace (without following links) for what
+// the backend mounts to protect it: see fsguard.Plan.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	t, err := fsguard.OpenTree(ws)
+	if errors.Is(err, fsguard.ErrUnsupported) {
+		// No beneath-resolution here (macOS): the paths that exist, by
+		// name, as before.
+		var pl fsguard.Plan
+		for _, p := range protected {
+			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+				pl.ReadOnly = append(pl.ReadOnly, p)
+			}
+		}
+		return pl, nil
+	}
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(protected)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
 }
 
 // sandboxEnv builds the environment of sandboxed commands: the allowlist and
