@@ -18,27 +18,28 @@ import (
 // (sandbox.docker.root) could otherwise leave a setuid-root binary in the
 // workspace for any local user of the host.
 
-var seccompFile struct {
+var seccompJSON struct {
 	once sync.Once
-	path string
+	data []byte
 	err  error
 }
 
-// SeccompFile returns the path of a file holding SeccompProfile, written
-// once per process into vak's state directory under a name derived from
-// its content (the docker CLI reads it for `--security-opt seccomp=`).
+// SeccompFile returns the path of a file holding SeccompProfile in vak's
+// state directory, under a name derived from its content (the docker CLI
+// reads it for `--security-opt seccomp=`). The profile is built once per
+// process; the file is checked on every call and written again if it is
+// missing or differs.
 func SeccompFile() (string, error) {
-	seccompFile.once.Do(func() {
-		seccompFile.path, seccompFile.err = writeSeccompFile()
+	seccompJSON.once.Do(func() {
+		seccompJSON.data, seccompJSON.err = SeccompProfile()
 	})
-	return seccompFile.path, seccompFile.err
+	if seccompJSON.err != nil {
+		return "", seccompJSON.err
+	}
+	return writeSeccompFile(seccompJSON.data)
 }
 
-func writeSeccompFile() (string, error) {
-	data, err := SeccompProfile()
-	if err != nil {
-		return "", err
-	}
+func writeSeccompFile(data []byte) (string, error) {
 	dir, err := paths.EnsureStateDir()
 	if err != nil {
 		return "", fmt.Errorf("docker: seccomp profile: %w", err)
