@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"vak/internal/sandbox"
 )
 
 // Run serves the protocol for spec on in/out until in is closed. sandbox
@@ -29,6 +31,7 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Env:            spec.Env,
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
+			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
 		},

@@ -35,12 +35,15 @@ var modeSyscalls = []modeArg{
 //   - chmod, fchmod, fchmodat, fchmodat2, creat, mknod and mknodat are
 //     allowed only when the mode has neither S_ISUID nor S_ISGID; open and
 //     openat also when they create nothing (no O_CREAT, no O_TMPFILE); the
-//     rest fails with the profile's default errno (EPERM);
-//   - openat2, whose mode sits behind a pointer the filter cannot read,
-//     fails with ENOSYS (C libraries then use openat).
+//     rest fails with the profile's default errno (EPERM).
+//
+// openat2 stays allowed: its mode sits behind a pointer the filter cannot
+// read, and vak's own worker (fsguard) needs it inside session containers.
+// A setuid file created through it is caught by the tripwire after the
+// command, which clears the bits on the host side.
 func SeccompProfile() ([]byte, error) {
 	p := seccomp.DefaultProfile()
-	drop := []string{"openat2"}
+	var drop []string
 	for _, m := range modeSyscalls {
 		drop = append(drop, m.name)
 	}
@@ -69,11 +72,6 @@ func SeccompProfile() ([]byte, error) {
 			})
 		}
 	}
-	enosys := uint(unix.ENOSYS)
-	p.Syscalls = append(p.Syscalls, &seccomp.Syscall{
-		LinuxSyscall: specs.LinuxSyscall{Names: []string{"openat2"}, Action: specs.ActErrno, ErrnoRet: &enosys},
-		Comment:      "vak: the mode of openat2 cannot be inspected",
-	})
 	data, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("docker: seccomp profile: %w", err)

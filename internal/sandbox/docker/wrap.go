@@ -85,7 +85,9 @@ var (
 func ContainerName(id string) string { return NamePrefix + id }
 
 // Wrap returns the docker run argv for c. The first element is b.Binary
-// (default "docker").
+// (default "docker"). Run it with a stdin that stays open as long as the
+// command may run and closes when its supervisor dies (the lifeline, see
+// LifelineInit): with /dev/null as stdin the command is killed at once.
 func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	if !c.Mode.Restricted() {
 		if c.Mode == sandbox.FullAccess {

@@ -26,10 +26,10 @@ func TestDockerSetuidAttempts(t *testing.T) {
 		return d
 	})
 	attempts := []string{"setuid-chmod", "setgid-chmod", "setuid-fchmod", "setuid-fchmodat", "setuid-fchmodat2",
-		"setuid-openat-creat", "setgid-openat-creat", "setuid-openat2-creat", "setuid-mknodat"}
+		"setuid-openat-creat", "setgid-openat-creat", "setuid-mknodat"}
 	// Control on the host: every attempt works without the sandbox.
 	hostDir := t.TempDir()
-	for _, a := range append([]string{"chmod-plain"}, attempts...) {
+	for _, a := range append([]string{"chmod-plain", "setuid-openat2-creat"}, attempts...) {
 		out := HostProbeIn(t, e, hostDir, "attempt", a)
 		if !strings.Contains(out, "OK "+a+" succeeded") {
 			t.Fatalf("control: %s fails even on the host: %s", a, out)
@@ -47,5 +47,14 @@ func TestDockerSetuidAttempts(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(e.Workspace, a)); err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
 			t.Errorf("%s left %v on the host", a, fi.Mode())
 		}
+	}
+	// openat2's mode is behind a pointer the filter cannot read: the call
+	// succeeds, and the tripwire clears the bit after the command.
+	r := Sh(t, s, "./probe attempt setuid-openat2-creat")
+	if fi, err := os.Stat(filepath.Join(e.Workspace, "setuid-openat2-creat")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("openat2 left %v, %v on the host", fi, err)
+	}
+	if strings.Contains(r.Stdout, "succeeded") && len(r.SetuidCleared) != 1 {
+		t.Errorf("the setuid file made through openat2 was not reported: %+v", r)
 	}
 }
