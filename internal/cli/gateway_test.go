@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,8 +47,15 @@ func TestImportSandcatCommand(t *testing.T) {
 }
 
 func TestReceiptsVerifyCommand(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r.jsonl")
-	l, err := receipts.Open(path)
+	dir := t.TempDir()
+	keyDir := filepath.Join(dir, "key")
+	key, err := receipts.LoadOrCreateKey(keyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(keyDir, receipts.PubKeyFile)
+	path := filepath.Join(dir, "r.jsonl")
+	l, err := receipts.OpenSigned(path, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +63,39 @@ func TestReceiptsVerifyCommand(t *testing.T) {
 		l.Append(receipts.Record{Protocol: "https", Host: "a.test", Rule: 0, Decision: receipts.Allow})
 	}
 	l.Close()
-	if code, out, _ := vakMain(t, "", "receipts", "verify", path); code != 0 || !strings.Contains(out, "OK, 5 record(s)") {
+	if code, out, _ := vakMain(t, "", "receipts", "verify", "--key", pub, path); code != 0 || !strings.Contains(out, "OK, 5 record(s)") || !strings.Contains(out, "every record signed") {
 		t.Fatalf("intact: %d %s", code, out)
 	}
+	// A record appended without the key (chain continued correctly).
 	b, _ := os.ReadFile(path)
+	ls := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	sum := sha256.Sum256([]byte(ls[len(ls)-1]))
+	forged := fmt.Sprintf(`{"seq":5,"time":"2026-01-01T00:00:00Z","protocol":"https","host":"x.test","rule":0,"decision":"allow","bytes_out":0,"bytes_in":0,"prev":"%s"}`, hex.EncodeToString(sum[:]))
+	os.WriteFile(path, append(b, forged+"\n"...), 0o600)
+	if code, out, _ := vakMain(t, "", "receipts", "verify", "--key", pub, path); code != ExitFailure || !strings.Contains(out, ":6: records 5 to 5 are not covered") {
+		t.Fatalf("appended: %d %s", code, out)
+	}
+	os.WriteFile(path, b, 0o600)
 	os.WriteFile(path, []byte(strings.Replace(string(b), `"decision":"allow"`, `"decision":"deny"`, 1)), 0o600)
-	if code, out, _ := vakMain(t, "", "receipts", "verify", path); code != ExitFailure || !strings.Contains(out, ":2:") {
+	if code, out, _ := vakMain(t, "", "receipts", "verify", "--key", pub, path); code != ExitFailure || !strings.Contains(out, ":2: prev hash does not match") {
 		t.Fatalf("tampered: %d %s", code, out)
+	}
+	// An unsigned log (written before signing): only with --allow-unsigned.
+	old := filepath.Join(dir, "old.jsonl")
+	l, err = receipts.Open(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Append(receipts.Record{Protocol: "dns", Rule: -1, Decision: receipts.Deny})
+	l.Close()
+	if code, out, _ := vakMain(t, "", "receipts", "verify", "--key", pub, old); code != ExitFailure || !strings.Contains(out, "no signature file") {
+		t.Fatalf("unsigned: %d %s", code, out)
+	}
+	if code, out, _ := vakMain(t, "", "receipts", "verify", "--key", pub, "--allow-unsigned", old); code != 0 || !strings.Contains(out, "signatures not checked") {
+		t.Fatalf("unsigned allowed: %d %s", code, out)
+	}
+	// No key at all: a clear error naming the flags.
+	if code, _, stderr := vakMain(t, "", "receipts", "verify", "--key", filepath.Join(dir, "missing.pub"), path); code != ExitFailure || !strings.Contains(stderr, "--allow-unsigned") {
+		t.Fatalf("no key: %d %s", code, stderr)
 	}
 }

@@ -3,40 +3,69 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/egress/gateway"
+	"vak/internal/paths"
 	"vak/internal/receipts"
 )
 
 func (a *app) newReceiptsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "receipts",
-		Short: "Work with the gateway's hash-chained receipts logs",
+		Short: "Work with the gateway's hash-chained, signed receipts logs",
 	}
-	cmd.AddCommand(&cobra.Command{
+	var keyPath string
+	var allowUnsigned bool
+	verify := &cobra.Command{
 		Use:   "verify FILE",
-		Short: "Check a receipts log for edits, deletions and reordering",
+		Short: "Check a receipts log for edits, deletions, reordering and unsigned records",
 		Long: `Verify a receipts log: every record must parse, sequence numbers must be
 consecutive from 0, and each record must carry the SHA-256 of the previous
-one. When FILE.head exists (the gateway keeps it), the log must also end at
-the record it names, which catches a truncated tail. Exits 0 when the log
-verifies, 1 when it does not.`,
+one. Every record must be covered by a checkpoint in FILE.sig signed with the
+gateway's Ed25519 key (--key, default: the receipts.pub in vak's state
+directory), so records appended or edited without the key, and a missing or
+cut signature file, fail. When FILE.head exists, the log must also reach the
+record it names, which catches a truncated tail. --allow-unsigned accepts a
+log without FILE.sig (written before receipts were signed) and then checks
+the hash chain and head only. Exits 0 when the log verifies, 1 when it does
+not.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := receipts.VerifyFile(args[0])
+			path := args[0]
+			if keyPath == "" {
+				state, err := paths.StateDir()
+				if err != nil {
+					return exit(ExitFailure, err)
+				}
+				keyPath = filepath.Join(gateway.ReceiptsKeyDir(state), receipts.PubKeyFile)
+			}
+			var rep *receipts.Report
+			var err error
+			pub, kerr := receipts.LoadPublicKey(keyPath)
+			switch {
+			case kerr == nil:
+				rep, err = receipts.VerifyFileSigned(path, pub, allowUnsigned)
+			case allowUnsigned:
+				fmt.Fprintf(a.stdio.Err, "vak: no public key (%v): checking the hash chain only\n", kerr)
+				rep, err = receipts.VerifyFile(path)
+			default:
+				return exit(ExitFailure, fmt.Errorf("%w (pass --key with the gateway's %s, or --allow-unsigned to check the hash chain only)", kerr, receipts.PubKeyFile))
+			}
 			if rep != nil {
 				for _, p := range rep.Problems {
 					if p.Line == 0 {
-						fmt.Fprintf(a.stdio.Out, "%s.head: %s\n", args[0], p.Reason)
+						fmt.Fprintf(a.stdio.Out, "%s%s: %s\n", path, p.File, p.Reason)
 					} else {
-						fmt.Fprintf(a.stdio.Out, "%s:%d: %s\n", args[0], p.Line, p.Reason)
+						fmt.Fprintf(a.stdio.Out, "%s%s:%d: %s\n", path, p.File, p.Line, p.Reason)
 					}
 				}
 			}
 			if err != nil {
 				if errors.Is(err, receipts.ErrTampered) {
-					return exit(ExitFailure, fmt.Errorf("%s does not verify", args[0]))
+					return exit(ExitFailure, fmt.Errorf("%s does not verify", path))
 				}
 				return exit(ExitFailure, err)
 			}
@@ -44,9 +73,16 @@ verifies, 1 when it does not.`,
 			if rep.HeadChecked {
 				head = "matches its head file"
 			}
-			fmt.Fprintf(a.stdio.Out, "%s: OK, %d record(s), last hash %s (%s)\n", args[0], rep.Records, rep.Head.Hash, head)
+			signed := "signatures not checked"
+			if rep.Signed {
+				signed = fmt.Sprintf("every record signed, %d checkpoint(s), key %.16s", rep.Checkpoints, receipts.KeyID(pub))
+			}
+			fmt.Fprintf(a.stdio.Out, "%s: OK, %d record(s), last hash %s (%s; %s)\n", path, rep.Records, rep.Head.Hash, head, signed)
 			return nil
 		},
-	})
+	}
+	verify.Flags().StringVar(&keyPath, "key", "", "the gateway's receipts public key (PEM; default: receipts-key/receipts.pub in vak's state directory)")
+	verify.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "accept a log without a signature file (written before receipts were signed)")
+	cmd.AddCommand(verify)
 	return cmd
 }

@@ -5,9 +5,15 @@
 //
 // A sidecar file (the log path + ".head") holds the sequence number and hash
 // of the last record written; Verify compares it too, which catches
-// truncation of the tail. Someone able to rewrite both files can forge a
-// consistent log: compare the head with a copy kept elsewhere (`vak gateway
-// status` prints it) when that matters.
+// truncation of the tail. A log opened with OpenSigned also gets a
+// signature file (the log path + ".sig"): after every batch of records the
+// writer appends an Ed25519 signature over the last record's hash (a
+// checkpoint), and the head is signed too. VerifyFileSigned checks every
+// checkpoint against the public key and fails on records no checkpoint
+// covers, so records appended or edited by someone without the key are
+// reported. Truncating the log and its signature file back to an earlier
+// checkpoint stays consistent: compare the head with a copy kept elsewhere
+// (`vak gateway status` prints it) when that matters.
 //
 // Records never contain secret values or placeholder mappings; callers are
 // responsible for passing scrubbed paths and reasons.
@@ -16,6 +22,7 @@ package receipts
 import (
 	"bufio"
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,6 +31,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -65,6 +73,19 @@ type Record struct {
 	Prev    string   `json:"prev"`
 }
 
+// Scrub returns r with every free-text field passed through f (the
+// gateway's secret scrubber), so that no field can carry a secret.
+func (r Record) Scrub(f func(string) string) Record {
+	for _, p := range []*string{&r.Session, &r.Client, &r.Protocol, &r.Method, &r.Host, &r.Path, &r.RuleName, &r.Reason} {
+		*p = f(*p)
+	}
+	r.Secrets = slices.Clone(r.Secrets)
+	for i := range r.Secrets {
+		r.Secrets[i] = f(r.Secrets[i])
+	}
+	return r
+}
+
 // Head identifies the last record of a log.
 type Head struct {
 	Seq  uint64 `json:"seq"`
@@ -72,6 +93,9 @@ type Head struct {
 	// Records is the number of records (0 for an empty log, where Seq and
 	// Hash are meaningless and Hash is ZeroHash).
 	Records uint64 `json:"records"`
+	// Key and Sig sign the head like a Checkpoint (signed logs only).
+	Key string `json:"key,omitempty"`
+	Sig string `json:"sig,omitempty"`
 }
 
 // Errors.
@@ -94,6 +118,9 @@ func hashLine(line []byte) string {
 type Log struct {
 	path string
 	f    *os.File
+	// key signs checkpoints into sigf (nil: unsigned log).
+	key  ed25519.PrivateKey
+	sigf *os.File
 	ch   chan *Record
 	done chan struct{}
 	// sendMu is held (shared) by Append while it sends on ch and
@@ -117,7 +144,20 @@ const queueLen = 4096
 // Open opens (or creates, mode 0600) the log at path and resumes its chain.
 // It refuses a log whose last line is incomplete or does not parse, so that
 // a damaged log is looked at (with Verify) before more is written to it.
-func Open(path string) (*Log, error) {
+func Open(path string) (*Log, error) { return open(path, nil) }
+
+// OpenSigned is Open for a signed log: after every batch of records a
+// checkpoint signed with key is appended to path + SigSuffix, and the head
+// is signed. Continuing an unsigned log is allowed: the first checkpoint
+// covers every earlier record through the hash chain.
+func OpenSigned(path string, key ed25519.PrivateKey) (*Log, error) {
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, errors.New("receipts: OpenSigned needs an Ed25519 private key")
+	}
+	return open(path, key)
+}
+
+func open(path string, key ed25519.PrivateKey) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("receipts: %w", err)
 	}
@@ -130,9 +170,18 @@ func Open(path string) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("receipts: %s: %w (run `vak receipts verify %s` and move the file aside)", path, err, path)
 	}
+	var sigf *os.File
+	if key != nil {
+		if sigf, err = os.OpenFile(path+SigSuffix, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("receipts: %w", err)
+		}
+	}
 	l := &Log{
 		path: path,
 		f:    f,
+		key:  key,
+		sigf: sigf,
 		ch:   make(chan *Record, queueLen),
 		done: make(chan struct{}),
 		head: head,
@@ -141,6 +190,9 @@ func Open(path string) (*Log, error) {
 	l.flushed = sync.NewCond(&l.mu)
 	if err := l.writeHead(); err != nil {
 		f.Close()
+		if sigf != nil {
+			sigf.Close()
+		}
 		return nil, err
 	}
 	go l.writer()
@@ -252,7 +304,11 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	err := l.err
 	l.mu.Unlock()
-	return errors.Join(err, l.f.Close())
+	err = errors.Join(err, l.f.Close())
+	if l.sigf != nil {
+		err = errors.Join(err, l.sigf.Close())
+	}
+	return err
 }
 
 // HeadInterval is how often the head sidecar is rewritten while records
@@ -341,6 +397,16 @@ func (l *Log) writer() {
 			}
 		}
 		_, werr := l.f.Write(buf.Bytes())
+		if werr == nil && l.key != nil {
+			// Sign the batch's last record: it authenticates the batch and,
+			// through the chain, everything before it.
+			cp := Checkpoint{Seq: head.Seq, Records: head.Records, Hash: head.Hash}
+			cp.Key, cp.Sig = sign(l.key, cp.Seq, cp.Records, cp.Hash)
+			line, _ := json.Marshal(cp)
+			if _, err := l.sigf.Write(append(line, '\n')); err != nil {
+				werr = fmt.Errorf("signature file: %w", err)
+			}
+		}
 		l.mu.Lock()
 		if werr != nil && l.err == nil {
 			l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
@@ -365,6 +431,9 @@ func (l *Log) writeHead() error {
 	l.mu.Lock()
 	h := l.head
 	l.mu.Unlock()
+	if l.key != nil && h.Records > 0 {
+		h.Key, h.Sig = sign(l.key, h.Seq, h.Records, h.Hash)
+	}
 	b, _ := json.Marshal(h)
 	tmp := l.path + HeadSuffix + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
@@ -378,6 +447,9 @@ func (l *Log) writeHead() error {
 
 // Problem is one verification failure.
 type Problem struct {
+	// File is "" for the log itself, HeadSuffix or SigSuffix for the
+	// sidecar files.
+	File string
 	// Line is the 1-based line number (0 for the head file).
 	Line   int
 	Reason string
@@ -392,7 +464,11 @@ type Report struct {
 	// AfterHead counts records after the one the head names (written
 	// after the last head update, e.g. just before a crash).
 	AfterHead uint64
-	Problems  []Problem
+	// Signed reports whether signatures were checked (VerifyFileSigned);
+	// Checkpoints counts the valid checkpoints that matched the log.
+	Signed      bool
+	Checkpoints int
+	Problems    []Problem
 }
 
 // OK reports whether the log verified.
@@ -404,11 +480,19 @@ const maxLine = 1 << 20
 // Verify checks a log stream: every line must be a well-formed record, the
 // first record must have seq 0 and prev ZeroHash, sequence numbers must be
 // consecutive, and each prev must be the SHA-256 of the previous line.
-func Verify(r io.Reader) (*Report, error) { return verify(r, nil) }
+func Verify(r io.Reader) (*Report, error) { return verify(r, nil, nil) }
 
-func verify(r io.Reader, head *Head) (*Report, error) {
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// verify checks the chain, the head (when given) and the checkpoints (when
+// cps is non-nil: every record must be covered by a checkpoint that
+// matches the log).
+func verify(r io.Reader, head *Head, cps []Checkpoint) (*Report, error) {
 	rep := &Report{Head: Head{Hash: ZeroHash}}
 	headSeen := false
+	cpi := 0
+	var covered uint64 // records up to the last checkpoint
+	goodThrough := 0   // line of the last checkpoint that matched
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), maxLine)
 	prevHash := ZeroHash
@@ -421,26 +505,26 @@ func verify(r io.Reader, head *Head) (*Report, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
-			rep.Problems = append(rep.Problems, Problem{lineNo, "not a valid record: " + err.Error()})
+			rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: "not a valid record: " + err.Error()})
 			prevHash = hashLine(line)
 			continue
 		}
 		if rec.Prev != prevHash {
 			if lineNo == 1 {
-				rep.Problems = append(rep.Problems, Problem{lineNo, "first record does not start a chain (prev is not zero): earlier records were removed"})
+				rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: "first record does not start a chain (prev is not zero): earlier records were removed"})
 			} else {
-				rep.Problems = append(rep.Problems, Problem{lineNo, "prev hash does not match the previous record: a record was edited, removed, inserted or moved"})
+				rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: "prev hash does not match the previous record: a record was edited, removed, inserted or moved"})
 			}
 		}
 		if lineNo == 1 {
 			if rec.Seq != 0 {
-				rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("first record has seq %d, want 0", rec.Seq)})
+				rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: fmt.Sprintf("first record has seq %d, want 0", rec.Seq)})
 			}
 		} else if rec.Seq != prevSeq+1 {
-			rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("seq %d follows %d", rec.Seq, prevSeq)})
+			rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: fmt.Sprintf("seq %d follows %d", rec.Seq, prevSeq)})
 		}
 		if rec.Decision != Allow && rec.Decision != Deny {
-			rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("decision %q is neither allow nor deny", rec.Decision)})
+			rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: fmt.Sprintf("decision %q is neither allow nor deny", rec.Decision)})
 		}
 		prevSeq = rec.Seq
 		prevHash = hashLine(line)
@@ -449,8 +533,18 @@ func verify(r io.Reader, head *Head) (*Report, error) {
 		if head != nil && head.Records == rep.Records {
 			headSeen = true
 			if head.Hash != prevHash || head.Seq != rec.Seq {
-				rep.Problems = append(rep.Problems, Problem{lineNo, fmt.Sprintf("record %d does not match the head file (hash %.12s, head says %.12s): the log was edited", rec.Seq, prevHash, head.Hash)})
+				rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: fmt.Sprintf("record %d does not match the head file (hash %.12s, head says %.12s): the log was edited", rec.Seq, prevHash, head.Hash)})
 			}
+		}
+		for cpi < len(cps) && cps[cpi].Records == rep.Records {
+			if cps[cpi].Hash != prevHash {
+				rep.Problems = append(rep.Problems, Problem{Line: lineNo, Reason: fmt.Sprintf("record %d does not match its signed checkpoint: it or a record after line %d (the last matching checkpoint) was changed, removed or inserted", rec.Seq, goodThrough)})
+			} else {
+				goodThrough = lineNo
+				rep.Checkpoints++
+			}
+			covered = rep.Records
+			cpi++
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -461,9 +555,18 @@ func verify(r io.Reader, head *Head) (*Report, error) {
 		switch {
 		case head.Records == 0:
 		case !headSeen:
-			rep.Problems = append(rep.Problems, Problem{0, fmt.Sprintf("the head file names record %d (%d records) but the log has only %d: the tail was truncated", head.Seq, head.Records, rep.Records)})
+			rep.Problems = append(rep.Problems, Problem{File: HeadSuffix, Reason: fmt.Sprintf("the head file names record %d (%d records) but the log has only %d: the tail was truncated", head.Seq, head.Records, rep.Records)})
 		default:
 			rep.AfterHead = rep.Records - head.Records
+		}
+	}
+	if cps != nil {
+		rep.Signed = true
+		if cpi < len(cps) {
+			rep.Problems = append(rep.Problems, Problem{File: SigSuffix, Reason: fmt.Sprintf("a signed checkpoint names record %d (%d records) but the log has only %d: the tail was truncated", cps[cpi].Seq, cps[cpi].Records, rep.Records)})
+		}
+		if rep.Records > covered {
+			rep.Problems = append(rep.Problems, Problem{Line: int(covered) + 1, Reason: fmt.Sprintf("records %d to %d are not covered by any signature: appended by someone without the key, or the signature file was cut", covered, rep.Records-1)})
 		}
 	}
 	return rep, nil
@@ -475,7 +578,41 @@ func verify(r io.Reader, head *Head) (*Report, error) {
 // head are accepted (the head is rewritten every HeadInterval, so a crash
 // can leave it behind); the report counts them. The error wraps ErrTampered
 // when the log does not verify.
-func VerifyFile(path string) (*Report, error) {
+func VerifyFile(path string) (*Report, error) { return verifyFile(path, nil, false) }
+
+// VerifyFileSigned is VerifyFile plus signatures: every checkpoint in
+// path + SigSuffix must verify with pub and match the log, every record
+// must be covered by one (so an appended or edited record, or a missing
+// signature file, fails), and a signed head must verify. allowUnsigned
+// accepts a log without a signature file (written before signing existed),
+// checking the chain and head only; the report says so (Signed false).
+func VerifyFileSigned(path string, pub ed25519.PublicKey, allowUnsigned bool) (*Report, error) {
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, errors.New("receipts: VerifyFileSigned needs an Ed25519 public key")
+	}
+	return verifyFile(path, pub, allowUnsigned)
+}
+
+func verifyFile(path string, pub ed25519.PublicKey, allowUnsigned bool) (*Report, error) {
+	var cps []Checkpoint
+	var extra []Problem
+	if pub != nil {
+		c, probs, err := readCheckpoints(path+SigSuffix, pub)
+		switch {
+		case err == nil:
+			cps, extra = c, probs
+			if cps == nil {
+				cps = []Checkpoint{}
+			}
+		case errors.Is(err, os.ErrNotExist) && allowUnsigned:
+			pub = nil
+		case errors.Is(err, os.ErrNotExist):
+			extra = append(extra, Problem{File: SigSuffix, Reason: "no signature file: the log is unsigned (written before receipts were signed: verify with --allow-unsigned) or the file was deleted"})
+			cps = []Checkpoint{}
+		default:
+			return nil, fmt.Errorf("receipts: %w", err)
+		}
+	}
 	var head *Head
 	hb, err := os.ReadFile(path + HeadSuffix)
 	var headProblem string
@@ -496,22 +633,41 @@ func VerifyFile(path string) (*Report, error) {
 		return nil, fmt.Errorf("receipts: %w", err)
 	}
 	defer f.Close()
-	rep, err := verify(f, head)
+	rep, err := verify(f, head, cps)
 	if err != nil {
 		return rep, err
 	}
+	rep.Problems = append(rep.Problems, extra...)
 	if headProblem != "" {
-		rep.Problems = append(rep.Problems, Problem{0, headProblem})
+		rep.Problems = append(rep.Problems, Problem{File: HeadSuffix, Reason: headProblem})
+	}
+	if pub != nil && head != nil && head.Records > 0 {
+		if head.Sig == "" {
+			rep.Problems = append(rep.Problems, Problem{File: HeadSuffix, Reason: "the head file is not signed"})
+		} else if err := verifySig(pub, head.Seq, head.Records, head.Hash, head.Key, head.Sig); err != nil {
+			rep.Problems = append(rep.Problems, Problem{File: HeadSuffix, Reason: "head: " + err.Error()})
+		}
 	}
 	// A final line without '\n' is an interrupted write or an edit.
 	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
 		var last [1]byte
 		if _, err := f.ReadAt(last[:], fi.Size()-1); err == nil && last[0] != '\n' {
-			rep.Problems = append(rep.Problems, Problem{int(rep.Records), "log does not end with a newline: the last record is incomplete or was edited"})
+			rep.Problems = append(rep.Problems, Problem{Line: int(rep.Records), Reason: "log does not end with a newline: the last record is incomplete or was edited"})
 		}
 	}
 	if !rep.OK() {
-		return rep, fmt.Errorf("%w: %s: %d problem(s), first at line %d: %s", ErrTampered, path, len(rep.Problems), rep.Problems[0].Line, rep.Problems[0].Reason)
+		slices.SortStableFunc(rep.Problems, func(a, b Problem) int {
+			// Log lines first, in order (the first bad record leads).
+			if (a.File == "") != (b.File == "") {
+				if a.File == "" {
+					return -1
+				}
+				return 1
+			}
+			return a.Line - b.Line
+		})
+		p := rep.Problems[0]
+		return rep, fmt.Errorf("%w: %s%s: %d problem(s), first at line %d: %s", ErrTampered, path, p.File, len(rep.Problems), p.Line, p.Reason)
 	}
 	return rep, nil
 }

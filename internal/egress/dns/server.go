@@ -13,6 +13,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"vak/internal/egress/policy"
+	"vak/internal/egress/secrets"
 	"vak/internal/receipts"
 )
 
@@ -94,8 +95,12 @@ type Server struct {
 	Resolver Lookuper
 	// Book, if set, records the answers given.
 	Book *AddrBook
-	// Receipt, if set, is called once per query with its decision.
+	// Receipt, if set, is called once per response with its decision
+	// (scrubbed of secrets when Secrets is set).
 	Receipt func(receipts.Record)
+	// Secrets, if set, returns the current secrets: a query name holding a
+	// placeholder or a real value is refused, and receipts are scrubbed.
+	Secrets func() *secrets.Session
 	// Session names the session in receipts.
 	Session string
 
@@ -112,6 +117,12 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 			if v := recover(); v != nil {
 				resp = new(mdns.Msg)
 				resp.SetRcode(req, mdns.RcodeServerFailure)
+				rec := receipts.Record{Session: s.Session, Protocol: "dns", Rule: policy.NoRule, Decision: receipts.Deny,
+					Reason: "internal error while answering: SERVFAIL"}
+				if c := clientAddr(w.RemoteAddr()); c.IsValid() {
+					rec.Client = c.String()
+				}
+				s.receipt(rec)
 			}
 		}()
 		resp = s.answer(w.RemoteAddr(), req)
@@ -123,6 +134,40 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 		// The client went away; nothing to do.
 		_ = err
 	}
+}
+
+// receipt scrubs and records one decision.
+func (s *Server) receipt(rec receipts.Record) {
+	if s.Receipt == nil {
+		return
+	}
+	if s.Secrets != nil {
+		if sess := s.Secrets(); sess.Len() > 0 {
+			rec = rec.Scrub(sess.Scrub)
+		}
+	}
+	s.Receipt(rec)
+}
+
+// acceptMsg lets every query reach ServeDNS, which answers (and receipts)
+// malformed ones itself; only responses are ignored (no reply is sent).
+func acceptMsg(dh mdns.Header) mdns.MsgAcceptAction {
+	if dh.Bits&(1<<15) != 0 { // QR: a response, not a query
+		return mdns.MsgIgnore
+	}
+	return mdns.MsgAccept
+}
+
+// invalidMsg records the FORMERR the DNS library sends on its own for a
+// query whose header parsed but whose body did not (shorter messages get no
+// reply).
+func (s *Server) invalidMsg(m []byte, err error) {
+	const headerLen = 12
+	if len(m) < headerLen || errors.Is(err, mdns.ErrShortRead) {
+		return
+	}
+	s.receipt(receipts.Record{Session: s.Session, Protocol: "dns", Rule: policy.NoRule, Decision: receipts.Deny,
+		Reason: "malformed query: FORMERR"})
 }
 
 func clientAddr(a net.Addr) netip.Addr {
@@ -149,9 +194,7 @@ func (s *Server) answer(remote net.Addr, req *mdns.Msg) *mdns.Msg {
 	emit := func(reason string, rcode int) *mdns.Msg {
 		rec.Reason = reason
 		m.Rcode = rcode
-		if s.Receipt != nil {
-			s.Receipt(rec)
-		}
+		s.receipt(rec)
 		return m
 	}
 	if req.Opcode != mdns.OpcodeQuery {
@@ -171,6 +214,11 @@ func (s *Server) answer(remote net.Addr, req *mdns.Msg) *mdns.Msg {
 		return emit("malformed or IP name: not resolved", mdns.RcodeNameError)
 	}
 	rec.Host = h.Name
+	if s.Secrets != nil {
+		if err := s.Secrets().CheckName(h.Name); err != nil {
+			return emit(err.Error()+": NXDOMAIN, not forwarded", mdns.RcodeNameError)
+		}
+	}
 	pol := s.Policy()
 	if !pol.AllowsName(h.Name) {
 		return emit("no rule allows this name: NXDOMAIN, not forwarded", mdns.RcodeNameError)
@@ -233,6 +281,8 @@ func (s *Server) Serve(pc net.PacketConn, l net.Listener) error {
 		ch := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(ch) }
 		srv.Handler = s
+		srv.MsgAcceptFunc = acceptMsg
+		srv.MsgInvalidFunc = s.invalidMsg
 		s.mu.Lock()
 		s.servers = append(s.servers, srv)
 		s.mu.Unlock()

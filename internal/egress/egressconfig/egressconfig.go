@@ -57,6 +57,9 @@ type Rule struct {
 	Ports     []int64  `toml:"ports"`
 	Paths     []string `toml:"paths"`
 	WebSocket *bool    `toml:"websocket"`
+	// AllowForeignCredentials lets requests matched by this allow rule
+	// carry credentials other than a bound secret's placeholder.
+	AllowForeignCredentials *bool `toml:"allow_foreign_credentials"`
 }
 
 // DNS is [network.dns].
@@ -106,6 +109,12 @@ type Secret struct {
 	Hosts []string `toml:"hosts"`
 	// Inject lists places: "header" (default), "query", "body".
 	Inject []string `toml:"inject"`
+	// AllowPlaintext lets the value be substituted into requests that leave
+	// the gateway unencrypted (plain HTTP, raw TCP).
+	AllowPlaintext *bool `toml:"allow_plaintext"`
+	// AllowForeignCredentials lets requests to Hosts carry credentials
+	// other than this secret's placeholder.
+	AllowForeignCredentials *bool `toml:"allow_foreign_credentials"`
 }
 
 // Network policy modes.
@@ -288,7 +297,13 @@ func Validate(file string, s *Sections) (*Config, error) {
 		if len(sec.Hosts) == 0 {
 			return nil, fe(field+".hosts", "a secret must name the hosts it may be sent to")
 		}
-		sp := secrets.Spec{Name: name, Source: src}
+		sp := secrets.Spec{Name: name, Source: src, ConfigFile: file}
+		if sec.AllowPlaintext != nil {
+			sp.AllowPlaintext = *sec.AllowPlaintext
+		}
+		if sec.AllowForeignCredentials != nil {
+			sp.AllowForeignCredentials = *sec.AllowForeignCredentials
+		}
 		for i, h := range sec.Hosts {
 			p, err := policy.ParseHostPattern(h)
 			if err != nil {
@@ -424,6 +439,9 @@ func validateRules(file string, in []Rule) ([]policy.Rule, error) {
 		}
 		if r.WebSocket != nil {
 			pr.WebSocket = *r.WebSocket
+		}
+		if r.AllowForeignCredentials != nil {
+			pr.AllowForeignCredentials = *r.AllowForeignCredentials
 		}
 		out = append(out, pr)
 	}

@@ -158,3 +158,44 @@ func TestDefaults(t *testing.T) {
 		t.Fatal("empty policy allowed a request")
 	}
 }
+
+func TestOptOutKeys(t *testing.T) {
+	doc := `
+[[network.rules]]
+hosts = ["api.test"]
+allow_foreign_credentials = true
+
+[[network.rules]]
+hosts = ["other.test"]
+
+[secrets.A]
+value = "value-12345678"
+hosts = ["api.test"]
+allow_plaintext = true
+allow_foreign_credentials = true
+
+[secrets.B]
+value = "value-87654321"
+hosts = ["api.test"]
+`
+	s, err := Decode("c.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Validate("c.toml", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Secrets[0], cfg.Secrets[1]
+	if !a.AllowPlaintext || !a.AllowForeignCredentials || b.AllowPlaintext || b.AllowForeignCredentials || a.ConfigFile != "c.toml" {
+		t.Fatalf("secrets %+v %+v", a, b)
+	}
+	h, _ := policy.NormalizeHost("api.test")
+	o, _ := policy.NormalizeHost("other.test")
+	if d := cfg.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: h, Port: 443, Method: "GET", Path: "/"}); !d.Allow || !d.AllowForeignCredentials {
+		t.Fatalf("rule opt-out lost: %+v", d)
+	}
+	if d := cfg.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: o, Port: 443, Method: "GET", Path: "/"}); !d.Allow || d.AllowForeignCredentials {
+		t.Fatalf("default must not opt out: %+v", d)
+	}
+}

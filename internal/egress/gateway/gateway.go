@@ -7,6 +7,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
@@ -77,9 +78,11 @@ type Gateway struct {
 	caDir    string
 	book     *dns.AddrBook
 	receipts *receipts.Log
-	proxy    *proxy.Proxy
-	dnsSrv   *dns.Server
-	adminSrv *admin.Server
+	// receiptsKey is the fingerprint of the receipts signing key.
+	receiptsKey string
+	proxy       *proxy.Proxy
+	dnsSrv      *dns.Server
+	adminSrv    *admin.Server
 
 	explicitL    net.Listener
 	transparentL net.Listener
@@ -114,6 +117,10 @@ func DefaultAdminSocket(stateDir string) string { return filepath.Join(stateDir,
 
 // ReceiptsDir holds the receipts logs.
 func ReceiptsDir(stateDir string) string { return filepath.Join(stateDir, "receipts") }
+
+// ReceiptsKeyDir holds the Ed25519 key that signs receipts (receipts.key,
+// 0600) and its public half (receipts.pub).
+func ReceiptsKeyDir(stateDir string) string { return filepath.Join(stateDir, "receipts-key") }
 
 func newSession() string {
 	var b [6]byte
@@ -165,7 +172,12 @@ func New(opts Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	rpath := pick(opts.Receipts, cfg.Gateway.Receipts, filepath.Join(ReceiptsDir(opts.StateDir), opts.Session+".jsonl"))
-	if g.receipts, err = receipts.Open(rpath); err != nil {
+	key, err := receipts.LoadOrCreateKey(ReceiptsKeyDir(opts.StateDir))
+	if err != nil {
+		return nil, err
+	}
+	g.receiptsKey = receipts.KeyID(key.Public().(ed25519.PublicKey))
+	if g.receipts, err = receipts.OpenSigned(rpath, key); err != nil {
 		return nil, err
 	}
 	gc := cfg.Gateway
@@ -317,6 +329,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Resolver: resolverFunc(g.resolver.Load),
 			Book:     g.book,
 			Receipt:  func(r receipts.Record) { _ = g.receipts.Append(r) },
+			Secrets:  g.sess.Load,
 			Session:  g.opts.Session,
 		}
 		if err := g.dnsSrv.Serve(g.dnsUDP, g.dnsTCP); err != nil {
@@ -398,10 +411,14 @@ type Status struct {
 	CACertFile    string        `json:"ca_cert_file"`
 	ReceiptsFile  string        `json:"receipts_file"`
 	ReceiptsHead  receipts.Head `json:"receipts_head"`
-	Proxy         proxy.Stats   `json:"proxy"`
-	Reloads       int           `json:"reloads"`
-	LastReload    *time.Time    `json:"last_reload,omitempty"`
-	LastError     string        `json:"last_reload_error,omitempty"`
+	// ReceiptsKey is the fingerprint of the key that signs the receipts;
+	// ReceiptsPubKey is the public key file verify uses.
+	ReceiptsKey    string      `json:"receipts_key"`
+	ReceiptsPubKey string      `json:"receipts_pubkey_file"`
+	Proxy          proxy.Stats `json:"proxy"`
+	Reloads        int         `json:"reloads"`
+	LastReload     *time.Time  `json:"last_reload,omitempty"`
+	LastError      string      `json:"last_reload_error,omitempty"`
 }
 
 // Status reports the gateway's state (no secret values).
@@ -415,21 +432,23 @@ func (g *Gateway) Status() any {
 	}
 	sort.Strings(names)
 	st := Status{
-		Session:       g.opts.Session,
-		PID:           os.Getpid(),
-		Started:       g.started,
-		ConfigFile:    g.opts.ConfigFile,
-		Mode:          cfg.Mode,
-		Listeners:     g.Addrs(),
-		Rules:         g.pol.Load().Len(),
-		Secrets:       names,
-		CAFingerprint: g.ca.Fingerprint(),
-		CACertFile:    filepath.Join(g.caDir, ca.CertFile),
-		ReceiptsFile:  g.receipts.Path(),
-		ReceiptsHead:  g.receipts.Head(),
-		Proxy:         g.proxy.Stats(),
-		Reloads:       g.reloads,
-		LastError:     g.lastErr,
+		Session:        g.opts.Session,
+		PID:            os.Getpid(),
+		Started:        g.started,
+		ConfigFile:     g.opts.ConfigFile,
+		Mode:           cfg.Mode,
+		Listeners:      g.Addrs(),
+		Rules:          g.pol.Load().Len(),
+		Secrets:        names,
+		CAFingerprint:  g.ca.Fingerprint(),
+		CACertFile:     filepath.Join(g.caDir, ca.CertFile),
+		ReceiptsFile:   g.receipts.Path(),
+		ReceiptsHead:   g.receipts.Head(),
+		ReceiptsKey:    g.receiptsKey,
+		ReceiptsPubKey: filepath.Join(ReceiptsKeyDir(g.opts.StateDir), receipts.PubKeyFile),
+		Proxy:          g.proxy.Stats(),
+		Reloads:        g.reloads,
+		LastError:      g.lastErr,
 	}
 	if !g.lastReload.IsZero() {
 		t := g.lastReload

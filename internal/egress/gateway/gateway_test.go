@@ -258,8 +258,15 @@ func TestGatewayEndToEnd(t *testing.T) {
 	runErr <- nil
 
 	// Receipts verify, and contain no secret or placeholder.
-	rep, err := receipts.VerifyFile(st.ReceiptsFile)
-	if err != nil || rep.Records < 10 {
+	pub, err := receipts.LoadPublicKey(st.ReceiptsPubKey)
+	if err != nil || receipts.KeyID(pub) != st.ReceiptsKey {
+		t.Fatalf("receipts public key: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(ReceiptsKeyDir(state), receipts.KeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("receipts signing key: %v %v", fi, err)
+	}
+	rep, err := receipts.VerifyFileSigned(st.ReceiptsFile, pub, false)
+	if err != nil || rep.Records < 10 || !rep.Signed {
 		t.Fatalf("receipts: %+v %v", rep, err)
 	}
 	b, _ := os.ReadFile(st.ReceiptsFile)
@@ -281,5 +288,27 @@ func TestGatewayRefusesInvalidConfig(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "s", "gateway.sock")); !os.IsNotExist(err) {
 		t.Fatal("a refused gateway left a socket")
+	}
+}
+
+// TestGatewayRefusesShortSecret: a secret too short to redact safely is
+// refused at start with the file and key path, like every config error,
+// and without the value.
+func TestGatewayRefusesShortSecret(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gateway.toml")
+	for _, tc := range []struct{ doc, key string }{
+		{"[secrets.TOK]\nvalue = \"short7x\"\nhosts = [\"a.test\"]\n", "secrets.TOK.value"},
+		{"[secrets.TOK]\nenv = \"VAK_TEST_SHORT\"\nhosts = [\"a.test\"]\n", "secrets.TOK.env"},
+	} {
+		t.Setenv("VAK_TEST_SHORT", "tiny123")
+		os.WriteFile(cfgPath, []byte(tc.doc), 0o600)
+		_, err := New(Options{Load: func() (*egressconfig.Config, error) { return egressconfig.LoadFile(cfgPath) }, StateDir: filepath.Join(dir, "s"), AdminSocket: "-", Listen: "-"})
+		if err == nil || !strings.Contains(err.Error(), cfgPath+": "+tc.key+": value is 7 bytes") {
+			t.Fatalf("err = %v, want %s: %s", err, cfgPath, tc.key)
+		}
+		if strings.Contains(err.Error(), "short7x") || strings.Contains(err.Error(), "tiny123") {
+			t.Fatalf("error reveals the value: %v", err)
+		}
 	}
 }

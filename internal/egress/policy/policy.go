@@ -97,6 +97,9 @@ type Rule struct {
 	// WebSocket lets an allow rule match WebSocket upgrade requests; without
 	// it upgrades are not matched by the rule.
 	WebSocket bool
+	// AllowForeignCredentials (allow rules) lets the requests the rule
+	// allows carry credentials other than a bound secret's placeholder.
+	AllowForeignCredentials bool
 }
 
 // Request is what the gateway knows about one request or connection.
@@ -121,6 +124,9 @@ type Decision struct {
 	RuleName string
 	// Reason is a human-readable explanation for logs and receipts.
 	Reason string
+	// AllowForeignCredentials is the allowing rule's opt-out of the
+	// foreign-credential check.
+	AllowForeignCredentials bool
 }
 
 // NoRule is Decision.Rule when no rule matched.
@@ -294,7 +300,7 @@ func (p *Policy) Decide(req Request) Decision {
 			continue
 		}
 		if r.Action == Allow {
-			return Decision{Allow: true, Rule: i, RuleName: r.Name, Reason: p.describe(i) + " allows"}
+			return Decision{Allow: true, Rule: i, RuleName: r.Name, Reason: p.describe(i) + " allows", AllowForeignCredentials: r.AllowForeignCredentials}
 		}
 		return Decision{Rule: i, RuleName: r.Name, Reason: p.describe(i) + " denies"}
 	}

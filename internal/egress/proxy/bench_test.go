@@ -37,10 +37,14 @@ func BenchmarkExplicitGET(b *testing.B) {
 }
 
 // BenchmarkExplicitGETFileReceipts is BenchmarkExplicitGET with receipts
-// written to a real log file.
+// written to a real, signed log file (as the gateway does).
 func BenchmarkExplicitGETFileReceipts(b *testing.B) {
 	h := newHarness(b)
-	l, err := receipts.Open(filepath.Join(b.TempDir(), "r.jsonl"))
+	key, err := receipts.LoadOrCreateKey(filepath.Join(b.TempDir(), "key"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := receipts.OpenSigned(filepath.Join(b.TempDir(), "r.jsonl"), key)
 	if err != nil {
 		b.Fatal(err)
 	}

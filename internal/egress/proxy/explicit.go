@@ -57,6 +57,8 @@ func (p *Proxy) ServeExplicit(l net.Listener) error {
 		IdleTimeout:       lim.IdleTimeout,
 		ConnContext:       p.connContext,
 		ErrorLog:          log.New(logWriter{p}, "", 0),
+		// "OPTIONS *" gets a decision and a receipt like any request.
+		DisableGeneralOptionsHandler: true,
 	}
 	srv.SetKeepAlivesEnabled(true)
 	var prot http.Protocols
@@ -131,6 +133,10 @@ func (p *Proxy) handleConnect(w *countingWriter, r *http.Request, ci *connInfo) 
 		return
 	}
 	rec.Host, rec.Port = h.String(), port
+	if err := p.secrets().CheckName(h.Name); err != nil {
+		deny(http.StatusForbidden, err.Error())
+		return
+	}
 	pol := p.Policy()
 	d := pol.MayAllow(policy.Request{Proto: policy.ProtoHTTP, Host: h, Port: port})
 	if !d.Allow {

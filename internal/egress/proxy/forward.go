@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -187,8 +188,18 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		deny(http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	if err := policy.CanonicalPath(r.URL.Path); err != nil {
-		deny(http.StatusBadRequest, err.Error())
+	// "OPTIONS *" (the server itself, not a resource) is decided like any
+	// request, with the path "*", which only rules without paths match.
+	asterisk := r.Method == http.MethodOptions && r.URL.Path == "*" && r.URL.RawQuery == ""
+	if !asterisk {
+		if err := policy.CanonicalPath(r.URL.Path); err != nil {
+			deny(http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	// Names travel in the clear (DNS, SNI) and are never substituted.
+	if err := sess.CheckName(t.host.Name); err != nil {
+		deny(http.StatusForbidden, err.Error())
 		return
 	}
 	// Other upgrades (h2c, ...) are optional for the server: the Upgrade
@@ -215,6 +226,12 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		Path:     r.URL.Path,
 		RawPath:  r.URL.RawPath,
 		RawQuery: r.URL.RawQuery,
+		// Checked by RewriteRequest, then dropped: URL user information is
+		// never forwarded.
+		User: r.URL.User,
+	}
+	if asterisk {
+		outreq.URL.Path, outreq.URL.Opaque = "", "*"
 	}
 	outreq.Host = ""
 	outreq.Close = false
@@ -230,11 +247,27 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	}
 	redact := sess.Len() > 0
 	if redact {
-		// Let the transport ask for gzip and decode it, so the redactor sees
-		// plain bytes; encodings it cannot decode are refused below.
-		outreq.Header.Del("Accept-Encoding")
+		// Ask for gzip only and decode every declared layer below, so the
+		// redactor sees plain bytes; other encodings are refused.
+		outreq.Header.Set("Accept-Encoding", "gzip")
+		if ws {
+			// permessage-deflate would hide frame payloads from the scanner.
+			outreq.Header.Del("Sec-Websocket-Extensions")
+		}
+		// A foreign credential toward a host with a bound secret would let
+		// the sandbox use an allowed API under someone else's identity.
+		if !d.AllowForeignCredentials {
+			if err := sess.ForeignCredential(t.host, outreq.Header); err != nil {
+				deny(http.StatusForbidden, err.Error())
+				return
+			}
+		}
 	}
-	used, err := sess.RewriteRequest(t.host, outreq)
+	// Secrets are injected only into requests that leave over TLS the
+	// gateway verified against the host's certificate (or for secrets that
+	// allow plaintext).
+	used, err := sess.RewriteRequest(t.host, outreq, t.scheme == "https")
+	outreq.URL.User = nil
 	if err != nil {
 		deny(http.StatusForbidden, err.Error())
 		return
@@ -242,11 +275,24 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	var usedMu sync.Mutex
 	var cr *countReader
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		cr = &countReader{r: r.Body}
+		var src io.Reader = r.Body
+		if redact {
+			// Trailers arrive with the body's end: check them before the
+			// transport sends them (declared ones share r.Trailer).
+			src = &trailerCheck{r: r.Body, check: func() error { return sess.Trailer(t.host, r.Trailer) }}
+			outreq.Trailer = r.Trailer
+			if len(outreq.Trailer) > 0 {
+				// HTTP/1.1 sends trailers only with chunked bodies (an HTTP/2
+				// client may declare both a length and trailers).
+				outreq.ContentLength = -1
+				outreq.Header.Del("Content-Length")
+			}
+		}
+		cr = &countReader{r: src}
 		var rd io.Reader = cr
 		if redact {
 			var subst bool
-			rd, subst = sess.RequestBody(t.host, cr, func(i int) { usedMu.Lock(); used = append(used, i); usedMu.Unlock() })
+			rd, subst = sess.RequestBody(t.host, cr, t.scheme == "https", func(i int) { usedMu.Lock(); used = append(used, i); usedMu.Unlock() })
 			if subst {
 				outreq.ContentLength = -1
 				outreq.Header.Del("Content-Length")
@@ -322,17 +368,25 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 			deny(http.StatusBadGateway, "upstream switched protocols without a WebSocket upgrade")
 			return
 		}
+		if redact && resp.Header.Get("Sec-Websocket-Extensions") != "" {
+			setBytesOut()
+			deny(http.StatusBadGateway, "upstream negotiated a WebSocket extension the gateway did not offer (frames could not be checked for secrets)")
+			return
+		}
 		setBytesOut()
 		p.relayWebSocket(w, resp, ci, &rec, f, t.host)
 		emit()
 		return
 	}
+	var decoded io.Reader
 	if redact {
-		if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		rd, err := decodeBody(resp)
+		if err != nil {
 			setBytesOut()
-			deny(http.StatusBadGateway, fmt.Sprintf("upstream sent a %q-encoded response, which cannot be checked for secrets", ce))
+			deny(http.StatusBadGateway, err.Error())
 			return
 		}
+		decoded = rd
 	}
 	removeHopByHop(resp.Header)
 	dst := w.Header()
@@ -345,7 +399,7 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		if r.Method != http.MethodHead && resp.StatusCode != http.StatusNotModified {
 			dst.Del("Content-Length")
 		}
-		body = sess.RedactReader(resp.Body)
+		body = sess.RedactReader(decoded)
 	}
 	w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0
@@ -467,8 +521,16 @@ func (p *Proxy) relayWebSocket(w *countingWriter, resp *http.Response, ci *connI
 		err error
 	}
 	outc := make(chan result, 1)
-	src, stopSrc := sess.InteractiveRequest(host, brw.Reader)
-	defer stopSrc()
+	// Client frames are masked: the scanner checks their unmasked payloads
+	// (never substituting, so frame lengths stay as they are).
+	var src io.Reader = brw.Reader
+	if sess.Len() > 0 {
+		fr := newFrameRelay(brw.Reader, func(r io.Reader) (io.Reader, func()) {
+			return sess.InteractiveCheck(host, r, "WebSocket frame")
+		})
+		defer fr.Close()
+		src = fr
+	}
 	fromBack, stopBack := sess.InteractiveGuard(back)
 	defer stopBack()
 	go func() {
@@ -490,6 +552,104 @@ func (p *Proxy) relayWebSocket(w *countingWriter, resp *http.Response, ci *connI
 	case errors.Is(inErr, secrets.ErrInResponse):
 		rec.Reason += "; cut: a secret value appeared in a WebSocket frame"
 	case errors.Is(out.err, secrets.ErrBlocked):
+		rec.Reason += "; cut: " + blockedReason(out.err)
+	case errors.Is(out.err, errBadFrame):
 		rec.Reason += "; cut: " + out.err.Error()
 	}
+}
+
+// blockedReason is the secrets refusal inside err (without the I/O
+// wrapping of the copy that hit it).
+func blockedReason(err error) string {
+	var be *secrets.BlockedError
+	if errors.As(err, &be) {
+		return be.Error()
+	}
+	return err.Error()
+}
+
+// trailerCheck runs check when r ends, turning io.EOF into check's error:
+// request trailers are read with the body's end, and the transport sends
+// them only after the body reader returned io.EOF.
+type trailerCheck struct {
+	r     io.Reader
+	check func() error
+}
+
+func (t *trailerCheck) Read(b []byte) (int, error) {
+	n, err := t.r.Read(b)
+	if err == io.EOF {
+		if cerr := t.check(); cerr != nil {
+			return n, cerr
+		}
+	}
+	return n, err
+}
+
+// maxEncodingLayers bounds the Content-Encoding layers decoded.
+const maxEncodingLayers = 4
+
+// decodeBody returns resp's body with every declared Content-Encoding layer
+// decoded (gzip only; identity ignored), and removes the encoding headers.
+// Any other encoding, or more than maxEncodingLayers, is an error: the
+// response could not be checked for secrets.
+func decodeBody(resp *http.Response) (io.Reader, error) {
+	var layers []string
+	for _, v := range resp.Header.Values("Content-Encoding") {
+		for _, e := range strings.Split(v, ",") {
+			e = strings.ToLower(strings.TrimSpace(e))
+			if e == "" || e == "identity" {
+				continue
+			}
+			if e != "gzip" && e != "x-gzip" {
+				return nil, fmt.Errorf("upstream sent a %q-encoded response, which cannot be checked for secrets", e)
+			}
+			layers = append(layers, e)
+		}
+	}
+	if len(layers) > maxEncodingLayers {
+		return nil, fmt.Errorf("upstream sent a response with %d content-encoding layers (at most %d are decoded)", len(layers), maxEncodingLayers)
+	}
+	var body io.Reader = resp.Body
+	if len(layers) > 0 {
+		// The last listed encoding was applied last: decode it first.
+		body = &lazyGunzip{src: body, layers: len(layers)}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
+	return body, nil
+}
+
+// lazyGunzip decodes layers nested gzip streams, opening them on the first
+// read (so a slow upstream does not block the response head).
+type lazyGunzip struct {
+	src    io.Reader
+	layers int
+	r      io.Reader
+	err    error
+}
+
+func (g *lazyGunzip) Read(b []byte) (int, error) {
+	if g.r == nil && g.err == nil {
+		r := g.src
+		for range g.layers {
+			zr, err := gzip.NewReader(r)
+			if err == io.EOF {
+				// An empty body (HEAD, 204, 304) has no layers to decode.
+				g.err = io.EOF
+				break
+			}
+			if err != nil {
+				g.err = fmt.Errorf("decoding a gzip content-encoding layer: %w", err)
+				break
+			}
+			r = zr
+		}
+		g.r = r
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.r.Read(b)
 }

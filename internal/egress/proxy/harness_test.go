@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha1"
 	"crypto/tls"
@@ -13,6 +15,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +54,8 @@ type seen struct {
 type seenReq struct {
 	host, path, query, auth, body string
 	proto                         int
+	method                        string
+	header, trailer               http.Header
 }
 
 func (s *seen) add(r seenReq) { s.mu.Lock(); s.reqs = append(s.reqs, r); s.mu.Unlock() }
@@ -92,6 +97,7 @@ type harness struct {
 
 	mu      sync.Mutex
 	clients []*http.Transport
+	logs    []string // what the gateway logged
 	// book makes NamesFor report tcp.test for upstreamIP, as if the client
 	// had looked it up through the gateway's DNS.
 	book atomic.Bool
@@ -202,7 +208,12 @@ func newHarness(t testing.TB) *harness {
 		RootCAs:  h.upCA.Pool(),
 		Session:  "test",
 		Limits:   Limits{ReadHeaderTimeout: 2 * time.Second, PeekTimeout: 500 * time.Millisecond, TLSHandshakeTimeout: 2 * time.Second, MaxHeaderBytes: 8 << 10},
-		Logf:     t.Logf,
+		Logf: func(format string, args ...any) {
+			h.mu.Lock()
+			h.logs = append(h.logs, fmt.Sprintf(format, args...))
+			h.mu.Unlock()
+			t.Logf(format, args...)
+		},
 	}
 	h.explicit = egresstest.Listen(t, "127.0.0.1", 0)
 	h.transparent = egresstest.Listen(t, "127.0.0.1", 0)
@@ -234,7 +245,8 @@ func (h *harness) upstreamHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		h.seen.add(seenReq{host: r.Host, path: r.URL.Path, query: r.URL.RawQuery, auth: r.Header.Get("Authorization"), body: string(body), proto: r.ProtoMajor})
+		h.seen.add(seenReq{host: r.Host, path: r.URL.Path, query: r.URL.RawQuery, auth: r.Header.Get("Authorization"), body: string(body), proto: r.ProtoMajor,
+			method: r.Method, header: r.Header.Clone(), trailer: r.Trailer.Clone()})
 		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
 		w.Header().Set("X-Upstream-Proto", fmt.Sprint(r.ProtoMajor))
 		fmt.Fprintf(w, "host=%s path=%s query=%s auth=%s body=%s", r.Host, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), body)
@@ -247,6 +259,29 @@ func (h *harness) upstreamHandler() http.Handler {
 			rc.Flush()
 			time.Sleep(2 * time.Millisecond)
 		}
+	})
+	// /hdrname echoes a real value in a response header name.
+	mux.HandleFunc("/hdrname", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-"+ghValue, "1")
+		io.WriteString(w, "ok")
+	})
+	// /gzip2 sends the real value gzip-compressed twice, declared with two
+	// Content-Encoding headers; /gzip1 once; /br claims brotli.
+	mux.HandleFunc("/gzip", func(w http.ResponseWriter, r *http.Request) {
+		layers, _ := strconv.Atoi(r.URL.Query().Get("layers"))
+		data := []byte("echo " + ghValue + " end")
+		for range layers {
+			var b bytes.Buffer
+			zw := gzip.NewWriter(&b)
+			zw.Write(data)
+			zw.Close()
+			data = b.Bytes()
+			w.Header().Add("Content-Encoding", "gzip")
+		}
+		if enc := r.URL.Query().Get("enc"); enc != "" {
+			w.Header().Add("Content-Encoding", enc)
+		}
+		w.Write(data)
 	})
 	// /slow sends one line, waits for release (or the client to go), then
 	// another.
@@ -265,14 +300,20 @@ func (h *harness) upstreamHandler() http.Handler {
 			http.Error(w, "not a websocket", 400)
 			return
 		}
+		h.seen.add(seenReq{host: r.Host, path: r.URL.Path, method: r.Method, header: r.Header.Clone(), proto: r.ProtoMajor})
 		key := r.Header.Get("Sec-WebSocket-Key")
 		sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		ext := ""
+		if r.URL.Path == "/wsext" {
+			// An upstream that negotiates compression nobody offered.
+			ext = "Sec-WebSocket-Extensions: permessage-deflate\r\n"
+		}
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
 		}
 		defer conn.Close()
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s\r\n", base64.StdEncoding.EncodeToString(sum[:]), ext)
 		brw.Flush()
 		if r.URL.Path == "/wsleak" {
 			// The upstream sends a real secret value in a frame.
@@ -292,6 +333,7 @@ func (h *harness) upstreamHandler() http.Handler {
 	}
 	mux.HandleFunc("/ws", ws)
 	mux.HandleFunc("/wsleak", ws)
+	mux.HandleFunc("/wsext", ws)
 	return mux
 }
 
@@ -422,9 +464,9 @@ func (h *harness) receipt(fn func(receipts.Record) bool) receipts.Record {
 func (h *harness) noSecretsInReceipts() {
 	h.t.Helper()
 	for _, r := range h.sink.Records() {
-		s := fmt.Sprintf("%+v", r)
+		s := strings.ToLower(fmt.Sprintf("%+v", r))
 		for _, bad := range []string{ghValue, aiValue, h.env("GH_TOKEN"), h.env("AI_KEY")} {
-			if strings.Contains(s, bad) {
+			if bad != "" && strings.Contains(s, strings.ToLower(bad)) {
 				h.t.Fatalf("receipt leaks a secret or placeholder: %s", s)
 			}
 		}

@@ -187,12 +187,18 @@ func (p *Proxy) limits() Limits {
 	return l
 }
 
+// logf logs with every secret value and placeholder scrubbed (log lines
+// can quote what the sandbox sent: a panic value, a host, a path).
 func (p *Proxy) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if sess := p.secrets(); sess.Len() > 0 {
+		msg = sess.Scrub(msg)
+	}
 	if p.Logf != nil {
-		p.Logf(format, args...)
+		p.Logf("%s", msg)
 		return
 	}
-	log.Printf("vak gateway: "+format, args...)
+	log.Printf("vak gateway: %s", msg)
 }
 
 func (p *Proxy) secrets() *secrets.Session {
@@ -247,6 +253,9 @@ func (p *Proxy) init() {
 			ConnContext:       p.connContext,
 			ConnState:         p.connState,
 			ErrorLog:          log.New(logWriter{p}, "", 0),
+			// "OPTIONS *" is decided by the policy and receipted, not
+			// answered by net/http.
+			DisableGeneralOptionsHandler: true,
 		}
 		p.servers = append(p.servers, p.inner)
 		p.wg.Add(1)
@@ -458,6 +467,11 @@ func (p *Proxy) addListener(l io.Closer) error {
 // emit writes a receipt; failures are logged (the sink's Err makes the
 // proxy refuse further traffic).
 func (p *Proxy) emit(r receipts.Record) {
+	// No secret value or placeholder is ever written: every field the
+	// sandbox can influence (host, method, path, reason) is scrubbed.
+	if sess := p.secrets(); sess.Len() > 0 {
+		r = r.Scrub(sess.Scrub)
+	}
 	if r.Decision == receipts.Deny {
 		p.stats.denied.Add(1)
 	}

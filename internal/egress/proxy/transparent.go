@@ -211,6 +211,10 @@ func (p *Proxy) handleTLS(ctx context.Context, c, raw net.Conn, ci *connInfo, he
 			return false
 		}
 		h = nh
+		if err := p.secrets().CheckName(h.Name); err != nil {
+			deny(h.String(), "SNI refused: "+err.Error())
+			return false
+		}
 		if ci.bound && h != ci.host {
 			deny(h.String(), fmt.Sprintf("SNI %s does not match the CONNECT authority %s", h, ci.host))
 			return false
@@ -324,7 +328,7 @@ func (p *Proxy) relayTCP(ctx context.Context, c, raw net.Conn, ci *connInfo, h p
 	var toClient io.Reader = up
 	if sess := p.secrets(); sess.Len() > 0 {
 		var stopUp, stopClient func()
-		toUp, stopUp = sess.InteractiveRequest(h, c)
+		toUp, stopUp = sess.InteractiveRequest(h, c, false)
 		toClient, stopClient = sess.InteractiveGuard(up)
 		defer stopUp()
 		defer stopClient()
@@ -368,7 +372,7 @@ func (p *Proxy) relayTCP(ctx context.Context, c, raw net.Conn, ci *connInfo, h p
 	case errors.Is(inErr, secrets.ErrInResponse):
 		rec.Reason += "; cut: a secret value appeared in the response stream"
 	case errors.Is(out.err, secrets.ErrBlocked):
-		rec.Reason += "; cut: " + out.err.Error()
+		rec.Reason += "; cut: " + blockedReason(out.err)
 	}
 	p.emit(rec)
 }

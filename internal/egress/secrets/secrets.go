@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -97,6 +98,15 @@ type Spec struct {
 	Source Source
 	Hosts  []policy.HostPattern
 	Inject Place
+	// AllowPlaintext lets the placeholder be substituted into requests that
+	// leave the gateway unencrypted (plain HTTP, raw TCP); by default only
+	// requests the gateway sends over TLS it verified receive the value.
+	AllowPlaintext bool
+	// AllowForeignCredentials lets requests to the secret's hosts carry
+	// credentials other than the placeholder in credential headers.
+	AllowForeignCredentials bool
+	// ConfigFile names the file the spec came from, for load errors.
+	ConfigFile string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -109,7 +119,12 @@ type Secret struct {
 	Name   string
 	Hosts  []policy.HostPattern
 	Inject Place
-	value  []byte
+	// AllowPlaintext and AllowForeignCredentials are the Spec's opt-outs.
+	AllowPlaintext          bool
+	AllowForeignCredentials bool
+	value                   []byte
+	encOnce                 sync.Once
+	enc                     [][]byte
 }
 
 // String never reveals the value.
@@ -134,12 +149,18 @@ type BlockedError struct {
 	Where  string
 	// RealValue is true when the real value (not the placeholder) was seen.
 	RealValue bool
+	// Plaintext is true when the placeholder would have been substituted
+	// but the request leaves the gateway unencrypted.
+	Plaintext bool
 }
 
 func (e *BlockedError) Error() string {
 	what := "placeholder of secret " + e.Secret
 	if e.RealValue {
 		what = "value of secret " + e.Secret
+	}
+	if e.Plaintext {
+		return fmt.Sprintf("%s in request %s to %s is not substituted over an unencrypted connection (the secret does not set allow_plaintext = true)", what, e.Where, e.Host)
 	}
 	return fmt.Sprintf("%s in request %s to %s is not allowed", what, e.Where, e.Host)
 }
@@ -154,34 +175,48 @@ func Load(specs []Spec, getenv func(string) string) ([]*Secret, error) {
 	var out []*Secret
 	for _, sp := range specs {
 		var v string
+		// The key path at fault, as in every other config error:
+		// "config.toml: secrets.NAME.env: ...".
+		key := "secrets." + sp.Name
+		fail := func(format string, args ...any) error {
+			file := sp.ConfigFile
+			if file == "" {
+				file = "config"
+			}
+			return fmt.Errorf("%w: %s: %s: %s", ErrLoad, file, key, fmt.Sprintf(format, args...))
+		}
 		switch {
 		case sp.Source.Value != "":
+			key += ".value"
 			v = sp.Source.Value
 		case sp.Source.Env != "":
+			key += ".env"
 			v = getenv(sp.Source.Env)
 			if v == "" {
-				return nil, fmt.Errorf("%w %s: environment variable %s is empty or unset", ErrLoad, sp.Name, sp.Source.Env)
+				return nil, fail("environment variable %s is empty or unset", sp.Source.Env)
 			}
 		case sp.Source.File != "":
+			key += ".file"
 			b, err := os.ReadFile(sp.Source.File)
 			if err != nil {
-				return nil, fmt.Errorf("%w %s: %w", ErrLoad, sp.Name, err)
+				return nil, fmt.Errorf("%w: %w", fail("cannot read %s", sp.Source.File), err)
 			}
 			v = strings.TrimRight(string(b), "\r\n")
 		default:
-			return nil, fmt.Errorf("%w %s: no value source", ErrLoad, sp.Name)
+			return nil, fail("no value source")
 		}
 		if len(v) < MinValueLen {
-			return nil, fmt.Errorf("%w %s: value shorter than %d bytes cannot be redacted safely", ErrLoad, sp.Name, MinValueLen)
+			return nil, fail("value is %d bytes; values shorter than %d bytes cannot be redacted safely", len(v), MinValueLen)
 		}
 		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return nil, fmt.Errorf("%w %s: value contains control characters", ErrLoad, sp.Name)
+			return nil, fail("value contains control characters")
 		}
 		inject := sp.Inject
 		if inject == 0 {
 			inject = Header
 		}
-		out = append(out, &Secret{Name: sp.Name, Hosts: slices.Clone(sp.Hosts), Inject: inject, value: []byte(v)})
+		out = append(out, &Secret{Name: sp.Name, Hosts: slices.Clone(sp.Hosts), Inject: inject,
+			AllowPlaintext: sp.AllowPlaintext, AllowForeignCredentials: sp.AllowForeignCredentials, value: []byte(v)})
 	}
 	return out, nil
 }
@@ -193,6 +228,42 @@ func NewForTest(name, value string, inject Place, hosts ...string) *Secret {
 		s.Hosts = append(s.Hosts, policy.MustHostPattern(h))
 	}
 	return s
+}
+
+// minEncodedLen is the shortest encoded form matched: shorter cores would
+// match unrelated bytes.
+const minEncodedLen = 8
+
+// encoded returns the common encodings of the value that the matchers look
+// for besides the value itself: base64 (standard and URL alphabets) at each
+// of the three alignments the value can have inside a longer encoded
+// string (only the characters determined by the value alone), hex (lower
+// and upper case) and URL percent-encoding. Forms equal to the value or
+// shorter than minEncodedLen are left out.
+func (s *Secret) encoded() [][]byte {
+	s.encOnce.Do(func() {
+		seen := map[string]bool{string(s.value): true}
+		add := func(e string) {
+			if len(e) >= minEncodedLen && !seen[e] {
+				seen[e] = true
+				s.enc = append(s.enc, []byte(e))
+			}
+		}
+		n := len(s.value)
+		for k := range 3 {
+			in := append(make([]byte, k), s.value...)
+			start, end := (8*k+5)/6, (8*(k+n))/6
+			for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+				add(enc.EncodeToString(in)[start:end])
+			}
+		}
+		h := hex.EncodeToString(s.value)
+		add(h)
+		add(strings.ToUpper(h))
+		add(url.QueryEscape(string(s.value)))
+		add(url.PathEscape(string(s.value)))
+	})
+	return s.enc
 }
 
 func (s *Secret) boundTo(host policy.Host) bool {
@@ -213,6 +284,7 @@ func (s *Secret) boundTo(host policy.Host) bool {
 type Session struct {
 	secrets      []*Secret
 	placeholders []string // parallel to secrets
+	folded       []string // the values, ASCII lower-cased (parallel)
 	byName       map[string]int
 
 	redact *matcher // real value -> placeholder
@@ -224,6 +296,9 @@ type Session struct {
 type scanKey struct {
 	host  policy.Host
 	place Place
+	where string
+	// clear is set for requests that leave the gateway unencrypted.
+	clear bool
 }
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
@@ -253,8 +328,12 @@ func NewSession(secrets []*Secret, prev *Session) *Session {
 		}
 		s.secrets = append(s.secrets, sec)
 		s.placeholders = append(s.placeholders, ph)
+		s.folded = append(s.folded, string(foldASCII(sec.value)))
 		s.byName[sec.Name] = i
 		redact = append(redact, literal{from: sec.value, to: []byte(ph), secret: i})
+		for _, enc := range sec.encoded() {
+			redact = append(redact, literal{from: enc, to: []byte(ph), secret: i})
+		}
 	}
 	s.redact = newMatcher(redact)
 	return s
@@ -295,10 +374,11 @@ func (s *Session) Names(idx []int) []string {
 
 // requestMatcher returns the literals for scanning a request part bound for
 // host: placeholders of secrets bound to host and injectable at place are
-// replaced by the value; every other placeholder, and the real value of any
-// secret not bound to host, blocks the request.
-func (s *Session) requestMatcher(host policy.Host, place Place, where string) *matcher {
-	key := scanKey{host, place}
+// replaced by the value (when the request is encrypted, or the secret allows
+// plaintext); every other placeholder, and the real value of any secret not
+// bound to host, blocks the request.
+func (s *Session) requestMatcher(host policy.Host, place Place, where string, tls bool) *matcher {
+	key := scanKey{host, place, where, !tls}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m, ok := s.scanCache[key]; ok {
@@ -308,17 +388,24 @@ func (s *Session) requestMatcher(host policy.Host, place Place, where string) *m
 	for i, sec := range s.secrets {
 		bound := sec.boundTo(host)
 		ph := []byte(s.placeholders[i])
-		if bound && sec.Inject&place != 0 {
+		switch {
+		case bound && sec.Inject&place != 0 && (tls || sec.AllowPlaintext):
 			to := sec.value
 			if place == Query {
 				to = []byte(url.QueryEscape(string(sec.value)))
 			}
 			lits = append(lits, literal{from: ph, to: to, secret: i})
-		} else {
+		case bound && sec.Inject&place != 0:
+			lits = append(lits, literal{from: ph, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, Plaintext: true}})
+		default:
 			lits = append(lits, literal{from: ph, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where}})
 		}
 		if !bound {
-			lits = append(lits, literal{from: sec.value, secret: i, block: &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}})
+			be := &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}
+			lits = append(lits, literal{from: sec.value, secret: i, block: be})
+			for _, enc := range sec.encoded() {
+				lits = append(lits, literal{from: enc, secret: i, block: be})
+			}
 		}
 	}
 	m := newMatcher(lits)
@@ -329,24 +416,108 @@ func (s *Session) requestMatcher(host policy.Host, place Place, where string) *m
 	return m
 }
 
-// RewriteRequest substitutes placeholders in the request's header values
-// (including inside Basic credentials), query and path, for a request to
-// host. It returns the indexes of the secrets it substituted, or a
-// *BlockedError. The body is handled by RequestBody.
-func (s *Session) RewriteRequest(host policy.Host, r *http.Request) ([]int, error) {
+// foldASCII lower-cases ASCII letters, keeping the length.
+func foldASCII(b []byte) []byte {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// checkFolded refuses str when it contains, ignoring ASCII case, any
+// placeholder, or the real value of a secret not bound to host (of any
+// secret when anyValue is set). It is for request parts that are never
+// substituted and whose case may be changed on the way (header names are
+// canonicalised, host names lower-cased).
+func (s *Session) checkFolded(host policy.Host, str, where string, anyValue bool) error {
+	if s.Len() == 0 || len(str) < MinValueLen {
+		return nil
+	}
+	for i, sec := range s.secrets {
+		// Placeholders are lower case already.
+		if containsFold(str, s.placeholders[i]) {
+			return &BlockedError{Secret: sec.Name, Host: host.String(), Where: where}
+		}
+		if (anyValue || !sec.boundTo(host)) && containsFold(str, s.folded[i]) {
+			return &BlockedError{Secret: sec.Name, Host: host.String(), Where: where, RealValue: true}
+		}
+	}
+	return nil
+}
+
+// containsFold reports whether s contains lower (already ASCII
+// lower-cased), ignoring ASCII case in s, without allocating.
+func containsFold(s, lower string) bool {
+	n := len(lower)
+	if n == 0 {
+		return true
+	}
+	for i := 0; i+n <= len(s); i++ {
+		j := 0
+		for ; j < n; j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == n {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckName refuses a host name (a CONNECT authority, SNI, Host header or
+// DNS query name) that contains any placeholder or any secret's real value,
+// ignoring case: names travel in the clear to resolvers and upstreams and
+// are never substituted.
+func (s *Session) CheckName(name string) error {
+	// The error names the host scrubbed: it is shown to the sandbox and
+	// written to receipts.
+	return s.checkFolded(policy.Host{Name: s.Scrub(name)}, name, "host name", true)
+}
+
+// RewriteRequest checks every part of the request head bound for host and
+// substitutes placeholders where the secret allows: the method and header
+// names are never substituted (a placeholder there, or an unbound real value,
+// blocks the request, ignoring case); header values (including inside Basic
+// credentials) and the query receive values when injection is configured;
+// the path and URL user information never do. tls reports whether the
+// request leaves the gateway over TLS it verified; without it placeholders
+// are substituted only for secrets with AllowPlaintext. It returns the
+// indexes of the secrets it substituted, or a *BlockedError. The body is
+// handled by RequestBody, trailers by Trailer.
+func (s *Session) RewriteRequest(host policy.Host, r *http.Request, tls bool) ([]int, error) {
 	if s.Len() == 0 {
 		return nil, nil
 	}
+	if err := s.checkFolded(host, r.Method, "method", false); err != nil {
+		return nil, err
+	}
+	pm := s.requestMatcher(host, 0, "method", tls)
+	if _, _, err := pm.replaceAll([]byte(r.Method)); err != nil {
+		return nil, err
+	}
 	var used []int
-	hm := s.requestMatcher(host, Header, "header")
+	hm := s.requestMatcher(host, Header, "header", tls)
 	for k, vs := range r.Header {
+		if err := s.checkFolded(host, k, "header name", false); err != nil {
+			return nil, err
+		}
 		for j, v := range vs {
 			nv, u, err := hm.replaceAll([]byte(v))
 			if err != nil {
 				return nil, withWhere(err, "header "+k)
 			}
 			used = append(used, u...)
-			if k == "Authorization" {
+			if k == "Authorization" || k == "Proxy-Authorization" {
 				nv2, u2, err := s.rewriteBasic(hm, nv)
 				if err != nil {
 					return nil, withWhere(err, "header "+k+" (Basic credentials)")
@@ -357,16 +528,25 @@ func (s *Session) RewriteRequest(host policy.Host, r *http.Request) ([]int, erro
 			vs[j] = string(nv)
 		}
 	}
-	// The path never receives secrets.
-	pm := s.requestMatcher(host, 0, "path")
+	// The path and user information never receive secrets.
+	pm = s.requestMatcher(host, 0, "path", tls)
 	if _, _, err := pm.replaceAll([]byte(r.URL.Path)); err != nil {
 		return nil, err
 	}
 	if _, _, err := pm.replaceAll([]byte(r.URL.RawPath)); err != nil {
 		return nil, err
 	}
+	if u := r.URL.User; u != nil {
+		um := s.requestMatcher(host, 0, "URL user information", tls)
+		pw, _ := u.Password()
+		for _, part := range []string{u.Username(), pw, u.String()} {
+			if _, _, err := um.replaceAll([]byte(part)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if r.URL.RawQuery != "" {
-		qm := s.requestMatcher(host, Query, "query")
+		qm := s.requestMatcher(host, Query, "query", tls)
 		// Check the decoded form too, so an escaped placeholder or value
 		// cannot slip past; substitution itself works on the literal form.
 		if dq, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
@@ -382,6 +562,101 @@ func (s *Session) RewriteRequest(host policy.Host, r *http.Request) ([]int, erro
 		r.URL.RawQuery = string(nq)
 	}
 	return used, nil
+}
+
+// Trailer checks request trailers bound for host: placeholders are never
+// substituted into trailers, so any placeholder blocks, as does the real
+// value of a secret not bound to host (in names, ignoring case, or values).
+func (s *Session) Trailer(host policy.Host, tr http.Header) error {
+	if s.Len() == 0 {
+		return nil
+	}
+	m := s.requestMatcher(host, 0, "trailer", true)
+	for k, vs := range tr {
+		if err := s.checkFolded(host, k, "trailer name", false); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if _, _, err := m.replaceAll([]byte(v)); err != nil {
+				return withWhere(err, "trailer "+k)
+			}
+		}
+	}
+	return nil
+}
+
+// CredentialHeaders are the request headers treated as credentials by
+// ForeignCredential (canonical form).
+var CredentialHeaders = []string{
+	"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "X-Auth-Token",
+	"Private-Token", "X-Access-Token",
+}
+
+// ForeignCredentialError names the secret whose host received a credential
+// that is not its placeholder, and the header that carried it.
+type ForeignCredentialError struct {
+	Secret string
+	Host   string
+	Header string
+}
+
+func (e *ForeignCredentialError) Error() string {
+	return fmt.Sprintf("header %s of a request to %s carries a credential that is not the placeholder of secret %s, which is bound to this host; only the user's own credential may be used here (set allow_foreign_credentials = true on the secret or the rule to permit other credentials)", e.Header, e.Host, e.Secret)
+}
+
+func (e *ForeignCredentialError) Unwrap() error { return ErrBlocked }
+
+// ForeignCredential reports a credential header in h, bound for host, that
+// does not carry the placeholder of a header-injectable secret bound to
+// host, when such a secret exists and does not set AllowForeignCredentials.
+// Requests without credential headers pass. Call it before RewriteRequest
+// (on the placeholders the sandbox sent).
+func (s *Session) ForeignCredential(host policy.Host, h http.Header) error {
+	if s.Len() == 0 {
+		return nil
+	}
+	guard := -1
+	var own [][]byte
+	for i, sec := range s.secrets {
+		if !sec.boundTo(host) || sec.Inject&Header == 0 {
+			continue
+		}
+		own = append(own, []byte(s.placeholders[i]))
+		if !sec.AllowForeignCredentials && guard < 0 {
+			guard = i
+		}
+	}
+	if guard < 0 {
+		return nil
+	}
+	carries := func(v []byte) bool {
+		for _, ph := range own {
+			if bytes.Contains(v, ph) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range CredentialHeaders {
+		for _, v := range h.Values(k) {
+			if strings.TrimSpace(v) == "" {
+				continue
+			}
+			ok := carries([]byte(v))
+			if !ok {
+				// Basic credentials hide the placeholder in base64.
+				if scheme, cred, found := strings.Cut(v, " "); found && strings.EqualFold(scheme, "basic") {
+					if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
+						ok = carries(raw)
+					}
+				}
+			}
+			if !ok {
+				return &ForeignCredentialError{Secret: s.secrets[guard].Name, Host: host.String(), Header: k}
+			}
+		}
+	}
+	return nil
 }
 
 func withWhere(err error, where string) error {
@@ -412,15 +687,16 @@ func (s *Session) rewriteBasic(hm *matcher, v []byte) ([]byte, []int, error) {
 }
 
 // RequestBody wraps a request body bound for host: placeholders of secrets
-// that may be injected into this host's bodies are replaced; any other
-// placeholder or an unbound real value makes Read fail with a *BlockedError
-// before a byte of the match is returned. substitutes reports whether the
-// body may change length (then the caller must not keep Content-Length).
-func (s *Session) RequestBody(host policy.Host, body io.Reader, used func(int)) (r io.Reader, substitutes bool) {
+// that may be injected into this host's bodies are replaced (over TLS, or
+// for secrets with AllowPlaintext); any other placeholder or an unbound real
+// value makes Read fail with a *BlockedError before a byte of the match is
+// returned. substitutes reports whether the body may change length (then the
+// caller must not keep Content-Length).
+func (s *Session) RequestBody(host policy.Host, body io.Reader, tls bool, used func(int)) (r io.Reader, substitutes bool) {
 	if s.Len() == 0 || body == nil {
 		return body, false
 	}
-	m := s.requestMatcher(host, Body, "body")
+	m := s.requestMatcher(host, Body, "body", tls)
 	for _, l := range m.lits {
 		if l.block == nil {
 			substitutes = true
@@ -430,17 +706,44 @@ func (s *Session) RequestBody(host policy.Host, body io.Reader, used func(int)) 
 }
 
 // RedactHeader replaces real secret values in header values with their
-// placeholders, in place.
+// placeholders, in place, and renames headers whose name contains a value
+// (ignoring case, since names are canonicalised) to carry the placeholder.
 func (s *Session) RedactHeader(h http.Header) {
 	if s.Len() == 0 {
 		return
 	}
-	for _, vs := range h {
+	for k, vs := range h {
 		for j, v := range vs {
 			nv, _, _ := s.redact.replaceAll([]byte(v))
 			vs[j] = string(nv)
 		}
+		if nk := s.redactFolded(k); nk != k {
+			delete(h, k)
+			h[nk] = append(h[nk], vs...)
+		}
 	}
+}
+
+// redactFolded replaces real values in str, ignoring ASCII case, with their
+// placeholders.
+func (s *Session) redactFolded(str string) string {
+	if len(str) < MinValueLen {
+		return str
+	}
+	for i, sec := range s.secrets {
+		if !containsFold(str, s.folded[i]) {
+			continue
+		}
+		fv := foldASCII(sec.value)
+		for {
+			at := bytes.Index(foldASCII([]byte(str)), fv)
+			if at < 0 {
+				break
+			}
+			str = str[:at] + s.placeholders[i] + str[at+len(fv):]
+		}
+	}
+	return str
 }
 
 // RedactReader wraps a response body so real secret values are replaced by
@@ -461,7 +764,11 @@ func (s *Session) Guard(r io.Reader) io.Reader {
 	}
 	var lits []literal
 	for i, sec := range s.secrets {
-		lits = append(lits, literal{from: sec.value, secret: i, block: fmt.Errorf("%w (secret %s)", ErrInResponse, sec.Name)})
+		err := fmt.Errorf("%w (secret %s)", ErrInResponse, sec.Name)
+		lits = append(lits, literal{from: sec.value, secret: i, block: err})
+		for _, enc := range sec.encoded() {
+			lits = append(lits, literal{from: enc, secret: i, block: err})
+		}
 	}
 	return newStream(r, newMatcher(lits), nil)
 }
@@ -471,12 +778,27 @@ func (s *Session) Guard(r io.Reader) io.Reader {
 const InteractiveHold = 20 * time.Millisecond
 
 // InteractiveRequest is RequestBody for a long-lived client-to-upstream
-// stream (raw TCP, WebSocket) in interactive mode. Call stop when done.
-func (s *Session) InteractiveRequest(host policy.Host, r io.Reader) (rd io.Reader, stop func()) {
+// raw TCP stream in interactive mode (tls false: raw TCP leaves the gateway
+// as it came, so placeholders are substituted only for secrets with
+// AllowPlaintext). Call stop when done.
+func (s *Session) InteractiveRequest(host policy.Host, r io.Reader, tls bool) (rd io.Reader, stop func()) {
 	if s.Len() == 0 {
 		return r, func() {}
 	}
-	st := newStream(r, s.requestMatcher(host, Body, "stream"), nil).Interactive(InteractiveHold)
+	st := newStream(r, s.requestMatcher(host, Body, "stream", tls), nil).Interactive(InteractiveHold)
+	return st, func() { st.Close() }
+}
+
+// InteractiveCheck is like InteractiveRequest but never substitutes: every
+// placeholder, and the real value of a secret not bound to host, fails the
+// stream before a byte of it is returned, and the output has exactly the
+// input's length. It scans unmasked WebSocket payloads, which cannot change
+// length without re-framing.
+func (s *Session) InteractiveCheck(host policy.Host, r io.Reader, where string) (rd io.Reader, stop func()) {
+	if s.Len() == 0 {
+		return r, func() {}
+	}
+	st := newStream(r, s.requestMatcher(host, 0, where, true), nil).Interactive(InteractiveHold)
 	return st, func() { st.Close() }
 }
 
@@ -489,15 +811,40 @@ func (s *Session) InteractiveGuard(r io.Reader) (rd io.Reader, stop func()) {
 	return st, func() { st.Close() }
 }
 
-// Scrub replaces placeholders and real values in s (a path or reason about
-// to be logged) with "{secret:NAME}".
+// Scrub replaces placeholders and real values in str (a receipt field or
+// log line about to be written), ignoring ASCII case, with
+// "[placeholder:NAME]" and "[secret:NAME]".
 func (s *Session) Scrub(str string) string {
-	if s.Len() == 0 {
+	if s.Len() == 0 || len(str) < MinValueLen {
 		return str
 	}
 	for i, sec := range s.secrets {
-		str = strings.ReplaceAll(str, s.placeholders[i], "{secret:"+sec.Name+"}")
-		str = strings.ReplaceAll(str, string(sec.value), "{secret:"+sec.Name+"}")
+		if containsFold(str, s.placeholders[i]) {
+			str = replaceFolded(str, []byte(s.placeholders[i]), "[placeholder:"+sec.Name+"]")
+		}
+		if containsFold(str, s.folded[i]) {
+			str = replaceFolded(str, sec.value, "[secret:"+sec.Name+"]")
+		}
 	}
 	return str
+}
+
+// replaceFolded replaces every ASCII-case-insensitive occurrence of from.
+func replaceFolded(str string, from []byte, to string) string {
+	ff := foldASCII(from)
+	var b strings.Builder
+	rest := str
+	for {
+		at := bytes.Index(foldASCII([]byte(rest)), ff)
+		if at < 0 {
+			if b.Len() == 0 {
+				return str
+			}
+			b.WriteString(rest)
+			return b.String()
+		}
+		b.WriteString(rest[:at])
+		b.WriteString(to)
+		rest = rest[at+len(ff):]
+	}
 }

@@ -137,7 +137,7 @@ func TestRewriteRequest(t *testing.T) {
 			if r.Header == nil {
 				r.Header = http.Header{}
 			}
-			_, err = s.RewriteRequest(host(tc.host), r)
+			_, err = s.RewriteRequest(host(tc.host), r, true)
 			if tc.blocked {
 				var be *BlockedError
 				if !errors.As(err, &be) || !errors.Is(err, ErrBlocked) {
@@ -206,7 +206,7 @@ func TestRequestBodyBlocksBeforeLeaking(t *testing.T) {
 	body := strings.Repeat("a", 100000) + gh + "tail"
 	for seed := range uint64(50) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		r, subst := s.RequestBody(host("evil.test"), &chunkReader{data: []byte(body), rng: rng}, nil)
+		r, subst := s.RequestBody(host("evil.test"), &chunkReader{data: []byte(body), rng: rng}, true, nil)
 		if subst {
 			t.Fatal("unbound host must not substitute")
 		}
@@ -224,13 +224,13 @@ func TestRequestBodyBlocksBeforeLeaking(t *testing.T) {
 	// Body injection to the bound host substitutes, across chunks.
 	ai := s.Env()["AI_KEY"]
 	var used []int
-	r, subst := s.RequestBody(host("api.ai.test"), iotest.OneByteReader(strings.NewReader(`{"key":"`+ai+`"}`)), func(i int) { used = append(used, i) })
+	r, subst := s.RequestBody(host("api.ai.test"), iotest.OneByteReader(strings.NewReader(`{"key":"`+ai+`"}`)), true, func(i int) { used = append(used, i) })
 	got, err := io.ReadAll(r)
 	if err != nil || !subst || string(got) != `{"key":"`+aiValue+`"}` || len(used) != 1 {
 		t.Fatalf("body substitution: %q %v %v %v", got, err, subst, used)
 	}
 	// Header-only secret in the body of its own host is refused.
-	r, _ = s.RequestBody(host("api.github.com"), strings.NewReader("x"+gh), nil)
+	r, _ = s.RequestBody(host("api.github.com"), strings.NewReader("x"+gh), true, nil)
 	if _, err := io.ReadAll(r); !errors.Is(err, ErrBlocked) {
 		t.Fatalf("header-only secret in body: %v", err)
 	}
@@ -250,7 +250,7 @@ func TestRedactHeaderGuardScrub(t *testing.T) {
 		t.Fatalf("guard: %q %v", got, err)
 	}
 	sc := s.Scrub("/x/" + s.Env()["GITHUB_TOKEN"] + "/" + aiValue)
-	if sc != "/x/{secret:GITHUB_TOKEN}/{secret:AI_KEY}" {
+	if sc != "/x/[placeholder:GITHUB_TOKEN]/[secret:AI_KEY]" {
 		t.Fatalf("scrub: %q", sc)
 	}
 }
@@ -260,6 +260,9 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/tok"
 	if err := writeFile(file, "file-secret-value\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(dir+"/short", "tiny\n"); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"GW_TOKEN": "env-secret-value"}
@@ -274,15 +277,27 @@ func TestLoad(t *testing.T) {
 	if string(got[0].value) != "inline-secret" || string(got[1].value) != "env-secret-value" || string(got[2].value) != "file-secret-value" || got[0].Inject != Header {
 		t.Fatalf("loaded %+v", got)
 	}
-	for _, sp := range []Spec{
-		{Name: "S", Source: Source{Value: "short"}},
-		{Name: "E", Source: Source{Env: "UNSET"}},
-		{Name: "F", Source: Source{File: dir + "/missing"}},
-		{Name: "N", Source: Source{Value: "has\nnewline-inside"}},
+	// Every load error names the file and the key path, never the value.
+	for _, tc := range []struct {
+		sp      Spec
+		wantKey string
+	}{
+		{Spec{Name: "S", Source: Source{Value: "short"}}, "cfg.toml: secrets.S.value: value is 5 bytes"},
+		{Spec{Name: "SE", Source: Source{Env: "SHORT"}}, "cfg.toml: secrets.SE.env: value is 3 bytes"},
+		{Spec{Name: "SF", Source: Source{File: dir + "/short"}}, "cfg.toml: secrets.SF.file: value is 4 bytes"},
+		{Spec{Name: "E", Source: Source{Env: "UNSET"}}, "cfg.toml: secrets.E.env: environment variable UNSET"},
+		{Spec{Name: "F", Source: Source{File: dir + "/missing"}}, "cfg.toml: secrets.F.file: cannot read"},
+		{Spec{Name: "N", Source: Source{Value: "has\nnewline-inside"}}, "cfg.toml: secrets.N.value: value contains control"},
 	} {
-		_, err := Load([]Spec{sp}, func(string) string { return "" })
-		if !errors.Is(err, ErrLoad) || strings.Contains(err.Error(), "newline-inside") {
-			t.Errorf("Load(%s) = %v", sp.Name, err)
+		tc.sp.ConfigFile = "cfg.toml"
+		_, err := Load([]Spec{tc.sp}, func(k string) string { return map[string]string{"SHORT": "abc"}[k] })
+		if !errors.Is(err, ErrLoad) || !strings.Contains(err.Error(), tc.wantKey) {
+			t.Errorf("Load(%s) = %v, want it to contain %q", tc.sp.Name, err, tc.wantKey)
+		}
+		for _, v := range []string{"newline-inside", "short", "abc", "tiny"} {
+			if err != nil && strings.Contains(strings.TrimPrefix(err.Error(), "secrets: cannot load secret: cfg.toml: secrets."), ": "+v) {
+				t.Errorf("Load(%s) reveals the value: %v", tc.sp.Name, err)
+			}
 		}
 	}
 	if s := got[0].String(); strings.Contains(s, "inline") {

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"slices"
 	"sync"
@@ -25,7 +26,21 @@ type matcher struct {
 	// prefix is a common prefix of all literals (at least 4 bytes), searched
 	// with one bytes.Index instead of one per literal.
 	prefix []byte
+	// Without a common prefix, a filter over 4-byte windows finds
+	// candidates in one pass whatever the number of literals: every
+	// window at offsets 0..minLen-4 of every literal is in bloom, and the
+	// input is probed every step = minLen-3 bytes, since each occurrence
+	// has exactly one of those windows at a probed position.
+	minLen int
+	step   int
+	bloom  []uint64
+	first  [256]bool // first bytes of the literals
 }
+
+// bloomBits is the size of the window filter (8 KiB).
+const bloomBits = 1 << 16
+
+func windowHash(x uint32) uint32 { return (x * 0x9E3779B1) >> (32 - 16) }
 
 func newMatcher(lits []literal) *matcher {
 	m := &matcher{lits: slices.Clone(lits)}
@@ -44,6 +59,20 @@ func newMatcher(lits []literal) *matcher {
 		}
 		if len(p) >= 4 {
 			m.prefix = p
+		}
+	}
+	if len(m.lits) > 0 && m.prefix == nil {
+		m.minLen = len(m.lits[len(m.lits)-1].from)
+		if m.minLen >= 4 {
+			m.step = m.minLen - 3
+			m.bloom = make([]uint64, bloomBits/64)
+			for _, l := range m.lits {
+				m.first[l.from[0]] = true
+				for off := 0; off <= m.minLen-4; off++ {
+					h := windowHash(binary.LittleEndian.Uint32(l.from[off:]))
+					m.bloom[h>>6] |= 1 << (h & 63)
+				}
+			}
 		}
 	}
 	return m
@@ -67,6 +96,26 @@ func (m *matcher) find(b []byte) (int, *literal) {
 			}
 			off = at + 1
 		}
+	}
+	if m.bloom != nil {
+		for i := 0; i+4 <= len(b); i += m.step {
+			h := windowHash(binary.LittleEndian.Uint32(b[i:]))
+			if m.bloom[h>>6]&(1<<(h&63)) == 0 {
+				continue
+			}
+			// Candidate starts in order; literals are longest first.
+			for p := max(0, i-(m.minLen-4)); p <= i; p++ {
+				if !m.first[b[p]] {
+					continue
+				}
+				for k := range m.lits {
+					if bytes.HasPrefix(b[p:], m.lits[k].from) {
+						return p, &m.lits[k]
+					}
+				}
+			}
+		}
+		return -1, nil
 	}
 	best, bestLit := -1, (*literal)(nil)
 	for k := range m.lits {
