@@ -82,6 +82,11 @@ type Session struct {
 	// supervisor answers setsid notifications of a landlock worker that
 	// runs without namespaces (with them, stage 1 does).
 	supervisor *os.File
+	// baseline is the workspace before the sandbox ran anything (landlock):
+	// Close sweeps against it once every sandboxed process is gone.
+	baseline *worker.TripwireState
+	// swept is what that last sweep did.
+	swept *worker.BashResult
 	// lifeline is the write end of the docker worker's lifeline pipe
 	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
 	// this process dies.
@@ -132,6 +137,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		s.tempDir = tmp
 		s.env = sandboxEnv(cfg.Sandbox.Env, home, "/tmp")
+		if cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
+			// Background jobs outlive the command that started them (until
+			// the session ends) and can plant after its check.
+			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
+		}
 		p := landlock.Policy{
 			Workspace:   opts.Workspace,
 			Mode:        cfg.Sandbox.Mode,
@@ -360,8 +370,21 @@ func (s *Session) Close() error {
 	defer cancel()
 	err := s.client.Close(ctx)
 	s.cleanup()
+	if s.baseline != nil && s.swept == nil {
+		// Every process of the sandbox is gone now (the worker's PID
+		// namespace died with it): sweep against the workspace as it was
+		// before the session.
+		s.swept = &worker.BashResult{}
+		if serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
+			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
+		}
+	}
 	return err
 }
+
+// Swept reports what the sweep at Close removed or cleared (nil before
+// Close, or for backends that need none).
+func (s *Session) Swept() *worker.BashResult { return s.swept }
 
 func (s *Session) cleanup() {
 	if s.lifeline != nil {

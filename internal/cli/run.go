@@ -158,6 +158,9 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	defer func() {
 		sess.Close()
+		if sw := sess.Swept(); sw != nil {
+			a.warnTripwire(sw)
+		}
 		// Leftovers of brokers that were killed (temp dirs, cgroups).
 		broker.CleanStale()
 	}()

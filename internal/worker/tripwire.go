@@ -30,7 +30,38 @@ func (x *Exec) tripBefore() tripState {
 	if runtime.GOOS != "linux" {
 		return x.tripBeforeLegacy()
 	}
-	t, err := fsguard.OpenTree(x.Workspace)
+	return snapshot(x.Workspace, x.Protected)
+}
+
+// TripwireState is what a workspace's .git entries and protected paths
+// were at one moment (Snapshot), for a later Sweep.
+type TripwireState struct{ st tripState }
+
+// Snapshot records the state of workspace ws for protected (the
+// configured, workspace-relative entries). It returns nil where fsguard.Tree
+// is unsupported (not Linux); Sweep of nil does nothing.
+func Snapshot(ws string, protected []string) *TripwireState {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	return &TripwireState{snapshot(ws, protected)}
+}
+
+// Sweep removes what was planted in ws since the snapshot and clears
+// setuid bits, exactly as the tripwire after a command does, and reports
+// it in res (ProtectedRemoved, SetuidCleared, TripwireWarnings). The broker
+// sweeps once more when a session ends, after every sandboxed process is
+// gone: a background job can plant after a command's own check.
+func (s *TripwireState) Sweep(ws string, protected []string, res *BashResult) error {
+	if s == nil {
+		return nil
+	}
+	x := &Exec{Workspace: ws, Protected: protected}
+	return x.tripAfter(s.st, res)
+}
+
+func snapshot(ws string, protected []string) tripState {
+	t, err := fsguard.OpenTree(ws)
 	if err != nil {
 		return tripState{err: err}
 	}
@@ -40,7 +71,7 @@ func (x *Exec) tripBefore() tripState {
 		return tripState{err: err}
 	}
 	st := tripState{git: sc.Git, prot: map[string]fsguard.Entry{}}
-	for _, rel := range fsguard.ExpandProtected(x.Protected, sc.GitRoots()) {
+	for _, rel := range fsguard.ExpandProtected(protected, sc.GitRoots()) {
 		e, err := t.Stat(rel)
 		if err != nil {
 			return tripState{err: err}

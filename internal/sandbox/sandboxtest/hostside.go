@@ -27,6 +27,7 @@ func runHostSide(t *testing.T, b Backend) {
 	t.Run("AutoRunFilesCreated", func(t *testing.T) { testAutoRunCreated(t, b) })
 	t.Run("AutoRunFilesExisting", func(t *testing.T) { testAutoRunExisting(t, b) })
 	t.Run("SetuidFiles", func(t *testing.T) { testSetuid(t, b) })
+	t.Run("BackgroundJobPlants", func(t *testing.T) { testBackgroundPlants(t, b) })
 }
 
 // canaries plants host files outside the workspace that a host-side
@@ -413,5 +414,37 @@ cp ./probe ./ctl && chmod 700 ctl && chmod 755 ctl && echo CHMOD-OK`)
 	}
 	if !slices.ContainsFunc(res.SetuidCleared, func(s string) bool { return strings.HasPrefix(s, "planted-suid ") }) {
 		t.Errorf("the planted setuid file was not reported: %q", res.SetuidCleared)
+	}
+}
+
+// A background job that keeps planting .git, a gitdir redirect and a
+// protected file after its command returned (past the command's own check)
+// leaves nothing behind once the session has ended. Where the backend lets
+// background jobs outlive their command (landlock), the test first waits
+// until a plant reappears on the host, so the attempt is proven real there.
+func testBackgroundPlants(t *testing.T, b Backend) {
+	e := NewEnv(t, b)
+	s := e.Start(sandbox.WorkspaceWrite)
+	res := Sh(t, s, `mkdir -p evil/hooks && printf '[core]\n\tfsmonitor = touch PWNED\n' > evil/config
+(while :; do echo 'gitdir: evil' > .git; mkdir -p sub && echo 'gitdir: ../evil' > sub/.git; echo evil > .envrc; done) >/dev/null 2>&1 &
+sleep 0.2; echo STARTED`)
+	if !strings.Contains(res.Stdout, "STARTED") {
+		t.Fatalf("command did not run: %+v", res)
+	}
+	// Bounded wait for a plant to reappear; not reappearing (the backend
+	// killed the job with its command) is fine.
+	for i := 0; i < 50 && !exists(filepath.Join(e.Workspace, ".git")); i++ {
+		Sh(t, s, "sleep 0.1")
+	}
+	if err := s.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	for _, p := range []string{".git", "sub/.git", ".envrc"} {
+		if exists(filepath.Join(e.Workspace, p)) {
+			t.Errorf("%s planted by a background job survived the session", p)
+		}
+	}
+	if !exists(filepath.Join(e.Workspace, "evil", "config")) {
+		t.Error("control: ordinary files the command wrote are missing")
 	}
 }
