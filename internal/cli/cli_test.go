@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -286,5 +287,23 @@ func TestRunDefaultBackend(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, ".vak")); err == nil {
 		t.Fatal(".vak survived")
+	}
+}
+
+// doctor reports the roots a proxied topology's gateway trusts upstream:
+// the compiled-in set and the host bundle ($SSL_CERT_FILE here).
+func TestDoctorUpstreamRoots(t *testing.T) {
+	testenv.RequireDocker(t)
+	ws := tempWorkspace(t)
+	bundle := testenv.GenCerts(t, "x.test").CA
+	t.Setenv("SSL_CERT_FILE", bundle)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"a.test\"]\n[gateway]\nextra_ca_bundles = [\""+bundle+"\"]\n")
+	code, out, errs := vakMain(t, cfg, "doctor", "-w", ws)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	want := regexp.MustCompile(`gateway upstream roots: [1-9][0-9]+ compiled into vak, 1 from the host bundle ` + regexp.QuoteMeta(bundle) + ` \(copied at topology creation\), extra_ca_bundles ` + regexp.QuoteMeta(bundle))
+	if !want.MatchString(out) {
+		t.Fatalf("doctor does not report the upstream roots:\n%s", out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/paths"
+	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/sandbox/landlock"
@@ -134,6 +135,7 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 			fmt.Fprintln(out, "network: unrestricted (mode full-access)")
 		case netPolicy == NetworkProxied && cfg.Egress != nil:
 			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); docker backend only)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets))
+			fmt.Fprintf(out, "gateway upstream roots: %s\n", proxynet.UpstreamRoots("", cfg.Egress.Gateway.ExtraCABundles))
 		case netPolicy == NetworkProxied:
 			fmt.Fprintln(out, "network: proxied requested, but the user config has no [network] rules: proxied commands fail")
 		default:

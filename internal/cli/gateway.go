@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/sandcat"
+	"vak/internal/netfence"
 	"vak/internal/paths"
 )
 
@@ -30,7 +32,13 @@ type gatewayFlags struct {
 	// network namespace (the gateway container of a proxied topology must
 	// never route packets between its networks).
 	noForwarding bool
+	// canary is the fence self-test canary's address (proxied topology).
+	canary string
 }
+
+// CanaryFile, in the gateway's state dir, records what reached the fence
+// self-test canary directly.
+const CanaryFile = "fence-canary.log"
 
 // ipForwardFile says whether this network namespace forwards IPv4.
 const ipForwardFile = "/proc/sys/net/ipv4/ip_forward"
@@ -80,6 +88,8 @@ Listener flags override the config; "-" disables a listener.`,
 	fl.StringVar(&f.session, "session", "", "session name for receipts (default random)")
 	fl.StringVar(&f.file, "gateway-config", "", "standalone gateway config file with only [network], [gateway], [secrets]")
 	fl.BoolVar(&f.noForwarding, "require-no-forwarding", false, "refuse to start unless IP forwarding is off in this network namespace")
+	fl.StringVar(&f.canary, "canary", "", "fence self-test canary address (TCP and UDP; arrivals are recorded in <state>/"+CanaryFile+")")
+	fl.MarkHidden("canary")
 	a.socketFlag(cmd, &f.socket)
 	cmd.AddCommand(
 		a.newGatewayAdminCmd("reload", "Reload the running gateway's configuration (connections stay up)", &f.socket),
@@ -149,6 +159,13 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 	state, err := paths.EnsureStateDir()
 	if err != nil {
 		return exit(ExitInternal, err)
+	}
+	if f.canary != "" {
+		c, err := netfence.ListenCanary(f.canary, filepath.Join(state, CanaryFile))
+		if err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("gateway: %w", err))
+		}
+		defer c.Close()
 	}
 	g, err := gateway.New(gateway.Options{
 		Load:              load,

@@ -37,7 +37,8 @@ func effectiveNetwork(cfg *config.Config, flag string) (string, error) {
 
 // proxyNet returns functions that bring up a workspace's proxied network
 // (reusing a running one) and release it (it goes when its last user does).
-func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
+// labels are added to the topology's resources (tests: vak.test=1).
+func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
 	opts := func() (proxynet.Options, error) {
 		eng, err := docker.NewEngine()
 		if err != nil {
@@ -62,7 +63,7 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 				return proxynet.Options{}, err
 			}
 		}
-		return proxynet.Options{Engine: eng, Binary: bin, UserConfig: userConfig, StateDir: state, Labels: a.labels, Progress: a.stdio.Err}, nil
+		return proxynet.Options{Engine: eng, Binary: bin, UserConfig: userConfig, StateDir: state, Labels: labels, Progress: a.stdio.Err}, nil
 	}
 	acquire = func(ctx context.Context, ws string) (*sandbox.NetworkAttachment, error) {
 		o, err := opts()
@@ -76,14 +77,22 @@ func (a *app) proxyNet(cfg *config.Config) (acquire func(context.Context, string
 		}
 		return n.Attachment(), nil
 	}
-	release = func(ctx context.Context, ws string) {
-		o, err := opts()
-		if err != nil {
-			return
-		}
-		if err := proxynet.Teardown(ctx, o.Engine, o.StateDir, ws, false); err != nil {
-			a.warnf("proxied network of %s: %v", ws, err)
-		}
+	return acquire, a.releaseProxyNet
+}
+
+// releaseProxyNet removes a workspace's proxied network when nothing uses
+// it any more (its receipts are kept). It needs no config, so that
+// `vak session rm` releases what `vak session create` acquired.
+func (a *app) releaseProxyNet(ctx context.Context, ws string) {
+	eng, err := docker.NewEngine()
+	if err != nil {
+		return
 	}
-	return acquire, release
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return
+	}
+	if err := proxynet.Teardown(ctx, eng, state, ws, false); err != nil {
+		a.warnf("proxied network of %s: %v", ws, err)
+	}
 }

@@ -134,6 +134,6 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newNetclientCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd())
 	return root
 }

@@ -143,7 +143,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		if b.Name() != string(sandbox.Docker) {
 			return exit(ExitUnavailable, fmt.Errorf("the proxied network needs the docker backend (--backend docker); the %s sandbox has no network at all; nothing was run", b.Name()))
 		}
-		acquire, release := a.proxyNet(cfg)
+		acquire, release := a.proxyNet(cfg, a.labels)
 		if attach, err = acquire(sigctx, ws); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}

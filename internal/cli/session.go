@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
@@ -76,8 +79,11 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 		}
 		m.Labels[k] = v
 	}
+	// Discarding a session releases its workspace's proxied network, with
+	// or without a config (session rm has none).
+	m.ReleaseProxyNet = a.releaseProxyNet
 	if cfg != nil {
-		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg)
+		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg, m.Labels)
 		s := cfg.Session
 		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
@@ -100,11 +106,15 @@ func sessionErr(err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
+	case errors.Is(err, proxynet.ErrFenceSelfTest), errors.Is(err, proxynet.ErrInUse):
+		// The fence did not prove itself (the topology is gone), or the
+		// network is down under live sessions: nothing ran.
+		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
 		return exit(ExitUnavailable, err)
 	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),
 		errors.Is(err, docker.ErrEnvNotAllowed), errors.Is(err, docker.ErrNetworkPolicy), errors.Is(err, docker.ErrSessionExists),
-		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
+		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed), errors.Is(err, docker.ErrSnapshotMismatch):
 		return exit(ExitUsage, err)
 	}
 	var we *worker.Error
@@ -215,6 +225,10 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	defer stop()
 	s, err := m.Create(sigctx, spec)
 	if err != nil {
+		if spec.NetworkPolicy == docker.NetworkProxied {
+			// A topology brought up for this create goes again.
+			a.releaseProxyNet(context.Background(), ws)
+		}
 		return err
 	}
 	fmt.Fprintln(a.stdio.Out, s.ID())
@@ -381,16 +395,18 @@ func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
 		Short: "Snapshot a session into an immutable, content-addressed image",
 		Long: `Commit the session's environment into an image tagged vak-env:KEY and print the
 key and the image. KEY hashes the session's base image ID, the environment
-manifest (-m NAME=VALUE pairs and/or --manifest FILE, describing how the
-environment was made) and the policy generation. The same three reuse the
-existing image at once; changing any one makes a new one. Start a session from
+manifest (-m NAME=VALUE pairs, -m NAME=@FILE for the digest of a file such
+as a lockfile, and/or --manifest FILE, describing how the environment was
+made) and the policy generation. The same three reuse the existing image if
+its content matches the session's filesystem (else the snapshot is refused);
+changing any one makes a new one. Start a session from
 it with 'vak session create --from KEY'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return sessionErr(a.sessionSnapshot(cmd.Context(), sf, args[0], manifest, manifestFile, quiet))
 		},
 	}
-	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE")
+	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE, or NAME=@FILE for the SHA-256 of FILE's content")
 	cmd.Flags().StringVar(&manifestFile, "manifest", "", "file whose content is the manifest entry \"file\"")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key")
 	return cmd
@@ -410,7 +426,16 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	for _, e := range entries {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE", e))
+			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE or NAME=@FILE", e))
+		}
+		if f, isFile := strings.CutPrefix(v, "@"); isFile {
+			// vak computes the entry: the digest of the file's content.
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return exit(ExitUsage, fmt.Errorf("-m %s: %w", k, err))
+			}
+			sum := sha256.Sum256(data)
+			v = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		man[k] = v
 	}
@@ -487,8 +512,9 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 				}
 				return nil
 			}
+			eng, _ := docker.NewEngine()
 			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tWORKSPACE")
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
 			for _, s := range list {
 				id := s.ID
 				if id == "" {
@@ -497,7 +523,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 					}
 					id = "(pool) " + s.Name
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), s.Workspace)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), sessionNetwork(cmd.Context(), eng, s.Labels), s.Workspace)
 			}
 			return tw.Flush()
 		},
@@ -663,4 +689,21 @@ func runContainerWorker(cmd *cobra.Command) error {
 		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 	}
 	return exit(ExitOK, nil)
+}
+
+// sessionNetwork is the NETWORK column of `vak session ls`: none, or
+// proxied with the state of the workspace's topology (a session whose
+// network is gone says so).
+func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]string) string {
+	if labels[proxynet.LabelClientOf] == "" {
+		return "none"
+	}
+	if eng == nil {
+		return "proxied"
+	}
+	st := proxynet.NetworkState(ctx, eng, labels)
+	if st == "ok" {
+		return "proxied"
+	}
+	return "proxied (" + st + ")"
 }

@@ -3,7 +3,9 @@ package proxynet
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,6 +59,18 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 		if out := testenv.Docker(t, append(kind, "--filter", "label="+LabelKey+"="+n.Key)...); strings.TrimSpace(out) != "" {
 			t.Errorf("GC left docker %v: %s", kind, out)
 		}
+	}
+	// Another user's unused topology (here: its network, owned by another
+	// uid) is never removed, and its receipts are not taken.
+	foreign := testenv.UniqueName("foreign")
+	testenv.Docker(t, append([]string{"network", "create", "--label", LabelKind + "=" + KindProxynet, "--label", LabelKey + "=f0f0f0f0f0f0",
+		"--label", docker.LabelOwner + "=" + strconv.Itoa(os.Getuid()+4242)}, append(testenv.LabelArgs(t), foreign)...)...)
+	defer exec.Command("docker", "network", "rm", foreign).Run()
+	if removed, err := GC(ctx, cli, state, labels); err != nil || len(removed) != 0 {
+		t.Fatalf("GC removed another user's topology: %v %v", removed, err)
+	}
+	if out := testenv.Docker(t, "network", "ls", "-q", "--filter", "name="+foreign); out == "" {
+		t.Fatal("another user's topology network is gone")
 	}
 	// GC never touches what does not carry the caller's labels.
 	if removed, err := GC(ctx, cli, state, map[string]string{"vak.test.id": "someone-else"}); err != nil || len(removed) != 0 {

@@ -240,12 +240,14 @@ func pick(vals ...string) string {
 	return ""
 }
 
-// rootPool is the system roots plus extra PEM bundles.
+// rootPool is the system roots, the roots compiled into vak and extra PEM
+// bundles.
 func rootPool(bundles []string) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
+	addCompiledRoots(pool)
 	for _, b := range bundles {
 		pem, err := os.ReadFile(b)
 		if err != nil {
@@ -270,7 +272,9 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 	if cfg.Mode == egressconfig.ModeNone {
 		pol, _ = policy.New(nil)
 	}
-	g.sess.Store(secrets.NewSession(secs, g.sess.Load()))
+	sess := secrets.NewSession(secs, g.prevSession())
+	g.sess.Store(sess)
+	g.savePlaceholders(sess)
 	g.resolver.Store(&dns.Resolver{Overrides: cfg.DNS.Overrides, Upstreams: cfg.DNS.Upstreams})
 	g.pol.Store(pol)
 	g.cfg.Store(cfg)
@@ -331,6 +335,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Receipt:  func(r receipts.Record) { _ = g.receipts.Append(r) },
 			Secrets:  g.sess.Load,
 			Session:  g.opts.Session,
+			Sinkhole: func() netip.Addr { return g.cfg.Load().DNS.Sinkhole },
 		}
 		if err := g.dnsSrv.Serve(g.dnsUDP, g.dnsTCP); err != nil {
 			g.Close()

@@ -466,7 +466,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
 		if p.net, err = m.ProxyNet(ctx, ws); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNetworkPolicy, err)
+			return nil, fmt.Errorf("%w: %w", ErrNetworkPolicy, err)
 		}
 	}
 	p.limits = spec.Limits.WithDefaults()
@@ -620,7 +620,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 	}
 	env = setEnv(env, "HOME="+p.home)
 	env = setEnv(env, "TMPDIR=/tmp")
-	p.env = env
+	p.env = withNetworkEnv(env, p.net)
 	p.policy = policyDigest(spec.NetworkPolicy, spec.Mode, p.install, p.user)
 	if m.mutatePlan != nil {
 		m.mutatePlan(p)

@@ -129,9 +129,33 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 	key := SnapshotKey(base, manifest, m.policyGeneration(labels[LabelPolicy]))
 	ref := SnapshotRepo + ":" + key
 	out := &ImageRef{Key: key, Ref: ref, Base: base}
-	if ii, err := cli.ImageInspect(ctx, ref); err == nil {
+	// What the session's filesystem holds, checked against a cached image
+	// and recorded on a new one (snapshot_verify.go).
+	mounts := []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+	for _, mp := range ci.Container.Mounts {
+		mounts = append(mounts, mp.Destination)
+	}
+	digest, err := contentDigest(ctx, cli, rec.Container, rec.User, mounts)
+	if err != nil {
+		return nil, err
+	}
+	cachedOK := func(ii client.ImageInspectResult) (*ImageRef, error) {
+		got := ""
+		if ii.Config != nil {
+			got = ii.Config.Labels[LabelContent]
+		}
+		if got != digest {
+			why := "its content differs from this session's"
+			if got == "" {
+				why = "it has no content digest (made by an older vak)"
+			}
+			return nil, fmt.Errorf("%w: %s exists and %s; describe what differs in the manifest (-m NAME=VALUE, -m NAME=@FILE) or remove the image (docker image rm %s)", ErrSnapshotMismatch, ref, why, ref)
+		}
 		out.ID, out.Cached = ii.ID, true
 		return out, nil
+	}
+	if ii, err := cli.ImageInspect(ctx, ref); err == nil {
+		return cachedOK(ii)
 	}
 	unlock, err := m.lock()
 	if err != nil {
@@ -139,8 +163,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 	}
 	defer unlock()
 	if ii, err := cli.ImageInspect(ctx, ref); err == nil { // made meanwhile
-		out.ID, out.Cached = ii.ID, true
-		return out, nil
+		return cachedOK(ii)
 	}
 	bi, err := cli.ImageInspect(ctx, base)
 	if err != nil {
@@ -175,6 +198,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 	cfg.Labels[LabelKind] = KindSnapshot
 	cfg.Labels[LabelSnapshot] = key
 	cfg.Labels[LabelBase] = base
+	cfg.Labels[LabelContent] = digest
 	for k, v := range m.Labels {
 		cfg.Labels[k] = v
 	}

@@ -3,6 +3,9 @@ package docker
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +151,63 @@ func policyOf(t *testing.T, f *fixture, s *Session) string {
 		t.Fatal(err)
 	}
 	return ci.Container.Config.Labels[LabelPolicy]
+}
+
+// Live: a snapshot key is never given to different content. Two sessions
+// snapshotted with the same manifest but different files (the marker "B"
+// must not come back as "A"): the second is refused. A third session with
+// the same content, in another workspace, is a cache hit.
+func TestSnapshotContentVerified(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	man := Manifest{"step": "marker"}
+	snap := func(marker string) (*ImageRef, error) {
+		t.Helper()
+		s := f.create(Spec{Task: "content-" + marker + "-" + randomHex(3), Workspace: f.workspace(), BaseImage: f.image})
+		sh(t, s, `echo `+marker+` > "$HOME/marker"; mkdir -p "$HOME/d"; ln -sf marker "$HOME/link"`)
+		defer f.m.Discard(ctx, s.ID())
+		return f.m.Snapshot(ctx, s.ID(), man)
+	}
+	a, err := snap("A")
+	if err != nil || a.Cached {
+		t.Fatalf("first snapshot: %+v %v", a, err)
+	}
+	defer f.m.RemoveSnapshot(ctx, a.Key)
+	if _, err := snap("B"); !errors.Is(err, ErrSnapshotMismatch) {
+		t.Fatalf("a different content under the same key: %v, want ErrSnapshotMismatch", err)
+	}
+	// Control: the same content (another workspace, other mtimes) hits.
+	again, err := snap("A")
+	if err != nil || !again.Cached || again.ID != a.ID {
+		t.Fatalf("same content: %+v %v", again, err)
+	}
+	// What is in the image is still "A".
+	ref, _ := SnapshotRef(a.Key)
+	s := f.create(Spec{Task: "check-" + randomHex(3), Workspace: f.workspace(), BaseImage: ref})
+	if r := sh(t, s, `cat "$HOME/marker"`); r.Stdout != "A\n" {
+		t.Fatalf("the snapshot holds %q", r.Stdout)
+	}
+	f.m.Discard(ctx, s.ID())
+}
+
+func TestHashFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	os.Chmod(filepath.Join(dir, "f"), 0o640) // not the umask's
+	os.Chmod(dir, 0o750)
+	os.Symlink("f", filepath.Join(dir, "l"))
+	var out strings.Builder
+	in := strings.Join([]string{dir, filepath.Join(dir, "f"), filepath.Join(dir, "l"), filepath.Join(dir, "gone")}, "\x00")
+	if err := HashFiles(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	q := strconv.Quote
+	want := q(dir) + "\tdir\tdrwxr-x---\t-\n" +
+		q(filepath.Join(dir, "f")) + "\tfile\t-rw-r-----\t2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881\n" +
+		q(filepath.Join(dir, "l")) + "\tsymlink\tLrwxrwxrwx\t252f10c83610ebca1a059c0bae8255eba2f95be4d1d7bcfa89d7248a82d9f111\n" +
+		q(filepath.Join(dir, "gone")) + "\tmissing\t-\t-\n"
+	if out.String() != want {
+		t.Fatalf("HashFiles:\n%s\nwant\n%s", out.String(), want)
+	}
 }
