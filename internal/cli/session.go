@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
+	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -553,6 +554,12 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 }
 
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
+	// Private temp dirs (and, as root, cgroups) of native runs whose vak
+	// process is gone, e.g. killed with SIGKILL. Their commands died with
+	// it: the sandbox's init is killed with its parent.
+	for _, p := range broker.CleanStale() {
+		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
+	}
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err
@@ -646,7 +653,8 @@ func (a *app) newGCCmd() *cobra.Command {
 ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
-touched.`,
+touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
+cgroups of native (landlock) runs whose vak process is gone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.gc(cmd.Context(), &sf)

@@ -64,7 +64,9 @@ func buildView(p Policy) error {
 	}
 	specs = append(specs,
 		&mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite},
-		&mountSpec{target: "/tmp", source: p.TempDir},
+		// /tmp is a tmpfs of sandbox.limits.tmpfs bytes like HOME and
+		// /dev/shm, not a directory on the host's disk.
+		&mountSpec{target: "/tmp"},
 		&mountSpec{target: "/dev"},
 		&mountSpec{target: "/dev/shm"},
 	)
@@ -114,8 +116,8 @@ func buildView(p Policy) error {
 		}
 	}()
 
-	// The new root: a tmpfs mounted over the private temp dir (already
-	// cloned above, so nothing is lost).
+	// The new root: a tmpfs mounted over the private temp dir (an empty
+	// directory that only serves as the mount point).
 	root := p.TempDir
 	if err := unix.Mount("vak-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
 		return fmt.Errorf("mount root tmpfs: %w", err)
@@ -127,15 +129,8 @@ func buildView(p Policy) error {
 	for _, s := range specs {
 		dst := filepath.Join(root, s.target)
 		if s.file {
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
-			if err != nil && !errors.Is(err, unix.EROFS) && !errors.Is(err, os.ErrExist) {
+			if err := makeFileMountPoint(dst); err != nil {
 				return fmt.Errorf("create mount point %s: %w", s.target, err)
-			}
-			if f != nil {
-				f.Close()
 			}
 		} else if err := os.MkdirAll(dst, 0o755); err != nil && !errors.Is(err, unix.EROFS) {
 			return fmt.Errorf("create mount point %s: %w", s.target, err)
@@ -143,7 +138,7 @@ func buildView(p Policy) error {
 		if s.source == "" {
 			flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 			opts := "mode=0755,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
-			if s.target == "/dev/shm" {
+			if s.target == "/dev/shm" || s.target == "/tmp" {
 				opts = "mode=1777,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
 			}
 			if s.target == p.Home {
@@ -282,4 +277,23 @@ func mountProtected(p Policy, root string) error {
 		}
 	}
 	return nil
+}
+
+// makeFileMountPoint makes sure a file exists at dst to mount a file on. An
+// existing one is used as it is, without opening it: a non-root user cannot
+// open /etc/shadow (mode 0640 root:shadow) of the host's /etc, yet may mount
+// /dev/null over it in its own mount namespace. Only a missing one is
+// created (mknod of a regular file, which needs no read permission either).
+func makeFileMountPoint(dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	err := unix.Mknod(dst, unix.S_IFREG|0o644, 0)
+	if err == nil || errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	return err
 }

@@ -23,6 +23,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
 	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
 	t.Run("HostSide", func(t *testing.T) { runHostSide(t, b) })
+	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
 }
 
 func testWorkspaceWrite(t *testing.T, b Backend) {

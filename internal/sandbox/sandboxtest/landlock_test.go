@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,8 +144,9 @@ func truncate(s string) string {
 // deadlock it (found by a benchmark). Many commands against a worker that
 // collects garbage constantly must all finish.
 func TestLandlockManyCommandsUnderGC(t *testing.T) {
-	t.Setenv("GOGC", "1")
 	e := NewEnv(t, landlockBackend(t))
+	testenv.Vak(t) // built with the usual GOGC, not the worker's
+	t.Setenv("GOGC", "1")
 	s := e.Start(sandbox.WorkspaceWrite)
 	for i := 0; i < 400; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -152,6 +154,54 @@ func TestLandlockManyCommandsUnderGC(t *testing.T) {
 		cancel()
 		if err != nil || r.ExitCode != 0 {
 			t.Fatalf("command %d: %v %+v (a hang here is the setsid deadlock)", i, err, r)
+		}
+	}
+}
+
+// The view works for whoever runs vak: host files the user cannot read
+// (/etc/shadow is 0640 root:shadow) are empty placeholders, never a reason
+// to fail. The workspace and the writable tmpfs mounts are nosuid, and /tmp
+// is a tmpfs (bounded by sandbox.limits.tmpfs, see Hardening/TmpBounded),
+// not the host's disk.
+func TestLandlockViewMounts(t *testing.T) {
+	fi, err := os.Stat("/etc/shadow")
+	if err != nil || fi.Size() == 0 {
+		t.Skip("control impossible: no non-empty /etc/shadow on this host")
+	}
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := Sh(t, s, `wc -c < /etc/shadow; cat /proc/self/mountinfo`)
+	lines := strings.SplitN(r.Stdout, "\n", 2)
+	if strings.TrimSpace(lines[0]) != "0" {
+		t.Errorf("/etc/shadow in the view has %s bytes, want an empty placeholder (%q)", lines[0], r.Stderr)
+	}
+	mounts := map[string][]string{} // mount point -> options and fs type
+	for _, l := range strings.Split(r.Stdout, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 10 {
+			continue
+		}
+		sep := slices.Index(f, "-")
+		if sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		mounts[f[4]] = append(strings.Split(f[5], ","), "type="+f[sep+1])
+	}
+	for mp, want := range map[string][]string{
+		e.Workspace: {"nosuid", "rw"},
+		"/tmp":      {"nosuid", "type=tmpfs"},
+		"/dev/shm":  {"nosuid", "type=tmpfs"},
+		e.Home:      {"nosuid", "type=tmpfs"},
+	} {
+		opts, ok := mounts[mp]
+		if !ok {
+			t.Errorf("no mount at %s in the view:\n%s", mp, r.Stdout)
+			continue
+		}
+		for _, w := range want {
+			if !slices.Contains(opts, w) {
+				t.Errorf("mount %s has %v, want %s", mp, opts, w)
+			}
 		}
 	}
 }

@@ -86,13 +86,16 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 	if err := b.Available(context.Background()); err != nil {
 		e.T.Fatalf("backend %s unavailable: %v", b.Name(), err)
 	}
+	// Build vak before the start's deadline runs: a build on a loaded
+	// machine (or under the GOGC=1 of a test) can take longer than it.
+	vak := testenv.Vak(e.T)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := broker.Start(ctx, broker.Options{
 		Config:     &cfg,
 		Workspace:  e.Workspace,
 		Backend:    b,
-		Executable: testenv.Vak(e.T),
+		Executable: vak,
 		Stderr:     testWriter{e.T},
 		Labels:     map[string]string{testenv.TestLabel: "1"},
 	})
