@@ -72,7 +72,8 @@ template's initializeCommand (vak devcontainer prepare) places the gateway's
 config on the host before compose starts. .devcontainer/ and .vscode/ are
 mounted read-only in the agent's container, and so are the protected paths
 of the trusted config (.git/hooks, .git/config, .envrc, ...) that exist when
-init runs.`,
+init runs (their parent directories, such as .git, are bound onto
+themselves so that they cannot be renamed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ws, labels, err := f.resolve()
@@ -106,8 +107,8 @@ init runs.`,
 			if err != nil {
 				return exitFor(err)
 			}
-			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath,
-				Protected: devcontainer.ExistingProtected(ws, cfg.Files.Protected)}
+			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath}
+			t.Protected, t.Pinned = devcontainer.ExistingProtected(ws, cfg.Files.Protected)
 			if sc != nil {
 				t.Env = sc.Env
 			}

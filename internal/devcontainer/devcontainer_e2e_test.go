@@ -233,8 +233,21 @@ hosts = ["allowed.test"]
 				sb(a)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(ws, "moved")); err == nil {
-			t.Errorf("the agent moved a protected dir")
+		// The parent of a protected path: renaming .git and planting a
+		// fresh one would undo the read-only hooks.
+		sb("mv " + ws + "/.git " + ws + "/.git-moved && mkdir -p " + ws + "/.git/hooks && echo evil > " + ws + "/.git/hooks/pre-commit")
+		if _, err := os.Stat(filepath.Join(ws, ".git-moved")); err == nil {
+			t.Errorf("the agent renamed .git")
+		}
+		// (mv across mounts may copy first: the copy is harmless, the
+		// original must stay.)
+		for _, d := range []string{devcontainer.Dir, devcontainer.VSCodeDir, ".git/hooks"} {
+			if fi, err := os.Stat(filepath.Join(ws, d)); err != nil || !fi.IsDir() {
+				t.Errorf("the agent moved or removed %s: %v", d, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".git/hooks/pre-commit")); err == nil {
+			t.Errorf("the agent planted a hook")
 		}
 		for _, f := range []string{devcontainer.ConfigFile, devcontainer.ComposeFile} {
 			data, err := os.ReadFile(filepath.Join(ws, devcontainer.Dir, f))

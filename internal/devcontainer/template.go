@@ -68,24 +68,35 @@ type Template struct {
 	// the agent's container (those of the trusted config's protected list
 	// that exist when init runs; ProtectedDirs always are).
 	Protected []string
+	// Pinned are workspace-relative directories bound onto themselves
+	// read-write (mount points cannot be renamed or replaced).
+	Pinned []string
 }
 
 // ExistingProtected returns the entries of protected (workspace-relative)
 // that exist in ws as files or directories (not links), for
-// Template.Protected: a bind mount needs its source, and compose would
-// create a missing one as a directory.
-func ExistingProtected(ws string, protected []string) []string {
-	var out []string
+// Template.Protected (a bind mount needs its source, and compose would
+// create a missing one as a directory), and their parent directories inside
+// the workspace, for Template.Pinned: a directory holding a mount point can
+// still be renamed, and a renamed .git with a fresh .git in its place would
+// undo the read-only .git/hooks.
+func ExistingProtected(ws string, protected []string) (ro, pinned []string) {
 	for _, p := range protected {
 		clean := filepath.Clean(p)
 		if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") || slices.Contains(ProtectedDirs, clean) {
 			continue
 		}
 		if fi, err := os.Lstat(filepath.Join(ws, clean)); err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
-			out = append(out, clean)
+			ro = append(ro, clean)
+			for d := filepath.Dir(clean); d != "."; d = filepath.Dir(d) {
+				if fi, err := os.Lstat(filepath.Join(ws, d)); err == nil && fi.IsDir() && !slices.Contains(pinned, d) {
+					pinned = append(pinned, d)
+				}
+			}
 		}
 	}
-	return out
+	slices.Sort(pinned)
+	return ro, pinned
 }
 
 // Names of a workspace's volumes (external to the compose project: they
@@ -229,6 +240,10 @@ func (t *Template) Compose() ([]byte, error) {
 		env = append(env, name+"="+t.Placeholders[name])
 	}
 	vols := []string{t.Workspace + ":" + t.Workspace}
+	for _, d := range t.Pinned {
+		p := filepath.Join(t.Workspace, d)
+		vols = append(vols, p+":"+p)
+	}
 	for _, d := range append(slices.Clone(ProtectedDirs), t.Protected...) {
 		p := filepath.Join(t.Workspace, d)
 		vols = append(vols, p+":"+p+":ro")

@@ -64,15 +64,18 @@ func TestExistingProtected(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
 	os.Symlink("/etc", filepath.Join(ws, ".vak"))
-	got := ExistingProtected(ws, []string{".git/hooks", ".git/config", ".envrc", ".vak", "../x", "/etc", ".vscode"})
-	if strings.Join(got, ",") != ".git/hooks,.envrc" {
-		t.Errorf("ExistingProtected = %v", got)
+	got, pinned := ExistingProtected(ws, []string{".git/hooks", ".git/config", ".envrc", ".vak", "../x", "/etc", ".vscode"})
+	if strings.Join(got, ",") != ".git/hooks,.envrc" || strings.Join(pinned, ",") != ".git" {
+		t.Errorf("ExistingProtected = %v, pinned %v", got, pinned)
 	}
 	tp := testTemplate(t)
-	tp.Protected = got
+	tp.Protected, tp.Pinned = got, pinned
 	data, _ := tp.Compose()
 	if !strings.Contains(string(data), filepath.Join(tp.Workspace, ".envrc")+":ro") {
 		t.Errorf("protected path not mounted read-only:\n%s", data)
+	}
+	if g := filepath.Join(tp.Workspace, ".git"); !strings.Contains(string(data), `"`+g+":"+g+`"`) {
+		t.Errorf(".git not pinned:\n%s", data)
 	}
 }
 
