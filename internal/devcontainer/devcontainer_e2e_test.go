@@ -345,6 +345,30 @@ hosts = ["allowed.test"]
 			t.Errorf("after the repairing up: %s", out)
 		}
 	})
+	t.Run("ConfigChangeReachesTheRunningGateway", func(t *testing.T) {
+		if out := lastLine(sb("probe tls https://unbound.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Fatalf("control: unbound.test before the change: %s", out)
+		}
+		cfg := filepath.Join(xdgConfig, "vak", "config.toml")
+		data, _ := os.ReadFile(cfg)
+		os.WriteFile(cfg, []byte(strings.Replace(string(data), `hosts = ["allowed.test", "unbound.test"]`, `hosts = ["allowed.test"]`, 1)), 0o600)
+		gw := gatewayOf()
+		if out := mustRun(dc, "up", "--workspace-folder", ws); !strings.Contains(out, "config changed") {
+			t.Errorf("prepare did not report the changed config:\n%s", out)
+		}
+		if gatewayOf() != gw {
+			t.Errorf("the gateway container was replaced (want restarted in place)")
+		}
+		if out := lastLine(sb("probe tls https://unbound.test/status/200 5s")); strings.HasPrefix(out, "OK 200") {
+			t.Errorf("the running gateway still allows the removed host: %s", out)
+		}
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("after the change: %s", out)
+		}
+		if ph := lastLine(sb("echo $TOKEN")); !strings.HasPrefix(ph, "vakph_") {
+			t.Errorf("placeholder after restart: %q", ph)
+		}
+	})
 }
 
 func lastLine(s string) string {

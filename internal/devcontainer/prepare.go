@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -168,6 +169,9 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 			if _, err := cli.ContainerRestart(ctx, gw.ID, client.ContainerRestartOptions{}); err != nil {
 				return fmt.Errorf("devcontainer: restart gateway: %w", err)
 			}
+			if err := waitHealthy(ctx, cli, gw.ID); err != nil {
+				return fmt.Errorf("devcontainer: the restarted gateway: %w", err)
+			}
 		}
 		os.MkdirAll(filepath.Dir(digestFile), 0o700)
 		if err := os.WriteFile(digestFile, []byte(digest), 0o600); err != nil {
@@ -282,4 +286,31 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// waitHealthy polls a container until its health check passes.
+func waitHealthy(ctx context.Context, cli *client.Client, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, proxynet.DefaultReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		res, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return err
+		}
+		if st := res.Container.State; st != nil {
+			if !st.Running {
+				return fmt.Errorf("%s is not running (%s)", short(id), st.Status)
+			}
+			if st.Health != nil && st.Health.Status == container.Healthy {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy after %v", short(id), proxynet.DefaultReadyTimeout)
+		case <-tick.C:
+		}
+	}
 }
