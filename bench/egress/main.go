@@ -60,6 +60,7 @@ const (
 
 func main() {
 	vakBin := flag.String("vak", "", "path to the vak binary (go build -o /tmp/vak ./cmd/vak)")
+	vakBase := flag.String("vak-base", "", "optional second vak binary (e.g. built from main) run interleaved as \"vak-base\" for a before/after comparison in one run")
 	mitmBin := flag.String("mitmdump", "mitmdump", "path to mitmdump")
 	dur := flag.Duration("duration", 10*time.Second, "measurement time per scenario")
 	warm := flag.Duration("warmup", 2*time.Second, "warm-up time per scenario")
@@ -68,7 +69,16 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds per concurrency (duration is split across them)")
 	mitmDefaultUpload := flag.Bool("mitm-default-upload", false, "also upload through mitmproxy with its default settings (buffers the whole body; very slow)")
 	flag.Var(&vakEnv, "vak-env", "extra NAME=value for the vak process (repeatable; e.g. GOMAXPROCS=1)")
+	concList := flag.String("conc", "1,32", "comma-separated client concurrencies")
 	flag.Parse()
+	var concs []int
+	for _, f := range strings.Split(*concList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("-conc: bad concurrency %q", f)
+		}
+		concs = append(concs, n)
+	}
 	if *vakBin == "" {
 		log.Fatal("-vak is required")
 	}
@@ -108,13 +118,22 @@ func main() {
 		auth string
 	}
 	cs := []contender{{"direct", direct, "Bearer " + secretValue}, {"vak", vak.transport(), "Bearer " + vak.placeholder}}
+	var base *proxyProc
+	if *vakBase != "" {
+		baseDir := filepath.Join(dir, "base")
+		if err := os.Mkdir(baseDir, 0o700); err != nil {
+			log.Fatal(err)
+		}
+		base = startVak(*vakBase, baseDir, upPort, caPEM)
+		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder})
+	}
 	var mitm *proxyProc
 	if !*skipMitm {
 		mitm = startMitm(*mitmBin, dir, upPort, caPEM, "")
 		cs = append(cs, contender{"mitmproxy", mitm.transport(), "Bearer " + mitm.placeholder})
 	}
 	results := map[string]map[int]stats{}
-	for _, c := range []int{1, 32} {
+	for _, c := range concs {
 		acc := map[string]*stats{}
 		for _, ct := range cs {
 			load(ct.tr, target, ct.auth, c, *warm, 0, nil) // warm-up
@@ -135,6 +154,9 @@ func main() {
 	direct.CloseIdleConnections()
 	vakPeak := peakRSS(vak.cmd.Process.Pid)
 	vak.stop()
+	if base != nil {
+		base.stop()
+	}
 	var mitmPeak int64
 	if mitm != nil {
 		mitmPeak = peakRSS(mitm.cmd.Process.Pid)
@@ -162,8 +184,8 @@ func main() {
 	fmt.Println()
 	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, name := range []string{"direct", "vak", "mitmproxy"} {
-		for _, c := range []int{1, 32} {
+	for _, name := range []string{"direct", "vak", "vak-base", "mitmproxy"} {
+		for _, c := range concs {
 			s, ok := results[name][c]
 			if !ok {
 				continue
@@ -179,8 +201,13 @@ func main() {
 		}
 	}
 	fmt.Println()
+	if b, ok := results["vak-base"]; ok {
+		for _, c := range concs {
+			fmt.Printf("- vak vs vak-base at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/b[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(b[c].p50-results["direct"][c].p50))
+		}
+	}
 	if m, ok := results["mitmproxy"]; ok {
-		for _, c := range []int{1, 32} {
+		for _, c := range concs {
 			fmt.Printf("- throughput ratio vak/mitmproxy at concurrency %d: **%.1f×**\n", c, results["vak"][c].rps/m[c].rps)
 		}
 		fmt.Printf("- peak RSS over the GET runs: vak %s, mitmproxy %s\n", mib(vakPeak), mib(mitmPeak))
