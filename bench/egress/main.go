@@ -116,8 +116,9 @@ func main() {
 		name string
 		tr   *http.Transport
 		auth string
+		pid  int // the proxy process (0: none)
 	}
-	cs := []contender{{"direct", direct, "Bearer " + secretValue}, {"vak", vak.transport(), "Bearer " + vak.placeholder}}
+	cs := []contender{{"direct", direct, "Bearer " + secretValue, 0}, {"vak", vak.transport(), "Bearer " + vak.placeholder, vak.cmd.Process.Pid}}
 	var base *proxyProc
 	if *vakBase != "" {
 		baseDir := filepath.Join(dir, "base")
@@ -125,12 +126,12 @@ func main() {
 			log.Fatal(err)
 		}
 		base = startVak(*vakBase, baseDir, upPort, caPEM)
-		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder})
+		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder, base.cmd.Process.Pid})
 	}
 	var mitm *proxyProc
 	if !*skipMitm {
 		mitm = startMitm(*mitmBin, dir, upPort, caPEM, "")
-		cs = append(cs, contender{"mitmproxy", mitm.transport(), "Bearer " + mitm.placeholder})
+		cs = append(cs, contender{"mitmproxy", mitm.transport(), "Bearer " + mitm.placeholder, mitm.cmd.Process.Pid})
 	}
 	results := map[string]map[int]stats{}
 	for _, c := range concs {
@@ -141,7 +142,9 @@ func main() {
 		}
 		for range *rounds {
 			for _, ct := range cs {
+				cpu0 := procCPU(ct.pid)
 				load(ct.tr, target, ct.auth, c, 0, *dur/time.Duration(*rounds), acc[ct.name])
+				acc[ct.name].raw.cpu += procCPU(ct.pid) - cpu0
 			}
 		}
 		for _, ct := range cs {
@@ -182,8 +185,8 @@ func main() {
 	// Report.
 	fmt.Println("## Keep-alive HTTPS GET (" + strconv.Itoa(bodySize) + "-byte responses, HTTP/1.1 client legs)")
 	fmt.Println()
-	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | proxy CPU/req | errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, name := range []string{"direct", "vak", "vak-base", "mitmproxy"} {
 		for _, c := range concs {
 			s, ok := results[name][c]
@@ -197,7 +200,11 @@ func main() {
 				}
 				return ms(a - b)
 			}
-			fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s | %d |\n", name, c, s.rps, ms(s.p50), ms(s.p99), added(s.p50, d.p50), added(s.p99, d.p99), s.errors)
+			cpu := "-"
+			if name != "direct" {
+				cpu = fmt.Sprintf("%.0f µs", float64(s.cpuPerReq)/float64(time.Microsecond))
+			}
+			fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s | %s | %d |\n", name, c, s.rps, ms(s.p50), ms(s.p99), added(s.p50, d.p50), added(s.p99, d.p99), cpu, s.errors)
 		}
 	}
 	fmt.Println()
@@ -456,12 +463,16 @@ type stats struct {
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
-	raw      acc
+	// cpuPerReq is the proxy process's CPU time (user + system) per
+	// request: less sensitive to a busy machine than latency.
+	cpuPerReq time.Duration
+	raw       acc
 }
 
 type acc struct {
 	lat    []time.Duration
 	errors int64
+	cpu    time.Duration
 }
 
 func (a *stats) finish(total time.Duration) stats {
@@ -471,6 +482,7 @@ func (a *stats) finish(total time.Duration) stats {
 	if len(lat) > 0 {
 		s.p50 = lat[len(lat)/2]
 		s.p99 = lat[len(lat)*99/100]
+		s.cpuPerReq = a.raw.cpu / time.Duration(len(lat))
 	}
 	return s
 }
@@ -604,5 +616,29 @@ func procStatus(pid int, key string) int64 {
 	return 0
 }
 
-func peakRSS(pid int) int64    { return procStatus(pid, "VmHWM") }
+func peakRSS(pid int) int64 { return procStatus(pid, "VmHWM") }
+
+// procCPU is pid's user + system CPU time so far (0 for pid 0 or when
+// unreadable), from /proc/PID/stat in clock ticks (USER_HZ, 100 on Linux).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100)
+}
 func currentRSS(pid int) int64 { return procStatus(pid, "VmRSS") }
