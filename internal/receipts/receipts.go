@@ -436,7 +436,7 @@ func (l *Log) writer() {
 		encode(r)
 		// Batch whatever else is already queued.
 	drain:
-		for n < 256 {
+		for n < maxBatch {
 			select {
 			case r2, ok := <-l.ch:
 				if !ok {
@@ -480,8 +480,25 @@ func (l *Log) writer() {
 		l.mu.Lock()
 		l.flushed.Broadcast()
 		l.mu.Unlock()
+		if n < maxBatch {
+			// Let the next records queue up instead of being woken for
+			// each: a send to the buffered channel wakes nobody while the
+			// writer sleeps (see BatchDelay).
+			time.Sleep(BatchDelay)
+		}
 	}
 }
+
+// BatchDelay is how long the writer waits after writing a batch before
+// taking the next one, so records that arrive one by one (a client making
+// one request at a time) are written a few at a time instead of each
+// waking the writer (a thread wake-up per request, on the request's
+// critical path on a small machine). Appends never wait for it; a record
+// reaches the file at most this much later.
+const BatchDelay = time.Millisecond
+
+// maxBatch is the most records written in one batch.
+const maxBatch = 256
 
 // writeHead replaces the head sidecar atomically.
 func (l *Log) writeHead() error {
