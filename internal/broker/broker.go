@@ -31,6 +31,7 @@ import (
 	"vak/internal/sandbox/landlock"
 	"vak/internal/sandbox/seatbelt"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker"
 )
 
@@ -85,6 +86,9 @@ type Session struct {
 
 // Start starts a worker for opts.
 func Start(ctx context.Context, opts Options) (*Session, error) {
+	// Phases for vak run --trace (nil trace: nothing recorded).
+	tr := trace.From(ctx)
+	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
 	s := &Session{opts: opts}
 	for _, p := range cfg.Files.Protected {
@@ -239,7 +243,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}()
 		return nil
 	}
+	endPrepare()
+	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	client, err := worker.Start(ctx, cmd, onStarted)
+	endStart()
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
