@@ -273,7 +273,7 @@ func startUpstream(cert tls.Certificate) (*http.Server, int) {
 				return
 			}
 			if r.Header.Get("Authorization") != "Bearer "+secretValue {
-				http.Error(w, "bad credentials", 401)
+				http.Error(w, "bad credentials", http.StatusUnauthorized)
 				return
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(bodySize))

@@ -26,7 +26,7 @@ import (
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/sandbox/landlock"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 func main() {
@@ -83,7 +83,7 @@ func main() {
 			log.Fatal(err)
 		}
 		d2, err := stats.Time(func() error {
-			r, err := sess.Bash(ctx, worker.BashArgs{Command: "true"}, nil)
+			r, err := sess.Bash(ctx, wire.BashArgs{Command: "true"}, nil)
 			if err == nil && r.ExitCode != 0 {
 				err = fmt.Errorf("exit %d", r.ExitCode)
 			}

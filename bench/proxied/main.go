@@ -21,9 +21,10 @@ import (
 	"strings"
 
 	"vak/bench/internal/stats"
+	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 const image = "vak-test:latest"
@@ -68,12 +69,16 @@ func main() {
 	ws, _ := paths.CanonicalWorkspace(mkdir(filepath.Join(base, "ws")))
 	cfg := filepath.Join(base, "config.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"upstream\"\naction = \"allow\"\nhosts = [\"allowed.test\"]\ncidrs = [\"%s/32\"]\n[network.dns.overrides]\n\"allowed.test\" = [%q]\n[gateway]\nextra_ca_bundles = [%q]\n", upIP, upIP, filepath.Join(certs, "ca.pem"))), 0o600)
-	eng, err := docker.NewEngine()
+	eng, err := taskenv.NewEngine()
 	if err != nil {
 		fail(err)
 	}
 	state := mkdir(filepath.Join(base, "state"))
-	net, err := proxynet.Ensure(context.Background(), proxynet.Options{Engine: eng, Workspace: ws, Binary: vak, UserConfig: cfg, StateDir: state, Labels: map[string]string{"vak.bench": "1"}, Progress: os.Stderr})
+	vcfg, err := config.Load(config.Options{UserFile: cfg})
+	if err != nil {
+		fail(err)
+	}
+	net, err := proxynet.Ensure(context.Background(), proxynet.Options{Engine: eng, Workspace: ws, Binary: vak, Sections: vcfg.EgressSections, ConfigFile: cfg, StateDir: state, Labels: map[string]string{"vak.bench": "1"}, Progress: os.Stderr})
 	if err != nil {
 		fail(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"vak/bench/internal/stats"
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 var labels = map[string]string{"vak.bench": "session"}
@@ -52,13 +52,13 @@ func main() {
 	tmp, _ := filepath.EvalSymlinks(os.TempDir())
 	ws, _ := os.MkdirTemp(tmp, "vak-bench-ws-")
 	defer os.RemoveAll(ws)
-	m := &docker.Manager{Worker: vak, Labels: labels}
+	m := &taskenv.Manager{Worker: vak, Labels: labels}
 	defer cleanup(m)
 
 	fmt.Printf("### Sessions (%s/%s, %d cores, image %s, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *image)
 
 	// 1. Exec latency.
-	s, err := m.Create(ctx, docker.Spec{Task: "exec", Workspace: ws, BaseImage: *image})
+	s, err := m.Create(ctx, taskenv.Spec{Task: "exec", Workspace: ws, BaseImage: *image})
 	must(err)
 	sock, err := m.Open(ctx, s.ID())
 	must(err)
@@ -66,7 +66,7 @@ func main() {
 	apiSocket := &stats.Sample{Name: "library API, session socket"}
 	vakExec := &stats.Sample{Name: "`vak session exec ID -- true` (process)"}
 	dockerExec := &stats.Sample{Name: "`docker exec CTR true` (process)"}
-	true_ := docker.Command{Argv: []string{"true"}}
+	true_ := taskenv.Command{Argv: []string{"true"}}
 	for i := -5; i < *n; i++ {
 		d1 := timeIt(func() error { _, err := s.Exec(ctx, true_); return err })
 		d2 := timeIt(func() error { _, err := sock.Exec(ctx, true_); return err })
@@ -89,12 +89,12 @@ func main() {
 	cold := &stats.Sample{Name: "session create + first exec (cold)"}
 	warm := &stats.Sample{Name: "session create + first exec (warm pool)"}
 	run := &stats.Sample{Name: "`docker run --rm --network none IMAGE true`"}
-	pooled := &docker.Manager{Worker: vak, Labels: labels, PoolSize: 1}
+	pooled := &taskenv.Manager{Worker: vak, Labels: labels, PoolSize: 1}
 	defer cleanup(pooled)
-	spec := docker.Spec{Workspace: ws, BaseImage: *image}
+	spec := taskenv.Spec{Workspace: ws, BaseImage: *image}
 	for i := -2; i < *nCreate; i++ {
 		spec.Task = fmt.Sprintf("cold%d", i+2)
-		var cs *docker.Session
+		var cs *taskenv.Session
 		d1 := timeIt(func() error {
 			var err error
 			if cs, err = m.Create(ctx, spec); err == nil {
@@ -107,7 +107,7 @@ func main() {
 		_, err := pooled.FillPool(ctx, spec)
 		must(err)
 		time.Sleep(50 * time.Millisecond) // let the pooled worker's shims start
-		var ws *docker.Session
+		var ws *taskenv.Session
 		d2 := timeIt(func() error {
 			var err error
 			if ws, err = pooled.Create(ctx, spec); err == nil {
@@ -138,13 +138,13 @@ func main() {
 		spec.Task = fmt.Sprintf("snap%d", i)
 		ss, err := m.Create(ctx, spec)
 		must(err)
-		res, err := ss.Exec(ctx, docker.Command{Argv: []string{"sh", "-c", "head -c 104857600 /dev/urandom > $HOME/blob && cp $HOME/blob /tmp/blob2"}})
+		res, err := ss.Exec(ctx, taskenv.Command{Argv: []string{"sh", "-c", "head -c 104857600 /dev/urandom > $HOME/blob && cp $HOME/blob /tmp/blob2"}})
 		must(err)
 		if res.ExitCode != 0 {
 			log.Fatalf("write 100 MB: %+v", res)
 		}
-		man := docker.Manifest{"bench": fmt.Sprint(time.Now().UnixNano())}
-		var ref *docker.ImageRef
+		man := taskenv.Manifest{"bench": fmt.Sprint(time.Now().UnixNano())}
+		var ref *taskenv.ImageRef
 		snap.Add(timeIt(func() error { var err error; ref, err = m.Snapshot(ctx, ss.ID(), man); return err }))
 		hit.Add(timeIt(func() error {
 			r, err := m.Snapshot(ctx, ss.ID(), man)
@@ -162,7 +162,7 @@ func main() {
 		exec.Command("docker", "rmi", "-f", cid).Run()
 		spec.Task = fmt.Sprintf("from%d", i)
 		spec.BaseImage = ref.Ref
-		var fs *docker.Session
+		var fs *taskenv.Session
 		fromKey.Add(timeIt(func() error {
 			var err error
 			if fs, err = m.Create(ctx, spec); err == nil {
@@ -209,7 +209,7 @@ func buildStatic() (string, error) {
 }
 
 // cleanup removes every session of the bench.
-func cleanup(m *docker.Manager) {
+func cleanup(m *taskenv.Manager) {
 	ctx := context.Background()
 	list, _ := m.List(ctx)
 	for _, s := range list {

@@ -25,18 +25,17 @@ import (
 	"time"
 
 	"vak/internal/config"
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
-	"vak/internal/sandbox/landlock"
-	"vak/internal/sandbox/seatbelt"
 	"vak/internal/shellquote"
 	"vak/internal/trace"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker.
-const WorkerCommand = "__worker"
+const WorkerCommand = sandbox.WorkerCommand
 
 // TempPrefix names private temp dirs: TempPrefix + broker pid + "-" + random,
 // so that CleanStale can tell the ones whose broker is gone.
@@ -46,10 +45,6 @@ const TempPrefix = "vak-tmp-"
 // default. Everything else (tokens, cloud credentials, SSH agent sockets)
 // is scrubbed; config can name more (sandbox.env).
 var EnvAllowlist = []string{"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM", "NO_COLOR"}
-
-// DockerClientEnv are the variables the docker CLI itself needs in the host
-// worker of the docker backend (never passed into containers).
-var DockerClientEnv = []string{"PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY"}
 
 // DefaultPath is PATH when the host has none.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,22 +61,32 @@ type Options struct {
 	// Labels are added to containers (tests use vak.test=1).
 	Labels map[string]string
 	// Network, if set, attaches command containers to a proxied network
-	// (docker backend only); nil means no network.
+	// (command-scoped backends only; the others refuse it); nil means no
+	// network.
 	Network *sandbox.NetworkAttachment
 }
 
 // Session is a running worker for one workspace.
 type Session struct {
 	opts    Options
-	client  *worker.Client
+	client  *wire.Client
 	tempDir string
-	docker  *docker.Backend
-	env     []string // environment of sandboxed commands
-	prot    []string // absolute protected paths
-	cgroup  *landlock.Cgroup
-	// supervisor answers setsid notifications of a landlock worker that
-	// runs without namespaces (with them, stage 1 does).
-	supervisor *os.File
+	wrapper sandbox.Wrapper // command-scoped backends only
+	env     []string        // environment of sandboxed commands
+	prot    []string        // absolute protected paths
+	// release undoes what the process backend prepared (cgroups, ...).
+	release func()
+	// baseline is the workspace before the sandbox ran anything (a process
+	// backend whose processes all end with the worker, see
+	// sandbox.WorkerLaunch.SweepAtClose): Close sweeps against it once
+	// every sandboxed process is gone.
+	baseline *worker.TripwireState
+	// swept is what that last sweep did.
+	swept *wire.BashResult
+	// lifeline is the write end of a command-scoped worker's lifeline pipe
+	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
+	// this process dies.
+	lifeline *os.File
 }
 
 // Start starts a worker for opts.
@@ -108,26 +113,21 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
-	if opts.Network != nil {
-		if _, ok := opts.Backend.(*docker.Backend); !ok {
-			return nil, fmt.Errorf("broker: the proxied network needs the docker backend; the %s sandbox has no network at all", opts.Backend.Name())
-		}
-	}
 	cmd := exec.Command(exe, WorkerCommand)
 	cmd.Dir = opts.Workspace
-	var supRemote *os.File
 	cmd.Stderr = opts.Stderr
 	home, _ := os.UserHomeDir()
 
+	var launch *sandbox.WorkerLaunch
+	var lifeR *os.File
 	switch b := opts.Backend.(type) {
-	case *landlock.Backend:
+	case sandbox.ProcessBackend:
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
 		s.tempDir = tmp
-		s.env = sandboxEnv(cfg.Sandbox.Env, home, "/tmp")
-		p := landlock.Policy{
+		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
 			Workspace:   opts.Workspace,
 			Mode:        cfg.Sandbox.Mode,
 			TempDir:     tmp,
@@ -136,67 +136,37 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			WritePaths:  cfg.Sandbox.WritePaths,
 			Protected:   s.prot,
 			Limits:      cfg.Sandbox.Limits,
-			AllowWeaker: cfg.Sandbox.AllowWeaker || b.AllowWeaker,
-			UID:         os.Getuid(),
-			GID:         os.Getgid(),
-		}
-		ns, err := landlock.Configure(cmd, b.StatusFor(p.AllowWeaker))
+			Env:         hostCommandEnv(cfg.Sandbox.Env),
+			AllowWeaker: cfg.Sandbox.AllowWeaker,
+			Network:     opts.Network,
+		}, cmd)
 		if err != nil {
 			s.cleanup()
+			if opts.Network != nil {
+				err = fmt.Errorf("broker: %w", err)
+			}
 			return nil, err
 		}
-		if landlock.NeedCgroup() {
-			// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
-			if s.cgroup, err = landlock.NewCgroup(cfg.Sandbox.Limits); err != nil && !p.AllowWeaker {
-				s.cleanup()
-				return nil, fmt.Errorf("broker: %w (running as root, the process limit needs it; sandbox.allow_weaker accepts running without)", err)
-			}
+		s.release = launch.Cleanup
+		s.env, spec.Sandbox = launch.Env, launch.Spec
+		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
+			// Background jobs outlive the command that started them (until
+			// the session ends) and can plant after its check.
+			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
 		}
-		if !ns {
-			// No stage 1: stage 2 is our child, and we answer its setsid
-			// notifications (see landlock.Supervise).
-			s.env = sandboxEnv(cfg.Sandbox.Env, tmp, tmp)
-			cmd.Args = append(cmd.Args, "--stage", "2")
-			if s.supervisor, supRemote, err = landlock.SupervisorPair(); err != nil {
-				s.cleanup()
-				return nil, err
-			}
-		}
-		spec.Landlock, spec.Namespaces = &p, ns
-	case *seatbelt.Backend:
-		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
-		if err != nil {
-			return nil, fmt.Errorf("broker: private temp dir: %w", err)
-		}
-		s.tempDir = tmp
-		var deny []string
-		for _, d := range []func() (string, error){paths.ConfigDir, paths.StateDir} {
-			if p, err := d(); err == nil {
-				deny = append(deny, p)
-			}
-		}
-		p := seatbelt.Policy{
-			Workspace:  opts.Workspace,
-			Mode:       cfg.Sandbox.Mode,
-			TempDir:    tmp,
-			Home:       home,
-			ReadPaths:  cfg.Sandbox.ReadPaths,
-			WritePaths: cfg.Sandbox.WritePaths,
-			Protected:  cfg.Files.Protected,
-			Deny:       deny,
-		}
-		sb, err := seatbelt.Command(context.Background(), p, []string{exe, WorkerCommand})
-		if err != nil {
-			s.cleanup()
-			return nil, err
-		}
-		cmd.Path, cmd.Args = sb.Path, sb.Args
-		s.env = sandboxEnv(cfg.Sandbox.Env, filepath.Join(tmp, seatbelt.PrivateHome), tmp)
-	case *docker.Backend:
-		s.docker = b
-		spec.Env = hostEnv(DockerClientEnv)
+	case sandbox.Wrapper:
+		s.wrapper = b
+		spec.Env = b.HostEnv()
 		s.env = containerEnv(cfg.Sandbox.Env)
+		var err error
+		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
+		}
+		spec.Lifeline = lifelineFD
 	default:
+		if opts.Network != nil {
+			return nil, fmt.Errorf("broker: %w", sandbox.RefuseNetwork(b, opts.Network))
+		}
 		if b.Name() != string(sandbox.None) {
 			return nil, fmt.Errorf("broker: backend %s: %w", b.Name(), sandbox.ErrNotYetAvailable)
 		}
@@ -216,8 +186,15 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		return nil, err
 	}
 	cmd.ExtraFiles = []*os.File{r}
-	if supRemote != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, supRemote)
+	if launch != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, launch.ExtraFiles...)
+	}
+	if lifeR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lifeR)
+		if 2+len(cmd.ExtraFiles) != lifelineFD {
+			s.cleanup()
+			return nil, fmt.Errorf("broker: lifeline would be fd %d, not %d", 2+len(cmd.ExtraFiles), lifelineFD)
+		}
 	}
 	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
 	// Go runtime knobs reach the worker process itself (tests use GOGC to
@@ -227,12 +204,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// cgroup) happens before the sandbox runs anything.
 	onStarted := func(pid int) error {
 		r.Close()
-		if supRemote != nil {
-			supRemote.Close()
-			go landlock.Supervise(s.supervisor, pid)
+		if lifeR != nil {
+			lifeR.Close()
 		}
-		if s.cgroup != nil {
-			if err := s.cgroup.Add(pid); err != nil {
+		if launch != nil && launch.Started != nil {
+			if err := launch.Started(pid); err != nil {
 				w.Close()
 				return err
 			}
@@ -245,7 +221,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	endPrepare()
 	endStart := tr.Begin("worker start (sandbox set-up) to ready")
-	client, err := worker.Start(ctx, cmd, onStarted)
+	client, err := wire.Start(ctx, cmd, onStarted)
 	endStart()
 	if err != nil {
 		s.cleanup()
@@ -256,14 +232,14 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 }
 
 // Ready is the worker's ready event (what restrictions are in force).
-func (s *Session) Ready() worker.Event { return s.client.Ready() }
+func (s *Session) Ready() wire.Event { return s.client.Ready() }
 
 // Client is the raw protocol client (file tools).
-func (s *Session) Client() *worker.Client { return s.client }
+func (s *Session) Client() *wire.Client { return s.client }
 
 // Bash runs a command in the sandbox.
-func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(stream string, data []byte)) (*worker.BashResult, error) {
-	if s.docker == nil {
+func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
+	if s.wrapper == nil {
 		return s.client.Bash(ctx, a, onOutput)
 	}
 	// Command-scoped: wrap it, and send the wrapper as the command.
@@ -275,11 +251,11 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
-	var existing []string
-	for _, p := range s.prot {
-		if _, err := os.Lstat(p); err == nil {
-			existing = append(existing, p)
-		}
+	// What exists right now, resolved without following links (a link the
+	// last command planted must not make the daemon mount its target).
+	plan, err := protectionPlan(s.opts.Workspace, s.opts.Config.Files.Protected)
+	if err != nil {
+		return nil, err
 	}
 	c := sandbox.Command{
 		ID:        newID(),
@@ -289,10 +265,11 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 		Env:       env,
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: existing,
+		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
+		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
 	}
-	argv, err := s.docker.Wrap(c)
+	argv, err := s.wrapper.Wrap(c)
 	if err != nil {
 		return nil, err
 	}
@@ -302,14 +279,14 @@ func (s *Session) Bash(ctx context.Context, a worker.BashArgs, onOutput func(str
 		// The docker CLI is dead but its container may not be.
 		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if rerr := s.docker.Remove(rctx, c.ID); rerr != nil && err == nil {
+		if rerr := s.wrapper.Remove(rctx, c.ID); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
-	if err == nil && res.ExitCode == 125 {
-		// docker run's own failure; if the daemon went away, fail closed loudly.
-		s.docker.Invalidate()
-		if perr := s.docker.Available(ctx); perr != nil {
+	if err == nil {
+		// The wrapper's own failure (docker run's 125): if the backend went
+		// away, fail closed loudly.
+		if perr := s.wrapper.WrapperFailed(ctx, res.ExitCode); perr != nil {
 			return nil, perr
 		}
 	}
@@ -329,7 +306,7 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 	p = filepath.Clean(p)
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil || !paths.Within(ws, p) || !paths.Within(ws, real) {
-		return "", &worker.Error{Code: worker.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace or does not exist", cwd)}
+		return "", &wire.Error{Code: wire.CodeOutside, Message: fmt.Sprintf("cwd %q is outside the workspace or does not exist", cwd)}
 	}
 	return real, nil
 }
@@ -341,26 +318,83 @@ func (s *Session) Close() error {
 	defer cancel()
 	err := s.client.Close(ctx)
 	s.cleanup()
+	if s.baseline != nil && s.swept == nil {
+		// Every process of the sandbox is gone now (it ended with the
+		// worker): sweep against the workspace as it was before the
+		// session.
+		s.swept = &wire.BashResult{}
+		if serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
+			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
+		}
+	}
 	return err
 }
 
+// Swept reports what the sweep at Close removed or cleared (nil before
+// Close, or for backends that need none).
+func (s *Session) Swept() *wire.BashResult { return s.swept }
+
 func (s *Session) cleanup() {
+	if s.lifeline != nil {
+		s.lifeline.Close()
+	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)
 	}
-	if s.cgroup != nil {
-		s.cgroup.Remove()
+	if s.release != nil {
+		s.release()
+		s.release = nil
 	}
 }
 
-// sandboxEnv builds the environment of sandboxed commands: the allowlist and
-// configured names from the host, plus HOME and TMPDIR.
-func sandboxEnv(extra []string, home, tmp string) []string {
+// lifelineFD is a command-scoped worker's descriptor of its lifeline: the
+// extra file after the spec pipe.
+const lifelineFD = 4
+
+// protectionPlan walks the workspace (without following links) for what
+// the backend mounts to protect it: see fsguard.Plan.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	t, err := fsguard.OpenTree(ws)
+	if errors.Is(err, fsguard.ErrUnsupported) {
+		// No beneath-resolution here (macOS): the paths that exist, by
+		// name, as before.
+		var pl fsguard.Plan
+		for _, p := range protected {
+			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+				pl.ReadOnly = append(pl.ReadOnly, p)
+			}
+		}
+		return pl, nil
+	}
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(protected)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
+}
+
+// hostCommandEnv is the host part of the environment of sandboxed commands
+// in process-scoped backends: the allowlist and configured names, with a
+// default PATH; the backend adds HOME and TMPDIR.
+func hostCommandEnv(extra []string) []string {
 	env := hostEnv(append(slices.Clone(EnvAllowlist), extra...))
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
 		env = append(env, "PATH="+DefaultPath)
 	}
-	return append(env, "HOME="+home, "TMPDIR="+tmp)
+	return env
 }
 
 // containerEnv is what reaches docker containers (HOME is set by the wrap).
@@ -395,9 +429,10 @@ func newID() string {
 }
 
 // CleanStale removes what a killed broker could leave behind: private temp
-// dirs of this user whose broker process no longer exists, and (as root)
-// their empty cgroups. It returns what it removed.
-func CleanStale() []string {
+// dirs of this user whose broker process no longer exists, and what the
+// given backends left (sandbox.StaleCleaner: the landlock backend's empty
+// cgroups, as root). It returns what it removed.
+func CleanStale(backends ...sandbox.Backend) []string {
 	var removed []string
 	dir := os.TempDir()
 	entries, _ := os.ReadDir(dir)
@@ -419,5 +454,10 @@ func CleanStale() []string {
 			removed = append(removed, p)
 		}
 	}
-	return append(removed, landlock.CleanStaleCgroups(processAlive)...)
+	for _, b := range backends {
+		if c, ok := b.(sandbox.StaleCleaner); ok {
+			removed = append(removed, c.CleanStale(processAlive)...)
+		}
+	}
+	return removed
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"vak/internal/paths"
-	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
 )
 
@@ -258,9 +258,7 @@ func TestVersion(t *testing.T) {
 
 // The README's first command: the embedded default (landlock on Linux).
 func TestRunDefaultBackend(t *testing.T) {
-	if st := landlock.Probe(false); st.Problem != "" {
-		testenv.Missing(t, testenv.EnvRequireLandlock, st.Problem)
-	}
+	testenv.RequireLandlock(t)
 	ws := tempWorkspace(t)
 	cfg := writeConfig(t, "version = 1\n")
 	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "echo hello from the sandbox; touch made-by-sandbox; cat ~/.ssh/id_ed25519 2>&1; exit 4")
@@ -281,10 +279,100 @@ func TestRunDefaultBackend(t *testing.T) {
 	}
 	// A protected path the command creates is removed and reported.
 	code, _, errs = vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "mkdir .vak && echo 'version = 1' > .vak/config.toml")
-	if code != 0 || !strings.Contains(errs, "created protected path .vak") {
+	if code != 0 || !strings.Contains(errs, "protected path .vak") {
 		t.Fatalf("tripwire: exit %d %s", code, errs)
 	}
 	if _, err := os.Stat(filepath.Join(ws, ".vak")); err == nil {
 		t.Fatal(".vak survived")
+	}
+}
+
+// A SIGKILLed `vak run` (landlock) leaves no command running: the sandbox's
+// init dies with its parent and takes every process of the sandbox along.
+// The private temp dir it could not remove is what `vak gc` cleans up.
+func TestRunKilledLeavesNothing(t *testing.T) {
+	testenv.RequireLandlock(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the killed run's temp dir lands here, and gc looks here
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	// A unique argument marks the command among all processes of the host.
+	marker := fmt.Sprintf("300.%d", time.Now().UnixNano()%1_000_000_000)
+	cmd := exec.Command(workerExecutable, "--config", cfg, "run", "-w", ws, "--", "sleep", marker)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, "the sandboxed sleep to start", func() bool { return len(sleepers(marker)) > 0 })
+	pids := sleepers(marker)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	waitFor(t, fmt.Sprintf("the sandboxed sleep %v to die with its vak process", pids), func() bool { return len(sleepers(marker)) == 0 })
+
+	// The killed run's temp dir is still there (control), and gc removes it.
+	stale, _ := filepath.Glob(filepath.Join(tmp, "vak-tmp-"+strconv.Itoa(cmd.Process.Pid)+"-*"))
+	if len(stale) != 1 {
+		t.Fatalf("control: the killed run left no temp dir in %s (%v)", tmp, stale)
+	}
+	code, out, errs := vakMain(t, cfg, "gc")
+	t.Logf("killed vak %d with sandboxed sleep %v; vak gc: exit %d %q %q", cmd.Process.Pid, pids, code, out, errs)
+	if _, err := os.Stat(stale[0]); err == nil {
+		t.Fatalf("vak gc kept %s: %q %q", stale[0], out, errs)
+	}
+	if !strings.Contains(out, stale[0]) {
+		t.Errorf("vak gc did not report removing %s: %q", stale[0], out)
+	}
+}
+
+// sleepers returns the pids of processes whose argv is exactly sleep MARKER.
+func sleepers(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if a := strings.Split(strings.TrimRight(string(argv), "\x00"), "\x00"); len(a) == 2 && filepath.Base(a[0]) == "sleep" && a[1] == marker {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitFor polls cond until it holds, failing the test after a generous bound
+// (a hang, not a slow machine).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// doctor reports the roots a proxied topology's gateway trusts upstream:
+// the compiled-in set and the host bundle ($SSL_CERT_FILE here).
+func TestDoctorUpstreamRoots(t *testing.T) {
+	testenv.RequireDocker(t)
+	ws := tempWorkspace(t)
+	bundle := testenv.GenCerts(t, "x.test").CA
+	t.Setenv("SSL_CERT_FILE", bundle)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"a.test\"]\n[gateway]\nextra_ca_bundles = [\""+bundle+"\"]\n")
+	code, out, errs := vakMain(t, cfg, "doctor", "-w", ws)
+	if code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	want := regexp.MustCompile(`gateway upstream roots: [1-9][0-9]+ compiled into vak, 1 from the host bundle ` + regexp.QuoteMeta(bundle) + ` \(copied at topology creation\), extra_ca_bundles ` + regexp.QuoteMeta(bundle))
+	if !want.MatchString(out) {
+		t.Fatalf("doctor does not report the upstream roots:\n%s", out)
 	}
 }

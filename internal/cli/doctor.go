@@ -9,9 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/paths"
+	"vak/internal/proxynet"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
-	"vak/internal/sandbox/landlock"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -96,14 +95,9 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		case n == sandbox.None:
 			status = "available (only with mode full-access: no isolation)"
 		default:
-			if d, ok := b.(*docker.Backend); ok && d.Probe != nil {
-				status += " (server " + d.Probe.Version() + ")"
-			}
-			if l, ok := b.(*landlock.Backend); ok {
-				st := l.Status()
-				status += " (" + st.Restricted + ")"
-				if st.Weaker {
-					status += "; WEAKER than designed, accepted by sandbox.allow_weaker: " + st.Problem
+			if d, ok := b.(sandbox.Describer); ok {
+				if more := d.Describe(ctx); more != "" {
+					status += " " + more
 				}
 			}
 		}
@@ -128,13 +122,14 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
 	fmt.Fprintf(out, "protected paths: %v\n", cfg.Files.Protected)
-	if netPolicy, err := effectiveNetwork(cfg, f.network); err == nil {
-		switch {
+	{
+		switch netPolicy := cfg.Network; {
 		case cfg.Sandbox.Mode == sandbox.FullAccess:
 			fmt.Fprintln(out, "network: unrestricted (mode full-access)")
-		case netPolicy == NetworkProxied && cfg.Egress != nil:
+		case netPolicy == sandbox.NetworkProxied && cfg.Egress != nil:
 			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); docker backend only)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets))
-		case netPolicy == NetworkProxied:
+			fmt.Fprintf(out, "gateway upstream roots: %s\n", proxynet.UpstreamRoots("", cfg.Egress.Gateway.ExtraCABundles))
+		case netPolicy == sandbox.NetworkProxied:
 			fmt.Fprintln(out, "network: proxied requested, but the user config has no [network] rules: proxied commands fail")
 		default:
 			fmt.Fprintln(out, "network: none")

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -20,6 +20,7 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/sandcat"
+	"vak/internal/netfence"
 	"vak/internal/paths"
 )
 
@@ -30,22 +31,13 @@ type gatewayFlags struct {
 	// network namespace (the gateway container of a proxied topology must
 	// never route packets between its networks).
 	noForwarding bool
+	// canary is the fence self-test canary's address (proxied topology).
+	canary string
 }
 
-// ipForwardFile says whether this network namespace forwards IPv4.
-const ipForwardFile = "/proc/sys/net/ipv4/ip_forward"
-
-// checkNoForwarding fails unless IPv4 forwarding is off here.
-func checkNoForwarding() error {
-	data, err := os.ReadFile(ipForwardFile)
-	if err != nil {
-		return fmt.Errorf("cannot verify that IP forwarding is off: %w", err)
-	}
-	if v := strings.TrimSpace(string(data)); v != "0" {
-		return fmt.Errorf("%s is %s: the gateway must not forward packets between its networks (create its container with sysctl net.ipv4.ip_forward=0)", ipForwardFile, v)
-	}
-	return nil
-}
+// CanaryFile, in the gateway's state dir, records what reached the fence
+// self-test canary directly.
+const CanaryFile = "fence-canary.log"
 
 func (a *app) newGatewayCmd() *cobra.Command {
 	var f gatewayFlags
@@ -80,6 +72,8 @@ Listener flags override the config; "-" disables a listener.`,
 	fl.StringVar(&f.session, "session", "", "session name for receipts (default random)")
 	fl.StringVar(&f.file, "gateway-config", "", "standalone gateway config file with only [network], [gateway], [secrets]")
 	fl.BoolVar(&f.noForwarding, "require-no-forwarding", false, "refuse to start unless IP forwarding is off in this network namespace")
+	fl.StringVar(&f.canary, "canary", "", "fence self-test canary address (TCP and UDP; arrivals are recorded in <state>/"+CanaryFile+")")
+	fl.MarkHidden("canary")
 	a.socketFlag(cmd, &f.socket)
 	cmd.AddCommand(
 		a.newGatewayAdminCmd("reload", "Reload the running gateway's configuration (connections stay up)", &f.socket),
@@ -128,11 +122,6 @@ func (a *app) gatewayLoader(file string) (func() (*egressconfig.Config, error), 
 }
 
 func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
-	if f.noForwarding {
-		if err := checkNoForwarding(); err != nil {
-			return exit(ExitUnavailable, fmt.Errorf("gateway: %w", err))
-		}
-	}
 	load, cfgFile, err := a.gatewayLoader(f.file)
 	if err != nil {
 		return exit(ExitConfig, err)
@@ -150,6 +139,13 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 	if err != nil {
 		return exit(ExitInternal, err)
 	}
+	if f.canary != "" {
+		c, err := netfence.ListenCanary(f.canary, filepath.Join(state, CanaryFile))
+		if err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("gateway: %w", err))
+		}
+		defer c.Close()
+	}
 	g, err := gateway.New(gateway.Options{
 		Load:              load,
 		ConfigFile:        cfgFile,
@@ -162,6 +158,8 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 		AdminSocket:       f.socket,
 		Receipts:          f.receipts,
 		HandleSIGHUP:      true,
+		// Checked before anything opens; failing it exits 69.
+		RequireNoForwarding: f.noForwarding,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(a.stdio.Err, "vak gateway: "+format+"\n", args...)
 		},

@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -82,7 +82,70 @@ With --check, only verify the rules and readiness (for health checks).`,
 	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
 	fl.DurationVar(&every, "verify-interval", DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")
-	cmd.AddCommand(a.newUnfenceCmd())
+	cmd.AddCommand(a.newUnfenceCmd(), a.newSelfTestCmd())
+	return cmd
+}
+
+// newSelfTestCmd probes the fence from inside the sandbox namespace (run
+// by proxynet in the netclient container when a topology comes up and
+// after a gateway restart). It prints one line per check and exits 1 if
+// any failed; the caller also checks the gateway's canary for the nonce.
+func (a *app) newSelfTestCmd() *cobra.Command {
+	var (
+		gateway, nonce, denied, sinkhole, resolver string
+		targets                                    []string
+		timeout                                    time.Duration
+		st                                         = netfence.SelfTest{Config: netfence.Config{
+			TransparentPort: netfence.DefaultTransparentPort,
+			ProxyPort:       netfence.DefaultProxyPort,
+			DNSPort:         netfence.DefaultDNSPort,
+			ForwarderPort:   netfence.DefaultForwarderPort,
+		}}
+	)
+	cmd := &cobra.Command{
+		Use:    "selftest --gateway IP --target IP:PORT... --nonce N",
+		Short:  "Prove the fence from inside the sandbox namespace",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if st.Gateway, err = netip.ParseAddr(gateway); err != nil {
+				return exit(ExitUsage, fmt.Errorf("--gateway: %w", err))
+			}
+			for _, t := range targets {
+				ap, err := netip.ParseAddrPort(t)
+				if err != nil {
+					return exit(ExitUsage, fmt.Errorf("--target: %w", err))
+				}
+				st.Targets = append(st.Targets, ap)
+			}
+			if sinkhole != "" {
+				if st.Sinkhole, err = netip.ParseAddr(sinkhole); err != nil {
+					return exit(ExitUsage, fmt.Errorf("--sinkhole: %w", err))
+				}
+			}
+			if st.Resolver, err = netip.ParseAddrPort(resolver); err != nil {
+				return exit(ExitUsage, fmt.Errorf("--resolver: %w", err))
+			}
+			st.Nonce, st.DeniedName, st.Timeout = nonce, denied, timeout
+			report, err := st.Run(cmd.Context())
+			for _, l := range report {
+				fmt.Fprintln(a.stdio.Out, l)
+			}
+			if err != nil {
+				return exit(ExitFailure, fmt.Errorf("fence self-test: %w", err))
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&gateway, "gateway", "", "gateway address on the sandbox network")
+	fl.StringArrayVar(&targets, "target", nil, "canary address IP:PORT to probe (repeatable)")
+	fl.StringVar(&nonce, "nonce", "", "marks this run's payloads")
+	fl.StringVar(&denied, "denied-name", "", "a name no rule allows")
+	fl.StringVar(&sinkhole, "sinkhole", "", "the expected block answer for it (empty: NXDOMAIN)")
+	fl.StringVar(&resolver, "resolver", "127.0.0.11:53", "the namespace's DNS server")
+	fl.DurationVar(&timeout, "timeout", 2*time.Second, "bound of each probe")
 	return cmd
 }
 
@@ -106,43 +169,10 @@ func (a *app) newUnfenceCmd() *cobra.Command {
 }
 
 func (a *app) netclient(c netfence.Config, every time.Duration) error {
-	os.Remove(ReadyFile)
-	if err := netfence.DisableIPv6(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := netfence.Run(ctx, c, netfence.RunOptions{VerifyEvery: every, ReadyFile: ReadyFile, Out: a.stdio.Out}); err != nil {
 		return exit(ExitFailure, err)
 	}
-	if err := netfence.Apply(c); err != nil {
-		return exit(ExitFailure, err)
-	}
-	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", c.ForwarderPort))
-	if err != nil {
-		return exit(ExitFailure, fmt.Errorf("netclient: forwarder: %w", err))
-	}
-	f := &netfence.Forwarder{Gateway: netip.AddrPortFrom(c.Gateway, c.TransparentPort)}
-	served := make(chan error, 1)
-	go func() { served <- f.Serve(ln) }()
-	if err := os.WriteFile(ReadyFile, []byte("ready\n"), 0o644); err != nil {
-		return exit(ExitFailure, err)
-	}
-	fmt.Fprintf(a.stdio.Out, "netclient: ready: TCP via %v:%d, DNS via %v:%d, everything else dropped\n", c.Gateway, c.TransparentPort, c.Gateway, c.DNSPort)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sigs:
-			ln.Close()
-			f.Close()
-			return nil
-		case err := <-served:
-			return exit(ExitFailure, fmt.Errorf("netclient: forwarder stopped: %v", err))
-		case <-tick.C:
-			if err := netfence.Verify(c); err != nil {
-				os.Remove(ReadyFile)
-				ln.Close()
-				f.Close()
-				return exit(ExitFailure, fmt.Errorf("netclient: rules changed, stopping (fail closed): %w", err))
-			}
-		}
-	}
+	return nil
 }

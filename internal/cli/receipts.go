@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,6 +86,72 @@ not.`,
 	}
 	verify.Flags().StringVar(&keyPath, "key", "", "the gateway's receipts public key (PEM; default: receipts-key/receipts.pub in vak's state directory)")
 	verify.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "accept a log without a signature file (written before receipts were signed)")
-	cmd.AddCommand(verify)
+	cmd.AddCommand(verify, a.newReceiptsLsCmd())
+	return cmd
+}
+
+func (a *app) newReceiptsLsCmd() *cobra.Command {
+	var keyPath string
+	var chainOnly bool
+	cmd := &cobra.Command{
+		Use:   "ls [DIR]",
+		Short: "List the kept receipts logs and verify each",
+		Long: `List every receipts log (*.jsonl) under DIR, by default vak's state
+directory's receipts/ (where the proxied network keeps one log per gateway
+lifetime, in proxynet-KEY/), with its record count, the time of its first
+and last record and whether it verifies, signatures included (--key, default:
+the receipts.pub in vak's state directory; --chain-only checks the hash
+chain and head only). Exits 1 when a log does not verify.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			state, err := paths.StateDir()
+			if err != nil {
+				return exit(ExitFailure, err)
+			}
+			dir := filepath.Join(state, "receipts")
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			var pub ed25519.PublicKey
+			if !chainOnly {
+				if keyPath == "" {
+					keyPath = filepath.Join(gateway.ReceiptsKeyDir(state), receipts.PubKeyFile)
+				}
+				if pub, err = receipts.LoadPublicKey(keyPath); err != nil {
+					return exit(ExitFailure, fmt.Errorf("%w (pass --key with the gateway's %s, or --chain-only)", err, receipts.PubKeyFile))
+				}
+			}
+			list, err := receipts.List(dir, pub)
+			if err != nil {
+				return exit(ExitFailure, err)
+			}
+			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "LOG\tRECORDS\tFIRST\tLAST\tVERIFIES")
+			bad := 0
+			stamp := func(t time.Time) string {
+				if t.IsZero() {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			for _, s := range list {
+				status := "OK"
+				if pub == nil {
+					status = "OK (chain only)"
+				}
+				if s.Problem != "" {
+					status, bad = "NO: "+s.Problem, bad+1
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.Path, s.Records, stamp(s.First), stamp(s.Last), status)
+			}
+			tw.Flush()
+			if bad > 0 {
+				return exit(ExitFailure, fmt.Errorf("%d of %d receipts log(s) do not verify (details: vak receipts verify FILE)", bad, len(list)))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyPath, "key", "", "the gateway's receipts public key (PEM; default: receipts-key/receipts.pub in vak's state directory)")
+	cmd.Flags().BoolVar(&chainOnly, "chain-only", false, "check the hash chains and heads only, not the signatures")
 	return cmd
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
+	"vak/internal/errclass"
+	"vak/internal/worker/wire"
 )
 
 // Exit statuses of vak itself. Otherwise `vak run` exits with the status of
@@ -52,6 +54,31 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // exit returns an error that makes Main exit with code, printing err if set.
 func exit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// exitFor maps an error to vak's exit status by its class (errclass), in
+// this one place: the packages say what kind of failure each sentinel is,
+// the command line says what status a kind gets. An error that already
+// carries a status keeps it; one without a class is a plain failure.
+func exitFor(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	switch errclass.Of(err) {
+	case errclass.Config:
+		return exit(ExitConfig, err)
+	case errclass.Unavailable:
+		return exit(ExitUnavailable, err)
+	case errclass.Invalid:
+		return exit(ExitUsage, err)
+	}
+	// Worker protocol errors that are the caller's mistake.
+	var we *wire.Error
+	if errors.As(err, &we) && (we.Code == wire.CodeOutside || we.Code == wire.CodeNotFound || we.Code == wire.CodeProtocol) {
+		return exit(ExitUsage, err)
+	}
+	return exit(ExitFailure, err)
+}
 
 // app is shared by all subcommands of one invocation.
 type app struct {
@@ -134,6 +161,6 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newNetclientCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd())
 	return root
 }

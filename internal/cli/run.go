@@ -13,12 +13,13 @@ import (
 
 	"vak/internal/broker"
 	"vak/internal/config"
+	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
 	"vak/internal/trace"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // processStart is when this process's Go packages were initialised: the
@@ -96,6 +97,13 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 	if f.image != "" {
 		cfg.Sandbox.Image = f.image
 	}
+	if f.network != "" {
+		n, err := sandbox.ParseNetworkPolicy(f.network)
+		if err != nil {
+			return fmt.Errorf("--network: %w", err)
+		}
+		cfg.Network = n
+	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout: must not be negative")
 	}
@@ -142,7 +150,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	end = tr.Begin("backend check")
-	b, _, err := registry(cfg).Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
+	reg := registry(cfg)
+	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))
 	}
@@ -151,18 +160,14 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	end()
 
-	netPolicy, err := effectiveNetwork(cfg, f.network)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if netPolicy == NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		if b.Name() != string(sandbox.Docker) {
-			return exit(ExitUnavailable, fmt.Errorf("the proxied network needs the docker backend (--backend docker); the %s sandbox has no network at all; nothing was run", b.Name()))
+	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+		if err := sandbox.CheckNetwork(b); err != nil {
+			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
-		acquire, release := a.proxyNet(cfg)
+		acquire, release := a.proxyNet(cfg, a.labels)
 		end = tr.Begin("proxied network: topology")
 		if attach, err = acquire(sigctx, ws); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
@@ -175,7 +180,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
-		if errors.Is(err, docker.ErrDaemonUnavailable) {
+		if errors.Is(err, errclass.Unavailable) {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
@@ -183,11 +188,14 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	defer func() {
 		defer tr.Begin("teardown")()
 		sess.Close()
+		if sw := sess.Swept(); sw != nil {
+			a.warnTripwire(sw)
+		}
 		// Leftovers of brokers that were killed (temp dirs, cgroups).
-		broker.CleanStale()
+		broker.CleanStale(reg.All()...)
 	}()
 
-	req := worker.BashArgs{Command: shellquote.Join(args), Stream: true}
+	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
@@ -203,19 +211,30 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
-	case errors.Is(err, docker.ErrDaemonUnavailable):
+	case errors.Is(err, errclass.Unavailable):
 		return exit(ExitUnavailable, err)
 	case err != nil:
-		var we *worker.Error
-		if errors.As(err, &we) && we.Code == worker.CodeOutside {
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeOutside {
 			return exit(ExitUsage, err)
 		}
 		return exit(ExitInternal, err)
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
 	}
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
+	a.warnTripwire(res)
 	return exit(res.ExitCode, nil)
+}
+
+// warnTripwire reports what the worker's check after a command did.
+func (a *app) warnTripwire(res *wire.BashResult) {
+	for _, p := range res.ProtectedRemoved {
+		a.warnf("the command created or redirected protected path %s; it was removed (it would run outside the sandbox)", p)
+	}
+	for _, p := range res.SetuidCleared {
+		a.warnf("the command left a setuid or setgid file %s; the bits were cleared", p)
+	}
+	for _, w := range res.TripwireWarnings {
+		a.warnf("check after the command: %s", w)
+	}
 }

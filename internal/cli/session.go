@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,13 +16,17 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
+	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
@@ -64,8 +70,8 @@ config or state, or another workspace. See docs/sessions.md.`,
 }
 
 // manager builds the session manager from config (nil: defaults only).
-func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, error) {
-	m := &docker.Manager{Worker: workerExecutable, Labels: map[string]string{}}
+func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
+	m := &taskenv.Manager{Worker: workerExecutable, Labels: map[string]string{}}
 	for k, v := range a.labels {
 		m.Labels[k] = v
 	}
@@ -76,15 +82,18 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 		}
 		m.Labels[k] = v
 	}
+	// Discarding a session releases its workspace's proxied network, with
+	// or without a config (session rm has none).
+	m.ReleaseProxyNet = a.releaseProxyNet
 	if cfg != nil {
-		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg)
+		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg, m.Labels)
 		s := cfg.Session
 		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
 		if s.Worker != "" {
 			m.Worker = s.Worker
 		}
-		m.EnvAllowlist = append(slices.Clone(docker.DefaultSessionEnv), cfg.Sandbox.Env...)
+		m.EnvAllowlist = append(slices.Clone(taskenv.DefaultSessionEnv), cfg.Sandbox.Env...)
 		if cfg.Sandbox.User == config.UserRoot {
 			m.User = docker.User{Root: true}
 		}
@@ -92,31 +101,12 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*docker.Manager, er
 	return m, nil
 }
 
-// sessionErr maps session errors to vak's exit statuses.
-func sessionErr(err error) error {
-	var ee *exitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ee):
-		return err
-	case errors.Is(err, docker.ErrDaemonUnavailable), errors.Is(err, docker.ErrSessionEnded), errors.Is(err, docker.ErrWorkerBinary), errors.Is(err, docker.ErrUnsupported):
-		return exit(ExitUnavailable, err)
-	case errors.Is(err, docker.ErrNoSession), errors.Is(err, docker.ErrInvalidSpec), errors.Is(err, docker.ErrForbiddenMount),
-		errors.Is(err, docker.ErrEnvNotAllowed), errors.Is(err, docker.ErrNetworkPolicy), errors.Is(err, docker.ErrSessionExists),
-		errors.Is(err, docker.ErrNoSnapshot), errors.Is(err, docker.ErrInstallNotAllowed):
-		return exit(ExitUsage, err)
-	}
-	var we *worker.Error
-	if errors.As(err, &we) && (we.Code == worker.CodeOutside || we.Code == worker.CodeNotFound || we.Code == worker.CodeProtocol) {
-		return exit(ExitUsage, err)
-	}
-	return exit(ExitFailure, err)
-}
+// sessionErr maps session errors to vak's exit statuses (see exitFor).
+func sessionErr(err error) error { return exitFor(err) }
 
 // quietGC removes finished sessions before a session command, best effort
 // and bounded (a daemon that is down is reported by the command itself).
-func quietGC(ctx context.Context, m *docker.Manager) {
+func quietGC(ctx context.Context, m *taskenv.Manager) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m.GC(ctx)
@@ -157,7 +147,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
-	fl.StringVar(&f.task, "task", docker.DefaultTask, "task name (with the workspace, it names the session)")
+	fl.StringVar(&f.task, "task", taskenv.DefaultTask, "task name (with the workspace, it names the session)")
 	fl.StringVar(&f.image, "image", "", "base image (default from config: sandbox.image)")
 	fl.StringVar(&f.from, "from", "", "start from the snapshot with this key")
 	fl.StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
@@ -170,7 +160,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 }
 
 func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags) error {
-	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout})
+	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
 	if err != nil {
 		return err
 	}
@@ -187,27 +177,23 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		if f.image != "" {
 			return exit(ExitUsage, errors.New("--from and --image exclude each other"))
 		}
-		if image, err = docker.SnapshotRef(f.from); err != nil {
+		if image, err = taskenv.SnapshotRef(f.from); err != nil {
 			return exit(ExitUsage, err)
 		}
 	}
 	quietGC(ctx, m)
-	spec := docker.Spec{
+	spec := taskenv.Spec{
 		Task:           f.task,
 		Workspace:      ws,
 		BaseImage:      image,
 		Limits:         cfg.Sandbox.Limits,
 		Mode:           cfg.Sandbox.Mode,
-		Env:            docker.HostEnv(m.EnvAllowlist),
+		Env:            taskenv.HostEnv(m.EnvAllowlist),
 		Mounts:         f.mounts,
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
-	netPolicy, err := effectiveNetwork(cfg, f.network)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
-	spec.NetworkPolicy = docker.NetworkPolicy(netPolicy)
+	spec.NetworkPolicy = cfg.Network
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
 	}
@@ -215,6 +201,10 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	defer stop()
 	s, err := m.Create(sigctx, spec)
 	if err != nil {
+		if spec.NetworkPolicy == taskenv.NetworkProxied {
+			// A topology brought up for this create goes again.
+			a.releaseProxyNet(context.Background(), ws)
+		}
 		return err
 	}
 	fmt.Fprintln(a.stdio.Out, s.ID())
@@ -297,27 +287,26 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	}
 	defer m.Close()
-	env := map[string]string{}
-	for _, e := range f.env {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok {
-			// Copying a host variable is the path by which secrets leak:
-			// only allowlisted names.
-			if !slices.Contains(docker.DefaultSessionEnv, k) {
-				return exit(ExitUsage, fmt.Errorf("-e %s: %w (give a value: -e %s=VALUE)", k, docker.ErrEnvNotAllowed, k))
-			}
-			if v, ok = os.LookupEnv(k); !ok {
-				continue
-			}
+	// The allowlist of copied variables is the sessions' (sandbox.env of
+	// the trusted config included), read only when a name is copied.
+	allow := taskenv.DefaultSessionEnv
+	if slices.ContainsFunc(f.env, func(e string) bool { return !strings.Contains(e, "=") }) {
+		cfg, err := a.loadConfig("")
+		if err != nil {
+			return err
 		}
-		env[k] = v
+		allow = append(slices.Clone(allow), cfg.Sandbox.Env...)
+	}
+	env, err := taskenv.CommandEnv(f.env, allow, os.LookupEnv)
+	if err != nil {
+		return exit(ExitUsage, err)
 	}
 	if f.tty || f.root {
 		return a.sessionExecDocker(ctx, m, f, id, argv, env)
 	}
 	var stdin []byte
 	if f.interactive {
-		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, worker.MaxRequestBytes/2)); err != nil {
+		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, wire.MaxRequestBytes/2)); err != nil {
 			return exit(ExitFailure, fmt.Errorf("read stdin: %w", err))
 		}
 	}
@@ -328,7 +317,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	}
 	defer s.Close()
-	res, err := s.Exec(sigctx, docker.Command{
+	res, err := s.Exec(sigctx, taskenv.Command{
 		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, Stdin: stdin, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
@@ -346,14 +335,12 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
 	}
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
+	a.warnTripwire(res)
 	return exit(res.ExitCode, nil)
 }
 
 // sessionExecDocker runs docker exec for a terminal or as root.
-func (a *app) sessionExecDocker(ctx context.Context, m *docker.Manager, f execFlags, id string, argv []string, env map[string]string) error {
+func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
 	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
 	if err != nil {
 		return err
@@ -383,16 +370,18 @@ func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
 		Short: "Snapshot a session into an immutable, content-addressed image",
 		Long: `Commit the session's environment into an image tagged vak-env:KEY and print the
 key and the image. KEY hashes the session's base image ID, the environment
-manifest (-m NAME=VALUE pairs and/or --manifest FILE, describing how the
-environment was made) and the policy generation. The same three reuse the
-existing image at once; changing any one makes a new one. Start a session from
+manifest (-m NAME=VALUE pairs, -m NAME=@FILE for the digest of a file such
+as a lockfile, and/or --manifest FILE, describing how the environment was
+made) and the policy generation. The same three reuse the existing image if
+its content matches the session's filesystem (else the snapshot is refused);
+changing any one makes a new one. Start a session from
 it with 'vak session create --from KEY'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return sessionErr(a.sessionSnapshot(cmd.Context(), sf, args[0], manifest, manifestFile, quiet))
 		},
 	}
-	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE")
+	cmd.Flags().StringArrayVarP(&manifest, "manifest-entry", "m", nil, "manifest entry NAME=VALUE, or NAME=@FILE for the SHA-256 of FILE's content")
 	cmd.Flags().StringVar(&manifestFile, "manifest", "", "file whose content is the manifest entry \"file\"")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key")
 	return cmd
@@ -408,11 +397,20 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 		return err
 	}
 	defer m.Close()
-	man := docker.Manifest{}
+	man := taskenv.Manifest{}
 	for _, e := range entries {
 		k, v, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE", e))
+			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE or NAME=@FILE", e))
+		}
+		if f, isFile := strings.CutPrefix(v, "@"); isFile {
+			// vak computes the entry: the digest of the file's content.
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return exit(ExitUsage, fmt.Errorf("-m %s: %w", k, err))
+			}
+			sum := sha256.Sum256(data)
+			v = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		man[k] = v
 	}
@@ -489,8 +487,9 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 				}
 				return nil
 			}
+			eng, _ := taskenv.NewEngine()
 			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tWORKSPACE")
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
 			for _, s := range list {
 				id := s.ID
 				if id == "" {
@@ -499,7 +498,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 					}
 					id = "(pool) " + s.Name
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), s.Workspace)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), sessionNetwork(cmd.Context(), eng, s.Labels), s.Workspace)
 			}
 			return tw.Flush()
 		},
@@ -529,6 +528,12 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 }
 
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
+	// Private temp dirs (and, as root, cgroups) of native runs whose vak
+	// process is gone, e.g. killed with SIGKILL. Their commands died with
+	// it: the sandbox's init is killed with its parent.
+	for _, p := range broker.CleanStale(registry(config.Default()).All()...) {
+		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
+	}
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err
@@ -548,7 +553,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 		return sessionErr(err)
 	}
 	// Proxied networks nobody uses any more (their receipts are kept).
-	if eng, eerr := docker.NewEngine(); eerr == nil {
+	if eng, eerr := taskenv.NewEngine(); eerr == nil {
 		if state, serr := paths.EnsureStateDir(); serr == nil {
 			keys, perr := proxynet.GC(ctx, eng, state, m.Labels)
 			for _, k := range keys {
@@ -592,8 +597,8 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 			if m.PoolSize == 0 {
 				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
 			}
-			n, err := m.FillPool(cmd.Context(), docker.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
-				Mode: cfg.Sandbox.Mode, Env: docker.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
+			n, err := m.FillPool(cmd.Context(), taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
+				Mode: cfg.Sandbox.Mode, Env: taskenv.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
 			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
 			return sessionErr(err)
 		},
@@ -622,7 +627,8 @@ func (a *app) newGCCmd() *cobra.Command {
 ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
-touched.`,
+touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
+cgroups of native (landlock) runs whose vak process is gone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.gc(cmd.Context(), &sf)
@@ -665,4 +671,21 @@ func runContainerWorker(cmd *cobra.Command) error {
 		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 	}
 	return exit(ExitOK, nil)
+}
+
+// sessionNetwork is the NETWORK column of `vak session ls`: none, or
+// proxied with the state of the workspace's topology (a session whose
+// network is gone says so).
+func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]string) string {
+	if labels[proxynet.LabelClientOf] == "" {
+		return "none"
+	}
+	if eng == nil {
+		return "proxied"
+	}
+	st := proxynet.NetworkState(ctx, eng, labels)
+	if st == "ok" {
+		return "proxied"
+	}
+	return "proxied (" + st + ")"
 }

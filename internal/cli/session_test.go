@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -58,7 +58,7 @@ func TestSessionCLI(t *testing.T) {
 		t.Fatalf("create: %d %s", code, errs)
 	}
 	id := strings.TrimSpace(out)
-	if id != docker.SessionID("cli", ws) {
+	if id != taskenv.SessionID("cli", ws) {
 		t.Fatalf("create printed %q", out)
 	}
 	exec1 := func(stdin string, args ...string) (int, string, string) {
@@ -117,7 +117,7 @@ func TestSessionCLI(t *testing.T) {
 		t.Fatalf("create --from: %d %s", code, errs)
 	}
 	id2 := strings.TrimSpace(out)
-	if code, out, _ := exec1("", id2, "--", "cat", docker.SessionHome+"/pkg"); code != 0 || out != "pkg\n" {
+	if code, out, _ := exec1("", id2, "--", "cat", taskenv.SessionHome+"/pkg"); code != 0 || out != "pkg\n" {
 		t.Fatalf("from snapshot: %d %q", code, out)
 	}
 	// ls, rm.
@@ -186,7 +186,7 @@ func TestSessionCLIKilledBroker(t *testing.T) {
 		return cmd, strings.TrimSpace(line)
 	}
 	running := func(id string) bool {
-		out, _ := exec.Command("docker", "ps", "-q", "--filter", "name=^"+docker.SessionPrefix+id+"$").Output()
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "name=^"+taskenv.SessionPrefix+id+"$").Output()
 		return strings.TrimSpace(string(out)) != ""
 	}
 	cmd, id := hold()
@@ -242,8 +242,32 @@ func TestSessionCLIRootInstall(t *testing.T) {
 	if code, out, _ := session(t, cfg, labels, "", "exec", id, "--", "cat", "/bin/installed-tool"); code != 0 || out != "pkg\n" {
 		t.Fatalf("next turn: %d %q", code, out)
 	}
-	insp, err := exec.Command("docker", "inspect", "-f", "{{.HostConfig.CapAdd}}", docker.SessionPrefix+id).Output()
+	insp, err := exec.Command("docker", "inspect", "-f", "{{.HostConfig.CapAdd}}", taskenv.SessionPrefix+id).Output()
 	if err != nil || !strings.Contains(string(insp), "CAP_SETUID") {
 		t.Fatalf("install capabilities: %q %v", insp, err)
+	}
+}
+
+// TestSessionExecEnvAllowlist: `vak session exec -e NAME` copies a host
+// variable only when the sessions' allowlist names it, and sandbox.env of
+// the trusted config extends that list as it does for the session's base
+// environment.
+func TestSessionExecEnvAllowlist(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	img := testenv.Image(t)
+	withEnv := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+img+"\"\nenv = [\"EXTRA_TOOL_FLAGS\"]\n")
+	t.Setenv("EXTRA_TOOL_FLAGS", "copied")
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "envlist")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	if code, _, errs := session(t, cfg, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "not allowed") {
+		t.Fatalf("without sandbox.env: %d %q, want %d and not allowed", code, errs, ExitUsage)
+	}
+	if code, out, errs := session(t, withEnv, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "sh", "-c", "echo $EXTRA_TOOL_FLAGS"); code != 0 || out != "copied\n" {
+		t.Fatalf("with sandbox.env: %d %q %q", code, out, errs)
 	}
 }

@@ -3,13 +3,11 @@ package cli
 import (
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/broker"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/landlock"
 	"vak/internal/worker"
 )
 
@@ -45,27 +43,17 @@ func runWorker(cmd *cobra.Command, stage int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	desc := "none: full access, nothing is sandboxed"
-	switch spec.Backend {
-	case string(sandbox.Landlock):
-		if spec.Landlock == nil {
-			return 0, fmt.Errorf("landlock spec without policy")
-		}
-		if stage == 1 && spec.Namespaces {
-			return landlock.Stage1(*spec.Landlock, raw, []string{"vak", broker.WorkerCommand, "--stage", strconv.Itoa(2)})
-		}
-		if desc, err = landlock.Stage2(*spec.Landlock, spec.Namespaces); err != nil {
-			return 0, err
-		}
-	case string(sandbox.Seatbelt):
-		desc = "seatbelt: sandbox-exec with a generated deny-by-default profile"
-	case string(sandbox.Docker):
-		desc = "docker: host-side worker; each bash command runs in its own container"
-	case string(sandbox.None):
-	default:
-		return 0, fmt.Errorf("unknown backend %q", spec.Backend)
+	// Each backend registered its own worker entry point (its re-exec
+	// stages); this is only a lookup.
+	entry, err := sandbox.LookupWorker(spec.Backend)
+	if err != nil {
+		return 0, err
 	}
-	if err := worker.Run(cmd.Context(), spec, desc, os.Stdin, os.Stdout); err != nil {
+	out, err := entry(cmd.Context(), sandbox.WorkerStart{Stage: stage, Data: spec.Sandbox, RawSpec: raw})
+	if err != nil || out.Exited {
+		return out.Code, err
+	}
+	if err := worker.Run(cmd.Context(), spec, out.Description, os.Stdin, os.Stdout); err != nil {
 		return 0, err
 	}
 	return 0, nil

@@ -27,6 +27,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 )
@@ -60,7 +61,7 @@ const (
 var DefaultProtected = sandbox.DefaultProtected
 
 // ErrInvalid is wrapped by every error about a config file's content.
-var ErrInvalid = errors.New("invalid config")
+var ErrInvalid = errclass.New(errclass.Config, "invalid config")
 
 // Error describes a problem in a config file. Line and Column are 1-based, 0
 // when unknown.
@@ -130,9 +131,17 @@ type Config struct {
 	Sandbox Sandbox
 	Files   Files
 	Session Session
+	// Network is the network policy of restricted modes: the trusted
+	// config's network.policy, else none (the --network flag overrides it).
+	Network sandbox.NetworkPolicy
 	// Egress is the validated gateway configuration ([network], [gateway],
 	// [secrets]) from the trusted user config; nil when it has none.
 	Egress *egressconfig.Config
+	// EgressSections are the same sections as decoded (strictly, with the
+	// rest of the file), for whoever starts a gateway with them (proxynet);
+	// nil when the trusted config has none. EgressFile names their file.
+	EgressSections *egressconfig.Sections
+	EgressFile     string
 	// Sources lists the files considered, in order of application.
 	Sources []Source
 	// Warnings are non-fatal findings (stripped project keys, ignored widenings).
@@ -151,6 +160,7 @@ func Default() *Config {
 		},
 		Files:   Files{Protected: slices.Clone(DefaultProtected)},
 		Session: DefaultSession(),
+		Network: sandbox.NetworkNone,
 	}
 }
 
@@ -182,7 +192,7 @@ func Load(opts Options) (*Config, error) {
 	cfg.Sources = append(cfg.Sources, Source{Path: userFile, Trusted: true, Exists: exists})
 	if uw != nil {
 		if err := cfg.apply(userFile, uw, true); err != nil {
-			return nil, err
+			return nil, withLine(err, uw.raw)
 		}
 	}
 	if opts.Workspace != "" {
@@ -195,7 +205,7 @@ func Load(opts Options) (*Config, error) {
 		if pw != nil {
 			pw = cfg.strip(pf, pw)
 			if err := cfg.apply(pf, pw, false); err != nil {
-				return nil, err
+				return nil, withLine(err, pw.raw)
 			}
 		}
 	}
@@ -212,7 +222,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	cfg := Default()
 	cfg.Sources = []Source{{Path: name, Trusted: true, Exists: true}}
 	if err := cfg.apply(name, w, true); err != nil {
-		return nil, err
+		return nil, withLine(err, data)
 	}
 	return cfg, nil
 }
@@ -258,6 +268,7 @@ func decode(file string, data []byte) (*fileWire, error) {
 	if *w.Version != Version {
 		return nil, &Error{File: file, Line: lineOf(data, "version"), Key: "version", Msg: fmt.Sprintf("unsupported version %d (this vak understands %d)", *w.Version, Version)}
 	}
+	w.raw = data
 	return &w, nil
 }
 
@@ -299,7 +310,7 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring %s: project config is untrusted and may not set privileged keys (set it in %s)", file, k, userConfigHint()))
 		}
 	}
-	out := &fileWire{Version: w.Version}
+	out := &fileWire{Version: w.Version, raw: w.raw}
 	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil) {
 		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout}
 	}
@@ -349,134 +360,189 @@ func setKeys(v reflect.Value, prefix string) []string {
 // apply validates w and merges it into c. Trusted files override; untrusted
 // ones may only narrow.
 func (c *Config) apply(file string, w *fileWire, trusted bool) error {
-	errf := func(key, format string, a ...any) error {
-		return &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)}
-	}
 	if s := w.Sandbox; s != nil {
-		if s.Backend != nil {
-			n, err := sandbox.ParseName(*s.Backend)
-			if err != nil {
-				return errf("sandbox.backend", "%v", err)
-			}
-			c.Sandbox.Backend = n
-		}
-		if s.Mode != nil {
-			m, err := sandbox.ParseMode(*s.Mode)
-			if err != nil {
-				return errf("sandbox.mode", "%v", err)
-			}
-			if trusted {
-				c.Sandbox.Mode = m
-			} else if m > c.Sandbox.Mode {
-				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.mode = %q: project config may only narrow the mode (effective %s)", file, m, c.Sandbox.Mode))
-			} else {
-				c.Sandbox.Mode = m
-			}
-		}
-		if s.Image != nil {
-			if err := validateImage(*s.Image); err != nil {
-				return errf("sandbox.image", "%v", err)
-			}
-			c.Sandbox.Image = *s.Image
-		}
-		if s.User != nil {
-			switch u := User(*s.User); u {
-			case UserHost, UserRoot:
-				c.Sandbox.User = u
-			default:
-				return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
-			}
-		}
-		if s.Timeout != nil {
-			d, err := time.ParseDuration(*s.Timeout)
-			if err != nil || d < 0 {
-				return errf("sandbox.timeout", "invalid duration %q (e.g. \"90s\", \"10m\")", *s.Timeout)
-			}
-			switch {
-			case trusted:
-				c.Sandbox.Timeout = d
-			case d == 0 || (c.Sandbox.Timeout != 0 && d > c.Sandbox.Timeout):
-				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.timeout = %q: project config may only shorten the timeout", file, *s.Timeout))
-			default:
-				c.Sandbox.Timeout = d
-			}
+		if err := c.applySandbox(file, s, trusted); err != nil {
+			return err
 		}
 		if l := s.Limits; l != nil {
-			if l.Memory != nil {
-				n, err := ParseSize(*l.Memory)
-				if err != nil || n < 6<<20 {
-					return errf("sandbox.limits.memory", "invalid size %q (e.g. \"2g\"; at least 6m)", *l.Memory)
-				}
-				c.Sandbox.Limits.Memory = n
-			}
-			if l.CPUs != nil {
-				if *l.CPUs <= 0 || *l.CPUs > 1024 {
-					return errf("sandbox.limits.cpus", "must be a positive number of CPUs, got %v", *l.CPUs)
-				}
-				c.Sandbox.Limits.CPUs = *l.CPUs
-			}
-			if l.Pids != nil {
-				if *l.Pids < 8 || *l.Pids > 1<<22 {
-					return errf("sandbox.limits.pids", "must be between 8 and %d, got %d", 1<<22, *l.Pids)
-				}
-				c.Sandbox.Limits.Pids = int(*l.Pids)
-			}
-			if l.Tmpfs != nil {
-				n, err := ParseSize(*l.Tmpfs)
-				if err != nil || n < 1<<20 {
-					return errf("sandbox.limits.tmpfs", "invalid size %q (e.g. \"512m\"; at least 1m)", *l.Tmpfs)
-				}
-				c.Sandbox.Limits.TmpfsSize = n
+			if err := c.applyLimits(file, l); err != nil {
+				return err
 			}
 		}
-	}
-	if s := w.Sandbox; s != nil {
-		if s.AllowWeaker != nil {
-			c.Sandbox.AllowWeaker = *s.AllowWeaker
-		}
-		for i, p := range s.Read {
-			abs, err := hostPath(p)
-			if err != nil {
-				return errf(fmt.Sprintf("sandbox.read[%d]", i), "%v", err)
-			}
-			c.Sandbox.ReadPaths = append(c.Sandbox.ReadPaths, abs)
-		}
-		for i, p := range s.Write {
-			abs, err := hostPath(p)
-			if err != nil {
-				return errf(fmt.Sprintf("sandbox.write[%d]", i), "%v", err)
-			}
-			c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
-		}
-		for i, n := range s.Env {
-			if !envName.MatchString(n) {
-				return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
-			}
-			c.Sandbox.Env = append(c.Sandbox.Env, n)
+		if err := c.applyHost(file, s); err != nil {
+			return err
 		}
 	}
 	if err := c.applySession(file, w.Session); err != nil {
 		return err
 	}
 	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
-		eg, err := egressconfig.Validate(file, &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets})
-		var fe *egressconfig.FieldError
-		if errors.As(err, &fe) {
-			return errf(fe.Field, "%v", fe.Err)
-		} else if err != nil {
+		if err := c.applyEgress(file, w); err != nil {
 			return err
 		}
-		c.Egress = eg
 	}
 	if f := w.Files; f != nil {
-		for i, p := range f.Protected {
-			clean, err := cleanRelative(p)
-			if err != nil {
-				return errf(fmt.Sprintf("files.protected[%d]", i), "%v", err)
-			}
-			if !slices.Contains(c.Files.Protected, clean) {
-				c.Files.Protected = append(c.Files.Protected, clean)
-			}
+		return c.applyFiles(file, f)
+	}
+	return nil
+}
+
+// keyErrorf returns the constructor of file's validation errors: each names
+// the key at fault (withLine adds its line).
+func keyErrorf(file string) func(key, format string, a ...any) error {
+	return func(key, format string, a ...any) error {
+		return &Error{File: file, Key: key, Msg: fmt.Sprintf(format, a...)}
+	}
+}
+
+// applySandbox validates [sandbox]'s backend, mode, image, user and
+// timeout; an untrusted file may only narrow the mode and shorten the
+// timeout.
+func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
+	errf := keyErrorf(file)
+	if s.Backend != nil {
+		n, err := sandbox.ParseName(*s.Backend)
+		if err != nil {
+			return errf("sandbox.backend", "%v", err)
+		}
+		c.Sandbox.Backend = n
+	}
+	if s.Mode != nil {
+		m, err := sandbox.ParseMode(*s.Mode)
+		if err != nil {
+			return errf("sandbox.mode", "%v", err)
+		}
+		if trusted {
+			c.Sandbox.Mode = m
+		} else if m > c.Sandbox.Mode {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.mode = %q: project config may only narrow the mode (effective %s)", file, m, c.Sandbox.Mode))
+		} else {
+			c.Sandbox.Mode = m
+		}
+	}
+	if s.Image != nil {
+		if err := validateImage(*s.Image); err != nil {
+			return errf("sandbox.image", "%v", err)
+		}
+		c.Sandbox.Image = *s.Image
+	}
+	if s.User != nil {
+		switch u := User(*s.User); u {
+		case UserHost, UserRoot:
+			c.Sandbox.User = u
+		default:
+			return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
+		}
+	}
+	if s.Timeout != nil {
+		d, err := time.ParseDuration(*s.Timeout)
+		if err != nil || d < 0 {
+			return errf("sandbox.timeout", "invalid duration %q (e.g. \"90s\", \"10m\")", *s.Timeout)
+		}
+		switch {
+		case trusted:
+			c.Sandbox.Timeout = d
+		case d == 0 || (c.Sandbox.Timeout != 0 && d > c.Sandbox.Timeout):
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.timeout = %q: project config may only shorten the timeout", file, *s.Timeout))
+		default:
+			c.Sandbox.Timeout = d
+		}
+	}
+	return nil
+}
+
+// applyLimits validates [sandbox.limits].
+func (c *Config) applyLimits(file string, l *limitsWire) error {
+	errf := keyErrorf(file)
+	if l.Memory != nil {
+		n, err := ParseSize(*l.Memory)
+		if err != nil || n < 6<<20 {
+			return errf("sandbox.limits.memory", "invalid size %q (e.g. \"2g\"; at least 6m)", *l.Memory)
+		}
+		c.Sandbox.Limits.Memory = n
+	}
+	if l.CPUs != nil {
+		if *l.CPUs <= 0 || *l.CPUs > 1024 {
+			return errf("sandbox.limits.cpus", "must be a positive number of CPUs, got %v", *l.CPUs)
+		}
+		c.Sandbox.Limits.CPUs = *l.CPUs
+	}
+	if l.Pids != nil {
+		if *l.Pids < 8 || *l.Pids > 1<<22 {
+			return errf("sandbox.limits.pids", "must be between 8 and %d, got %d", 1<<22, *l.Pids)
+		}
+		c.Sandbox.Limits.Pids = int(*l.Pids)
+	}
+	if l.Tmpfs != nil {
+		n, err := ParseSize(*l.Tmpfs)
+		if err != nil || n < 1<<20 {
+			return errf("sandbox.limits.tmpfs", "invalid size %q (e.g. \"512m\"; at least 1m)", *l.Tmpfs)
+		}
+		c.Sandbox.Limits.TmpfsSize = n
+	}
+	return nil
+}
+
+// applyHost validates what [sandbox] grants of the host: allow_weaker, read,
+// write and env (trusted files only: strip removes them from the others).
+func (c *Config) applyHost(file string, s *sandboxWire) error {
+	errf := keyErrorf(file)
+	if s.AllowWeaker != nil {
+		c.Sandbox.AllowWeaker = *s.AllowWeaker
+	}
+	for i, p := range s.Read {
+		abs, err := hostPath(p)
+		if err != nil {
+			return errf(fmt.Sprintf("sandbox.read[%d]", i), "%v", err)
+		}
+		c.Sandbox.ReadPaths = append(c.Sandbox.ReadPaths, abs)
+	}
+	for i, p := range s.Write {
+		abs, err := hostPath(p)
+		if err != nil {
+			return errf(fmt.Sprintf("sandbox.write[%d]", i), "%v", err)
+		}
+		c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
+	}
+	for i, n := range s.Env {
+		if !envName.MatchString(n) {
+			return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
+		}
+		c.Sandbox.Env = append(c.Sandbox.Env, n)
+	}
+	return nil
+}
+
+// applyEgress validates [network], [gateway] and [secrets] (trusted files
+// only) and keeps the decoded sections next to the validated policy.
+func (c *Config) applyEgress(file string, w *fileWire) error {
+	errf := keyErrorf(file)
+	sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets}
+	eg, err := egressconfig.Validate(file, sections)
+	var fe *egressconfig.FieldError
+	if errors.As(err, &fe) {
+		return errf(fe.Field, "%v", fe.Err)
+	} else if err != nil {
+		return err
+	}
+	np, err := sandbox.ParseNetworkPolicy(eg.Mode)
+	if err != nil {
+		return errf("network.policy", "%v", err)
+	}
+	c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, np
+	return nil
+}
+
+// applyFiles validates [files].
+func (c *Config) applyFiles(file string, f *filesWire) error {
+	errf := keyErrorf(file)
+	for i, p := range f.Protected {
+		clean, err := cleanRelative(p)
+		if err != nil {
+			return errf(fmt.Sprintf("files.protected[%d]", i), "%v", err)
+		}
+		if !slices.Contains(c.Files.Protected, clean) {
+			c.Files.Protected = append(c.Files.Protected, clean)
 		}
 	}
 	return nil

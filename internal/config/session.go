@@ -41,7 +41,7 @@ type Session struct {
 }
 
 // Defaults of [session]: the session manager's own defaults
-// (docker.DefaultIdleTimeout, ...), as literals because config must not
+// (taskenv.DefaultIdleTimeout, ...), as literals because config must not
 // import the docker package (it imports the worker; TestDefaultsMatchBackends
 // keeps them equal).
 const (

@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 // The defaults config states as literals equal the backends' own.
 func TestDefaultsMatchBackends(t *testing.T) {
-	if DefaultImage != docker.DefaultImage || DefaultSessionIdleTimeout != docker.DefaultIdleTimeout ||
-		DefaultSessionMaxLifetime != docker.DefaultMaxLifetime || DefaultSessionPolicyGeneration != docker.DefaultPolicyGeneration {
+	if DefaultImage != docker.DefaultImage || DefaultSessionIdleTimeout != taskenv.DefaultIdleTimeout ||
+		DefaultSessionMaxLifetime != taskenv.DefaultMaxLifetime || DefaultSessionPolicyGeneration != taskenv.DefaultPolicyGeneration {
 		t.Fatal("config defaults drifted from internal/sandbox/docker's")
 	}
 }
 
 func TestSessionDefaults(t *testing.T) {
 	s := Default().Session
-	if s.IdleTimeout != docker.DefaultIdleTimeout || s.MaxLifetime != docker.DefaultMaxLifetime || s.PoolSize != 0 ||
-		s.AllowInstall || s.Worker != "" || s.PolicyGeneration != docker.DefaultPolicyGeneration {
+	if s.IdleTimeout != taskenv.DefaultIdleTimeout || s.MaxLifetime != taskenv.DefaultMaxLifetime || s.PoolSize != 0 ||
+		s.AllowInstall || s.Worker != "" || s.PolicyGeneration != taskenv.DefaultPolicyGeneration {
 		t.Fatalf("defaults = %+v", s)
 	}
 }

@@ -16,6 +16,8 @@ type fileWire struct {
 	Network *egressconfig.Network           `toml:"network"`
 	Gateway *egressconfig.Gateway           `toml:"gateway"`
 	Secrets map[string]*egressconfig.Secret `toml:"secrets"`
+
+	raw []byte // the file's bytes, to put line numbers on validation errors
 }
 
 type sandboxWire struct {

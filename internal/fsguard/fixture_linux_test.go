@@ -153,19 +153,6 @@ func requireNoTemp(t testing.TB, dir string) {
 	})
 }
 
-func names(t testing.TB, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 func mkdir(t testing.TB, parts ...string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(parts...), 0o755); err != nil {

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"sync"
 	"unicode"
 )
 
@@ -64,8 +63,6 @@ const (
 	MaxRegexpBytes = 16 << 10
 	// maxBraceExpansions bounds how many patterns {a,b} alternatives expand to.
 	maxBraceExpansions = 256
-	// binarySniffBytes is how much of a file grep inspects for a NUL byte.
-	binarySniffBytes = 8000
 )
 
 // Sentinel errors. Every error fsguard returns wraps one of them (check with
@@ -170,27 +167,8 @@ type GrepResult struct {
 	Truncated bool
 }
 
-// Root gives the file tools access to one workspace. Create it with Open.
-type Root struct {
-	mu        sync.RWMutex // held for reading by every operation, for writing by Close
-	fd        int          // O_PATH descriptor on the workspace; -1 once closed
-	path      string       // canonical absolute workspace path
-	opts      Options
-	protected [][]string // cleaned protected entries, split into segments
-}
-
 // Path returns the canonical workspace path the Root serves.
 func (r *Root) Path() string { return r.path }
-
-func (o Options) withDefaults() Options {
-	if o.MaxReadBytes <= 0 {
-		o.MaxReadBytes = DefaultMaxReadBytes
-	}
-	if o.MaxWriteBytes <= 0 {
-		o.MaxWriteBytes = DefaultMaxWriteBytes
-	}
-	return o
-}
 
 // pathError builds the error every operation returns: operation, the path the
 // caller gave, the sentinel and an optional detail.
@@ -263,9 +241,32 @@ func normalizeProtected(entries []string) ([][]string, error) {
 // code points, so that a case-folding file system (ext4 casefold, vfat, APFS,
 // HFS+, which also ignores zero-width characters) cannot alias a protected
 // path.
+//
+// Entries below .git apply to every repository in the workspace: rel's
+// part from any nested .git segment on is matched against them too, so
+// sub/.git/hooks/x, or a file named sub/.git, is protected like .git/hooks/x.
 func protectedEntry(protected [][]string, rel string) (string, bool) {
 	segs := strings.Split(rel, "/")
+	if e, ok := matchProtected(protected, segs, false); ok {
+		return e, true
+	}
+	for i := 1; i < len(segs); i++ {
+		if IsGitName(segs[i]) {
+			if e, ok := matchProtected(protected, segs[i:], true); ok {
+				return strings.Join(segs[:i], "/") + "/" + e, true
+			}
+		}
+	}
+	return "", false
+}
+
+// matchProtected reports the entry that segs equals, lies beneath or is an
+// ancestor of; gitOnly considers only entries below .git.
+func matchProtected(protected [][]string, segs []string, gitOnly bool) (string, bool) {
 	for _, p := range protected {
+		if gitOnly && (len(p) < 2 || !IsGitName(p[0])) {
+			continue
+		}
 		n := min(len(p), len(segs))
 		same := true
 		for i := range n {
@@ -298,12 +299,4 @@ func stripIgnorable(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// clampMax applies the default and the hard cap to a result count.
-func clampMax(max int) int {
-	if max <= 0 {
-		return DefaultMaxResults
-	}
-	return min(max, MaxResults)
 }

@@ -36,3 +36,9 @@ func (r *Root) Glob(pattern string, max int) (GlobResult, error) { return GlobRe
 func (r *Root) Grep(pattern, path, glob string, max int) (GrepResult, error) {
 	return GrepResult{}, errUnsupported
 }
+
+// Root gives the file tools access to one workspace; on this platform Open
+// never returns one.
+type Root struct {
+	path string
+}

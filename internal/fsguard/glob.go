@@ -225,12 +225,3 @@ func anyMayContain(pats []globPattern, dir []string) bool {
 	}
 	return false
 }
-
-// patternCost is the match work per path segment for a set of patterns.
-func patternCost(pats []globPattern) int {
-	n := 0
-	for _, p := range pats {
-		n += len(p)
-	}
-	return n
-}

@@ -148,3 +148,22 @@ func Within(root, p string) bool {
 	}
 	return p == root || (len(p) > len(root) && p[:len(root)] == root && p[len(root)] == '/')
 }
+
+// The layout of a gateway's state directory, shared by the gateway (which
+// owns it) and the proxied topology (which mounts and reads it) without the
+// topology depending on the gateway's data plane.
+
+// GatewayCADir is the CA directory inside a gateway state directory.
+func GatewayCADir(stateDir string) string { return filepath.Join(stateDir, "ca") }
+
+// GatewayAdminSocket is the admin socket inside a gateway state directory.
+func GatewayAdminSocket(stateDir string) string { return filepath.Join(stateDir, "gateway.sock") }
+
+// GatewayReceiptsDir holds the receipts logs inside a gateway state
+// directory.
+func GatewayReceiptsDir(stateDir string) string { return filepath.Join(stateDir, "receipts") }
+
+// GatewayReceiptsKeyDir holds the Ed25519 key that signs receipts
+// (receipts.key, 0600) and its public half (receipts.pub) inside a gateway
+// state directory.
+func GatewayReceiptsKeyDir(stateDir string) string { return filepath.Join(stateDir, "receipts-key") }

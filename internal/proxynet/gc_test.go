@@ -3,12 +3,15 @@ package proxynet
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"vak/internal/paths"
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -17,7 +20,7 @@ import (
 func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.Image(t)
-	cli, err := docker.NewEngine()
+	cli, err := taskenv.NewEngine()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +34,7 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	}
 	state := mkdir(t, filepath.Join(base, "state"))
 	labels := map[string]string{testenv.TestLabel: "1", testenv.TestIDLabel: testenv.TestID(t)}
-	n, err := Ensure(ctx, Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), UserConfig: cfg, StateDir: state, Labels: labels})
+	n, err := Ensure(ctx, Options{Engine: cli, Workspace: ws, Binary: testenv.Vak(t), Sections: sectionsOf(t, cfg), ConfigFile: cfg, StateDir: state, Labels: labels})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +60,18 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 		if out := testenv.Docker(t, append(kind, "--filter", "label="+LabelKey+"="+n.Key)...); strings.TrimSpace(out) != "" {
 			t.Errorf("GC left docker %v: %s", kind, out)
 		}
+	}
+	// Another user's unused topology (here: its network, owned by another
+	// uid) is never removed, and its receipts are not taken.
+	foreign := testenv.UniqueName("foreign")
+	testenv.Docker(t, append([]string{"network", "create", "--label", LabelKind + "=" + KindProxynet, "--label", LabelKey + "=f0f0f0f0f0f0",
+		"--label", docker.LabelOwner + "=" + strconv.Itoa(os.Getuid()+4242)}, append(testenv.LabelArgs(t), foreign)...)...)
+	defer exec.Command("docker", "network", "rm", foreign).Run()
+	if removed, err := GC(ctx, cli, state, labels); err != nil || len(removed) != 0 {
+		t.Fatalf("GC removed another user's topology: %v %v", removed, err)
+	}
+	if out := testenv.Docker(t, "network", "ls", "-q", "--filter", "name="+foreign); out == "" {
+		t.Fatal("another user's topology network is gone")
 	}
 	// GC never touches what does not carry the caller's labels.
 	if removed, err := GC(ctx, cli, state, map[string]string{"vak.test.id": "someone-else"}); err != nil || len(removed) != 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 )
 
 // ImageRepo is the repository of the gateway/netclient image.
@@ -36,7 +37,7 @@ func ImageTag(binary []byte) string {
 // netclient: FROM scratch + the static vak binary at /vak, nothing else.
 // Build progress goes to progress (may be nil). It returns the tag.
 func EnsureImage(ctx context.Context, cli *client.Client, binaryPath string, progress io.Writer) (string, error) {
-	if err := docker.CheckWorkerBinary(binaryPath, ""); err != nil {
+	if err := taskenv.CheckWorkerBinary(binaryPath, ""); err != nil {
 		return "", fmt.Errorf("proxynet: the gateway image needs a static Linux vak: %w", err)
 	}
 	bin, err := os.ReadFile(binaryPath)

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"vak/internal/sandbox/docker"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
 func TestEnsureImage(t *testing.T) {
 	testenv.RequireDocker(t)
-	cli, err := docker.NewEngine()
+	cli, err := taskenv.NewEngine()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,8 +28,9 @@ import (
 
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
-	"vak/internal/egress/gateway"
 	"vak/internal/netfence"
+	"vak/internal/paths"
+	"vak/internal/receipts"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 )
@@ -69,9 +71,11 @@ type Options struct {
 	Workspace string // canonical
 	// Binary is the static Linux vak that the image is built from.
 	Binary string
-	// UserConfig is the trusted config file holding [network], [gateway]
-	// and [secrets].
-	UserConfig string
+	// Sections are [network], [gateway] and [secrets] of the trusted config,
+	// as config decoded them (config.Config.EgressSections); ConfigFile
+	// names their file in errors. proxynet never reads a config file.
+	Sections   *egressconfig.Sections
+	ConfigFile string
 	// StateDir is vak's host state dir (installation CA, trust files,
 	// copied receipts).
 	StateDir string
@@ -81,6 +85,10 @@ type Options struct {
 	Progress io.Writer
 	// Getenv reads env-sourced secrets for the gateway; nil means os.Getenv.
 	Getenv func(string) string
+	// HostRootsFile is the host's system root bundle, copied into the
+	// gateway's trust for upstream TLS; empty means the first of
+	// SystemRootFiles that exists.
+	HostRootsFile string
 	// VerifyInterval is how often the netclient re-verifies its rules (and
 	// exits if they changed); zero means its default.
 	VerifyInterval time.Duration
@@ -91,7 +99,10 @@ type Net struct {
 	Key       string
 	Gateway   string // gateway container name
 	Netclient string // netclient container name (join with container:NAME)
-	GatewayIP netip.Addr
+	// NetclientID is the netclient's container ID (a rebuilt topology has
+	// another).
+	NetclientID string
+	GatewayIP   netip.Addr
 	// TrustDir is the host directory of public trust files to mount
 	// read-only at TrustDir inside sandbox containers.
 	HostTrustDir string
@@ -102,11 +113,15 @@ type Net struct {
 	Placeholders map[string]string
 }
 
-// Key derives the topology key from the workspace.
+// Key derives the topology key from the invoking user and the workspace:
+// two users never share (or tear down) each other's topology.
 func Key(workspace string) string {
-	sum := sha256.Sum256([]byte(workspace))
+	sum := sha256.Sum256([]byte(strconv.Itoa(os.Getuid()) + "\x00" + workspace))
 	return hex.EncodeToString(sum[:6])
 }
+
+// owner is the value of docker.LabelOwner on the caller's topologies.
+func owner() string { return strconv.Itoa(os.Getuid()) }
 
 // Names of a topology's resources.
 func names(key string) (egressNet, sandboxNet, gw, nc, vol string) {
@@ -120,7 +135,7 @@ func (n *Net) NetworkMode() string { return "container:" + n.Netclient }
 func (n *Net) Bind() string { return n.HostTrustDir + ":" + TrustDir + ":ro" }
 
 func (o *Options) labels(key string) map[string]string {
-	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace}
+	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace, docker.LabelOwner: owner()}
 	for k, v := range o.Labels {
 		l[k] = v
 	}
@@ -141,7 +156,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if o.Engine == nil || o.Workspace == "" || o.StateDir == "" {
 		return nil, errors.New("proxynet: Engine, Workspace and StateDir are required")
 	}
-	sections, err := gatewaySections(o.UserConfig)
+	sections, err := gatewaySections(o.ConfigFile, o.Sections)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +164,21 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	egressNet, sandboxNet, gwName, ncName, vol := names(key)
 	cli := o.Engine
 
-	if n, err := o.reuse(ctx, key); err == nil {
+	if n, err := o.reuse(ctx, key, sections); err == nil {
 		return n, nil
+	} else if errors.Is(err, ErrFenceSelfTest) {
+		return nil, err
+	}
+	// Sandboxes still joined: bring the gateway back in place, never
+	// rebuild under them (that would cut them off for good).
+	if users, err := liveUsers(ctx, cli, key); err != nil {
+		return nil, fmt.Errorf("proxynet: list users: %w", err)
+	} else if len(users) > 0 {
+		n, err := o.recover(ctx, key, sections)
+		if err == nil || errors.Is(err, ErrFenceSelfTest) {
+			return n, err
+		}
+		return nil, fmt.Errorf("%w: %s: %v; %d sandbox(es) still use it (%s): end them (vak session rm, vak gc) and retry", ErrInUse, o.Workspace, err, len(users), strings.Join(users, ", "))
 	}
 	// Whatever is left of a half-built topology goes first.
 	removeTopology(ctx, cli, key)
@@ -195,8 +223,9 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
 			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
 			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
+			"--canary", "0.0.0.0:" + strconv.Itoa(CanaryPort),
 			"--session", key},
-		Healthcheck: health("/vak", "gateway", "status", "--socket", gateway.DefaultAdminSocket(gatewayStateDir)),
+		Healthcheck: health("/vak", "gateway", "status", "--socket", paths.GatewayAdminSocket(gatewayStateDir)),
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
@@ -256,6 +285,14 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if err := waitHealthy(ctx, cli, ncName); err != nil {
 		return fail(fmt.Errorf("proxynet: netclient: %w", err))
 	}
+	// Prove the fence before anything joins it.
+	if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
+		return fail(err)
+	}
+	if start, err := gatewayStart(ctx, cli, gwName); err == nil {
+		markSelfTest(o.StateDir, key, start)
+	}
+	writeConfigDigest(o.StateDir, key, payload)
 	n, err := o.describe(ctx, key, gwIP)
 	if err != nil {
 		return fail(err)
@@ -264,17 +301,39 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	return n, nil
 }
 
-// reuse returns the running topology of key if both containers are healthy.
-func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
+// reuse returns the running topology of key if both containers are
+// healthy. A gateway that (re)started since the last passed self-test is
+// tested again; if that fails, the topology is torn down and the error is
+// ErrFenceSelfTest.
+func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.Sections) (*Net, error) {
 	_, sandboxNet, gwName, ncName, _ := names(key)
 	for _, c := range []string{gwName, ncName} {
 		if !healthy(ctx, o.Engine, c) {
 			return nil, errors.New("not running")
 		}
 	}
+	if ins, err := o.Engine.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{}); err != nil || ins.Container.Config == nil || ins.Container.Config.Labels[docker.LabelOwner] != owner() {
+		return nil, errors.New("not the caller's")
+	}
 	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
 	if err != nil {
 		return nil, err
+	}
+	start, err := gatewayStart(ctx, o.Engine, gwName)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := o.refresh(ctx, key, sections)
+	if err != nil {
+		return nil, err
+	}
+	if changed || !selfTested(o.StateDir, key, start) {
+		if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
+			saveReceipts(context.Background(), o.Engine, o.StateDir, key)
+			removeTopology(context.Background(), o.Engine, key)
+			return nil, err
+		}
+		markSelfTest(o.StateDir, key, start)
 	}
 	return o.describe(ctx, key, gwIP)
 }
@@ -282,7 +341,7 @@ func (o *Options) reuse(ctx context.Context, key string) (*Net, error) {
 // describe finishes a Net: trust files on the host and the placeholders.
 func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*Net, error) {
 	_, _, gwName, ncName, _ := names(key)
-	auth, err := ca.LoadOrCreate(gateway.CADir(o.StateDir))
+	auth, err := ca.LoadOrCreate(paths.GatewayCADir(o.StateDir))
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: installation CA: %w", err)
 	}
@@ -290,11 +349,14 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err := WriteTrust(trustDir, auth.CertPEM(), SystemRoots()); err != nil {
 		return nil, err
 	}
-	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", gateway.DefaultAdminSocket(gatewayStateDir))
+	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir))
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
 	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}}
+	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
+		n.NetclientID = ins.Container.ID
+	}
 	n.Env = TrustEnv()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -306,31 +368,22 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	return n, nil
 }
 
-// gatewaySections reads [network], [gateway] and [secrets] from the trusted
-// config, validating them as the gateway will.
-func gatewaySections(userConfig string) (*egressconfig.Sections, error) {
-	data, err := os.ReadFile(userConfig)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoPolicy, err)
+// gatewaySections checks the decoded [network], [gateway] and [secrets] of
+// the trusted config as the gateway will.
+func gatewaySections(file string, s *egressconfig.Sections) (*egressconfig.Sections, error) {
+	if s == nil || s.Network == nil || len(s.Network.Rules) == 0 {
+		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, file)
 	}
-	var s egressconfig.Sections
-	// Only these sections; the rest of the file was validated by config.Load.
-	if err := toml.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("proxynet: %s: %w", userConfig, err)
-	}
-	if s.Network == nil || len(s.Network.Rules) == 0 {
-		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, userConfig)
-	}
-	if _, err := egressconfig.Validate(userConfig, &s); err != nil {
+	if _, err := egressconfig.Validate(file, s); err != nil {
 		return nil, err
 	}
-	return &s, nil
+	return s, nil
 }
 
 // gatewayPayload builds the tar unpacked into the gateway's volume: the
 // standalone gateway config (host file paths rewritten to copies inside the
-// volume), the installation CA and secret files. It returns the container
-// environment (state dir, env-sourced secrets).
+// volume), the installation CA and secret files (env-sourced secrets too).
+// It returns the container environment, which holds no secret.
 func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, error) {
 	getenv := o.Getenv
 	if getenv == nil {
@@ -339,7 +392,10 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	cp := *s
 	files := map[string][]byte{}
 	env := []string{"XDG_STATE_HOME=" + gatewayData}
-	if cp.Gateway != nil {
+	if cp.Gateway == nil {
+		cp.Gateway = &egressconfig.Gateway{}
+	}
+	{
 		g := *cp.Gateway
 		// Listeners and paths are the container's, set by flags.
 		g.Listen, g.TransparentListen, g.DNSListen, g.AdminSocket, g.Receipts = nil, nil, nil, nil, nil
@@ -352,6 +408,12 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 			name := fmt.Sprintf("ca-bundles/%d.pem", i)
 			files[name] = data
 			bundles = append(bundles, gatewayData+"/"+name)
+		}
+		// The host's system bundle (corporate and proxy CAs live there):
+		// the gateway image has none of its own.
+		if data, _ := hostRoots(o.HostRootsFile); data != nil {
+			files[hostRootsName] = data
+			bundles = append(bundles, gatewayData+"/"+hostRootsName)
 		}
 		g.ExtraCABundles = bundles
 		cp.Gateway = &g
@@ -370,11 +432,17 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 				files["secrets/"+name] = data
 				c.File = &p
 			case sec.Env != nil:
+				// Read here, handed over as a file in the gateway's own
+				// volume (0600, the gateway's user), never as container
+				// environment, which `docker inspect` and /proc/1/environ
+				// would show.
 				v := getenv(*sec.Env)
 				if v == "" {
 					return nil, nil, fmt.Errorf("proxynet: secrets.%s: environment variable %s is not set", name, *sec.Env)
 				}
-				env = append(env, *sec.Env+"="+v)
+				p := gatewayData + "/secrets/" + name
+				files["secrets/"+name] = []byte(v)
+				c.Env, c.File = nil, &p
 			}
 			cp.Secrets[name] = &c
 		}
@@ -386,7 +454,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	files["gateway.toml"] = cfg
 	// The installation CA: key and certificate (the key stays in this
 	// volume and in vak's host state dir, nowhere a sandbox can read).
-	caDir := gateway.CADir(o.StateDir)
+	caDir := paths.GatewayCADir(o.StateDir)
 	if _, err := ca.LoadOrCreate(caDir); err != nil {
 		return nil, nil, fmt.Errorf("proxynet: installation CA: %w", err)
 	}
@@ -397,10 +465,26 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 		}
 		files["vak/ca/"+f] = data
 	}
+	// The installation's receipts signing key: the gateway signs with it,
+	// so the receipts kept on the host verify with the host's public key.
+	keyDir := paths.GatewayReceiptsKeyDir(o.StateDir)
+	if _, err := receipts.LoadOrCreateKey(keyDir); err != nil {
+		return nil, nil, fmt.Errorf("proxynet: receipts key: %w", err)
+	}
+	for _, f := range []string{receipts.KeyFile, receipts.PubKeyFile} {
+		data, err := os.ReadFile(filepath.Join(keyDir, f))
+		if err != nil {
+			return nil, nil, err
+		}
+		files["vak/receipts-key/"+f] = data
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
-	for name, data := range files {
+	// Sorted, no times: the same inputs make the same bytes (refresh
+	// compares digests).
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		data := files[name]
 		for d := filepath.Dir(name); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 			tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o700})
@@ -528,15 +612,25 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 	return removeTopology(ctx, cli, key)
 }
 
-// saveReceipts copies the gateway's receipts into stateDir/receipts/proxynet-KEY.
+// saveReceipts copies the gateway's receipts into
+// stateDir/receipts/proxynet-KEY, one file (and its head) per gateway
+// lifetime, named after the gateway's creation time and container ID: a
+// later topology for the same workspace writes new files and never
+// truncates an earlier one. Copying the same gateway's log again replaces
+// its copy with the longer log of the same chain.
 func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string) {
 	_, _, gwName, _, _ := names(key)
-	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: gateway.ReceiptsDir(gatewayStateDir)})
+	ins, err := cli.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{})
+	if err != nil {
+		return
+	}
+	prefix := receiptsPrefix(ins.Container.Created, ins.Container.ID)
+	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: paths.GatewayReceiptsDir(gatewayStateDir)})
 	if err != nil {
 		return
 	}
 	defer res.Content.Close()
-	dst := filepath.Join(stateDir, "receipts", "proxynet-"+key)
+	dst := ReceiptsDir(stateDir, key)
 	tr := tar.NewReader(res.Content)
 	for {
 		h, err := tr.Next()
@@ -546,7 +640,7 @@ func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string)
 		if h.Typeflag != tar.TypeReg || strings.Contains(h.Name, "..") {
 			continue
 		}
-		p := filepath.Join(dst, filepath.Base(h.Name))
+		p := filepath.Join(dst, prefix+filepath.Base(h.Name))
 		os.MkdirAll(dst, 0o700)
 		if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
 			io.Copy(f, tr)
@@ -582,16 +676,17 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 		Mode:   n.NetworkMode(),
 		Binds:  []string{n.Bind()},
 		Env:    slices.Clone(n.Env),
-		Labels: map[string]string{LabelClientOf: n.Key},
+		Labels: map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
 	}
 }
 
-// GC removes topologies that no sandbox container uses any more (left by a
-// broker that was killed), keeping their receipts. Only resources carrying
-// all of labels (vak's own, plus the caller's) are considered. It returns
-// the keys it removed.
+// GC removes the caller's topologies that no sandbox container uses any
+// more (left by a broker that was killed), keeping their receipts. Only
+// resources owned by the caller's uid (docker.LabelOwner) and carrying all
+// of labels are considered: another user's topology is never removed and
+// its receipts never copied. It returns the keys it removed.
 func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) ([]string, error) {
-	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet)
+	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet, docker.LabelOwner+"="+owner())
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
 	}

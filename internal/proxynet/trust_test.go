@@ -15,6 +15,9 @@ import (
 	"time"
 
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
+
+	"vak/internal/config"
+	"vak/internal/egress/egressconfig"
 )
 
 func testCA(t *testing.T, isCA bool) []byte {
@@ -78,4 +81,15 @@ func TestTrustEnv(t *testing.T) {
 			t.Errorf("missing %s", k)
 		}
 	}
+}
+
+// sectionsOf decodes a trusted config file the way vak does (config.Load)
+// and returns its gateway sections, as the CLI hands them to Ensure.
+func sectionsOf(t *testing.T, file string) *egressconfig.Sections {
+	t.Helper()
+	cfg, err := config.Load(config.Options{UserFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.EgressSections
 }

@@ -127,6 +127,17 @@ func NewRegistry() *Registry {
 // Register adds a backend under its name.
 func (r *Registry) Register(b Backend) { r.backends[Name(b.Name())] = b }
 
+// All returns the registered backends in the order of Names.
+func (r *Registry) All() []Backend {
+	var all []Backend
+	for _, n := range Names {
+		if b, ok := r.backends[n]; ok {
+			all = append(all, b)
+		}
+	}
+	return all
+}
+
 // Unavailable records that a backend is known but cannot be provided by this
 // build, and why (the error resolution returns for it).
 func (r *Registry) Unavailable(n Name, err error) { r.missing[n] = err }

@@ -17,11 +17,25 @@ type buildResult struct {
 	out  []byte
 }
 
+// EnvBinDir names a directory of prebuilt binaries (vak, probe, testnet)
+// that Build returns instead of compiling. The non-root test leg uses it:
+// its user cannot read the Go module cache, so root builds the binaries
+// (and the test binaries) into a world-readable directory first.
+const EnvBinDir = "VAK_TEST_BINDIR"
+
 // Build compiles a main package of this module (e.g. "vak/cmd/vak") once per
 // test process, statically (CGO_ENABLED=0) so the result also runs inside
-// minimal containers, and returns the binary's path.
+// minimal containers, and returns the binary's path. With $VAK_TEST_BINDIR
+// set it returns the prebuilt binary of that name there instead.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		p := filepath.Join(dir, filepath.Base(pkg))
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s=%s but the prebuilt %s is missing: %v", EnvBinDir, dir, pkg, err)
+		}
+		return p
+	}
 	v, _ := builds.LoadOrStore(pkg, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() {

@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"vak/internal/fsguard"
 	"vak/internal/paths"
+	"vak/internal/worker/wire"
 )
 
 // DefaultShell runs bash requests.
@@ -47,6 +49,12 @@ type Exec struct {
 	// or cancel kills the command's whole tree by parent links, so processes
 	// that left the session (setsid, double fork) die too.
 	Subreaper bool
+	// NoTripwire turns the checks around each command off (full access:
+	// nothing is sandboxed, and what the command does is the user's).
+	NoTripwire bool
+	// Lifeline, if set, is the stdin of every command instead of the
+	// request's (the docker backend: see Spec.Lifeline).
+	Lifeline *os.File
 
 	// reg, if set, records running commands so that a PID-1 worker reaping
 	// orphans never reaps a command os/exec still waits for.
@@ -62,9 +70,9 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
 
 // Bash implements Shell.
-func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) (*BashResult, error) {
+func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
 	if strings.IndexByte(a.Command, 0) >= 0 {
-		return nil, errorf(CodeProtocol, "command contains a NUL byte")
+		return nil, wire.Errorf(wire.CodeProtocol, "command contains a NUL byte")
 	}
 	cwd, err := x.resolveCwd(a.Cwd)
 	if err != nil {
@@ -74,20 +82,20 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	for _, k := range sortedKeys(a.Env) {
 		v := a.Env[k]
 		if !envName.MatchString(k) || slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "VAK_") {
-			return nil, errorf(CodeProtocol, "environment variable %q may not be set", k)
+			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q may not be set", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return nil, errorf(CodeProtocol, "environment variable %q contains a NUL byte", k)
+			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q contains a NUL byte", k)
 		}
 		env = setEnv(env, k, v)
 	}
 	env = setEnv(env, "PWD", cwd)
 	max := a.MaxOutputBytes
 	if max <= 0 {
-		max = DefaultOutputBytes
+		max = wire.DefaultOutputBytes
 	}
-	if max > MaxOutputBytes {
-		max = MaxOutputBytes
+	if max > wire.MaxOutputBytes {
+		max = wire.MaxOutputBytes
 	}
 	timeout := x.DefaultTimeout
 	if a.TimeoutMS > 0 {
@@ -95,7 +103,7 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	}
 
 	argv := append(slices.Clone(x.Launcher), x.shell(), "-c", a.Command)
-	before := x.protectedPresent()
+	before := x.tripBefore()
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = cwd, env
@@ -105,7 +113,9 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	if len(x.Launcher) == 0 || x.Subreaper {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	if a.Stdin != nil {
+	if x.Lifeline != nil {
+		cmd.Stdin = x.Lifeline
+	} else if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)
 	}
 	var stdout, stderr outputSink
@@ -124,10 +134,10 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	if x.warm != nil {
 		proc, err = x.warm.run(argv[len(x.Launcher):], cwd, env, a.Stdin, stdout, stderr)
 		if err != nil {
-			return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 		}
 	} else if err := x.reg.start(cmd); err != nil {
-		return nil, errorf(CodeExec, "start %s: %v", argv[0], err)
+		return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 	}
 	defer x.reg.done(proc.cmd())
 	kill := killTree
@@ -165,11 +175,11 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 		kill(proc.pid())
 	}
 	state := proc.cmd().ProcessState
-	res := &BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
+	res := &wire.BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
 	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {
-			return nil, errorf(CodeExec, "wait: %v", werr)
+			return nil, wire.Errorf(wire.CodeExec, "wait: %v", werr)
 		}
 	}
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -184,7 +194,9 @@ func (x *Exec) Bash(ctx context.Context, a BashArgs, emit func(string, []byte)) 
 	if c, ok := stderr.(*capBuffer); ok {
 		res.Stderr, res.StderrTruncated = c.String(), c.truncated
 	}
-	res.ProtectedRemoved = x.removeNewProtected(before)
+	if err := x.tripAfter(before, res); err != nil {
+		return nil, wire.Errorf(wire.CodeExec, "%v", err)
+	}
 	return res, nil
 }
 
@@ -213,7 +225,7 @@ func (x *Exec) shell() string {
 // outside the workspace (also through symlinks).
 func (x *Exec) resolveCwd(cwd string) (string, error) {
 	if strings.IndexByte(cwd, 0) >= 0 {
-		return "", errorf(CodeInvalidPath, "cwd contains a NUL byte")
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd contains a NUL byte")
 	}
 	p := cwd
 	if p == "" {
@@ -223,40 +235,43 @@ func (x *Exec) resolveCwd(cwd string) (string, error) {
 	}
 	p = filepath.Clean(p)
 	if !paths.Within(x.Workspace, p) {
-		return "", errorf(CodeOutside, "cwd %q is outside the workspace", cwd)
+		return "", wire.Errorf(wire.CodeOutside, "cwd %q is outside the workspace", cwd)
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", errorf(CodeNotFound, "cwd %q does not exist", cwd)
+			return "", wire.Errorf(wire.CodeNotFound, "cwd %q does not exist", cwd)
 		}
-		return "", errorf(CodeInvalidPath, "cwd %q: %v", cwd, err)
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd %q: %v", cwd, err)
 	}
 	if !paths.Within(x.Workspace, real) {
-		return "", errorf(CodeOutside, "cwd %q resolves outside the workspace", cwd)
+		return "", wire.Errorf(wire.CodeOutside, "cwd %q resolves outside the workspace", cwd)
 	}
 	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return "", errorf(CodeInvalidPath, "cwd %q is not a directory", cwd)
+		return "", wire.Errorf(wire.CodeInvalidPath, "cwd %q is not a directory", cwd)
 	}
 	return real, nil
 }
 
-// protectedPresent reports which protected paths exist now.
-func (x *Exec) protectedPresent() map[string]bool {
-	m := make(map[string]bool, len(x.Protected))
+// tripBeforeLegacy records which protected paths exist, by name. It is
+// used where fsguard.Tree is unsupported (macOS), whose worker runs inside
+// the Seatbelt sandbox: a link it follows cannot lead it to a path the
+// sandbox would let it change.
+func (x *Exec) tripBeforeLegacy() tripState {
+	st := tripState{prot: map[string]fsguard.Entry{}}
 	for _, p := range x.Protected {
 		if _, err := os.Lstat(filepath.Join(x.Workspace, p)); err == nil {
-			m[p] = true
+			st.prot[p] = fsguard.Entry{Kind: fsguard.File}
 		}
 	}
-	return m
+	return st
 }
 
-// removeNewProtected removes protected paths that a command created.
-func (x *Exec) removeNewProtected(before map[string]bool) []string {
+// tripAfterLegacy removes protected paths that a command created.
+func (x *Exec) tripAfterLegacy(before tripState) []string {
 	var removed []string
 	for _, p := range x.Protected {
-		if before[p] {
+		if _, ok := before.prot[p]; ok {
 			continue
 		}
 		full := filepath.Join(x.Workspace, p)

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -94,8 +93,6 @@ type childRegistry struct {
 	pids map[int]bool
 }
 
-func newChildRegistry() *childRegistry { return &childRegistry{pids: map[int]bool{}} }
-
 // start starts cmd; with a registry, under the lock the reaper holds.
 func (r *childRegistry) start(cmd *exec.Cmd) error {
 	if r == nil {
@@ -118,95 +115,4 @@ func (r *childRegistry) done(cmd *exec.Cmd) {
 	r.mu.Lock()
 	delete(r.pids, cmd.Process.Pid)
 	r.mu.Unlock()
-}
-
-// activity tracks requests for the idle timeout. It also sets the mtime of
-// a file (the socket) at most once a second, so the host can see when the
-// session was last used without asking the worker.
-type activity struct {
-	mu       sync.Mutex
-	inflight int
-	last     time.Time
-	touched  time.Time
-	touch    string
-}
-
-func (a *activity) begin() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.inflight++
-	a.mark()
-}
-
-func (a *activity) end() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.inflight--
-	a.mark()
-}
-
-func (a *activity) mark() {
-	now := time.Now()
-	a.last = now
-	if a.touch != "" && now.Sub(a.touched) >= time.Second {
-		a.touched = now
-		os.Chtimes(a.touch, now, now)
-	}
-}
-
-// idle is how long nothing has been in flight.
-func (a *activity) idle(now time.Time) time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.inflight > 0 {
-		return 0
-	}
-	return now.Sub(a.last)
-}
-
-// trackedFiles and trackedShell count requests as activity.
-type trackedFiles struct {
-	f Files
-	a *activity
-}
-
-func (t *trackedFiles) Read(x ReadArgs) (*ReadResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.f.Read(x)
-}
-
-func (t *trackedFiles) Write(x WriteArgs) (*WriteResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.f.Write(x)
-}
-
-func (t *trackedFiles) Edit(x EditArgs) (*EditResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.f.Edit(x)
-}
-
-func (t *trackedFiles) Glob(x GlobArgs) (*GlobResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.f.Glob(x)
-}
-
-func (t *trackedFiles) Grep(x GrepArgs) (*GrepResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.f.Grep(x)
-}
-
-type trackedShell struct {
-	s Shell
-	a *activity
-}
-
-func (t *trackedShell) Bash(ctx context.Context, x BashArgs, emit func(string, []byte)) (*BashResult, error) {
-	t.a.begin()
-	defer t.a.end()
-	return t.s.Bash(ctx, x, emit)
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vak/internal/procfs"
+	"vak/internal/worker/wire"
 )
 
 // RunContainer is a session container's entrypoint. It serves the protocol
@@ -77,7 +78,7 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 		return fmt.Errorf("worker: %w", err)
 	}
 	act := &activity{last: time.Now(), touch: cs.Socket}
-	ready := Event{Backend: BackendContainer, Sandbox: desc, PID: os.Getpid()}
+	ready := wire.Event{Backend: BackendContainer, Sandbox: desc, PID: os.Getpid()}
 	newServer := func() *Server {
 		return &Server{Files: &trackedFiles{files, act}, Shell: &trackedShell{shell, act}, Ready: ready}
 	}

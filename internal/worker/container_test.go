@@ -6,12 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/worker/wire"
 )
 
 // unixHalfCloser ends only the client's sending side on Close.
@@ -19,13 +19,13 @@ type unixHalfCloser struct{ *net.UnixConn }
 
 func (u unixHalfCloser) Close() error { return u.CloseWrite() }
 
-func dialClient(t *testing.T, sock string) (*Client, net.Conn) {
+func dialClient(t *testing.T, sock string) (*wire.Client, net.Conn) {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := NewClient(unixHalfCloser{c.(*net.UnixConn)}, c)
+	cl := wire.NewClient(unixHalfCloser{c.(*net.UnixConn)}, c)
 	if err := cl.WaitReady(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -55,21 +55,21 @@ func TestServeListener(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- ServeListener(ctx, ln, func() *Server {
-			return &Server{Files: files, Shell: shell, Ready: Event{Backend: BackendContainer}}
+			return &Server{Files: files, Shell: shell, Ready: wire.Event{Backend: BackendContainer}}
 		})
 	}()
 	c1, conn1 := dialClient(t, sock)
 	c2, conn2 := dialClient(t, sock)
 	defer conn2.Close()
-	if c1.Ready().Backend != BackendContainer || c1.Ready().Version != ProtocolVersion {
+	if c1.Ready().Backend != BackendContainer || c1.Ready().Version != wire.ProtocolVersion {
 		t.Fatalf("ready = %+v", c1.Ready())
 	}
 	// Both connections number their requests from 1: no crosstalk.
 	errs := make(chan error, 2)
-	for i, c := range []*Client{c1, c2} {
+	for i, c := range []*wire.Client{c1, c2} {
 		go func() {
 			for j := 0; j < 20; j++ {
-				r, err := c.Bash(context.Background(), BashArgs{Command: "echo " + string(rune('a'+i))}, nil)
+				r, err := c.Bash(context.Background(), wire.BashArgs{Command: "echo " + string(rune('a'+i))}, nil)
 				if err == nil && r.Stdout != string(rune('a'+i))+"\n" {
 					err = errors.New("crosstalk: " + r.Stdout)
 				}
@@ -89,7 +89,7 @@ func TestServeListener(t *testing.T) {
 	// A client that closes its side still gets the answer in flight.
 	slow := make(chan error, 1)
 	go func() {
-		r, err := c1.Bash(context.Background(), BashArgs{Command: "sleep 0.3; echo late"}, nil)
+		r, err := c1.Bash(context.Background(), wire.BashArgs{Command: "sleep 0.3; echo late"}, nil)
 		if err == nil && r.Stdout != "late\n" {
 			err = errors.New(r.Stdout)
 		}
@@ -101,14 +101,14 @@ func TestServeListener(t *testing.T) {
 		t.Fatalf("in-flight answer lost: %v", err)
 	}
 	conn1.Close()
-	if _, err := c2.Bash(context.Background(), BashArgs{Command: "true"}, nil); err != nil {
+	if _, err := c2.Bash(context.Background(), wire.BashArgs{Command: "true"}, nil); err != nil {
 		t.Fatalf("second client broken by the first leaving: %v", err)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("ServeListener: %v", err)
 	}
-	if _, err := c2.Bash(context.Background(), BashArgs{Command: "true"}, nil); !errors.Is(err, ErrWorkerExited) {
+	if _, err := c2.Bash(context.Background(), wire.BashArgs{Command: "true"}, nil); !errors.Is(err, wire.ErrWorkerExited) {
 		t.Fatalf("after shutdown: %v", err)
 	}
 	if _, err := net.Dial("unix", sock); err == nil {
@@ -133,26 +133,4 @@ func TestReadSpecEnv(t *testing.T) {
 			t.Errorf("spec %q accepted", bad)
 		}
 	}
-}
-
-// procsMatching lists live processes whose command line contains s.
-func procsMatching(s string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(data), "\x00", " ")
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+2:]), "Z") {
-				continue
-			}
-		}
-		if strings.Contains(cmd, s) {
-			out = append(out, e.Name()+": "+cmd)
-		}
-	}
-	return out
 }

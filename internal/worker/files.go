@@ -8,6 +8,7 @@ import (
 
 	"vak/internal/fsguard"
 	"vak/internal/sandbox"
+	"vak/internal/worker/wire"
 )
 
 // fsFiles adapts fsguard to the protocol's file tools.
@@ -27,60 +28,60 @@ func OpenFiles(workspace string, mode sandbox.Mode, protected []string) (*fsFile
 
 func (f *fsFiles) Close() error { return f.root.Close() }
 
-func (f *fsFiles) Read(a ReadArgs) (*ReadResult, error) {
+func (f *fsFiles) Read(a wire.ReadArgs) (*wire.ReadResult, error) {
 	r, err := f.root.Read(a.Path, a.Offset, a.Limit)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	out := &ReadResult{Content: string(r.Content), Size: r.Size, Truncated: r.Truncated}
+	out := &wire.ReadResult{Content: string(r.Content), Size: r.Size, Truncated: r.Truncated}
 	if !utf8.Valid(r.Content) {
-		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(r.Content), EncodingBase64
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(r.Content), wire.EncodingBase64
 	}
 	return out, nil
 }
 
-func (f *fsFiles) Write(a WriteArgs) (*WriteResult, error) {
+func (f *fsFiles) Write(a wire.WriteArgs) (*wire.WriteResult, error) {
 	data := []byte(a.Content)
 	switch a.Encoding {
-	case EncodingUTF8:
-	case EncodingBase64:
+	case wire.EncodingUTF8:
+	case wire.EncodingBase64:
 		var err error
 		if data, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
-			return nil, errorf(CodeProtocol, "content is not valid base64: %v", err)
+			return nil, wire.Errorf(wire.CodeProtocol, "content is not valid base64: %v", err)
 		}
 	default:
-		return nil, errorf(CodeProtocol, "unknown encoding %q", a.Encoding)
+		return nil, wire.Errorf(wire.CodeProtocol, "unknown encoding %q", a.Encoding)
 	}
 	if err := f.root.Write(a.Path, data); err != nil {
 		return nil, fsError(err)
 	}
-	return &WriteResult{Bytes: int64(len(data))}, nil
+	return &wire.WriteResult{Bytes: int64(len(data))}, nil
 }
 
-func (f *fsFiles) Edit(a EditArgs) (*EditResult, error) {
+func (f *fsFiles) Edit(a wire.EditArgs) (*wire.EditResult, error) {
 	n, err := f.root.Edit(a.Path, a.Old, a.New, a.ReplaceAll)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return &EditResult{Replacements: n}, nil
+	return &wire.EditResult{Replacements: n}, nil
 }
 
-func (f *fsFiles) Glob(a GlobArgs) (*GlobResult, error) {
+func (f *fsFiles) Glob(a wire.GlobArgs) (*wire.GlobResult, error) {
 	r, err := f.root.Glob(a.Pattern, a.Max)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	return &GlobResult{Paths: nonNil(r.Paths), Truncated: r.Truncated}, nil
+	return &wire.GlobResult{Paths: nonNil(r.Paths), Truncated: r.Truncated}, nil
 }
 
-func (f *fsFiles) Grep(a GrepArgs) (*GrepResult, error) {
+func (f *fsFiles) Grep(a wire.GrepArgs) (*wire.GrepResult, error) {
 	r, err := f.root.Grep(a.Pattern, a.Path, a.Glob, a.Max)
 	if err != nil {
 		return nil, fsError(err)
 	}
-	out := &GrepResult{Matches: []GrepMatch{}, Truncated: r.Truncated}
+	out := &wire.GrepResult{Matches: []wire.GrepMatch{}, Truncated: r.Truncated}
 	for _, m := range r.Matches {
-		out.Matches = append(out.Matches, GrepMatch{Path: m.Path, Line: m.Line, Text: strings.ToValidUTF8(m.Text, "\uFFFD")})
+		out.Matches = append(out.Matches, wire.GrepMatch{Path: m.Path, Line: m.Line, Text: strings.ToValidUTF8(m.Text, "\uFFFD")})
 	}
 	return out, nil
 }
@@ -97,27 +98,27 @@ var fsCodes = []struct {
 	err  error
 	code string
 }{
-	{fsguard.ErrOutside, CodeOutside},
-	{fsguard.ErrProtected, CodeProtected},
-	{fsguard.ErrReadOnly, CodeReadOnly},
-	{fsguard.ErrNotFound, CodeNotFound},
-	{fsguard.ErrIsDir, CodeIsDir},
-	{fsguard.ErrNotRegular, CodeNotRegular},
-	{fsguard.ErrTooLarge, CodeFileTooLarge},
-	{fsguard.ErrNoMatch, CodeNoMatch},
-	{fsguard.ErrAmbiguous, CodeAmbiguous},
-	{fsguard.ErrInvalidPath, CodeInvalidPath},
-	{fsguard.ErrSymlink, CodeSymlink},
-	{fsguard.ErrHardLink, CodeHardLink},
-	{fsguard.ErrInvalidArgument, CodeInvalidRegex},
-	{fsguard.ErrUnsupported, CodeUnsupported},
+	{fsguard.ErrOutside, wire.CodeOutside},
+	{fsguard.ErrProtected, wire.CodeProtected},
+	{fsguard.ErrReadOnly, wire.CodeReadOnly},
+	{fsguard.ErrNotFound, wire.CodeNotFound},
+	{fsguard.ErrIsDir, wire.CodeIsDir},
+	{fsguard.ErrNotRegular, wire.CodeNotRegular},
+	{fsguard.ErrTooLarge, wire.CodeFileTooLarge},
+	{fsguard.ErrNoMatch, wire.CodeNoMatch},
+	{fsguard.ErrAmbiguous, wire.CodeAmbiguous},
+	{fsguard.ErrInvalidPath, wire.CodeInvalidPath},
+	{fsguard.ErrSymlink, wire.CodeSymlink},
+	{fsguard.ErrHardLink, wire.CodeHardLink},
+	{fsguard.ErrInvalidArgument, wire.CodeInvalidRegex},
+	{fsguard.ErrUnsupported, wire.CodeUnsupported},
 }
 
 func fsError(err error) error {
 	for _, c := range fsCodes {
 		if errors.Is(err, c.err) {
-			return &Error{Code: c.code, Message: err.Error()}
+			return &wire.Error{Code: c.code, Message: err.Error()}
 		}
 	}
-	return &Error{Code: CodeInternal, Message: err.Error()}
+	return &wire.Error{Code: wire.CodeInternal, Message: err.Error()}
 }

@@ -2,18 +2,49 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+
+	"vak/internal/fsguard"
+	"vak/internal/sandbox"
+	"vak/internal/worker/wire"
 )
 
 // Run serves the protocol for spec on in/out until in is closed. sandbox
 // describes the restrictions in force (sent in the ready event).
+//
+// Where the platform has no safe file tools (fsguard is Linux-only), the
+// worker still starts: bash works and every file tool answers with code
+// unsupported. Any other failure to open the workspace fails the start.
 func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer) error {
-	files, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
-	if err != nil {
+	return run(ctx, spec, sandboxDesc, in, out, func() (Files, io.Closer, error) {
+		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
+		if err != nil {
+			return nil, nil, err
+		}
+		return f, f, nil
+	})
+}
+
+func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error)) error {
+	files, closer, err := open()
+	switch {
+	case errors.Is(err, fsguard.ErrUnsupported):
+		files = unavailableFiles{err: fsError(err)}
+	case err != nil:
 		return err
+	default:
+		defer closer.Close()
 	}
-	defer files.Close()
+	var lifeline *os.File
+	if spec.Lifeline > 0 {
+		if lifeline = os.NewFile(uintptr(spec.Lifeline), "lifeline"); lifeline == nil {
+			return fmt.Errorf("worker: no lifeline on fd %d", spec.Lifeline)
+		}
+		defer lifeline.Close()
+	}
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -21,9 +52,21 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Env:            spec.Env,
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
+			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
+			Lifeline:       lifeline,
 		},
-		Ready: Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
+		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
 	}
 	return srv.Serve(ctx, in, out)
 }
+
+// unavailableFiles answers every file tool with the error that kept the
+// file tools from opening.
+type unavailableFiles struct{ err error }
+
+func (u unavailableFiles) Read(wire.ReadArgs) (*wire.ReadResult, error)    { return nil, u.err }
+func (u unavailableFiles) Write(wire.WriteArgs) (*wire.WriteResult, error) { return nil, u.err }
+func (u unavailableFiles) Edit(wire.EditArgs) (*wire.EditResult, error)    { return nil, u.err }
+func (u unavailableFiles) Glob(wire.GlobArgs) (*wire.GlobResult, error)    { return nil, u.err }
+func (u unavailableFiles) Grep(wire.GrepArgs) (*wire.GrepResult, error)    { return nil, u.err }

@@ -10,21 +10,23 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
+
+	"vak/internal/worker/wire"
 )
 
 // Files executes the file tools. The worker adapts fsguard to it; errors
 // should be *Error values with a stable code.
 type Files interface {
-	Read(ReadArgs) (*ReadResult, error)
-	Write(WriteArgs) (*WriteResult, error)
-	Edit(EditArgs) (*EditResult, error)
-	Glob(GlobArgs) (*GlobResult, error)
-	Grep(GrepArgs) (*GrepResult, error)
+	Read(wire.ReadArgs) (*wire.ReadResult, error)
+	Write(wire.WriteArgs) (*wire.WriteResult, error)
+	Edit(wire.EditArgs) (*wire.EditResult, error)
+	Glob(wire.GlobArgs) (*wire.GlobResult, error)
+	Grep(wire.GrepArgs) (*wire.GrepResult, error)
 }
 
 // Shell runs bash requests. emit, if non-nil, streams output.
 type Shell interface {
-	Bash(ctx context.Context, a BashArgs, emit func(stream string, data []byte)) (*BashResult, error)
+	Bash(ctx context.Context, a wire.BashArgs, emit func(stream string, data []byte)) (*wire.BashResult, error)
 }
 
 // Server serves the protocol on one connection.
@@ -32,7 +34,7 @@ type Server struct {
 	Files Files
 	Shell Shell
 	// Ready is sent as the first line (its Event field is set to "ready").
-	Ready Event
+	Ready wire.Event
 
 	wmu sync.Mutex
 	w   *bufio.Writer
@@ -49,9 +51,9 @@ type Server struct {
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	s.w = bufio.NewWriterSize(w, 64<<10)
 	s.inflight = map[string]context.CancelFunc{}
-	s.sem = make(chan struct{}, MaxConcurrent)
+	s.sem = make(chan struct{}, wire.MaxConcurrent)
 	ready := s.Ready
-	ready.Event, ready.Version = "ready", ProtocolVersion
+	ready.Event, ready.Version = "ready", wire.ProtocolVersion
 	if err := s.send(ready); err != nil {
 		return err
 	}
@@ -59,9 +61,9 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	defer cancel()
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
-		line, tooLong, err := readLine(br, MaxRequestBytes)
+		line, tooLong, err := readLine(br, wire.MaxRequestBytes)
 		if tooLong {
-			s.reply(Response{Error: errorf(CodeTooLarge, "request line exceeds %d bytes", MaxRequestBytes)})
+			s.reply(wire.Response{Error: wire.Errorf(wire.CodeTooLarge, "request line exceeds %d bytes", wire.MaxRequestBytes)})
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			s.dispatch(ctx, line)
 		}
@@ -94,7 +96,7 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 }
 
 func (s *Server) dispatch(ctx context.Context, line []byte) {
-	var req Request
+	var req wire.Request
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -103,36 +105,36 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 			ID string `json:"id"`
 		}
 		_ = json.Unmarshal(line, &idOnly)
-		s.reply(Response{ID: idOnly.ID, Error: errorf(CodeProtocol, "malformed request: %v", err)})
+		s.reply(wire.Response{ID: idOnly.ID, Error: wire.Errorf(wire.CodeProtocol, "malformed request: %v", err)})
 		return
 	}
 	if req.ID == "" {
-		s.reply(Response{Error: errorf(CodeProtocol, "request has no id")})
+		s.reply(wire.Response{Error: wire.Errorf(wire.CodeProtocol, "request has no id")})
 		return
 	}
 	switch req.Op {
-	case OpCancel:
-		var a CancelArgs
+	case wire.OpCancel:
+		var a wire.CancelArgs
 		if err := strictArgs(req.Args, &a); err != nil {
-			s.reply(Response{ID: req.ID, Error: err})
+			s.reply(wire.Response{ID: req.ID, Error: err})
 			return
 		}
 		s.mu.Lock()
 		c, ok := s.inflight[a.Target]
 		s.mu.Unlock()
 		if !ok {
-			s.reply(Response{ID: req.ID, Error: errorf(CodeUnknownID, "no request %q in flight", a.Target)})
+			s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeUnknownID, "no request %q in flight", a.Target)})
 			return
 		}
 		c()
 		s.result(req.ID, struct{}{})
 		return
-	case OpPing:
+	case wire.OpPing:
 		s.result(req.ID, struct{}{})
 		return
-	case OpBash, OpRead, OpWrite, OpEdit, OpGlob, OpGrep:
+	case wire.OpBash, wire.OpRead, wire.OpWrite, wire.OpEdit, wire.OpGlob, wire.OpGrep:
 	default:
-		s.reply(Response{ID: req.ID, Error: errorf(CodeProtocol, "unknown op %q", req.Op)})
+		s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)})
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -140,7 +142,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 	if _, dup := s.inflight[req.ID]; dup {
 		s.mu.Unlock()
 		cancel()
-		s.reply(Response{ID: req.ID, Error: errorf(CodeDuplicateID, "request %q is already in flight", req.ID)})
+		s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeDuplicateID, "request %q is already in flight", req.ID)})
 		return
 	}
 	s.inflight[req.ID] = cancel
@@ -158,11 +160,11 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		defer func() { <-s.sem }()
 		res, err := s.handle(rctx, req)
 		if err != nil {
-			var pe *Error
+			var pe *wire.Error
 			if !errors.As(err, &pe) {
-				pe = errorf(CodeInternal, "%v", err)
+				pe = wire.Errorf(wire.CodeInternal, "%v", err)
 			}
-			s.reply(Response{ID: req.ID, Error: pe})
+			s.reply(wire.Response{ID: req.ID, Error: pe})
 			return
 		}
 		s.result(req.ID, res)
@@ -171,67 +173,67 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 
 // handle runs one request; a panic becomes an internal error, never a dead
 // worker.
-func (s *Server) handle(ctx context.Context, req Request) (res any, err error) {
+func (s *Server) handle(ctx context.Context, req wire.Request) (res any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = errorf(CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
+			err = wire.Errorf(wire.CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
 		}
 	}()
 	switch req.Op {
-	case OpBash:
-		var a BashArgs
+	case wire.OpBash:
+		var a wire.BashArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		var emit func(string, []byte)
 		if a.Stream {
 			emit = func(stream string, data []byte) {
-				_ = s.send(Event{Event: "output", ID: req.ID, Stream: stream, Data: data})
+				_ = s.send(wire.Event{Event: "output", ID: req.ID, Stream: stream, Data: data})
 			}
 		}
 		return s.Shell.Bash(ctx, a, emit)
-	case OpRead:
-		var a ReadArgs
+	case wire.OpRead:
+		var a wire.ReadArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		return s.Files.Read(a)
-	case OpWrite:
-		var a WriteArgs
+	case wire.OpWrite:
+		var a wire.WriteArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		return s.Files.Write(a)
-	case OpEdit:
-		var a EditArgs
+	case wire.OpEdit:
+		var a wire.EditArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		return s.Files.Edit(a)
-	case OpGlob:
-		var a GlobArgs
+	case wire.OpGlob:
+		var a wire.GlobArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		return s.Files.Glob(a)
-	case OpGrep:
-		var a GrepArgs
+	case wire.OpGrep:
+		var a wire.GrepArgs
 		if err := strictArgs(req.Args, &a); err != nil {
 			return nil, err
 		}
 		return s.Files.Grep(a)
 	}
-	return nil, errorf(CodeProtocol, "unknown op %q", req.Op)
+	return nil, wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)
 }
 
-func strictArgs(raw json.RawMessage, v any) *Error {
+func strictArgs(raw json.RawMessage, v any) *wire.Error {
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errorf(CodeProtocol, "bad args: %v", err)
+		return wire.Errorf(wire.CodeProtocol, "bad args: %v", err)
 	}
 	return nil
 }
@@ -239,13 +241,13 @@ func strictArgs(raw json.RawMessage, v any) *Error {
 func (s *Server) result(id string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		s.reply(Response{ID: id, Error: errorf(CodeInternal, "encode result: %v", err)})
+		s.reply(wire.Response{ID: id, Error: wire.Errorf(wire.CodeInternal, "encode result: %v", err)})
 		return
 	}
-	s.reply(Response{ID: id, OK: true, Result: data})
+	s.reply(wire.Response{ID: id, OK: true, Result: data})
 }
 
-func (s *Server) reply(r Response) { _ = s.send(r) }
+func (s *Server) reply(r wire.Response) { _ = s.send(r) }
 
 func (s *Server) send(v any) error {
 	data, err := json.Marshal(v)

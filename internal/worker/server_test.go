@@ -16,6 +16,7 @@ import (
 
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/worker/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 // conn is a server on pipes, driven line by line.
 type conn struct {
 	t      *testing.T
-	client *Client // when set, it owns out
+	client *wire.Client // when set, it owns out
 	in     *io.PipeWriter
 	out    *bufio.Reader
 	done   chan error
@@ -57,9 +58,9 @@ func newConn(t *testing.T, files Files) *conn {
 		c.done <- srv.Serve(context.Background(), inR, outW)
 		outW.Close()
 	}()
-	var ready Event
+	var ready wire.Event
 	c.readJSON(&ready)
-	if ready.Event != "ready" || ready.Version != ProtocolVersion {
+	if ready.Event != "ready" || ready.Version != wire.ProtocolVersion {
 		t.Fatalf("first line = %+v, want ready", ready)
 	}
 	t.Cleanup(c.close)
@@ -94,9 +95,9 @@ func (c *conn) readJSON(v any) {
 	}
 }
 
-func (c *conn) response() Response {
+func (c *conn) response() wire.Response {
 	c.t.Helper()
-	var r Response
+	var r wire.Response
 	c.readJSON(&r)
 	return r
 }
@@ -104,18 +105,18 @@ func (c *conn) response() Response {
 func TestBadLinesKeepServing(t *testing.T) {
 	c := newConn(t, nil)
 	for _, tc := range []struct{ line, id, code string }{
-		{"this is not json", "", CodeProtocol},
-		{`{"id":"1","op":"nope"}`, "1", CodeProtocol},
-		{`{"id":"2","op":"read","args":{"path":"x","bogus":1}}`, "2", CodeProtocol},
-		{`{"id":"3","op":"read","args":"string"}`, "3", CodeProtocol},
-		{`{"op":"ping"}`, "", CodeProtocol},
-		{`{"id":"4","op":"ping","extra":true}`, "4", CodeProtocol},
-		{`{"id":"5","op":"bash","args":{"command":"echo \u0000"}}`, "5", CodeProtocol},
-		{`{"id":"6","op":"cancel","args":{"target":"nothing"}}`, "6", CodeUnknownID},
-		{`[1,2,3]`, "", CodeProtocol},
-		{`{"id":"7","op":"bash","args":{"command":"true","env":{"HOME":"/"}}}`, "7", CodeProtocol},
-		{`{"id":"8","op":"bash","args":{"command":"true","env":{"BAD NAME":"x"}}}`, "8", CodeProtocol},
-		{`{"id":"9","op":"bash","args":{"command":"true","env":{"VAK_X":"x"}}}`, "9", CodeProtocol},
+		{"this is not json", "", wire.CodeProtocol},
+		{`{"id":"1","op":"nope"}`, "1", wire.CodeProtocol},
+		{`{"id":"2","op":"read","args":{"path":"x","bogus":1}}`, "2", wire.CodeProtocol},
+		{`{"id":"3","op":"read","args":"string"}`, "3", wire.CodeProtocol},
+		{`{"op":"ping"}`, "", wire.CodeProtocol},
+		{`{"id":"4","op":"ping","extra":true}`, "4", wire.CodeProtocol},
+		{`{"id":"5","op":"bash","args":{"command":"echo \u0000"}}`, "5", wire.CodeProtocol},
+		{`{"id":"6","op":"cancel","args":{"target":"nothing"}}`, "6", wire.CodeUnknownID},
+		{`[1,2,3]`, "", wire.CodeProtocol},
+		{`{"id":"7","op":"bash","args":{"command":"true","env":{"HOME":"/"}}}`, "7", wire.CodeProtocol},
+		{`{"id":"8","op":"bash","args":{"command":"true","env":{"BAD NAME":"x"}}}`, "8", wire.CodeProtocol},
+		{`{"id":"9","op":"bash","args":{"command":"true","env":{"VAK_X":"x"}}}`, "9", wire.CodeProtocol},
 	} {
 		c.send(tc.line)
 		r := c.response()
@@ -124,9 +125,9 @@ func TestBadLinesKeepServing(t *testing.T) {
 		}
 	}
 	// An oversized line is consumed whole and answered once.
-	big := `{"id":"big","op":"write","args":{"path":"f","content":"` + strings.Repeat("A", MaxRequestBytes) + `"}}`
+	big := `{"id":"big","op":"write","args":{"path":"f","content":"` + strings.Repeat("A", wire.MaxRequestBytes) + `"}}`
 	c.send(big)
-	if r := c.response(); r.Error == nil || r.Error.Code != CodeTooLarge {
+	if r := c.response(); r.Error == nil || r.Error.Code != wire.CodeTooLarge {
 		t.Fatalf("oversized line: %+v", r)
 	}
 	c.send(`{"id":"ok","op":"ping"}`)
@@ -155,11 +156,11 @@ func TestDuplicateIDAndCancel(t *testing.T) {
 		t.Fatalf("ping: %+v", r)
 	}
 	c.send(`{"id":"s","op":"read","args":{"path":"started"}}`)
-	if r := c.response(); r.Error == nil || r.Error.Code != CodeDuplicateID {
+	if r := c.response(); r.Error == nil || r.Error.Code != wire.CodeDuplicateID {
 		t.Fatalf("duplicate id: %+v", r)
 	}
 	c.send(`{"id":"c","op":"cancel","args":{"target":"s"}}`)
-	got := map[string]Response{}
+	got := map[string]wire.Response{}
 	for len(got) < 2 {
 		r := c.response()
 		got[r.ID] = r
@@ -167,7 +168,7 @@ func TestDuplicateIDAndCancel(t *testing.T) {
 	if !got["c"].OK {
 		t.Fatalf("cancel: %+v", got["c"])
 	}
-	var br BashResult
+	var br wire.BashResult
 	json.Unmarshal(got["s"].Result, &br)
 	if !got["s"].OK || !br.Canceled || br.Signal == "" {
 		t.Fatalf("canceled bash: %+v %+v", got["s"], br)
@@ -176,11 +177,11 @@ func TestDuplicateIDAndCancel(t *testing.T) {
 
 func TestBashResults(t *testing.T) {
 	c := newConn(t, nil)
-	client := NewClient(c.in, c.out)
+	client := wire.NewClient(c.in, c.out)
 	c.client = client
 	// The conn already consumed the ready line; the client must not wait for it.
 	ctx := context.Background()
-	run := func(a BashArgs) *BashResult {
+	run := func(a wire.BashArgs) *wire.BashResult {
 		t.Helper()
 		r, err := client.Bash(ctx, a, nil)
 		if err != nil {
@@ -188,35 +189,35 @@ func TestBashResults(t *testing.T) {
 		}
 		return r
 	}
-	if r := run(BashArgs{Command: "echo out; echo err >&2; exit 3"}); r.ExitCode != 3 || r.Stdout != "out\n" || r.Stderr != "err\n" {
+	if r := run(wire.BashArgs{Command: "echo out; echo err >&2; exit 3"}); r.ExitCode != 3 || r.Stdout != "out\n" || r.Stderr != "err\n" {
 		t.Errorf("exit/output: %+v", r)
 	}
-	if r := run(BashArgs{Command: "kill -TERM $$"}); r.Signal != "terminated" || r.ExitCode != 128+15 {
+	if r := run(wire.BashArgs{Command: "kill -TERM $$"}); r.Signal != "terminated" || r.ExitCode != 128+15 {
 		t.Errorf("signal: %+v", r)
 	}
-	if r := run(BashArgs{Command: "head -c 5000 /dev/zero | tr '\\0' a", MaxOutputBytes: 100}); len(r.Stdout) != 100 || !r.StdoutTruncated {
+	if r := run(wire.BashArgs{Command: "head -c 5000 /dev/zero | tr '\\0' a", MaxOutputBytes: 100}); len(r.Stdout) != 100 || !r.StdoutTruncated {
 		t.Errorf("truncation: len %d truncated %v", len(r.Stdout), r.StdoutTruncated)
 	}
 	in := "line1\nline2\n"
-	if r := run(BashArgs{Command: "wc -l", Stdin: &in}); strings.TrimSpace(r.Stdout) != "2" {
+	if r := run(wire.BashArgs{Command: "wc -l", Stdin: &in}); strings.TrimSpace(r.Stdout) != "2" {
 		t.Errorf("stdin: %+v", r)
 	}
-	if r := run(BashArgs{Command: "cat"}); r.Stdout != "" || r.ExitCode != 0 {
+	if r := run(wire.BashArgs{Command: "cat"}); r.Stdout != "" || r.ExitCode != 0 {
 		t.Errorf("no stdin should read /dev/null: %+v", r)
 	}
 	os.MkdirAll(filepath.Join(c.ws, "sub"), 0o755)
-	if r := run(BashArgs{Command: "pwd; echo $FOO", Cwd: "sub", Env: map[string]string{"FOO": "bar"}}); r.Stdout != filepath.Join(c.ws, "sub")+"\nbar\n" {
+	if r := run(wire.BashArgs{Command: "pwd; echo $FOO", Cwd: "sub", Env: map[string]string{"FOO": "bar"}}); r.Stdout != filepath.Join(c.ws, "sub")+"\nbar\n" {
 		t.Errorf("cwd/env: %q", r.Stdout)
 	}
 	var chunks strings.Builder
-	r, err := client.Bash(ctx, BashArgs{Command: "printf 'a\\0b'; printf x >&2", Stream: true}, func(stream string, data []byte) {
+	r, err := client.Bash(ctx, wire.BashArgs{Command: "printf 'a\\0b'; printf x >&2", Stream: true}, func(stream string, data []byte) {
 		chunks.WriteString(stream + ":" + string(data) + ";")
 	})
 	if err != nil || r.Stdout != "" || !strings.Contains(chunks.String(), "stdout:a\x00b;") || !strings.Contains(chunks.String(), "stderr:x;") {
 		t.Errorf("streaming: %v %+v %q", err, r, chunks.String())
 	}
 	// Protected paths a command creates are removed and reported.
-	if r := run(BashArgs{Command: "mkdir -p .vak .git/hooks && echo x > .vak/config.toml && echo y > .git/hooks/pre-commit"}); len(r.ProtectedRemoved) != 2 {
+	if r := run(wire.BashArgs{Command: "mkdir -p .vak .git/hooks && echo x > .vak/config.toml && echo y > .git/hooks/pre-commit"}); len(r.ProtectedRemoved) != 2 {
 		t.Errorf("tripwire: %+v", r)
 	}
 	for _, p := range []string{".vak", ".git/hooks"} {
@@ -228,14 +229,14 @@ func TestBashResults(t *testing.T) {
 
 func TestBashCwdEscapes(t *testing.T) {
 	c := newConn(t, nil)
-	client := NewClient(c.in, c.out)
+	client := wire.NewClient(c.in, c.out)
 	c.client = client
 	outside := t.TempDir()
 	os.Symlink(outside, filepath.Join(c.ws, "link-out"))
 	for _, cwd := range []string{"..", "/", outside, "link-out", "sub/../../x", c.ws + "/../" + filepath.Base(c.ws) + "x"} {
-		_, err := client.Bash(context.Background(), BashArgs{Command: "touch escaped", Cwd: cwd}, nil)
-		var we *Error
-		if !errors.As(err, &we) || (we.Code != CodeOutside && we.Code != CodeNotFound) {
+		_, err := client.Bash(context.Background(), wire.BashArgs{Command: "touch escaped", Cwd: cwd}, nil)
+		var we *wire.Error
+		if !errors.As(err, &we) || (we.Code != wire.CodeOutside && we.Code != wire.CodeNotFound) {
 			t.Errorf("cwd %q: %v", cwd, err)
 		}
 	}
@@ -246,12 +247,12 @@ func TestBashCwdEscapes(t *testing.T) {
 
 type panicky struct{ Files }
 
-func (panicky) Read(ReadArgs) (*ReadResult, error) { panic("boom") }
+func (panicky) Read(wire.ReadArgs) (*wire.ReadResult, error) { panic("boom") }
 
 func TestPanicDoesNotKillWorker(t *testing.T) {
 	c := newConn(t, panicky{})
 	c.send(`{"id":"p","op":"read","args":{"path":"x"}}`)
-	if r := c.response(); r.Error == nil || r.Error.Code != CodeInternal || !strings.Contains(r.Error.Message, "boom") {
+	if r := c.response(); r.Error == nil || r.Error.Code != wire.CodeInternal || !strings.Contains(r.Error.Message, "boom") {
 		t.Fatalf("panic: %+v", r)
 	}
 	c.send(`{"id":"ok","op":"ping"}`)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"vak/internal/worker/wire"
 )
 
 // A container-mode worker runs every command under a reap shim: the vak
@@ -269,7 +271,7 @@ func Reap(args []string) int {
 	switch {
 	case len(args) == 1 && args[0] == "--serve":
 		ctl := os.NewFile(3, "ctl")
-		line, err := bufio.NewReader(io.LimitReader(ctl, MaxRequestBytes+1)).ReadBytes('\n')
+		line, err := bufio.NewReader(io.LimitReader(ctl, wire.MaxRequestBytes+1)).ReadBytes('\n')
 		if err != nil {
 			return 0 // the worker never used this shim
 		}

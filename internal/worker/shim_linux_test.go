@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"vak/internal/paths"
+	"vak/internal/worker/wire"
 )
 
 // shimExec is an Exec as a container-mode worker has it: commands under
@@ -36,7 +37,7 @@ func TestShimTimeoutKillsTree(t *testing.T) {
 	x := shimExec(t)
 	tag := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano()%1000)
 	line := fmt.Sprintf("sleep 61%[1]s & setsid sleep 62%[1]s & (sleep 63%[1]s &); setsid sh -c 'sleep 64%[1]s & sleep 65%[1]s' & echo started; sleep 66%[1]s", tag)
-	res, err := x.Bash(context.Background(), BashArgs{Command: line, TimeoutMS: 1500}, nil)
+	res, err := x.Bash(context.Background(), wire.BashArgs{Command: line, TimeoutMS: 1500}, nil)
 	if err != nil || !res.TimedOut || res.Stdout != "started\n" {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -44,7 +45,7 @@ func TestShimTimeoutKillsTree(t *testing.T) {
 		t.Fatalf("survivors:\n%s", strings.Join(left, "\n"))
 	}
 	// Control: a normally finished command's background job lives on.
-	if _, err := x.Bash(context.Background(), BashArgs{Command: fmt.Sprintf("sleep 67%s >/dev/null 2>&1 &", tag)}, nil); err != nil {
+	if _, err := x.Bash(context.Background(), wire.BashArgs{Command: fmt.Sprintf("sleep 67%s >/dev/null 2>&1 &", tag)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -70,16 +71,16 @@ func TestShimTransparent(t *testing.T) {
 	os.Mkdir(x.Workspace+"/d", 0o755)
 	in := "from-stdin"
 	for _, tc := range []struct {
-		a    BashArgs
+		a    wire.BashArgs
 		code int
 		sig  string
 		out  string
 	}{
-		{BashArgs{Command: "exit 7"}, 7, "", ""},
-		{BashArgs{Command: "kill -TERM $$"}, 128 + 15, "terminated", ""},
-		{BashArgs{Command: "cat", Stdin: &in}, 0, "", "from-stdin"},
-		{BashArgs{Command: "echo $FOO; pwd", Cwd: "d", Env: map[string]string{"FOO": "bar"}}, 0, "", "bar\n" + "WS/d\n"},
-		{BashArgs{Command: "cat"}, 0, "", ""}, // stdin is empty, not inherited
+		{wire.BashArgs{Command: "exit 7"}, 7, "", ""},
+		{wire.BashArgs{Command: "kill -TERM $$"}, 128 + 15, "terminated", ""},
+		{wire.BashArgs{Command: "cat", Stdin: &in}, 0, "", "from-stdin"},
+		{wire.BashArgs{Command: "echo $FOO; pwd", Cwd: "d", Env: map[string]string{"FOO": "bar"}}, 0, "", "bar\n" + "WS/d\n"},
+		{wire.BashArgs{Command: "cat"}, 0, "", ""}, // stdin is empty, not inherited
 	} {
 		res, err := x.Bash(context.Background(), tc.a, nil)
 		want := strings.ReplaceAll(tc.out, "WS", x.Workspace)
@@ -88,7 +89,7 @@ func TestShimTransparent(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	res, err := x.Bash(context.Background(), BashArgs{Command: "sleep 3 & echo quick"}, nil)
+	res, err := x.Bash(context.Background(), wire.BashArgs{Command: "sleep 3 & echo quick"}, nil)
 	if err != nil || res.Stdout != "quick\n" {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -98,7 +99,7 @@ func TestShimTransparent(t *testing.T) {
 	// Streaming goes through the shim's pipes too.
 	var got strings.Builder
 	var mu sync.Mutex
-	_, err = x.Bash(context.Background(), BashArgs{Command: "echo a; echo b >&2", Stream: true}, func(s string, d []byte) {
+	_, err = x.Bash(context.Background(), wire.BashArgs{Command: "echo a; echo b >&2", Stream: true}, func(s string, d []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		got.WriteString(s + ":" + string(d))
@@ -113,7 +114,29 @@ func TestShimTransparent(t *testing.T) {
 		s.c.Process.Kill()
 	}
 	x.warm.mu.Unlock()
-	if res, err := x.Bash(context.Background(), BashArgs{Command: "echo ok"}, nil); err != nil || res.Stdout != "ok\n" {
+	if res, err := x.Bash(context.Background(), wire.BashArgs{Command: "echo ok"}, nil); err != nil || res.Stdout != "ok\n" {
 		t.Fatalf("after killing warm shims: %+v %v", res, err)
 	}
+}
+
+// procsMatching lists live processes whose command line contains s.
+func procsMatching(s string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		data, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(data), "\x00", " ")
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+2:]), "Z") {
+				continue
+			}
+		}
+		if strings.Contains(cmd, s) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/landlock"
 )
 
 // SpecFD is the file descriptor on which a worker reads its Spec (the
@@ -32,12 +31,18 @@ type Spec struct {
 	Protected []string `json:"protected"`
 	// DefaultTimeout applies to bash requests that set none.
 	DefaultTimeout time.Duration `json:"default_timeout"`
-	// Landlock is the policy for the landlock backend.
-	Landlock *landlock.Policy `json:"landlock,omitempty"`
-	// Namespaces says whether stage 1 runs in new namespaces (landlock).
-	Namespaces bool `json:"namespaces,omitempty"`
+	// Sandbox is the backend's own data for its worker entry point
+	// (sandbox.WorkerLaunch.Spec); the worker hands it over unread.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 	// Launcher prefixes every command (see Exec.Launcher).
 	Launcher []string `json:"launcher,omitempty"`
+	// Lifeline, for the docker backend, is the worker's descriptor (an
+	// extra file) of the read end of a pipe whose write end the broker
+	// holds; every `docker run` gets it as its stdin. When the broker dies,
+	// however it dies, the pipe reaches EOF, the docker CLI closes the
+	// container's stdin, and the container's init kills the command (see
+	// docker.Wrap). Zero means none.
+	Lifeline int `json:"lifeline,omitempty"`
 	// Container configures a worker that is a session container's
 	// entrypoint (backend BackendContainer); see RunContainer.
 	Container *ContainerSpec `json:"container,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -77,7 +78,11 @@ func attempt(name string) error {
 		_, _, e := syscall.RawSyscall(unix.SYS_OPEN_BY_HANDLE_AT, 0, 0, 0)
 		err = errnoErr(e)
 	default:
-		return fmt.Errorf("unknown attempt %q", name)
+		f, ok := setuidAttempts[name]
+		if !ok {
+			return fmt.Errorf("unknown attempt %q", name)
+		}
+		err = f(name)
 	}
 	if err != nil {
 		return err
@@ -99,4 +104,70 @@ func errnoErr(e syscall.Errno) error {
 		return nil
 	}
 	return e
+}
+
+// chmodVia sets file's mode (octal) through one of the mode-changing
+// syscalls, so a sandbox test covers each of them rather than only the one
+// chmod(1) happens to use.
+func chmodVia(via, modeStr, file string) error {
+	mode, err := strconv.ParseUint(modeStr, 8, 32)
+	if err != nil {
+		return fmt.Errorf("%w: mode %q is not octal", errUsage, modeStr)
+	}
+	path := bytePtr(file)
+	dirfd := unix.AT_FDCWD
+	switch via {
+	case "chmod":
+		if sysChmod < 0 {
+			return fmt.Errorf("%w: this architecture has no chmod(2); use fchmodat", errUsage)
+		}
+		_, _, e := syscall.Syscall(uintptr(sysChmod), uintptr(unsafe.Pointer(path)), uintptr(mode), 0)
+		err = errnoErr(e)
+	case "fchmod":
+		var f *os.File
+		if f, err = os.Open(file); err == nil {
+			_, _, e := syscall.Syscall(unix.SYS_FCHMOD, f.Fd(), uintptr(mode), 0)
+			err = errnoErr(e)
+			f.Close()
+		}
+	case "fchmodat":
+		_, _, e := syscall.Syscall6(unix.SYS_FCHMODAT, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(mode), 0, 0, 0)
+		err = errnoErr(e)
+	case "fchmodat2":
+		_, _, e := syscall.Syscall6(unix.SYS_FCHMODAT2, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(mode), 0, 0, 0)
+		err = errnoErr(e)
+	default:
+		return fmt.Errorf("%w: chmod via %q (chmod, fchmod, fchmodat, fchmodat2)", errUsage, via)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s %s: %w", via, modeStr, file, err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("OK %s mode=%o\n", via, uint32(fi.Mode().Perm())|setIDBits(fi.Mode()))
+	return nil
+}
+
+func setIDBits(m os.FileMode) uint32 {
+	var b uint32
+	if m&os.ModeSetuid != 0 {
+		b |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		b |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
+}
+
+func bytePtr(s string) *byte {
+	p, err := unix.BytePtrFromString(s)
+	if err != nil {
+		return nil
+	}
+	return p
 }

@@ -32,6 +32,9 @@
 //	probe unix PATH                     connect to a UNIX socket
 //	probe attempt NAME                  try a forbidden kernel operation (socket-inet,
 //	                                    ptrace-parent, io_uring, unshare-user, mount, ...)
+//	probe chmod VIA MODE FILE           set FILE's mode (octal) through one syscall VIA:
+//	                                    chmod, fchmod, fchmodat, fchmodat2; prints OK
+//	                                    and the mode the file has afterwards
 //
 // TIMEOUT is a Go duration (default 3s).
 package main
@@ -92,6 +95,12 @@ func main() {
 		err = unixConnect(args[0])
 	case "attempt":
 		err = attempt(args[0])
+	case "chmod":
+		if len(args) != 3 {
+			err = fmt.Errorf("%w: chmod VIA MODE FILE", errUsage)
+			break
+		}
+		err = chmodVia(args[0], args[1], args[2])
 	default:
 		usage()
 	}

@@ -103,6 +103,13 @@ type Server struct {
 	Secrets func() *secrets.Session
 	// Session names the session in receipts.
 	Session string
+	// Sinkhole, if set, returns the block answer's address: a denied name
+	// (and an allowed name whose addresses are all refused as non-public)
+	// gets an A record for it instead of NXDOMAIN, so that the client
+	// connects and the gateway, which receives every connection of the
+	// sandbox, refuses it with a message naming the host and the rule. An
+	// invalid address means NXDOMAIN.
+	Sinkhole func() netip.Addr
 
 	mu      sync.Mutex
 	servers []*mdns.Server
@@ -221,6 +228,9 @@ func (s *Server) answer(remote net.Addr, req *mdns.Msg) *mdns.Msg {
 	}
 	pol := s.Policy()
 	if !pol.AllowsName(h.Name) {
+		if sink := s.sinkhole(); sink.IsValid() {
+			return emit(s.blockAnswer(m, q, client, h.Name, sink, "no rule allows this name: sinkhole, not forwarded"), mdns.RcodeSuccess)
+		}
 		return emit("no rule allows this name: NXDOMAIN, not forwarded", mdns.RcodeNameError)
 	}
 	rec.Decision = receipts.Allow
@@ -267,9 +277,41 @@ func (s *Server) answer(remote net.Addr, req *mdns.Msg) *mdns.Msg {
 		reason += fmt.Sprintf("; refused non-public %v (no rule lists a CIDR for them)", refused)
 		if len(served) == 0 {
 			rec.Decision = receipts.Deny
+			if sink := s.sinkhole(); sink.IsValid() {
+				reason = s.blockAnswer(m, q, client, h.Name, sink, reason+": sinkhole")
+			}
 		}
 	}
 	return emit(reason, mdns.RcodeSuccess)
+}
+
+// SinkholeTTL is the TTL of block answers: short, so that a policy change
+// is seen soon.
+const SinkholeTTL = 5 * time.Second
+
+func (s *Server) sinkhole() netip.Addr {
+	if s.Sinkhole == nil {
+		return netip.Addr{}
+	}
+	return s.Sinkhole()
+}
+
+// blockAnswer answers an A question with the sinkhole (AAAA and other types
+// get no data: the sandbox has no IPv6) and remembers the name for the
+// client, so a connection to the sinkhole without a name of its own is
+// attributed to it. It returns the receipt reason.
+func (s *Server) blockAnswer(m *mdns.Msg, q mdns.Question, client netip.Addr, name string, sink netip.Addr, reason string) string {
+	if q.Qtype != mdns.TypeA || !sink.Is4() {
+		return reason + " (no " + mdns.TypeToString[q.Qtype] + " data)"
+	}
+	m.Answer = append(m.Answer[:0], &mdns.A{
+		Hdr: mdns.RR_Header{Name: q.Name, Rrtype: mdns.TypeA, Class: mdns.ClassINET, Ttl: uint32(SinkholeTTL / time.Second)},
+		A:   net.IP(sink.AsSlice()),
+	})
+	if s.Book != nil && client.IsValid() {
+		s.Book.Remember(client, name, []netip.Addr{sink}, SinkholeTTL)
+	}
+	return reason + " " + sink.String()
 }
 
 // Serve answers queries on pc (UDP) and l (TCP); either may be nil. It

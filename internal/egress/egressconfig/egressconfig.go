@@ -70,7 +70,24 @@ type DNS struct {
 	// Overrides pin names to addresses; answers are still subject to the
 	// non-public address check.
 	Overrides map[string][]string `toml:"overrides"`
+	// Block is the answer for names no rule allows: "sinkhole" (default)
+	// or "nxdomain".
+	Block *string `toml:"block"`
+	// Sinkhole is the IPv4 address of the sinkhole answer.
+	Sinkhole *string `toml:"sinkhole"`
 }
+
+// Block answers of [network.dns] block.
+const (
+	BlockSinkhole = "sinkhole"
+	BlockNXDomain = "nxdomain"
+)
+
+// DefaultSinkhole is the sinkhole answer's address: in 198.18.0.0/15
+// (RFC 2544, never globally routed). In the proxied topology every TCP
+// connection of the sandbox goes to the gateway whatever its destination,
+// so the gateway answers connections to it.
+var DefaultSinkhole = netip.MustParseAddr("198.18.0.1")
 
 // Gateway is [gateway].
 type Gateway struct {
@@ -153,6 +170,8 @@ type Config struct {
 type DNSConfig struct {
 	Upstreams []string
 	Overrides map[string][]netip.Addr
+	// Sinkhole is the block answer's address; invalid means NXDOMAIN.
+	Sinkhole netip.Addr
 }
 
 // GatewayConfig is the validated [gateway].
@@ -224,7 +243,24 @@ func Validate(file string, s *Sections) (*Config, error) {
 	}
 	cfg.Policy = pol
 
+	cfg.DNS.Sinkhole = DefaultSinkhole
 	if d := net_.DNS; d != nil {
+		switch {
+		case d.Block == nil || *d.Block == BlockSinkhole:
+		case *d.Block == BlockNXDomain:
+			cfg.DNS.Sinkhole = netip.Addr{}
+		default:
+			return nil, fe("network.dns.block", "%q: want %q or %q", *d.Block, BlockSinkhole, BlockNXDomain)
+		}
+		if d.Sinkhole != nil {
+			a, err := netip.ParseAddr(*d.Sinkhole)
+			if err != nil || !a.Is4() || a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() {
+				return nil, fe("network.dns.sinkhole", "%q is not a unicast, non-loopback IPv4 address", *d.Sinkhole)
+			}
+			if cfg.DNS.Sinkhole.IsValid() {
+				cfg.DNS.Sinkhole = a
+			}
+		}
 		for i, u := range d.Upstream {
 			hp, err := normUpstream(u)
 			if err != nil {

@@ -116,6 +116,9 @@ func TestErrorsNameFileAndField(t *testing.T) {
 		{"[[network.rules]]\nname = \"empty\"", "network.rules[0].hosts"},
 		{"[[network.rules]]\nhosts = [\"a.com\"]\naction = \"deny\"\nwebsocket = true", "network.rules[0].websocket"},
 		{"[network.dns]\nupstream = [\"dns.google\"]", "network.dns.upstream[0]"},
+		{"[network.dns]\nblock = \"refuse\"", "network.dns.block"},
+		{"[network.dns]\nsinkhole = \"127.0.0.1\"", "network.dns.sinkhole"},
+		{"[network.dns]\nsinkhole = \"::1\"", "network.dns.sinkhole"},
 		{"[gateway]\nlisten = \"3128\"", "gateway.listen"},
 		{"[gateway.timeouts]\nidle = \"forever\"", "gateway.timeouts.idle"},
 		{"[secrets.X]\nvalue = \"v-12345678\"\nenv = \"Y\"\nhosts = [\"a.com\"]", "secrets.X"},
@@ -156,6 +159,33 @@ func TestDefaults(t *testing.T) {
 	}
 	if d := cfg.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: policy.Host{Name: "a.com"}, Port: 443}); d.Allow {
 		t.Fatal("empty policy allowed a request")
+	}
+}
+
+// The block answer: sinkhole by default, nxdomain by choice, another
+// sinkhole address by choice.
+func TestDNSBlockAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		toml string
+		want string
+	}{
+		{"", DefaultSinkhole.String()},
+		{"[network.dns]\nblock = \"sinkhole\"", DefaultSinkhole.String()},
+		{"[network.dns]\nblock = \"nxdomain\"", "invalid IP"},
+		{"[network.dns]\nsinkhole = \"198.18.7.7\"", "198.18.7.7"},
+	} {
+		s, err := Decode("cfg.toml", []byte(tc.toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Validate("cfg.toml", s)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.toml, err)
+		}
+		if got := cfg.DNS.Sinkhole.String(); got != tc.want {
+			t.Errorf("%q: sinkhole %s, want %s", tc.toml, got, tc.want)
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"vak/internal/egress/policy"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
+	"vak/internal/paths"
 	"vak/internal/receipts"
 )
 
@@ -62,6 +63,12 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// HandleSIGHUP makes Run reload on SIGHUP.
 	HandleSIGHUP bool
+	// RequireNoForwarding refuses to start unless IP forwarding is off in
+	// this network namespace (the gateway container of a proxied topology
+	// must never route packets between its networks).
+	RequireNoForwarding bool
+
+	forwardFile string // tests; empty means IPForwardFile
 }
 
 // Gateway is a running gateway.
@@ -110,17 +117,17 @@ type Addrs struct {
 }
 
 // CADir is the CA directory inside the state directory.
-func CADir(stateDir string) string { return filepath.Join(stateDir, "ca") }
+func CADir(stateDir string) string { return paths.GatewayCADir(stateDir) }
 
 // DefaultAdminSocket is the admin socket inside the state directory.
-func DefaultAdminSocket(stateDir string) string { return filepath.Join(stateDir, "gateway.sock") }
+func DefaultAdminSocket(stateDir string) string { return paths.GatewayAdminSocket(stateDir) }
 
 // ReceiptsDir holds the receipts logs.
-func ReceiptsDir(stateDir string) string { return filepath.Join(stateDir, "receipts") }
+func ReceiptsDir(stateDir string) string { return paths.GatewayReceiptsDir(stateDir) }
 
 // ReceiptsKeyDir holds the Ed25519 key that signs receipts (receipts.key,
 // 0600) and its public half (receipts.pub).
-func ReceiptsKeyDir(stateDir string) string { return filepath.Join(stateDir, "receipts-key") }
+func ReceiptsKeyDir(stateDir string) string { return paths.GatewayReceiptsKeyDir(stateDir) }
 
 func newSession() string {
 	var b [6]byte
@@ -138,6 +145,15 @@ func (f resolverFunc) Lookup(ctx context.Context, name string) ([]netip.Addr, ti
 // listener; it fails (and binds nothing) on any error, so a gateway with an
 // invalid rule never starts. Call Run to serve, Close to stop.
 func New(opts Options) (_ *Gateway, err error) {
+	if opts.RequireNoForwarding {
+		f := opts.forwardFile
+		if f == "" {
+			f = IPForwardFile
+		}
+		if err := checkNoForwarding(f); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
 	if opts.Load == nil || opts.StateDir == "" {
 		return nil, errors.New("gateway: Load and StateDir are required")
 	}
@@ -240,12 +256,14 @@ func pick(vals ...string) string {
 	return ""
 }
 
-// rootPool is the system roots plus extra PEM bundles.
+// rootPool is the system roots, the roots compiled into vak and extra PEM
+// bundles.
 func rootPool(bundles []string) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
+	ca.AddCompiledRoots(pool)
 	for _, b := range bundles {
 		pem, err := os.ReadFile(b)
 		if err != nil {
@@ -270,7 +288,9 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 	if cfg.Mode == egressconfig.ModeNone {
 		pol, _ = policy.New(nil)
 	}
-	g.sess.Store(secrets.NewSession(secs, g.sess.Load()))
+	sess := secrets.NewSession(secs, g.prevSession())
+	g.sess.Store(sess)
+	g.savePlaceholders(sess)
 	g.resolver.Store(&dns.Resolver{Overrides: cfg.DNS.Overrides, Upstreams: cfg.DNS.Upstreams})
 	g.pol.Store(pol)
 	g.cfg.Store(cfg)
@@ -331,6 +351,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			Receipt:  func(r receipts.Record) { _ = g.receipts.Append(r) },
 			Secrets:  g.sess.Load,
 			Session:  g.opts.Session,
+			Sinkhole: func() netip.Addr { return g.cfg.Load().DNS.Sinkhole },
 		}
 		if err := g.dnsSrv.Serve(g.dnsUDP, g.dnsTCP); err != nil {
 			g.Close()

@@ -188,8 +188,16 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 	before := dnsQueries.Load()
 	for i := range 5 {
-		if r := q(fmt.Sprintf("leak-%d-%d.attacker.test.", i, time.Now().UnixNano())); r.Rcode != mdns.RcodeNameError {
-			t.Fatalf("denied name answered: %v", r)
+		// The default block answer is the sinkhole, never an upstream answer.
+		r := q(fmt.Sprintf("leak-%d-%d.attacker.test.", i, time.Now().UnixNano()))
+		if a, ok := func() (*mdns.A, bool) {
+			if len(r.Answer) != 1 {
+				return nil, false
+			}
+			a, ok := r.Answer[0].(*mdns.A)
+			return a, ok
+		}(); r.Rcode != mdns.RcodeSuccess || !ok || a.A.String() != egressconfig.DefaultSinkhole.String() {
+			t.Fatalf("denied name not answered with the sinkhole: %v", r)
 		}
 	}
 	if dnsQueries.Load() != before {

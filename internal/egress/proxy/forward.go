@@ -212,7 +212,12 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	d := p.Policy().Decide(preq)
 	rec.Rule, rec.RuleName = d.Rule, d.RuleName
 	if !d.Allow {
-		deny(http.StatusForbidden, d.Reason)
+		rec.Decision = receipts.Deny
+		rec.Status, rec.Reason = http.StatusForbidden, d.Reason
+		emit()
+		// The refusal names the host and the rule, so that a user who sees
+		// it in a client's output knows it is vak's policy speaking.
+		writeDenied(w, http.StatusForbidden, fmt.Sprintf("%s %s:%d: %s (see the [network] rules of the user config)", r.Method, t.host, t.port, d.Reason))
 		return
 	}
 

@@ -363,12 +363,12 @@ func TestForeignCredentials(t *testing.T) {
 [[network.rules]]
 hosts = ["unused.test"]
 `)
-	h.pol.Store(h.policyFromTOML(fmt.Sprintf(`
+	h.pol.Store(h.policyFromTOML(`
 [[network.rules]]
 hosts = ["allowed.test"]
 cidrs = ["127.0.0.2/32"]
 allow_foreign_credentials = true
-`)))
+`))
 	if status, resp, _ := get(t, h.client(false), "GET", h.url("https", "allowed.test", "/fc"), http.Header{"Authorization": {"Bearer " + foreign}}, nil); status != 200 || h.seen.last(t).auth != "Bearer "+foreign {
 		t.Errorf("rule allow_foreign_credentials: %d %s", status, resp)
 	}

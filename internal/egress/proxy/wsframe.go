@@ -21,9 +21,6 @@ type frameHeader struct {
 	err    error
 }
 
-// maxFrameHeader is the longest frame header: 2 + 8 (length) + 4 (mask).
-const maxFrameHeader = 14
-
 // parseFrameHeader parses a frame header at the start of b. It returns the
 // header and true, or false when b is too short (need more bytes), or an
 // error for a header the relay refuses.

@@ -4,11 +4,11 @@ package docker
 
 import "fmt"
 
-// ownerToken needs /proc: sessions on other hosts have no owning process
+// OwnerToken needs /proc: sessions on other hosts have no owning process
 // and end by idle timeout, lifetime or `vak session rm`.
-func ownerToken(pid int) (string, error) {
+func OwnerToken(pid int) (string, error) {
 	return "", fmt.Errorf("%w: session owner processes need Linux", ErrUnsupported)
 }
 
-// ownerAlive never judges a token here.
-func ownerAlive(token string) (alive, known bool) { return false, false }
+// OwnerAlive never judges a token here.
+func OwnerAlive(token string) (alive, known bool) { return false, false }

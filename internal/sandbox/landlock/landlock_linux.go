@@ -7,13 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 
 	"vak/internal/sandbox"
 )
@@ -188,6 +191,10 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	if os.Getpid() != 1 {
 		return 0, errors.New("landlock stage 1 must be PID 1 of a new PID namespace")
 	}
+	// Descriptors vak's own invoker left open must not reach stage 2.
+	if err := closeInherited(); err != nil {
+		return 0, fmt.Errorf("landlock: %w", err)
+	}
 	if err := buildView(p); err != nil {
 		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
 	}
@@ -211,6 +218,10 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: p.GID, HostID: 0, Size: 1}},
 		GidMappingsEnableSetgroups: false,
 		Pdeathsig:                  syscall.SIGKILL,
+		// A non-root stage 2 loses its capabilities on execve; this one
+		// survives as ambient so that it can empty its bounding set before
+		// it drops everything (dropCapabilities).
+		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 4)
@@ -279,6 +290,12 @@ func Stage2(p Policy, namespaces bool) (string, error) {
 		return "", fmt.Errorf("landlock: seccomp: %w", err)
 	}
 	if err := handOver(listener); err != nil {
+		return "", fmt.Errorf("landlock: %w", err)
+	}
+	// Commands get only 0-2: whatever else this process inherited (from
+	// stage 1, or from vak's invoker without namespaces) closes on exec.
+	// Every descriptor Go opens later is close-on-exec already.
+	if err := closeInherited(); err != nil {
 		return "", fmt.Errorf("landlock: %w", err)
 	}
 	s := summary(st)
@@ -357,10 +374,18 @@ func existing(ps []string) []string {
 // dropCapabilities clears the bounding, ambient, inheritable, permitted and
 // effective sets and locks securebits so that even uid 0 inside the nested
 // user namespace regains nothing on execve.
+//
+// Capabilities belong to threads, not processes, and the Go runtime runs
+// this process on several threads already; a command is forked by whichever
+// thread happens to run the worker's goroutine. So every step goes through
+// psx, which runs the syscall on all threads of the process at once (with
+// or without cgo); threads started later are cloned from restricted ones.
 func dropCapabilities() error {
-	// Bounding set and securebits need CAP_SETPCAP, which only a uid-0
-	// stage 2 holds; a non-root stage 2 already lost all capabilities on
-	// execve and nothing can give them back under no_new_privs.
+	// Bounding set and securebits need CAP_SETPCAP. Stage 1 raises it as an
+	// ambient capability of stage 2 (see Stage1), so that a stage 2 that is
+	// not uid 0 in its namespace still holds it here and can empty the
+	// bounding set; without namespaces (allow_weaker) a non-root worker has
+	// none and nothing can give it capabilities back under no_new_privs.
 	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -368,18 +393,55 @@ func dropCapabilities() error {
 	}
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
 		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			if err := llsys.AllThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 				return fmt.Errorf("drop bounding cap %d: %w", c, err)
 			}
 		}
 		const secbits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<6 | 1<<7 // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE (+locks)
-		if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
+		if err := llsys.AllThreadsPrctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
 			return fmt.Errorf("securebits: %w", err)
 		}
 	}
-	unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	if err := llsys.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
 	data = [2]unix.CapUserData{}
-	return unix.Capset(&hdr, &data[0])
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
+
+// closeInherited marks every descriptor above 2 close-on-exec
+// (close_range with CLOSE_RANGE_CLOEXEC, Linux 5.11; /proc/self/fd and
+// fcntl on older kernels).
+func closeInherited() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	if err != unix.ENOSYS && err != unix.EINVAL {
+		return fmt.Errorf("close_range(3, ~0, CLOSE_RANGE_CLOEXEC): %w", err)
+	}
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list open descriptors: %w", err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("list open descriptors: %w", err)
+	}
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return fmt.Errorf("mark descriptor %d close-on-exec: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // setRlimits applies the configured limits to this process and everything it

@@ -11,4 +11,6 @@ const (
 
 var archDenied = []uintptr{unix.SYS_IOPL, unix.SYS_IOPERM, unix.SYS_USELIB}
 
+var archModeSyscalls = []modeArg{{unix.SYS_CHMOD, 1}}
+
 const notifIDValid = 0x40082102 // SECCOMP_IOCTL_NOTIF_ID_VALID

@@ -11,4 +11,6 @@ const (
 
 var archDenied = []uintptr{}
 
+var archModeSyscalls = []modeArg{} // chmod(2) does not exist here: fchmodat only
+
 const notifIDValid = 0x40082102 // SECCOMP_IOCTL_NOTIF_ID_VALID

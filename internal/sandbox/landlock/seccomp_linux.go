@@ -48,6 +48,27 @@ const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.
 // AF_PACKET, AF_VSOCK, ...
 var allowedFamilies = []uint32{unix.AF_UNIX, unix.AF_NETLINK}
 
+// modeArg names a syscall that sets a file's mode and the argument that
+// holds the mode.
+type modeArg struct {
+	nr  uintptr
+	arg int
+}
+
+// modeSyscalls may not set S_ISUID or S_ISGID: when vak runs as root the
+// command is host uid 0 inside its user namespace, so a setuid copy of a
+// shell in the workspace would be a setuid-root binary on the host (and a
+// non-root user's one would hand that user to anyone who runs it). The mode
+// is a plain register on every one of them. A file created with such a
+// mode (open, mknod) loses the bits on its first write, as its writer holds
+// no CAP_FSETID.
+var modeSyscalls = append([]modeArg{
+	{unix.SYS_FCHMOD, 1}, {unix.SYS_FCHMODAT, 2}, {unix.SYS_FCHMODAT2, 2},
+}, archModeSyscalls...)
+
+// setIDBits are the mode bits modeSyscalls may not set.
+const setIDBits = unix.S_ISUID | unix.S_ISGID
+
 // deniedIoctls would let a process inject input into the controlling
 // terminal of whoever runs vak (TIOCSTI) or poke the console (TIOCLINUX).
 var deniedIoctls = []uint32{unix.TIOCSTI, unix.TIOCLINUX}
@@ -109,6 +130,16 @@ func filterProgram() ([]bpf.RawInstruction, error) {
 		bpf.RetConstant{Val: retAllow},
 		bpf.RetConstant{Val: retDeny},
 	)...)
+	// chmod and friends: never a setuid or setgid bit.
+	for _, m := range modeSyscalls {
+		prog = append(prog, match(m.nr,
+			bpf.LoadAbsolute{Off: argLo(m.arg), Size: 4},
+			bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: setIDBits},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
+			bpf.RetConstant{Val: retAllow},
+			bpf.RetConstant{Val: retDeny},
+		)...)
+	}
 	// socket: only allowed families, never raw or packet types.
 	sock := []bpf.Instruction{bpf.LoadAbsolute{Off: argLo(0), Size: 4}}
 	for i, fam := range allowedFamilies {

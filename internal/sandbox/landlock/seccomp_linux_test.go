@@ -67,11 +67,28 @@ func TestFilterDecisions(t *testing.T) {
 		{"personality ADDR_NO_RANDOMIZE denied", nativeArch, unix.SYS_PERSONALITY, []uint64{0x0040000}, retDeny},
 		{"mount denied", nativeArch, unix.SYS_MOUNT, nil, retDeny},
 		{"open_by_handle_at denied", nativeArch, unix.SYS_OPEN_BY_HANDLE_AT, nil, retDeny},
+		{"fchmod 0755 allowed", nativeArch, unix.SYS_FCHMOD, []uint64{3, 0o755}, retAllow},
+		{"fchmod 4755 denied", nativeArch, unix.SYS_FCHMOD, []uint64{3, 0o4755}, retDeny},
+		{"fchmod 2755 denied", nativeArch, unix.SYS_FCHMOD, []uint64{3, 0o2755}, retDeny},
+		{"fchmod 1777 (sticky) allowed", nativeArch, unix.SYS_FCHMOD, []uint64{3, 0o1777}, retAllow},
+		{"fchmod setuid with high garbage denied", nativeArch, unix.SYS_FCHMOD, []uint64{3, 1<<32 | 0o4000}, retDeny},
+		{"fchmodat 0644 allowed", nativeArch, unix.SYS_FCHMODAT, []uint64{3, 0, 0o644}, retAllow},
+		{"fchmodat 6755 denied", nativeArch, unix.SYS_FCHMODAT, []uint64{3, 0, 0o6755}, retDeny},
+		{"fchmodat2 0755 allowed", nativeArch, unix.SYS_FCHMODAT2, []uint64{3, 0, 0o755, 0}, retAllow},
+		{"fchmodat2 4755 denied", nativeArch, unix.SYS_FCHMODAT2, []uint64{3, 0, 0o4755, unix.AT_SYMLINK_NOFOLLOW}, retDeny},
 		{"setsid goes to the worker's supervisor", nativeArch, unix.SYS_SETSID, nil, retNotify},
 	} {
 		got := retOf(t, insns, seccompData(tc.arch, tc.nr, tc.args...))
 		if got != tc.want {
 			t.Errorf("%s: filter returned %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+	for _, m := range archModeSyscalls {
+		if got := retOf(t, insns, seccompData(nativeArch, uint32(m.nr), 0, 0o4755, 0o4755)); got != retDeny {
+			t.Errorf("arch mode syscall %d with 4755: filter returned %#x, want deny", m.nr, got)
+		}
+		if got := retOf(t, insns, seccompData(nativeArch, uint32(m.nr), 0, 0o755, 0o755)); got != retAllow {
+			t.Errorf("arch mode syscall %d with 0755: filter returned %#x, want allow", m.nr, got)
 		}
 	}
 }

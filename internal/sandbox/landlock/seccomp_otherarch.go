@@ -11,4 +11,6 @@ const (
 
 var archDenied = []uintptr{}
 
+var archModeSyscalls = []modeArg{}
+
 const notifIDValid = 0

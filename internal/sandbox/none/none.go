@@ -20,3 +20,10 @@ func (Backend) Scope() sandbox.Scope { return sandbox.ScopeProcess }
 
 // Available implements sandbox.Backend; running on the host always works.
 func (Backend) Available(context.Context) error { return nil }
+
+// WorkerDescription is what an unsandboxed worker reports in its ready event.
+const WorkerDescription = "none: full access, nothing is sandboxed"
+
+func init() {
+	sandbox.RegisterWorker(string(sandbox.None), sandbox.DescribeWorker(WorkerDescription))
+}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"vak/internal/sandbox"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // Run runs the conformance suite against a backend.
@@ -22,6 +22,8 @@ func Run(t *testing.T, b Backend) {
 	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
 	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
 	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
+	t.Run("HostSide", func(t *testing.T) { runHostSide(t, b) })
+	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
 }
 
 func testWorkspaceWrite(t *testing.T, b Backend) {
@@ -104,8 +106,8 @@ func testReadSecret(t *testing.T, b Backend) {
 	}
 	// The file tools refuse it too.
 	for _, p := range []string{e.Secret, "key-link", "home-link/.aws/credentials", "../home/.ssh/id_ed25519", "/proc/self/root" + e.Secret} {
-		var r worker.ReadResult
-		err := s.Client().Call(t.Context(), worker.OpRead, worker.ReadArgs{Path: p}, &r)
+		var r wire.ReadResult
+		err := s.Client().Call(t.Context(), wire.OpRead, wire.ReadArgs{Path: p}, &r)
 		if err == nil || strings.Contains(r.Content, e.Marker) {
 			t.Errorf("read tool on %q: err=%v content=%q", p, err, r.Content)
 		}
@@ -179,8 +181,8 @@ func testReadOnly(t *testing.T, b Backend) {
 		t.Fatal("new.txt created in read-only mode")
 	}
 	// The write tools refuse as well.
-	err := s.Client().Call(t.Context(), worker.OpWrite, worker.WriteArgs{Path: "keep.txt", Content: "evil"}, nil)
-	if !isCode(err, worker.CodeReadOnly) {
+	err := s.Client().Call(t.Context(), wire.OpWrite, wire.WriteArgs{Path: "keep.txt", Content: "evil"}, nil)
+	if !isCode(err, wire.CodeReadOnly) {
 		t.Fatalf("write tool in read-only mode: %v", err)
 	}
 }
@@ -198,7 +200,7 @@ setsid sh -c 'while :; do date +%s%N > hb-session; sleep 0.05; done' 2>/dev/null
 while [ ! -s hb-plain ] || [ ! -s hb-pgrp ]; do sleep 0.05; done
 sleep 1000`
 	// Generous: the timeout must not fire before a slow container starts.
-	res := ShArgs(t, s, worker.BashArgs{Command: cmd, TimeoutMS: 5000})
+	res := ShArgs(t, s, wire.BashArgs{Command: cmd, TimeoutMS: 5000})
 	if !res.TimedOut {
 		t.Fatalf("command was not reported timed out: %+v", res)
 	}
@@ -275,8 +277,8 @@ echo fine > .git/description && echo CONTROL-OK`)
 	}
 	// The file tools refuse, including paths that do not exist yet.
 	for _, p := range []string{".git/hooks/post-checkout", ".git/config", ".vak/config.toml", "./.vak//x"} {
-		err := s.Client().Call(t.Context(), worker.OpWrite, worker.WriteArgs{Path: p, Content: "x"}, nil)
-		if !isCode(err, worker.CodeProtected) {
+		err := s.Client().Call(t.Context(), wire.OpWrite, wire.WriteArgs{Path: p, Content: "x"}, nil)
+		if !isCode(err, wire.CodeProtected) {
 			t.Errorf("write tool on %s: %v", p, err)
 		}
 	}
@@ -292,6 +294,6 @@ func contains(ss []string, s string) bool {
 }
 
 func isCode(err error, code string) bool {
-	we, ok := err.(*worker.Error)
+	we, ok := err.(*wire.Error)
 	return ok && we.Code == code
 }

@@ -12,10 +12,7 @@ import (
 )
 
 func TestLandlockConformance(t *testing.T) {
-	st := landlock.Probe(false)
-	if st.Problem != "" {
-		testenv.Missing(t, testenv.EnvRequireLandlock, "landlock sandbox unavailable: "+st.Problem)
-	}
+	testenv.RequireLandlock(t)
 	Run(t, func(t *testing.T, cfg *config.Config) sandbox.Backend {
 		return &landlock.Backend{}
 	})

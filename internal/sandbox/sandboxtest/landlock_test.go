@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,14 +14,12 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 func landlockBackend(t *testing.T) Backend {
 	t.Helper()
-	if st := landlock.Probe(false); st.Problem != "" {
-		testenv.Missing(t, testenv.EnvRequireLandlock, "landlock sandbox unavailable: "+st.Problem)
-	}
+	testenv.RequireLandlock(t)
 	return func(t *testing.T, cfg *config.Config) sandbox.Backend { return &landlock.Backend{} }
 }
 
@@ -50,7 +49,7 @@ func TestLandlockForkBombBounded(t *testing.T) {
 	e := NewEnv(t, landlockBackend(t))
 	e.Config.Sandbox.Limits.Pids = 64
 	s := e.Start(sandbox.WorkspaceWrite)
-	r := ShArgs(t, s, worker.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
+	r := ShArgs(t, s, wire.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
 	if !r.TimedOut {
 		t.Fatalf("bomb was not stopped by the timeout: %+v", r)
 	}
@@ -67,11 +66,11 @@ func TestLandlockProcessLimit(t *testing.T) {
 	s := e.Start(sandbox.WorkspaceWrite)
 	// Control first: fewer children than the limit all start (and die with
 	// the command at its timeout, freeing the slots).
-	r := ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 20 30", TimeoutMS: 3000})
+	r := ShArgs(t, s, wire.BashArgs{Command: "./probe sleep-tree 20 30", TimeoutMS: 3000})
 	if strings.Count(r.Stdout, "child ") != 20 {
 		t.Fatalf("control: 20 children under a limit of 64: %s", truncate(r.Stdout))
 	}
-	r = ShArgs(t, s, worker.BashArgs{Command: "./probe sleep-tree 100 30", TimeoutMS: 20000})
+	r = ShArgs(t, s, wire.BashArgs{Command: "./probe sleep-tree 100 30", TimeoutMS: 20000})
 	if !strings.Contains(r.Stdout, "resource temporarily unavailable") {
 		t.Fatalf("100 children under a limit of 64 did not fail: exit %d %s", r.ExitCode, truncate(r.Stdout))
 	}
@@ -143,15 +142,64 @@ func truncate(s string) string {
 // deadlock it (found by a benchmark). Many commands against a worker that
 // collects garbage constantly must all finish.
 func TestLandlockManyCommandsUnderGC(t *testing.T) {
-	t.Setenv("GOGC", "1")
 	e := NewEnv(t, landlockBackend(t))
+	testenv.Vak(t) // built with the usual GOGC, not the worker's
+	t.Setenv("GOGC", "1")
 	s := e.Start(sandbox.WorkspaceWrite)
 	for i := 0; i < 400; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		r, err := s.Bash(ctx, worker.BashArgs{Command: "true"}, nil)
+		r, err := s.Bash(ctx, wire.BashArgs{Command: "true"}, nil)
 		cancel()
 		if err != nil || r.ExitCode != 0 {
 			t.Fatalf("command %d: %v %+v (a hang here is the setsid deadlock)", i, err, r)
+		}
+	}
+}
+
+// The view works for whoever runs vak: host files the user cannot read
+// (/etc/shadow is 0640 root:shadow) are empty placeholders, never a reason
+// to fail. The workspace and the writable tmpfs mounts are nosuid, and /tmp
+// is a tmpfs (bounded by sandbox.limits.tmpfs, see Hardening/TmpBounded),
+// not the host's disk.
+func TestLandlockViewMounts(t *testing.T) {
+	fi, err := os.Stat("/etc/shadow")
+	if err != nil || fi.Size() == 0 {
+		t.Skip("control impossible: no non-empty /etc/shadow on this host")
+	}
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := Sh(t, s, `wc -c < /etc/shadow; cat /proc/self/mountinfo`)
+	lines := strings.SplitN(r.Stdout, "\n", 2)
+	if strings.TrimSpace(lines[0]) != "0" {
+		t.Errorf("/etc/shadow in the view has %s bytes, want an empty placeholder (%q)", lines[0], r.Stderr)
+	}
+	mounts := map[string][]string{} // mount point -> options and fs type
+	for _, l := range strings.Split(r.Stdout, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 10 {
+			continue
+		}
+		sep := slices.Index(f, "-")
+		if sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		mounts[f[4]] = append(strings.Split(f[5], ","), "type="+f[sep+1])
+	}
+	for mp, want := range map[string][]string{
+		e.Workspace: {"nosuid", "rw"},
+		"/tmp":      {"nosuid", "type=tmpfs"},
+		"/dev/shm":  {"nosuid", "type=tmpfs"},
+		e.Home:      {"nosuid", "type=tmpfs"},
+	} {
+		opts, ok := mounts[mp]
+		if !ok {
+			t.Errorf("no mount at %s in the view:\n%s", mp, r.Stdout)
+			continue
+		}
+		for _, w := range want {
+			if !slices.Contains(opts, w) {
+				t.Errorf("mount %s has %v, want %s", mp, opts, w)
+			}
 		}
 	}
 }

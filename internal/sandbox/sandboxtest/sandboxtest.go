@@ -24,7 +24,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/testenv"
-	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // Backend builds the backend under test for a config.
@@ -86,13 +86,16 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 	if err := b.Available(context.Background()); err != nil {
 		e.T.Fatalf("backend %s unavailable: %v", b.Name(), err)
 	}
+	// Build vak before the start's deadline runs: a build on a loaded
+	// machine (or under the GOGC=1 of a test) can take longer than it.
+	vak := testenv.Vak(e.T)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := broker.Start(ctx, broker.Options{
 		Config:     &cfg,
 		Workspace:  e.Workspace,
 		Backend:    b,
-		Executable: testenv.Vak(e.T),
+		Executable: vak,
 		Stderr:     testWriter{e.T},
 		Labels:     map[string]string{testenv.TestLabel: "1"},
 	})
@@ -104,13 +107,13 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 }
 
 // Sh runs a command and returns its result.
-func Sh(t *testing.T, s *broker.Session, command string) *worker.BashResult {
+func Sh(t *testing.T, s *broker.Session, command string) *wire.BashResult {
 	t.Helper()
-	return ShArgs(t, s, worker.BashArgs{Command: command})
+	return ShArgs(t, s, wire.BashArgs{Command: command})
 }
 
 // ShArgs runs a bash request.
-func ShArgs(t *testing.T, s *broker.Session, a worker.BashArgs) *worker.BashResult {
+func ShArgs(t *testing.T, s *broker.Session, a wire.BashArgs) *wire.BashResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -199,4 +202,14 @@ func NonLoopbackIP(t *testing.T) string {
 	}
 	t.Skip("no non-loopback IPv4 address on this host")
 	return ""
+}
+
+// HostProbeIn runs the probe on the host in dir (the control for attempts
+// that act on the current directory).
+func HostProbeIn(t *testing.T, e *Env, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(e.Probe, args...)
+	cmd.Dir = dir
+	out, _ := cmd.CombinedOutput()
+	return string(out)
 }

@@ -3,7 +3,6 @@ package seatbelt
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"vak/internal/sandbox"
@@ -31,15 +30,6 @@ const PrivateHome = "home"
 // ProbeTimeout bounds the availability probe (one sandbox-exec of
 // /usr/bin/true).
 const ProbeTimeout = 10 * time.Second
-
-// Backend is the Seatbelt backend: process-scoped, it confines the whole
-// worker, which the launcher starts with Command. The zero value is ready to
-// use.
-type Backend struct {
-	mu     sync.Mutex
-	probed bool  // a probe ran to completion
-	err    error // its result
-}
 
 // New returns a Seatbelt backend.
 func New() *Backend { return &Backend{} }

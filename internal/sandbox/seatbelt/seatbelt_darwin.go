@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 
 	"vak/internal/sandbox"
 )
@@ -23,6 +24,15 @@ var probePolicy = Policy{
 	Home:      "/Users/vak-probe",
 	Protected: []string{"probe"},
 	Deny:      []string{"/Users/vak-probe/.config/vak"},
+}
+
+// Backend is the Seatbelt backend: process-scoped, it confines the whole
+// worker, which the launcher starts with Command. The zero value is ready to
+// use.
+type Backend struct {
+	mu     sync.Mutex
+	probed bool  // a probe ran to completion
+	err    error // its result
 }
 
 // Available implements sandbox.Backend: sandbox-exec must exist and run
@@ -45,7 +55,7 @@ func (b *Backend) Available(ctx context.Context) error {
 
 func probe(ctx context.Context) error {
 	if _, err := os.Stat(SandboxExec); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	prof, err := Profile(probePolicy)
 	if err != nil {

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"vak/internal/testenv"
+)
+
+// TestProxiedGatewayDownExits69: when the proxied network cannot come up
+// (no policy for the gateway, or a gateway that cannot start), `vak session
+// create --network proxied` fails like `vak run --network proxied`: status
+// 69 (unavailable), nothing created, nothing run.
+func TestProxiedGatewayDownExits69(t *testing.T) {
+	img := testenv.Image(t)
+	missingCA := filepath.Join(t.TempDir(), "missing-ca.pem")
+	tests := []struct {
+		name    string
+		network string // config sections besides [sandbox]
+		want    string // in the error
+	}{
+		{"no gateway policy", "", "needs [network] rules"},
+		{"gateway cannot start", fmt.Sprintf("[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"example.com\"]\n[gateway]\nextra_ca_bundles = [%q]\n", missingCA), "extra_ca_bundles[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("XDG_STATE_HOME", t.TempDir())
+			ws := tempWorkspace(t)
+			cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+img+"\"\n"+tc.network)
+			run := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+			labels := []string{"--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", "vak.test.run=" + run}
+			t.Cleanup(func() {
+				out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=vak.test.run="+run).Output()
+				if ids := strings.Fields(string(out)); len(ids) > 0 {
+					exec.Command("docker", append([]string{"rm", "-f", "-v"}, ids...)...).Run()
+					t.Errorf("left containers behind: %v", ids)
+				}
+			})
+
+			code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--network", "proxied", "--", "sh", "-c", "echo ran")
+			if code != ExitUnavailable || strings.Contains(out, "ran") || !strings.Contains(errs, tc.want) {
+				t.Fatalf("vak run: exit %d, want %d; stdout %q; stderr %q (want %q)", code, ExitUnavailable, out, errs, tc.want)
+			}
+			code, out, errs = session(t, cfg, labels, "", "create", "-w", ws, "--network", "proxied")
+			if code != ExitUnavailable || !strings.Contains(errs, tc.want) {
+				t.Fatalf("vak session create: exit %d, want %d (like vak run); stdout %q; stderr %q (want %q)", code, ExitUnavailable, out, errs, tc.want)
+			}
+			// Positive control: without --network proxied the same session
+			// is created, so the failure above was the network's.
+			if tc.network == "" {
+				code, out, errs = session(t, cfg, labels, "", "create", "-w", ws)
+				if code != 0 {
+					t.Fatalf("control: session create without --network: %d %s %s", code, out, errs)
+				}
+				if code, _, errs := session(t, cfg, labels, "", "rm", strings.TrimSpace(out)); code != 0 {
+					t.Fatalf("rm: %d %s", code, errs)
+				}
+			}
+		})
+	}
+}
+
+// TestProxiedNeedsCommandBackend: a process-scoped sandbox has no network at
+// all, so asking it for the proxied one fails closed (69) before any
+// network comes up, and nothing runs; --network none runs (the control).
+func TestProxiedNeedsCommandBackend(t *testing.T) {
+	testenv.RequireLandlock(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"example.com\"]\n")
+	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--", "sh", "-c", "echo ran")
+	if code != ExitUnavailable || strings.Contains(out, "ran") || !strings.Contains(errs, "needs the docker backend") {
+		t.Fatalf("proxied on landlock: exit %d, want %d; stdout %q; stderr %q", code, ExitUnavailable, out, errs)
+	}
+	if code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "none", "--", "sh", "-c", "echo ran"); code != 0 || out != "ran\n" {
+		t.Fatalf("control with --network none: %d %q %q", code, out, errs)
+	}
+}

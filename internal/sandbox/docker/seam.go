@@ -1,0 +1,55 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"slices"
+
+	"vak/internal/sandbox"
+)
+
+// ClientEnv are the variables the docker CLI itself needs in the host
+// worker of the docker backend (never passed into containers).
+var ClientEnv = []string{"PATH", "HOME", "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY"}
+
+// WorkerDescription is what a docker backend's host worker reports in its
+// ready event.
+const WorkerDescription = "docker: host-side worker; each bash command runs in its own container"
+
+func init() {
+	// The host worker restricts nothing itself: every bash command it
+	// receives is already a wrapped `docker run`.
+	sandbox.RegisterWorker(string(sandbox.Docker), sandbox.DescribeWorker(WorkerDescription))
+}
+
+var _ sandbox.Describer = (*Backend)(nil)
+
+// HostEnv implements sandbox.Wrapper: the docker CLI's variables of the host.
+func (b *Backend) HostEnv() []string {
+	var env []string
+	for _, n := range ClientEnv {
+		if v, ok := os.LookupEnv(n); ok && !slices.Contains(env, n+"="+v) {
+			env = append(env, n+"="+v)
+		}
+	}
+	return env
+}
+
+// WrapperFailed implements sandbox.Wrapper: exit code 125 is docker run's
+// own failure; if the daemon went away, the command fails closed with
+// ErrDaemonUnavailable instead of looking like the command's result.
+func (b *Backend) WrapperFailed(ctx context.Context, exitCode int) error {
+	if exitCode != 125 {
+		return nil
+	}
+	b.Invalidate()
+	return b.Available(ctx)
+}
+
+// Describe implements sandbox.Describer: the server version once probed.
+func (b *Backend) Describe(context.Context) string {
+	if b.Probe == nil {
+		return ""
+	}
+	return "(server " + b.Probe.Version() + ")"
+}

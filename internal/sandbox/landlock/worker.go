@@ -1,0 +1,180 @@
+package landlock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"vak/internal/fsguard"
+	"vak/internal/sandbox"
+)
+
+// workerSpec is the landlock backend's part of the worker spec
+// (sandbox.WorkerLaunch.Spec), read back by its worker entry point.
+type workerSpec struct {
+	Policy Policy `json:"policy"`
+	// Namespaces says whether stage 1 runs in new namespaces.
+	Namespaces bool `json:"namespaces,omitempty"`
+}
+
+func init() { sandbox.RegisterWorker(string(sandbox.Landlock), workerEntry) }
+
+var (
+	_ sandbox.ProcessBackend = (*Backend)(nil)
+	_ sandbox.Describer      = (*Backend)(nil)
+	_ sandbox.StaleCleaner   = (*Backend)(nil)
+)
+
+// PrepareWorker implements sandbox.ProcessBackend: cmd starts stage 1 in new
+// namespaces (or, when the kernel lacks them and AllowWeaker accepts it,
+// stage 2 directly, with the broker answering its setsid notifications); as
+// root, the worker joins a per-session cgroup before it reads its spec.
+func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, cmd *exec.Cmd) (_ *sandbox.WorkerLaunch, err error) {
+	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
+		return nil, err
+	}
+	// What the view mounts to protect the workspace: existing protected
+	// paths read-only, .git and parents of protected paths pinned, nested
+	// repositories included (fsguard.Plan, made without following links).
+	plan, err := protectionPlan(pp.Workspace, pp.Protected)
+	if err != nil {
+		return nil, err
+	}
+	p := Policy{
+		Workspace:   pp.Workspace,
+		Mode:        pp.Mode,
+		TempDir:     pp.TempDir,
+		Home:        pp.Home,
+		ReadPaths:   pp.ReadPaths,
+		WritePaths:  pp.WritePaths,
+		Protected:   absAll(pp.Workspace, plan.ReadOnly),
+		Pin:         absAll(pp.Workspace, plan.Pin),
+		Limits:      pp.Limits,
+		AllowWeaker: pp.AllowWeaker || b.AllowWeaker,
+		UID:         os.Getuid(),
+		GID:         os.Getgid(),
+	}
+	ns, err := Configure(cmd, b.StatusFor(p.AllowWeaker))
+	if err != nil {
+		return nil, err
+	}
+	// Every process of the sandbox dies with stage 1 (the PID namespace's
+	// init), so the broker can sweep the workspace once more at the end.
+	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
+	var cgroup *Cgroup
+	if NeedCgroup() {
+		// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
+		if cgroup, err = NewCgroup(pp.Limits); err != nil && !p.AllowWeaker {
+			return nil, fmt.Errorf("broker: %w (running as root, the process limit needs it; sandbox.allow_weaker accepts running without)", err)
+		}
+	}
+	var supervisor, supRemote *os.File
+	if !ns {
+		// No stage 1: stage 2 is our child, and we answer its setsid
+		// notifications (see Supervise).
+		l.Env = commandEnv(pp.Env, pp.TempDir, pp.TempDir)
+		cmd.Args = append(cmd.Args, "--stage", "2")
+		if supervisor, supRemote, err = SupervisorPair(); err != nil {
+			if cgroup != nil {
+				cgroup.Remove()
+			}
+			return nil, err
+		}
+		l.ExtraFiles = []*os.File{supRemote}
+	}
+	if l.Spec, err = json.Marshal(workerSpec{Policy: p, Namespaces: ns}); err != nil {
+		return nil, err
+	}
+	l.Started = func(pid int) error {
+		if supRemote != nil {
+			supRemote.Close()
+			go Supervise(supervisor, pid)
+		}
+		if cgroup != nil {
+			return cgroup.Add(pid)
+		}
+		return nil
+	}
+	l.Cleanup = func() {
+		if cgroup != nil {
+			cgroup.Remove()
+		}
+	}
+	return l, nil
+}
+
+// protectionPlan walks the workspace for fsguard.Plan; protected are
+// absolute paths inside it.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	var rel []string
+	for _, p := range protected {
+		if r, err := filepath.Rel(ws, p); err == nil {
+			rel = append(rel, r)
+		}
+	}
+	t, err := fsguard.OpenTree(ws)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(rel)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
+}
+
+// commandEnv is the host environment of commands plus HOME and TMPDIR as
+// they appear in the sandbox.
+func commandEnv(env []string, home, tmp string) []string {
+	return append(append([]string(nil), env...), "HOME="+home, "TMPDIR="+tmp)
+}
+
+// workerEntry is the landlock backend's code in `vak __worker`: stage 1
+// builds the view and re-executes stage 2, which restricts itself and then
+// serves.
+func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcome, error) {
+	var ws workerSpec
+	if len(s.Data) == 0 {
+		return sandbox.WorkerOutcome{}, fmt.Errorf("landlock spec without policy")
+	}
+	if err := json.Unmarshal(s.Data, &ws); err != nil {
+		return sandbox.WorkerOutcome{}, fmt.Errorf("landlock spec: %w", err)
+	}
+	if s.Stage == 1 && ws.Namespaces {
+		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
+		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
+	}
+	desc, err := Stage2(ws.Policy, ws.Namespaces)
+	return sandbox.WorkerOutcome{Description: desc}, err
+}
+
+// Describe implements sandbox.Describer: the restrictions in force, and
+// whether they are weaker than designed.
+func (b *Backend) Describe(context.Context) string {
+	st := b.Status()
+	d := "(" + st.Restricted + ")"
+	if st.Weaker {
+		d += "; WEAKER than designed, accepted by sandbox.allow_weaker: " + st.Problem
+	}
+	return d
+}
+
+// CleanStale implements sandbox.StaleCleaner: the empty cgroups of killed
+// brokers (as root).
+func (b *Backend) CleanStale(alive func(pid int) bool) []string {
+	return CleanStaleCgroups(alive)
+}

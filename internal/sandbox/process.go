@@ -1,0 +1,190 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+
+	"vak/internal/errclass"
+)
+
+// WorkerCommand is the hidden subcommand of the vak binary that runs a
+// worker: the broker re-executes vak with it, and process-scoped backends
+// re-execute it again for their later stages.
+const WorkerCommand = "__worker"
+
+// ProcessPolicy is what a process-scoped backend contains the worker to. It
+// is decided by the broker from trusted config; every path is a canonical
+// absolute host path.
+type ProcessPolicy struct {
+	Workspace string
+	Mode      Mode
+	// TempDir is the session's private temp dir (the broker creates and
+	// removes it).
+	TempDir string
+	// Home is the invoking user's home directory.
+	Home string
+	// ReadPaths and WritePaths come from trusted config only.
+	ReadPaths  []string
+	WritePaths []string
+	// Protected are absolute paths inside Workspace that stay read-only even
+	// in WorkspaceWrite, whether or not they exist yet.
+	Protected []string
+	Limits    Limits
+	// Env holds the KEY=VALUE pairs of the host that reach commands (already
+	// scrubbed by the broker, PATH included). The backend adds HOME and
+	// TMPDIR as they appear inside its sandbox.
+	Env []string
+	// AllowWeaker accepts a weaker sandbox than designed when the platform
+	// cannot provide it (explicit trusted opt-in).
+	AllowWeaker bool
+	// Network, if set, asks for a proxied network. No process-scoped backend
+	// provides one today: they refuse it (see RefuseNetwork).
+	Network *NetworkAttachment
+}
+
+// WorkerLaunch is what a process-scoped backend adds to the worker's start.
+type WorkerLaunch struct {
+	// Env is the complete environment of sandboxed commands.
+	Env []string
+	// Spec is the backend's own data for its worker entry point (see
+	// RegisterWorker). The worker spec carries it opaquely.
+	Spec json.RawMessage
+	// ExtraFiles are passed to the worker after its spec descriptor.
+	ExtraFiles []*os.File
+	// Started, if set, runs after the worker process started and before it
+	// receives its spec, so nothing sandboxed runs before it returns; an
+	// error kills the worker.
+	Started func(pid int) error
+	// Cleanup, if set, releases what PrepareWorker made; it runs once, when
+	// the session ends or its start fails.
+	Cleanup func()
+	// SweepAtClose says that every process of the sandbox ends with the
+	// worker (Landlock's PID namespace): the broker snapshots the
+	// workspace before the session and, in WorkspaceWrite, sweeps it once
+	// more when the session ends (background jobs can plant after the
+	// last command's check).
+	SweepAtClose bool
+}
+
+// ProcessBackend is implemented by process-scoped backends (Landlock,
+// Seatbelt): they contain the whole worker process.
+type ProcessBackend interface {
+	Backend
+	// PrepareWorker adapts cmd, the worker command (the vak binary with
+	// argument WorkerCommand, its Dir the workspace), so that the worker
+	// starts contained by p: it may replace Path and Args, append
+	// arguments, and set SysProcAttr.
+	PrepareWorker(ctx context.Context, p ProcessPolicy, cmd *exec.Cmd) (*WorkerLaunch, error)
+}
+
+// ErrNoNetwork reports a proxied network requested from a backend that
+// cannot attach one: the request fails closed, nothing runs without it.
+var ErrNoNetwork = errclass.New(errclass.Unavailable, "the proxied network needs the docker backend")
+
+// CheckNetwork says whether b can attach commands to a proxied network:
+// only command-scoped backends (Wrapper) can. It is the one place this rule
+// lives: the command line asks it before it brings a network up, the broker
+// and the process backends enforce it.
+func CheckNetwork(b Backend) error {
+	if _, ok := b.(Wrapper); ok {
+		return nil
+	}
+	return fmt.Errorf("%w (--backend docker); the %s sandbox has no network at all", ErrNoNetwork, b.Name())
+}
+
+// RefuseNetwork is CheckNetwork when a network is requested (n != nil).
+func RefuseNetwork(b Backend, n *NetworkAttachment) error {
+	if n == nil {
+		return nil
+	}
+	return CheckNetwork(b)
+}
+
+// Describer is implemented by backends that can say more about their state
+// than Available does (vak doctor shows it): a server version, the kernel
+// features in force, a weaker-than-designed verdict.
+type Describer interface {
+	Describe(ctx context.Context) string
+}
+
+// StaleCleaner is implemented by backends that can leave host state behind
+// when a broker is killed (cgroups, ...). CleanStale removes the state of
+// brokers that alive reports gone and returns what it removed.
+type StaleCleaner interface {
+	CleanStale(alive func(pid int) bool) []string
+}
+
+// WorkerStart is what the re-executed worker hands its backend's entry point.
+type WorkerStart struct {
+	// Stage is the --stage argument of `vak __worker` (1 unless a backend
+	// re-executed itself with another).
+	Stage int
+	// Data is the backend's own spec (WorkerLaunch.Spec).
+	Data json.RawMessage
+	// RawSpec is the whole worker spec, to pass on to a later stage.
+	RawSpec []byte
+}
+
+// WorkerOutcome is what a backend's entry point did.
+type WorkerOutcome struct {
+	// Exited says the process's work is done (it ran a later stage to
+	// completion): exit with Code and serve nothing.
+	Exited bool
+	Code   int
+	// Description says what restrictions are in force; the worker then
+	// serves the protocol (sent in its ready event).
+	Description string
+}
+
+// WorkerEntry is a backend's code in the re-executed worker process: it runs
+// before the worker serves anything and restricts the process as the
+// backend requires.
+type WorkerEntry func(ctx context.Context, s WorkerStart) (WorkerOutcome, error)
+
+var (
+	entriesMu sync.Mutex
+	entries   = map[string]WorkerEntry{}
+)
+
+// RegisterWorker makes e the worker entry point of the backend named name
+// (in the spirit of tailscale's childproc: each backend registers its own
+// re-exec stages from an init function, and `vak __worker` only looks them
+// up). Registering a name twice panics.
+func RegisterWorker(name string, e WorkerEntry) {
+	entriesMu.Lock()
+	defer entriesMu.Unlock()
+	if _, dup := entries[name]; dup {
+		panic("sandbox: worker entry registered twice: " + name)
+	}
+	entries[name] = e
+}
+
+// LookupWorker returns the worker entry point registered for name.
+func LookupWorker(name string) (WorkerEntry, error) {
+	entriesMu.Lock()
+	defer entriesMu.Unlock()
+	e, ok := entries[name]
+	if !ok {
+		names := make([]string, 0, len(entries))
+		for n := range entries {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("%w: no worker entry for backend %q (registered: %v)", ErrNotRegistered, name, names)
+	}
+	return e, nil
+}
+
+// DescribeWorker returns a WorkerEntry that restricts nothing itself (the
+// backend contained the process from outside, or each command) and reports
+// desc.
+func DescribeWorker(desc string) WorkerEntry {
+	return func(context.Context, WorkerStart) (WorkerOutcome, error) {
+		return WorkerOutcome{Description: desc}, nil
+	}
+}

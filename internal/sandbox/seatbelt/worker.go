@@ -1,0 +1,62 @@
+package seatbelt
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+
+	"vak/internal/paths"
+	"vak/internal/sandbox"
+)
+
+// WorkerDescription is what a Seatbelt-contained worker reports in its
+// ready event.
+const WorkerDescription = "seatbelt: sandbox-exec with a generated deny-by-default profile"
+
+func init() {
+	// sandbox-exec contains the worker from outside; the worker itself has
+	// nothing left to do.
+	sandbox.RegisterWorker(string(sandbox.Seatbelt), sandbox.DescribeWorker(WorkerDescription))
+}
+
+var _ sandbox.ProcessBackend = (*Backend)(nil)
+
+// PrepareWorker implements sandbox.ProcessBackend: cmd becomes sandbox-exec
+// running the worker under the profile for pp, with vak's config and state
+// directories denied and an empty private HOME inside the temp dir.
+func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, cmd *exec.Cmd) (*sandbox.WorkerLaunch, error) {
+	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
+		return nil, err
+	}
+	var deny []string
+	for _, d := range []func() (string, error){paths.ConfigDir, paths.StateDir} {
+		if p, err := d(); err == nil {
+			deny = append(deny, p)
+		}
+	}
+	// Seatbelt's protected paths are workspace-relative.
+	var prot []string
+	for _, p := range pp.Protected {
+		if rel, err := filepath.Rel(pp.Workspace, p); err == nil {
+			prot = append(prot, rel)
+		}
+	}
+	p := Policy{
+		Workspace:  pp.Workspace,
+		Mode:       pp.Mode,
+		TempDir:    pp.TempDir,
+		Home:       pp.Home,
+		ReadPaths:  pp.ReadPaths,
+		WritePaths: pp.WritePaths,
+		Protected:  prot,
+		Deny:       deny,
+	}
+	sb, err := Command(context.Background(), p, cmd.Args)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Path, cmd.Args = sb.Path, sb.Args
+	home := filepath.Join(pp.TempDir, PrivateHome)
+	env := append(append([]string(nil), pp.Env...), "HOME="+home, "TMPDIR="+pp.TempDir)
+	return &sandbox.WorkerLaunch{Env: env}, nil
+}

@@ -1,0 +1,365 @@
+package taskenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"vak/internal/errclass"
+	"vak/internal/paths"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
+	"vak/internal/worker/wire"
+)
+
+// Paths inside a session container.
+const (
+	// ContainerVakDir holds what vak mounts into a session; no workspace or
+	// extra mount may be at or below it.
+	ContainerVakDir = "/.vak"
+	// ContainerWorker is the worker binary (the broker's own vak, read-only).
+	ContainerWorker = ContainerVakDir + "/bin/vak"
+	// ContainerRunDir is the per-session directory holding the worker socket.
+	ContainerRunDir = ContainerVakDir + "/run"
+	// SessionHome is HOME in workspace-write sessions: in the writable root
+	// layer, owned by the session's user, so user-level installs (pip
+	// --user, npm prefixes, go install) persist for the session and are part
+	// of its snapshots. Read-only sessions use ContainerHome (/tmp).
+	SessionHome = "/home/vak"
+	socketName  = "worker.sock"
+)
+
+// Container names.
+const (
+	SessionPrefix = "vak-session-" // a session: SessionPrefix + session ID
+	PoolPrefix    = "vak-pool-"    // a warm-pool container not yet claimed
+)
+
+// Session labels (besides LabelManaged, LabelKind and LabelWorkspace).
+const (
+	KindSession    = "session"
+	LabelOwner     = docker.LabelOwner     // host uid of the user who created it
+	LabelOwnerProc = docker.LabelOwnerProc // "BOOTID/PID/START" of the owning process, if any
+	LabelSession   = "vak.session"         // session ID ("" for a pool container: its name says)
+	LabelTask      = "vak.task"            // the task name
+	LabelCreated   = "vak.created"         // creation time, unix seconds
+	LabelImage     = "vak.image"           // the pinned image ID
+	LabelLifetime  = "vak.lifetime"        // maximum lifetime, seconds
+	LabelIdle      = "vak.idle"            // idle timeout, seconds
+	LabelPolicy    = "vak.policy"          // digest of the session's policy (network, mode, install)
+	LabelInstall   = "vak.install"         // "true" when root package installs are allowed
+	LabelPool      = "vak.pool"            // pool key of a container created for the warm pool
+)
+
+// Defaults.
+const (
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultTask names a session when the caller gives no task.
+	DefaultTask = "default"
+)
+
+// Errors of the session API.
+var (
+	// ErrUnsupported reports a session feature this host cannot provide.
+	ErrUnsupported = docker.ErrUnsupported
+	// ErrNoSession reports an unknown session ID.
+	ErrNoSession = errclass.New(errclass.Invalid, "no such session")
+	// ErrSessionExists reports a session for the same task and workspace.
+	ErrSessionExists = errclass.New(errclass.Invalid, "session already exists")
+	// ErrSessionEnded reports a session whose worker is gone (it died, was
+	// killed, or hit its idle timeout or lifetime); the message says which.
+	ErrSessionEnded = errclass.New(errclass.Unavailable, "session ended")
+	// ErrUntrustedPeer reports that the session socket is not served by the
+	// session's worker (it was replaced from inside the container).
+	ErrUntrustedPeer = errors.New("session socket is not the session's worker")
+	// ErrInvalidSpec reports a session spec the broker refuses.
+	ErrInvalidSpec = errclass.New(errclass.Invalid, "invalid session spec")
+	// ErrEnvNotAllowed reports a Spec.Env variable outside the allowlist.
+	ErrEnvNotAllowed = errclass.New(errclass.Invalid, "environment variable not allowed into sessions")
+	// ErrNetworkPolicy reports a network policy that is not implemented.
+	ErrNetworkPolicy = errclass.New(errclass.Invalid, "network policy not available")
+	// ErrNetworkUnavailable reports a proxied network that could not be
+	// brought up (the egress gateway is down or cannot start): nothing was
+	// created, as with `vak run`.
+	ErrNetworkUnavailable = errclass.New(errclass.Unavailable, "proxied network unavailable")
+	// ErrInstallNotAllowed reports a root exec in a session created without
+	// package installs allowed.
+	ErrInstallNotAllowed = errclass.New(errclass.Invalid, "package installs are not allowed in this session")
+)
+
+// NetworkPolicy says what network a session has (sandbox.NetworkPolicy).
+// Unknown policies are refused (fail closed), never weakened.
+type NetworkPolicy = sandbox.NetworkPolicy
+
+// The network policies of sessions.
+const (
+	// NetworkNone: no network at all (--network none).
+	NetworkNone = sandbox.NetworkNone
+	// NetworkProxied: the workspace's proxied network, whose only way out
+	// is vak's egress gateway (Manager.ProxyNet).
+	NetworkProxied = sandbox.NetworkProxied
+)
+
+// ParseNetworkPolicy parses a policy name; "" means NetworkNone.
+func ParseNetworkPolicy(s string) (NetworkPolicy, error) {
+	p := NetworkPolicy(s)
+	if p == "" {
+		p = NetworkNone
+	}
+	return p, checkNetworkPolicy(p)
+}
+
+func checkNetworkPolicy(p NetworkPolicy) error {
+	switch p {
+	case NetworkNone, NetworkProxied:
+		return nil
+	}
+	return fmt.Errorf("%w: unknown policy %q (want %q or %q)", ErrNetworkPolicy, p, NetworkNone, NetworkProxied)
+}
+
+// Spec is what a caller asks for. The broker validates all of it and
+// decides the rest.
+type Spec struct {
+	// Task names the session within its workspace ([A-Za-z0-9][A-Za-z0-9_.-]*,
+	// at most 40 characters); empty means DefaultTask.
+	Task string
+	// Workspace is the canonical absolute workspace path; it is mounted at
+	// the same path, read-only in ReadOnly mode.
+	Workspace string
+	// BaseImage is an image reference (tag or ID); it is resolved to its
+	// image ID now and the session is pinned to that ID. Empty means
+	// DefaultImage.
+	BaseImage string
+	// Limits bound the container; zero fields are sandbox defaults.
+	Limits sandbox.Limits
+	// NetworkPolicy; empty means NetworkNone.
+	NetworkPolicy NetworkPolicy
+	// Mode is ReadOnly or WorkspaceWrite (zero means WorkspaceWrite).
+	// ReadOnly also makes the root filesystem read-only.
+	Mode sandbox.Mode
+	// Env is the base environment of commands (KEY=VALUE). Every name must
+	// be in the manager's allowlist; the image's own environment comes first.
+	Env []string
+	// Mounts are extra host paths mounted read-only at the same path. Each
+	// is checked against the never-mounted list (with symlinks and ".."
+	// resolved); a refusal is an error, never a silent omission.
+	Mounts []string
+	// Protected are workspace-relative paths that stay read-only (existing
+	// ones are mounted read-only; the worker removes ones a command creates).
+	Protected []string
+	// DefaultTimeout applies to commands that set none.
+	DefaultTimeout time.Duration
+	// OwnerPID, if set, is the process that owns the session: once it is
+	// gone, GC removes the session. Zero means a detached session, which
+	// ends by idle timeout, lifetime or Discard.
+	OwnerPID int
+}
+
+// Info describes a session container.
+type Info struct {
+	ID        string // session ID ("" for an unclaimed pool container)
+	Container string // container ID
+	Name      string // container name
+	Task      string
+	Workspace string
+	Image     string // pinned image ID
+	Created   time.Time
+	State     string // running, exited, ...
+	Status    string // docker's human status
+	Pool      string // pool key, for containers created for the pool
+	Labels    map[string]string
+}
+
+// Command is one command to run in a session. It reaches the container only
+// as argv, joined by the quoting layer into the `sh -c` line the worker runs.
+type Command struct {
+	Argv []string
+	// Dir is the working directory, absolute inside the workspace or
+	// relative to it; empty means the workspace root.
+	Dir string
+	// Env adds variables (names [A-Za-z_][A-Za-z0-9_]*, not HOME, TMPDIR,
+	// PWD or VAK_*).
+	Env map[string]string
+	// Timeout kills the command's process tree; zero means the session's
+	// default.
+	Timeout time.Duration
+	// Stdin is the command's standard input; nil means /dev/null.
+	Stdin []byte
+	// MaxOutputBytes bounds stdout and stderr each; zero means the
+	// protocol's default (1 MiB).
+	MaxOutputBytes int64
+	// Output, if set, streams output as it arrives; the result then carries
+	// none.
+	Output func(stream string, data []byte)
+}
+
+// Result is a command's outcome.
+type Result = wire.BashResult
+
+// DefaultSessionEnv are the host variables a session may receive (its
+// base environment); configuration can name more (sandbox.env).
+var DefaultSessionEnv = []string{"LANG", "LANGUAGE", "LC_ALL", "TERM", "TZ", "COLORTERM", "NO_COLOR"}
+
+// HostEnv returns KEY=VALUE for each name that is set in the host
+// environment: the broker builds Spec.Env with it from the allowlist.
+func HostEnv(names []string) []string {
+	var env []string
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, n+"=") }) {
+			env = append(env, n+"="+v)
+		}
+	}
+	return env
+}
+
+// Manager creates and drives sessions. Its zero value works (with the
+// defaults named on each field); set fields before first use.
+type Manager struct {
+	// API is the Engine API client; nil means NewEngine on first use.
+	API *client.Client
+	// StateDir is vak's state directory (session records and per-session
+	// socket directories); empty means paths.EnsureStateDir.
+	StateDir string
+	// Worker is the static Linux vak binary that is every session's
+	// entrypoint; empty means this executable.
+	Worker string
+	// User is the identity inside; zero means the invoking uid:gid.
+	User docker.User
+	// Labels are added to every container and image the manager creates,
+	// and restrict List and GC to objects that carry them (tests: vak.test=1).
+	Labels map[string]string
+	// IdleTimeout and MaxLifetime bound every session; zero means
+	// DefaultIdleTimeout and DefaultMaxLifetime.
+	IdleTimeout, MaxLifetime time.Duration
+	// AllowInstall gives sessions the capabilities package managers need as
+	// root and allows root commands through `docker exec -u 0`
+	// (InteractiveArgs with root). Commands sent through the worker always
+	// run as the session's unprivileged user.
+	AllowInstall bool
+	// EnvAllowlist names the variables Spec.Env may carry; nil means
+	// DefaultSessionEnv.
+	EnvAllowlist []string
+	// PolicyGeneration is the operator's policy generation, hashed into
+	// snapshot keys (bump it to invalidate every snapshot); empty means "1".
+	PolicyGeneration string
+	// PoolSize is how many started containers FillPool keeps ready per pool
+	// key; zero disables the pool (Create then never claims).
+	PoolSize int
+	// Home is the home directory whose credentials are never mounted; empty
+	// means the invoking user's.
+	Home string
+	// Binary is the docker CLI used only for interactive TTY execs; empty
+	// means "docker".
+	Binary string
+	// ProxyNet gives sessions with NetworkPolicy proxied their network (the
+	// CLI wires the workspace's egress topology here). Nil refuses proxied
+	// sessions.
+	ProxyNet func(ctx context.Context, workspace string) (*sandbox.NetworkAttachment, error)
+	// ReleaseProxyNet is called when a session is discarded, so a
+	// workspace's topology goes when its last user does. May be nil.
+	ReleaseProxyNet func(ctx context.Context, workspace string)
+
+	mu        sync.Mutex
+	open      map[string]*Session
+	engineErr error
+	workers   map[string]error // worker binary checks, per path and arch
+
+	// mutatePlan, if set, changes a validated plan (tests: simulate a
+	// mount swapped between check and mount).
+	mutatePlan func(*plan)
+}
+
+// NewEngine returns an Engine API client configured from the environment
+// (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION).
+// It negotiates the API version with the daemon on its first request.
+func NewEngine() (*client.Client, error) {
+	return client.New(client.FromEnv)
+}
+
+func (m *Manager) engine() (*client.Client, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.API == nil && m.engineErr == nil {
+		m.API, m.engineErr = NewEngine()
+	}
+	if m.engineErr != nil {
+		return nil, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, m.engineErr)
+	}
+	return m.API, nil
+}
+
+// apiErr marks an unreachable daemon with ErrDaemonUnavailable.
+func apiErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%s: %w: %v", what, docker.ErrDaemonUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (m *Manager) user() docker.User {
+	if m.User == (docker.User{}) {
+		return docker.User{UID: os.Getuid(), GID: os.Getgid()}
+	}
+	return m.User
+}
+
+func (m *Manager) idle() time.Duration {
+	if m.IdleTimeout > 0 {
+		return m.IdleTimeout
+	}
+	return DefaultIdleTimeout
+}
+
+func (m *Manager) lifetime() time.Duration {
+	if m.MaxLifetime > 0 {
+		return m.MaxLifetime
+	}
+	return DefaultMaxLifetime
+}
+
+func (m *Manager) stateDir() (string, error) {
+	d := m.StateDir
+	if d == "" {
+		var err error
+		if d, err = paths.EnsureStateDir(); err != nil {
+			return "", err
+		}
+	}
+	s := filepath.Join(d, "sessions")
+	for _, dir := range []string{s, filepath.Join(s, "run"), filepath.Join(s, "pool")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("session state: %w", err)
+		}
+	}
+	return s, nil
+}
+
+var taskRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
+
+// idRe matches session IDs (task-HASH); it keeps IDs safe as file names.
+var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}-[0-9a-f]{10}$`)
+
+// SessionID is the ID of the session for task in workspace: the task and a
+// hash of both, so one workspace's tasks and one task's workspaces differ.
+func SessionID(task, workspace string) string {
+	h := sha256.Sum256([]byte(task + "\x00" + workspace))
+	return task + "-" + hex.EncodeToString(h[:5])
+}
+
+// ValidID reports whether id has the shape of a session ID.
+func ValidID(id string) bool { return idRe.MatchString(id) }

@@ -1,0 +1,355 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrWorkerExited reports that the worker died or closed its output; every
+// call in flight fails with it (the message carries the worker's last stderr).
+var ErrWorkerExited = errors.New("worker exited")
+
+// DefaultStartTimeout bounds how long a worker may take to report ready.
+const DefaultStartTimeout = 30 * time.Second
+
+// Client is the broker's side of one worker connection.
+type Client struct {
+	w     io.WriteCloser
+	wmu   sync.Mutex
+	ready Event
+
+	mu      sync.Mutex
+	pending map[string]*call
+	closed  error
+	nextID  atomic.Uint64
+	done    chan struct{}
+
+	readyCh <-chan Event
+	exited  chan struct{} // closed once cmd.Wait returned (Start only)
+	cmd     *exec.Cmd
+	stderr  *TailBuffer
+}
+
+type call struct {
+	resp   chan Response
+	output func(stream string, data []byte)
+}
+
+// Start starts cmd as a worker and waits for its ready event. cmd's stdin and
+// stdout must be unset (the client owns them); its stderr, if unset, is kept
+// (the last few KiB) for error messages. onStarted, if set, runs right after
+// the process started and before waiting for ready (the broker uses it to
+// place the worker in a cgroup and then hand it its spec); an error from it
+// kills the worker.
+func Start(ctx context.Context, cmd *exec.Cmd, onStarted func(pid int) error) (*Client, error) {
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	tail := NewTailBuffer(8 << 10)
+	if cmd.Stderr == nil {
+		cmd.Stderr = tail
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	if onStarted != nil {
+		if err := onStarted(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, err
+		}
+	}
+	c := NewClient(in, out)
+	c.cmd, c.stderr, c.exited = cmd, tail, make(chan struct{})
+	go func() {
+		<-c.done
+		cmd.Wait()
+		close(c.exited)
+	}()
+	if err := c.waitReady(ctx); err != nil {
+		cmd.Process.Kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewClient speaks the protocol over an existing connection (w to the
+// worker, r from it). Call WaitReady before the first request.
+func NewClient(w io.WriteCloser, r io.Reader) *Client {
+	c := &Client{w: w, pending: map[string]*call{}, done: make(chan struct{})}
+	readyCh := make(chan Event, 1)
+	go c.readLoop(r, readyCh)
+	c.readyCh = readyCh
+	return c
+}
+
+// Ready is the worker's ready event (backend and sandbox description).
+func (c *Client) Ready() Event { return c.ready }
+
+// WaitReady waits for the worker's ready event.
+func (c *Client) WaitReady(ctx context.Context) error { return c.waitReady(ctx) }
+
+func (c *Client) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultStartTimeout)
+	defer cancel()
+	select {
+	case ev := <-c.readyCh:
+		c.ready = ev
+		return nil
+	case <-c.done:
+		return c.exitErr()
+	case <-ctx.Done():
+		return fmt.Errorf("worker did not become ready: %w", ctx.Err())
+	}
+}
+
+func (c *Client) readLoop(r io.Reader, readyCh chan<- Event) {
+	defer close(c.done)
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			c.handleLine(line, readyCh)
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+func (c *Client) handleLine(line []byte, readyCh chan<- Event) {
+	var m struct {
+		ID     string          `json:"id"`
+		OK     bool            `json:"ok"`
+		Result json.RawMessage `json:"result"`
+		Error  *Error          `json:"error"`
+		Event  string          `json:"event"`
+		Stream string          `json:"stream"`
+		Data   []byte          `json:"data"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return // the worker never writes garbage; ignore rather than crash
+	}
+	switch m.Event {
+	case "ready":
+		var ev Event
+		json.Unmarshal(line, &ev)
+		select {
+		case readyCh <- ev:
+		default:
+		}
+		return
+	case "output":
+		c.mu.Lock()
+		cl := c.pending[m.ID]
+		c.mu.Unlock()
+		if cl != nil && cl.output != nil {
+			cl.output(m.Stream, m.Data)
+		}
+		return
+	}
+	c.mu.Lock()
+	cl := c.pending[m.ID]
+	delete(c.pending, m.ID)
+	c.mu.Unlock()
+	if cl != nil {
+		cl.resp <- Response{ID: m.ID, OK: m.OK, Result: m.Result, Error: m.Error}
+	}
+}
+
+func (c *Client) fail(err error) {
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = err
+	for id, cl := range c.pending {
+		close(cl.resp)
+		delete(c.pending, id)
+	}
+}
+
+func (c *Client) exitErr() error {
+	if c.exited != nil {
+		select {
+		case <-c.exited:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	msg := ""
+	if c.stderr != nil {
+		msg = c.stderr.String()
+	}
+	if c.exited != nil && c.cmd.ProcessState != nil {
+		msg = c.cmd.ProcessState.String() + ": " + msg
+	}
+	if msg != "" {
+		return fmt.Errorf("%w: %s", ErrWorkerExited, msg)
+	}
+	return ErrWorkerExited
+}
+
+// Call sends op with args and decodes the result into result (may be nil).
+// Canceling ctx sends a cancel request for it and returns ctx's error.
+func (c *Client) Call(ctx context.Context, op string, args, result any) error {
+	return c.call(ctx, op, args, result, nil)
+}
+
+// Bash runs a command; with a.Stream set, output is delivered to onOutput
+// as it arrives.
+func (c *Client) Bash(ctx context.Context, a BashArgs, onOutput func(stream string, data []byte)) (*BashResult, error) {
+	var res BashResult
+	if err := c.call(ctx, OpBash, a, &res, onOutput); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+func (c *Client) call(ctx context.Context, op string, args, result any, output func(string, []byte)) error {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return err
+	}
+	id := strconv.FormatUint(c.nextID.Add(1), 10)
+	cl := &call{resp: make(chan Response, 1), output: output}
+	c.mu.Lock()
+	select {
+	case <-c.done:
+		c.mu.Unlock()
+		return c.exitErr()
+	default:
+	}
+	c.pending[id] = cl
+	c.mu.Unlock()
+	if err := c.send(Request{ID: id, Op: op, Args: raw}); err != nil {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrWorkerExited, err)
+	}
+	select {
+	case r, ok := <-cl.resp:
+		return decodeResponse(r, ok, result, c)
+	case <-ctx.Done():
+		cargs, _ := json.Marshal(CancelArgs{Target: id})
+		c.send(Request{ID: id + "-cancel", Op: OpCancel, Args: cargs})
+		// The worker still answers the canceled request (with its partial
+		// result); wait for it briefly so the process tree is known dead.
+		select {
+		case r, ok := <-cl.resp:
+			if err := decodeResponse(r, ok, result, c); err != nil {
+				return err
+			}
+		case <-time.After(5 * time.Second):
+		}
+		return ctx.Err()
+	}
+}
+
+func decodeResponse(r Response, ok bool, result any, c *Client) error {
+	if !ok {
+		return c.exitErr()
+	}
+	if !r.OK {
+		if r.Error == nil {
+			return Errorf(CodeInternal, "response without result or error")
+		}
+		return r.Error
+	}
+	if result != nil && len(r.Result) > 0 {
+		return json.Unmarshal(r.Result, result)
+	}
+	return nil
+}
+
+func (c *Client) send(req Request) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err = c.w.Write(data)
+	return err
+}
+
+// Close closes the request stream; the worker finishes what is in flight
+// and exits. Close waits for that, up to the context's deadline, then kills
+// the worker.
+func (c *Client) Close(ctx context.Context) error {
+	c.wmu.Lock()
+	c.w.Close()
+	c.wmu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.cmd != nil {
+			c.cmd.Process.Kill()
+		}
+		<-c.done
+	}
+	if c.exited != nil {
+		select {
+		case <-c.exited:
+		case <-ctx.Done():
+			c.cmd.Process.Kill()
+			<-c.exited
+		}
+	}
+	return nil
+}
+
+// Kill ends the worker immediately.
+func (c *Client) Kill() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		c.cmd.Process.Kill()
+	}
+}
+
+// Done is closed when the worker's output ends (it exited).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// TailBuffer keeps the last bytes written to it (a worker's diagnostics,
+// for error messages).
+type TailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+// NewTailBuffer keeps the last max bytes.
+func NewTailBuffer(max int) *TailBuffer { return &TailBuffer{max: max} }
+
+func (t *TailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *TailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}

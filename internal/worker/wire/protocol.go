@@ -1,0 +1,257 @@
+// Package wire is the worker protocol's wire types and its client: the
+// JSON-lines messages a broker (or an embedder) exchanges with a vak worker,
+// their limits and error codes, and Client, which starts a worker process
+// and speaks to it. It depends on nothing else in vak, so an embedder can use
+// it without pulling in the sandbox backends.
+//
+// One request per line, one final response per request (matched by id),
+// requests may be pipelined and are served concurrently:
+//
+//	-> {"id":"1","op":"bash","args":{"command":"make test","timeout_ms":60000}}
+//	<- {"id":"1","ok":true,"result":{"exit_code":0,"stdout":"...","stderr":""}}
+//
+// A malformed, unknown or oversized request gets an error response and the
+// worker keeps serving. The full protocol is documented in
+// docs/worker-protocol.md.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ProtocolVersion is sent in the ready event; bump on incompatible changes.
+const ProtocolVersion = 1
+
+// Limits of the protocol.
+const (
+	// MaxRequestBytes bounds one request line (a write carries file content).
+	MaxRequestBytes = 16 << 20
+	// DefaultOutputBytes bounds each of stdout and stderr of a bash result.
+	DefaultOutputBytes = 1 << 20
+	// MaxOutputBytes is the most a request may ask for per stream.
+	MaxOutputBytes = 64 << 20
+	// MaxConcurrent requests are served at once; more wait.
+	MaxConcurrent = 16
+)
+
+// Operations.
+const (
+	OpBash   = "bash"
+	OpRead   = "read"
+	OpWrite  = "write"
+	OpEdit   = "edit"
+	OpGlob   = "glob"
+	OpGrep   = "grep"
+	OpCancel = "cancel"
+	OpPing   = "ping"
+)
+
+// Request is one line from the broker.
+type Request struct {
+	ID   string          `json:"id"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// BashArgs runs a shell command line with sh -c.
+type BashArgs struct {
+	Command string `json:"command"`
+	// Cwd is the working directory, absolute inside the workspace or
+	// relative to it; empty means the workspace root.
+	Cwd string `json:"cwd,omitempty"`
+	// Env adds variables; names must match [A-Za-z_][A-Za-z0-9_]* and not be
+	// one of the variables the worker controls (see docs).
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutMS kills the command's whole process tree after this long; 0
+	// means the worker's default (none unless configured).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes bounds stdout and stderr each; 0 means DefaultOutputBytes.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// Stream sends output as "output" events while the command runs; the
+	// final result then carries no stdout/stderr.
+	Stream bool `json:"stream,omitempty"`
+	// Stdin, if set, is written to the command's standard input (otherwise
+	// it reads /dev/null).
+	Stdin *string `json:"stdin,omitempty"`
+}
+
+// BashResult is the result of a bash request.
+type BashResult struct {
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the shell, if any.
+	Signal          string `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	Canceled        bool   `json:"canceled,omitempty"`
+	Stdout          string `json:"stdout,omitempty"`
+	Stderr          string `json:"stderr,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	DurationMS      int64  `json:"duration_ms"`
+	// ProtectedRemoved lists protected paths the command created, which the
+	// worker removed (they would run outside the sandbox later).
+	ProtectedRemoved []string `json:"protected_removed,omitempty"`
+	// SetuidCleared lists workspace files whose setuid or setgid bit the
+	// worker cleared after the command, with the mode they had.
+	SetuidCleared []string `json:"setuid_cleared,omitempty"`
+	// TripwireWarnings are checks after the command that could not be
+	// completed (a planted path that could not be removed, a workspace too
+	// large to walk entirely).
+	TripwireWarnings []string `json:"tripwire_warnings,omitempty"`
+}
+
+// ReadArgs reads a file.
+type ReadArgs struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"`
+	Limit  int64  `json:"limit,omitempty"`
+}
+
+// Content encodings.
+const (
+	EncodingUTF8   = ""       // content is the text itself (the default)
+	EncodingBase64 = "base64" // content is standard base64 of the bytes
+)
+
+// ReadResult carries file content: text as is, anything that is not valid
+// UTF-8 as base64 (Encoding says which).
+type ReadResult struct {
+	Content   string `json:"content"`
+	Encoding  string `json:"encoding,omitempty"`
+	Size      int64  `json:"size"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// WriteArgs creates or replaces a file.
+type WriteArgs struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	// Encoding "base64" writes the decoded bytes (binary files).
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// WriteResult reports a write.
+type WriteResult struct {
+	Bytes int64 `json:"bytes"`
+}
+
+// EditArgs replaces text in a file.
+type EditArgs struct {
+	Path       string `json:"path"`
+	Old        string `json:"old"`
+	New        string `json:"new"`
+	ReplaceAll bool   `json:"replace_all,omitempty"`
+}
+
+// EditResult reports an edit.
+type EditResult struct {
+	Replacements int `json:"replacements"`
+}
+
+// GlobArgs lists files matching a pattern (** matches any depth).
+type GlobArgs struct {
+	Pattern string `json:"pattern"`
+	Max     int    `json:"max,omitempty"`
+}
+
+// GlobResult lists workspace-relative paths.
+type GlobResult struct {
+	Paths     []string `json:"paths"`
+	Truncated bool     `json:"truncated,omitempty"`
+}
+
+// GrepArgs searches files with an RE2 regular expression.
+type GrepArgs struct {
+	Pattern string `json:"pattern"`
+	Path    string `json:"path,omitempty"`
+	Glob    string `json:"glob,omitempty"`
+	Max     int    `json:"max,omitempty"`
+}
+
+// GrepMatch is one matching line.
+type GrepMatch struct {
+	Path string `json:"path"`
+	Line int    `json:"line"`
+	Text string `json:"text"`
+}
+
+// GrepResult lists matches.
+type GrepResult struct {
+	Matches   []GrepMatch `json:"matches"`
+	Truncated bool        `json:"truncated,omitempty"`
+}
+
+// CancelArgs cancels a running request (its process tree is killed).
+type CancelArgs struct {
+	Target string `json:"target"`
+}
+
+// Response is the final line for a request. Exactly one of Result and Error
+// is set; OK says which.
+type Response struct {
+	ID     string          `json:"id"`
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Event is an unsolicited line: "ready" once at start, "output" for
+// streamed bash output (Data is base64 in JSON, exact bytes).
+type Event struct {
+	Event string `json:"event"`
+	ID    string `json:"id,omitempty"`
+	// Stream is "stdout" or "stderr" for output events.
+	Stream string `json:"stream,omitempty"`
+	Data   []byte `json:"data,omitempty"`
+	// Ready fields.
+	Version int    `json:"version,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Sandbox describes the restrictions in force (e.g. "landlock abi 7,
+	// seccomp, user+mount+pid+net namespaces").
+	Sandbox string `json:"sandbox,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+}
+
+// Error codes. They are stable: embedders switch on them.
+const (
+	CodeProtocol     = "protocol_error"    // malformed line, unknown op, bad args
+	CodeTooLarge     = "request_too_large" // line over MaxRequestBytes
+	CodeOutside      = "outside_workspace" // path or cwd escapes the workspace
+	CodeProtected    = "protected_path"    // write to a protected path
+	CodeReadOnly     = "read_only"         // write in read-only mode
+	CodeNotFound     = "not_found"         // no such file
+	CodeIsDir        = "is_directory"      // a directory where a file was needed
+	CodeNotRegular   = "not_regular"       // device, socket, fifo, ...
+	CodeFileTooLarge = "file_too_large"    // beyond the read/write cap
+	CodeNoMatch      = "no_match"          // edit: old text not found
+	CodeAmbiguous    = "ambiguous"         // edit: old text occurs more than once
+	CodeInvalidPath  = "invalid_path"      // empty, NUL, ...
+	CodeSymlink      = "symlink_refused"   // a write would traverse a symlink
+	CodeHardLink     = "hard_link_refused" // a write target has other names
+	CodeUnsupported  = "unsupported"       // the kernel lacks what the tool needs
+	CodeInvalidRegex = "invalid_pattern"   // glob or regexp does not compile
+	CodeDuplicateID  = "duplicate_id"      // id already in flight
+	CodeUnknownID    = "unknown_id"        // cancel of an id not in flight
+	CodeExec         = "exec_failed"       // the shell could not be started
+	CodeInternal     = "internal"          // a bug; the message says more
+)
+
+// Error is a typed protocol error.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Is lets errors.Is match on the code: errors.Is(err, &Error{Code: CodeOutside}).
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code && t.Message == ""
+}
+
+// Errorf returns an Error with code and a formatted message.
+func Errorf(code, format string, a ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
+}
