@@ -220,6 +220,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		return nil
 	}
 	endPrepare()
+	spawned := time.Now()
 	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	client, err := wire.Start(ctx, cmd, onStarted)
 	endStart()
@@ -228,7 +229,35 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
 	}
 	s.client = client
+	traceWorkerStart(tr, spawned, time.Now(), client.Ready())
 	return s, nil
+}
+
+// traceWorkerStart splits the worker's start by the times in its ready
+// event: before the worker's own process began (for landlock: stage 1 with
+// the namespaces and the view, and stage 2's exec), the sandbox entry in it
+// (stage 2's restrictions), and the rest up to the ready event. Times the
+// worker did not report, or that are out of order (clocks are per process
+// but the same wall clock), are left out.
+func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) {
+	if tr == nil || ev.Started == 0 {
+		return
+	}
+	started := time.Unix(0, ev.Started)
+	if started.Before(spawned) || started.After(ready) {
+		return
+	}
+	tr.Add("  worker process start (landlock: stage 1, view, stage 2 exec)", spawned, started)
+	if ev.Restricted == 0 {
+		tr.Add("  worker up to ready", started, ready)
+		return
+	}
+	restricted := time.Unix(0, ev.Restricted)
+	if restricted.Before(started) || restricted.After(ready) {
+		return
+	}
+	tr.Add("  sandbox entry (landlock: stage 2 restrictions)", started, restricted)
+	tr.Add("  worker files and ready message", restricted, ready)
 }
 
 // Ready is the worker's ready event (what restrictions are in force).

@@ -13,7 +13,10 @@ import (
 func TestRunTrace(t *testing.T) {
 	ws := tempWorkspace(t)
 	cfg := writeConfig(t, "version = 1\n")
-	phases := []string{"cli start", "config", "backend check", "backend prepare", "worker start (sandbox set-up) to ready", "command", "teardown", "total"}
+	phases := []string{"cli start", "config", "backend check", "backend prepare", "worker start (sandbox set-up) to ready",
+		// From the times in the worker's ready event.
+		"  worker process start (landlock: stage 1, view, stage 2 exec)", "  sandbox entry (landlock: stage 2 restrictions)", "  worker files and ready message",
+		"command", "teardown", "total"}
 	tests := []struct {
 		name  string
 		env   string
