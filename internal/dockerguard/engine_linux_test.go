@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/dockerd"
+	"vak/internal/dockerguard"
 	"vak/internal/testenv"
 )
 
@@ -75,11 +76,13 @@ func engine(t *testing.T) (id, ws string) {
 	if id, err = dockerd.Start(context.Background(), cli, s, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("docker", "exec", "-d", id, "/opt/vak/"+filepath.Base(vak), "dockerguard",
-		"--listen", guardSock, "--reaper", reaperSock, "--upstream", dockerd.RawSocket,
-		"--workspace", ws, "--trust-dir", "/etc/vak/trust", "--pool", "10.213.0.0/16", "--dns", "10.231.9.1",
-		"--label", "vak.session=test", "--trust-env", "SSL_CERT_FILE=/etc/vak/trust/vak-ca.pem",
-		"--trust-env", "NODE_OPTIONS=--use-openssl-ca").CombinedOutput()
+	args := dockerguard.Args(dockerguard.Policy{
+		GuardSocket: guardSock, ReaperSocket: reaperSock, Workspace: ws, TrustDir: "/etc/vak/trust",
+		Pool: netip.MustParsePrefix("10.213.0.0/16"), DNS: netip.MustParseAddr("10.231.9.1"),
+		Labels:   map[string]string{"vak.session": "test"},
+		TrustEnv: []string{"SSL_CERT_FILE=/etc/vak/trust/vak-ca.pem", "NODE_OPTIONS=--use-openssl-ca"},
+	}, dockerd.RawSocket)
+	out, err := exec.Command("docker", append([]string{"exec", "-d", id, "/opt/vak/" + filepath.Base(vak)}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("start the guard: %v %s", err, out)
 	}

@@ -72,3 +72,21 @@ func Serve(ctx context.Context, p Policy, rawSocket string, ready func()) error 
 		return fmt.Errorf("dockerguard: %w", err)
 	}
 }
+
+// Args is the `vak dockerguard` command line (after the vak binary's path)
+// that serves p in front of rawSocket: for starting the guard inside the
+// sidecar (docker exec, or a compose entrypoint).
+func Args(p Policy, rawSocket string) []string {
+	args := []string{"dockerguard", "--listen", p.GuardSocket, "--upstream", rawSocket,
+		"--workspace", p.Workspace, "--trust-dir", p.TrustDir, "--pool", p.Pool.String(), "--dns", p.DNS.String()}
+	if p.ReaperSocket != "" {
+		args = append(args, "--reaper", p.ReaperSocket)
+	}
+	for _, k := range mapKeys(p.Labels) {
+		args = append(args, "--label", k+"="+p.Labels[k])
+	}
+	for _, kv := range p.TrustEnv {
+		args = append(args, "--trust-env", kv)
+	}
+	return args
+}
