@@ -112,14 +112,27 @@ func (d Daemon) DaemonJSON() ([]byte, error) {
 // namespace a SYS_ADMIN container can reach cgroup v1's release_agent and
 // run code as host root), installs the vak CA into the system store (so
 // pulls through the gateway verify), writes daemon.json, mounts a fresh
-// cgroup2 hierarchy and execs dockerd.
-func (d Daemon) Entrypoint(trustCA string) ([]string, error) {
+// cgroup2 hierarchy and execs dockerd. A non-empty guard command (an
+// absolute path and its arguments, e.g. the vak binary and
+// dockerguard.Args) is started in the background just before dockerd.
+func (d Daemon) Entrypoint(trustCA string, guard ...string) ([]string, error) {
 	js, err := d.DaemonJSON()
 	if err != nil {
 		return nil, err
 	}
 	if !path.IsAbs(trustCA) {
 		return nil, fmt.Errorf("dockerd: CA path %q must be absolute", trustCA)
+	}
+	startGuard := ":"
+	if len(guard) > 0 {
+		if !path.IsAbs(guard[0]) {
+			return nil, fmt.Errorf("dockerd: guard command %q must be an absolute path", guard[0])
+		}
+		q := make([]string, len(guard))
+		for i, a := range guard {
+			q[i] = shq(a)
+		}
+		startGuard = strings.Join(q, " ") + " &"
 	}
 	script := strings.Join([]string{
 		`set -eu`,
@@ -129,6 +142,7 @@ func (d Daemon) Entrypoint(trustCA string) ([]string, error) {
 		`update-ca-certificates >/dev/null`,
 		`printf '%s\n' ` + shq(string(js)) + ` >` + DaemonConfig,
 		`mount -t cgroup2 none /sys/fs/cgroup`,
+		startGuard,
 		`exec dockerd --config-file ` + DaemonConfig,
 	}, "\n")
 	return []string{"/bin/sh", "-c", script}, nil

@@ -36,6 +36,12 @@ type Sidecar struct {
 	Mounts []mount.Mount
 	// Labels go on the container and volume (owner, session).
 	Labels map[string]string
+	// Guard, if set, is the guard's command line (an absolute path inside
+	// the sidecar, e.g. the bind-mounted vak binary, and dockerguard.Args),
+	// started by the entrypoint; GuardSocket is the socket it serves, which
+	// Start also waits for.
+	Guard       []string
+	GuardSocket string
 	// Memory and PidsLimit bound the sidecar and so everything in it
 	// (zero: DefaultMemory, DefaultPidsLimit).
 	Memory    int64
@@ -52,7 +58,10 @@ func (s Sidecar) Spec() (*container.Config, *container.HostConfig, error) {
 	if !strings.HasPrefix(s.NetworkMode, "container:") {
 		return nil, nil, fmt.Errorf("dockerd: sidecar network mode %q must be container:<netclient> (the fenced namespace)", s.NetworkMode)
 	}
-	cmd, err := s.Daemon.Entrypoint(s.TrustCA)
+	if len(s.Guard) > 0 && s.GuardSocket == "" {
+		return nil, nil, fmt.Errorf("dockerd: a guard command needs its GuardSocket")
+	}
+	cmd, err := s.Daemon.Entrypoint(s.TrustCA, s.Guard...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,15 +135,21 @@ func Start(ctx context.Context, cli *client.Client, s Sidecar, timeout time.Dura
 	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		return fail(fmt.Errorf("dockerd: start sidecar %s: %w", s.Name, err))
 	}
-	if err := WaitReady(ctx, cli, res.ID, timeout); err != nil {
+	if err := WaitReady(ctx, cli, res.ID, timeout, RawSocket); err != nil {
 		return fail(err)
+	}
+	if s.GuardSocket != "" {
+		if err := WaitReady(ctx, cli, res.ID, timeout, s.GuardSocket); err != nil {
+			return fail(fmt.Errorf("dockerd: the guard: %w", err))
+		}
 	}
 	return res.ID, nil
 }
 
-// WaitReady polls until the raw daemon answers `docker info` inside the
-// sidecar; a sidecar that exits is reported with its last log lines.
-func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.Duration) error {
+// WaitReady polls until `docker info` answers on socket (RawSocket, or the
+// guard's) inside the sidecar; a sidecar that exits is reported with its
+// last log lines.
+func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.Duration, socket string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
@@ -146,7 +161,7 @@ func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.
 		if st := ins.Container.State; st == nil || !st.Running {
 			return fmt.Errorf("dockerd: the sidecar %s is not running (exit %d): %s", strings.TrimPrefix(ins.Container.Name, "/"), exitCode(ins), logTail(ctx, cli, id))
 		}
-		out, err := Exec(ctx, cli, id, "docker", "-H", "unix://"+RawSocket, "info", "--format", "{{.ServerVersion}}")
+		out, err := Exec(ctx, cli, id, "docker", "-H", "unix://"+socket, "info", "--format", "{{.ServerVersion}}")
 		if err == nil {
 			return nil
 		}

@@ -172,3 +172,24 @@ func TestRecipeTag(t *testing.T) {
 		t.Fatal("a changed recipe kept the tag")
 	}
 }
+
+func TestEntrypointGuard(t *testing.T) {
+	d := testSidecar().Daemon
+	cmd, err := d.Entrypoint("/ca.pem", "/opt/vak/vak", "dockerguard", "--label", "a=it's")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := cmd[2]
+	guard := strings.Index(script, `'/opt/vak/vak' 'dockerguard' '--label' 'a=it'\''s' &`)
+	if guard < 0 || guard > strings.Index(script, "exec dockerd") || guard < strings.Index(script, "/proc/self/cgroup") {
+		t.Errorf("guard not started after the checks and before dockerd:\n%s", script)
+	}
+	if _, err := d.Entrypoint("/ca.pem", "vak", "dockerguard"); err == nil {
+		t.Error("relative guard path accepted")
+	}
+	s := testSidecar()
+	s.Guard = []string{"/opt/vak/vak", "dockerguard"}
+	if _, _, err := s.Spec(); err == nil {
+		t.Error("a guard without GuardSocket accepted")
+	}
+}

@@ -55,6 +55,12 @@ func engine(t *testing.T) (id, ws string) {
 	os.Chmod(ws, 0o755)
 	writeCA(t, filepath.Join(trust, "vak-ca.pem"))
 	name := testenv.UniqueName("dockerd")
+	args := dockerguard.Args(dockerguard.Policy{
+		GuardSocket: guardSock, ReaperSocket: reaperSock, Workspace: ws, TrustDir: "/etc/vak/trust",
+		Pool: netip.MustParsePrefix("10.213.0.0/16"), DNS: netip.MustParseAddr("10.231.9.1"),
+		Labels:   map[string]string{"vak.session": "test"},
+		TrustEnv: []string{"SSL_CERT_FILE=/etc/vak/trust/vak-ca.pem", "NODE_OPTIONS=--use-openssl-ca"},
+	}, dockerd.RawSocket)
 	s := dockerd.Sidecar{
 		Name: name, Image: tag, NetworkMode: "container:" + owner,
 		Daemon:     dockerd.Daemon{Pool: netip.MustParsePrefix("10.213.0.0/16"), Gateway: netip.MustParseAddr("10.231.9.1")},
@@ -65,35 +71,19 @@ func engine(t *testing.T) (id, ws string) {
 			{Type: mount.TypeBind, Source: ws, Target: ws},
 			{Type: mount.TypeBind, Source: filepath.Dir(vak), Target: "/opt/vak", ReadOnly: true},
 		},
-		Labels: map[string]string{testenv.TestLabel: "1", testenv.TestIDLabel: testenv.TestID(t)},
-		Memory: 1 << 30, PidsLimit: 1024,
+		Guard:       append([]string{"/opt/vak/" + filepath.Base(vak)}, args...),
+		GuardSocket: guardSock,
+		Labels:      map[string]string{testenv.TestLabel: "1", testenv.TestIDLabel: testenv.TestID(t)},
+		Memory:      1 << 30, PidsLimit: 1024,
 	}
 	t.Cleanup(func() {
 		if err := dockerd.Remove(context.Background(), cli, s.Name, s.DataVolume); err != nil {
 			t.Error(err)
 		}
 	})
+	// The entrypoint starts the guard; Start waits for both sockets.
 	if id, err = dockerd.Start(context.Background(), cli, s, 2*time.Minute); err != nil {
 		t.Fatal(err)
-	}
-	args := dockerguard.Args(dockerguard.Policy{
-		GuardSocket: guardSock, ReaperSocket: reaperSock, Workspace: ws, TrustDir: "/etc/vak/trust",
-		Pool: netip.MustParsePrefix("10.213.0.0/16"), DNS: netip.MustParseAddr("10.231.9.1"),
-		Labels:   map[string]string{"vak.session": "test"},
-		TrustEnv: []string{"SSL_CERT_FILE=/etc/vak/trust/vak-ca.pem", "NODE_OPTIONS=--use-openssl-ca"},
-	}, dockerd.RawSocket)
-	out, err := exec.Command("docker", append([]string{"exec", "-d", id, "/opt/vak/" + filepath.Base(vak)}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("start the guard: %v %s", err, out)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := dockerVia(t, id, guardSock, nil, "version"); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the guard never answered: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	return id, ws
 }
