@@ -66,11 +66,12 @@ func (u *upstream) last() (recorded, int) {
 type env struct {
 	up            *upstream
 	sock, reaper  string
+	rawSock       string
 	ws, trust     string
 	client, rclnt *http.Client
 }
 
-func serve(t *testing.T, h http.Handler, sock string) {
+func serve(t testing.TB, h http.Handler, sock string) {
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func unixClient(sock string) *http.Client {
 	return &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}
 }
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{up: &upstream{}, ws: filepath.Join(dir, "ws"), trust: filepath.Join(dir, "trust")}
@@ -92,6 +93,7 @@ func setup(t *testing.T) *env {
 	os.MkdirAll(e.trust, 0o755)
 	raw := filepath.Join(dir, "raw.sock")
 	serve(t, e.up, raw)
+	e.rawSock = raw
 	e.sock, e.reaper = filepath.Join(dir, "guard.sock"), filepath.Join(dir, "reaper.sock")
 	g, err := New(Policy{
 		Workspace: e.ws, TrustDir: e.trust,
