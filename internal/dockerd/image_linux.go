@@ -13,6 +13,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 )
 
 // EnsureImage finds or builds the sidecar image for r and returns its tag.
@@ -28,6 +29,19 @@ func EnsureImage(ctx context.Context, cli *client.Client, r Recipe, progress io.
 	}
 	if os.Geteuid() != 0 {
 		return "", fmt.Errorf("dockerd: the sidecar image %s is not built and building it needs root (debootstrap, chroot); build it once as root (see docs/nested-docker.md)", tag)
+	}
+	// One build per machine at a time (parallel test packages, several
+	// sessions): wait for another builder, then look again.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "vak-dockerd-build-"+strings.TrimPrefix(tag, ImageRepo+":")+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("dockerd: build lock: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("dockerd: build lock: %w", err)
+	}
+	if _, err := cli.ImageInspect(ctx, tag); err == nil {
+		return tag, nil
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		return "", fmt.Errorf("dockerd: building %s needs debootstrap (apt-get install -y debootstrap): %w", tag, err)
