@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,18 +12,24 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/broker"
+	"vak/internal/config"
 	"vak/internal/errclass"
 	"vak/internal/mcp"
 	"vak/internal/sandbox"
+	"vak/internal/taskenv"
 )
 
 type mcpFlags struct {
 	runFlags
 	printConfig string
+	session     string
+	sessionNew  bool
+	labels      []string // hidden: labels of a --session-new container (tests)
 }
 
 func (a *app) newMCPCmd() *cobra.Command {
@@ -38,6 +46,10 @@ edit_file, glob, grep (on the host, confined to the workspace, protected paths
 read-only). In read-only mode write_file and edit_file are not offered. One
 sandbox worker serves all calls; it starts with the first call and is
 restarted if it dies. Diagnostics go to stderr; stdout is the protocol.
+
+With --session ID (or --session-new, which creates a session for this server
+and removes it at exit) bash runs in that task-environment container, so what
+one call installs the next finds; the file tools stay on the host.
 
 --print-config CLIENT prints the configuration snippet that registers this
 server (with the other flags given) in claude, codex, cursor or gemini, and
@@ -56,6 +68,10 @@ exits. See docs/mcp.md.`,
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "the longest a bash call may run (default from config: none; a call without a timeout gets 2m)")
 	fl.StringVar(&f.network, "network", "", "network policy: none or proxied (default from config: none)")
+	fl.StringVar(&f.session, "session", "", "run bash in this task-environment session (vak session create); the file tools stay on the host")
+	fl.BoolVar(&f.sessionNew, "session-new", false, "create a task-environment session for this server, run bash in it, and remove it when the server exits")
+	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on a --session-new container")
+	fl.MarkHidden("label")
 	fl.StringVar(&f.printConfig, "print-config", "", "print the MCP configuration for a client (claude, codex, cursor, gemini) and exit")
 	return cmd
 }
@@ -68,6 +84,9 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if f.printConfig != "" {
 		return a.printMCPConfig(f, ws)
 	}
+	if f.session != "" && f.sessionNew {
+		return exit(ExitUsage, errors.New("--session and --session-new exclude each other"))
+	}
 	reg := registry(cfg)
 	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
@@ -79,7 +98,8 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+	sessionMode := f.session != "" || f.sessionNew
+	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() && !sessionMode {
 		if err := sandbox.CheckNetwork(b); err != nil {
 			return exit(ExitUnavailable, err)
 		}
@@ -90,19 +110,60 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		defer release(context.Background(), ws)
 	}
 	log := slog.New(slog.NewTextHandler(a.stdio.Err, nil)).With("component", "vak-mcp")
+	start := mcp.BrokerWorker(func(ctx context.Context) (*broker.Session, error) {
+		s, err := broker.Start(ctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
+		if err == nil {
+			log.Info("sandbox worker started", "backend", b.Name(), "sandbox", s.Ready().Sandbox)
+		}
+		return s, err
+	})
+	sessionID := f.session
+	if sessionMode {
+		m, err := a.manager(cfg, &sessionFlags{labels: f.labels})
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if f.sessionNew {
+			if sessionID, err = a.mcpSession(sigctx, m, cfg, ws); err != nil {
+				return exitFor(err)
+			}
+			log.Info("created task-environment session; it is removed when the server exits", "session", sessionID)
+			defer func() {
+				rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := m.Discard(rmctx, sessionID); err != nil {
+					log.Error("remove the session", "session", sessionID, "err", err)
+				}
+			}()
+		}
+		// Fail early on a wrong ID or workspace, not at the first call.
+		open := func(ctx context.Context) (*taskenv.Session, error) {
+			s, err := m.Open(ctx, sessionID)
+			if err != nil {
+				return nil, fmt.Errorf("session %s: %w", sessionID, err)
+			}
+			if s.Workspace() != ws {
+				s.Close()
+				return nil, fmt.Errorf("session %s belongs to workspace %s, not %s", sessionID, s.Workspace(), ws)
+			}
+			return s, nil
+		}
+		s, err := open(sigctx)
+		if err != nil {
+			return exitFor(err)
+		}
+		s.Close()
+		start = mcp.SessionWorker(start, open)
+	}
 	srv, err := mcp.New(mcp.Options{
 		Workspace:  ws,
 		Mode:       cfg.Sandbox.Mode,
 		MaxTimeout: cfg.Sandbox.Timeout,
+		Session:    sessionID,
 		Version:    Version,
 		Log:        log,
-		Start: mcp.BrokerWorker(func(ctx context.Context) (*broker.Session, error) {
-			s, err := broker.Start(ctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
-			if err == nil {
-				log.Info("sandbox worker started", "backend", b.Name(), "sandbox", s.Ready().Sandbox)
-			}
-			return s, err
-		}),
+		Start:      start,
 	})
 	if err != nil {
 		return exit(ExitInternal, err)
@@ -142,6 +203,12 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if f.timeout > 0 {
 		args = append(args, "--timeout", f.timeout.String())
 	}
+	if f.session != "" {
+		args = append(args, "--session", f.session)
+	}
+	if f.sessionNew {
+		args = append(args, "--session-new")
+	}
 	out := a.stdio.Out
 	switch f.printConfig {
 	case "codex":
@@ -169,4 +236,35 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 		return exit(ExitUsage, fmt.Errorf("--print-config %q: want one of %s", f.printConfig, strings.Join(mcpClients, ", ")))
 	}
 	return nil
+}
+
+// mcpSession creates the session of `vak mcp --session-new`: as `vak
+// session create` would, with a task name of its own.
+func (a *app) mcpSession(ctx context.Context, m *taskenv.Manager, cfg *config.Config, ws string) (string, error) {
+	if !cfg.Sandbox.Mode.Restricted() {
+		return "", exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	spec := taskenv.Spec{
+		Task:           "mcp-" + hex.EncodeToString(rnd[:]),
+		Workspace:      ws,
+		BaseImage:      cfg.Sandbox.Image,
+		Limits:         cfg.Sandbox.Limits,
+		Mode:           cfg.Sandbox.Mode,
+		Env:            taskenv.HostEnv(m.EnvAllowlist),
+		Protected:      cfg.Files.Protected,
+		DefaultTimeout: cfg.Sandbox.Timeout,
+		NetworkPolicy:  cfg.Network,
+	}
+	s, err := m.Create(ctx, spec)
+	if err != nil {
+		if spec.NetworkPolicy == taskenv.NetworkProxied {
+			a.releaseProxyNet(context.Background(), ws)
+		}
+		return "", err
+	}
+	id := s.ID()
+	s.Close()
+	return id, nil
 }

@@ -123,3 +123,97 @@ func TestMCPPrintConfig(t *testing.T) {
 		t.Fatalf("unknown client: exit %d: %s", code, errs)
 	}
 }
+
+// mcpClient starts `vak ARGS...` as an MCP server subprocess and connects.
+func mcpClient(t *testing.T, args ...string) (*sdk.ClientSession, *wire.TailBuffer) {
+	t.Helper()
+	stderr := wire.NewTailBuffer(64 << 10)
+	cmd := exec.Command(workerExecutable, args...)
+	cmd.Stderr = stderr
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr: %s", err, stderr.String())
+	}
+	return cs, stderr
+}
+
+// bashOut runs the bash tool and returns its exit code and stdout.
+func bashOut(t *testing.T, cs *sdk.ClientSession, command string) (int, string) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": command}})
+	if err != nil || res.IsError {
+		t.Fatalf("bash %q: %v %+v", command, err, res)
+	}
+	var out struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	data, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(data, &out)
+	return out.ExitCode, out.Stdout
+}
+
+// TestMCPSession: with --session, bash runs in the task-environment
+// container (state outside the workspace persists from call to call and is
+// not on the host), the file tools on the host workspace that the container
+// sees at the same path.
+func TestMCPSession(t *testing.T) {
+	testenv.RequireDocker(t)
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "mcp")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+
+	cs, stderr := mcpClient(t, "--config", cfg, "mcp", "--workspace", ws, "--session", id)
+	defer cs.Close()
+	marker := "/tmp/vak-mcp-session-" + strings.TrimPrefix(id, "mcp-")
+	if c, _ := bashOut(t, cs, "echo installed > "+marker); c != 0 {
+		t.Fatalf("first call failed: %s", stderr.String())
+	}
+	if c, got := bashOut(t, cs, "cat "+marker); c != 0 || got != "installed\n" {
+		t.Fatalf("second call does not find the first call's file: %d %q", c, got)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("%s exists on the host: bash did not run in the session container", marker)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "host.txt", "content": "from the host tool\n"}})
+	if err != nil || res.IsError {
+		t.Fatalf("write_file: %v %+v", err, res)
+	}
+	if c, got := bashOut(t, cs, "cat host.txt; hostname"); c != 0 || !strings.HasPrefix(got, "from the host tool\n") {
+		t.Fatalf("the container does not see the host file tool's write: %d %q", c, got)
+	}
+
+	// A session of another workspace is refused at start.
+	other := tempWorkspace(t)
+	cmd := exec.Command(workerExecutable, "--config", cfg, "mcp", "--workspace", other, "--session", id)
+	outb, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(outb), "belongs to workspace") {
+		t.Fatalf("--session of another workspace: %v %s", err, outb)
+	}
+}
+
+// TestMCPSessionNew: --session-new creates a session for the server and
+// removes it when the client goes away.
+func TestMCPSessionNew(t *testing.T) {
+	testenv.RequireDocker(t)
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	args := append([]string{"--config", cfg, "mcp", "--workspace", ws, "--session-new"}, labels...)
+	cs, stderr := mcpClient(t, args...)
+	bashOut(t, cs, "echo x > /tmp/persist")
+	if c, got := bashOut(t, cs, "cat /tmp/persist"); c != 0 || got != "x\n" {
+		t.Fatalf("second call: %d %q", c, got)
+	}
+	if code, out, _ := session(t, cfg, labels, "", "ls"); code != 0 || !strings.Contains(out, "mcp-") {
+		t.Fatalf("session ls while serving: %d %q", code, out)
+	}
+	cs.Close()
+	if code, out, _ := session(t, cfg, labels, "", "ls"); code != 0 || strings.Contains(out, "mcp-") {
+		t.Fatalf("the session outlived its server: %d %q\nstderr: %s", code, out, stderr.String())
+	}
+}

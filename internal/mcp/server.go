@@ -41,6 +41,9 @@ type Options struct {
 	DefaultTimeout, MaxTimeout time.Duration
 	// OutputBytes bounds each of stdout and stderr of a bash call.
 	OutputBytes int64
+	// Session, if set, names the task-environment session bash runs in
+	// (told to the model: what a call installs, later calls find).
+	Session string
 	// Version is reported to clients.
 	Version string
 	// Log receives the server's diagnostics (stderr: stdout is the protocol).
@@ -211,6 +214,10 @@ type BashOutput struct {
 }
 
 func (s *Server) addBash() {
+	where := ""
+	if s.opts.Session != "" {
+		where = "\n\nCommands run in the task-environment container " + s.opts.Session + ": what one call installs or leaves outside the workspace (packages, files in /tmp) is there for the next call."
+	}
 	sdk.AddTool(s.srv, &sdk.Tool{
 		Name:        "bash",
 		Annotations: annotations("Run a command in the sandbox", false, true),
@@ -218,7 +225,7 @@ func (s *Server) addBash() {
 
 The command can read the system and the workspace and write only the workspace (and a private /tmp); the user's home directory, credentials and other projects are not visible, and the network is reachable only as the sandbox's network policy allows. Protected paths (.git/hooks, .git/config, vak's config) are read-only, and a protected path the command creates is removed afterwards.
 
-Each call is a fresh shell: cd and variables do not carry over, files in the workspace do. The command is killed with its whole process tree after "timeout" seconds. stdout and stderr are returned separately, each cut at ` + fmt.Sprint(s.opts.OutputBytes>>10) + ` KiB ("truncated" says so); a non-zero exit status is a normal result, not an error.`,
+Each call is a fresh shell: cd and variables do not carry over, files in the workspace do. The command is killed with its whole process tree after "timeout" seconds. stdout and stderr are returned separately, each cut at ` + fmt.Sprint(s.opts.OutputBytes>>10) + ` KiB ("truncated" says so); a non-zero exit status is a normal result, not an error.` + where,
 	}, s.bash)
 }
 

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"vak/internal/broker"
+	"vak/internal/taskenv"
 	"vak/internal/worker/wire"
 )
 
@@ -99,4 +101,58 @@ func (p *pool) close() error {
 	err := p.cur.Close()
 	p.cur = nil
 	return err
+}
+
+// SessionWorker serves bash from a task-environment session (a long-lived
+// container: what one call installs, the next finds) and the file tools from
+// a host worker started by files (on the canonical workspace under fsguard,
+// as without a session). open connects to the session; it is called again
+// when the connection or the host worker ended.
+func SessionWorker(files StartFunc, open func(ctx context.Context) (*taskenv.Session, error)) StartFunc {
+	return func(ctx context.Context) (Worker, error) {
+		fw, err := files(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s, err := open(ctx)
+		if err != nil {
+			fw.Close()
+			return nil, err
+		}
+		w := &sessionWorker{Worker: fw, sess: s, done: make(chan struct{})}
+		go func() {
+			select {
+			case <-fw.Done():
+			case <-s.Done():
+			}
+			close(w.done)
+		}()
+		return w, nil
+	}
+}
+
+type sessionWorker struct {
+	Worker // the host worker: file tools
+	sess   *taskenv.Session
+	done   chan struct{}
+}
+
+func (w *sessionWorker) Bash(ctx context.Context, a wire.BashArgs) (*wire.BashResult, error) {
+	c := taskenv.Command{Argv: []string{"sh", "-c", a.Command}, Dir: a.Cwd, MaxOutputBytes: a.MaxOutputBytes}
+	if a.TimeoutMS > 0 {
+		c.Timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	}
+	if a.Stdin != nil {
+		c.Stdin = []byte(*a.Stdin)
+	}
+	return w.sess.Exec(ctx, c)
+}
+
+func (w *sessionWorker) Done() <-chan struct{} { return w.done }
+
+// Close closes the connection to the session (which keeps running) and
+// ends the host worker.
+func (w *sessionWorker) Close() error {
+	w.sess.Close()
+	return w.Worker.Close()
 }
