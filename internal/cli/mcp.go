@@ -29,6 +29,7 @@ type mcpFlags struct {
 	printConfig string
 	session     string
 	sessionNew  bool
+	listen      string
 	labels      []string // hidden: labels of a --session-new container (tests)
 }
 
@@ -53,7 +54,12 @@ one call installs the next finds; the file tools stay on the host.
 
 --print-config CLIENT prints the configuration snippet that registers this
 server (with the other flags given) in claude, codex, cursor or gemini, and
-exits. See docs/mcp.md.`,
+exits. See docs/mcp.md.
+
+With --listen the server speaks streamable HTTP instead: on a loopback
+HOST:PORT every request needs the bearer token printed at start (401
+otherwise); on unix:PATH the socket is mode 0600 and a peer of another uid is
+refused (403).`,
 		Example: `  vak mcp --workspace ~/src/app
   vak mcp --workspace ~/src/app --print-config codex >> ~/.codex/config.toml`,
 		Args: cobra.NoArgs,
@@ -68,6 +74,7 @@ exits. See docs/mcp.md.`,
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "the longest a bash call may run (default from config: none; a call without a timeout gets 2m)")
 	fl.StringVar(&f.network, "network", "", "network policy: none or proxied (default from config: none)")
+	fl.StringVar(&f.listen, "listen", "", "serve streamable HTTP instead of stdio: a loopback HOST:PORT (a bearer token is generated and printed) or unix:PATH (only your uid may connect)")
 	fl.StringVar(&f.session, "session", "", "run bash in this task-environment session (vak session create); the file tools stay on the host")
 	fl.BoolVar(&f.sessionNew, "session-new", false, "create a task-environment session for this server, run bash in it, and remove it when the server exits")
 	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on a --session-new container")
@@ -172,6 +179,24 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		srv.Close()
 		broker.CleanStale(reg.All()...)
 	}()
+	if f.listen != "" {
+		l, err := mcp.Listen(f.listen)
+		if err != nil {
+			return exit(ExitUsage, err)
+		}
+		log.Info("serving MCP over streamable HTTP", "url", l.URL, "socket", l.Socket, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
+		// The token is printed once, here, and never logged.
+		fmt.Fprintf(a.stdio.Out, "url: %s\n", l.URL)
+		if l.Socket != "" {
+			fmt.Fprintf(a.stdio.Out, "socket: %s\n", l.Socket)
+		} else {
+			fmt.Fprintf(a.stdio.Out, "authorization: Bearer %s\n", l.Token)
+		}
+		if err := mcp.ServeHTTP(sigctx, l, srv.HTTPHandler(l)); err != nil {
+			return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
+		}
+		return nil
+	}
 	log.Info("serving MCP on stdio", "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
 	if err := srv.ServeStdio(sigctx, a.stdio.In, a.stdio.Out); err != nil {
 		if errors.Is(err, errclass.Unavailable) {

@@ -56,6 +56,8 @@ type Server struct {
 	pool  *pool
 	srv   *sdk.Server
 	tools []string
+	// sdkLog passes on the SDK's warnings (it logs every session at info).
+	sdkLog *slog.Logger
 }
 
 // tool is one entry of the tool table: enabled decides per server whether
@@ -103,11 +105,10 @@ func New(o Options) (*Server, error) {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	s := &Server{opts: o, pool: &pool{start: o.Start}}
+	s := &Server{opts: o, pool: &pool{start: o.Start}, sdkLog: slog.New(warnOnly{o.Log.Handler()})}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "vak", Title: "vak sandbox", Version: o.Version}, &sdk.ServerOptions{
 		Instructions: "Tools of the vak sandbox for the workspace " + o.Workspace + ". bash runs commands inside the sandbox; the file tools read and change files of the workspace only. Paths are relative to the workspace root (absolute paths must lie inside it).",
-		// The SDK logs every session event at info; keep its warnings.
-		Logger: slog.New(warnOnly{o.Log.Handler()}),
+		Logger:       s.sdkLog,
 	})
 	for _, t := range toolTable() {
 		if t.enabled(&s.opts) {
