@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"vak/internal/broker"
 	"vak/internal/taskenv"
@@ -138,14 +137,14 @@ type sessionWorker struct {
 }
 
 func (w *sessionWorker) Bash(ctx context.Context, a wire.BashArgs) (*wire.BashResult, error) {
-	c := taskenv.Command{Argv: []string{"sh", "-c", a.Command}, Dir: a.Cwd, MaxOutputBytes: a.MaxOutputBytes}
-	if a.TimeoutMS > 0 {
-		c.Timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	// The command line goes to the session's worker as is: it runs it with
+	// sh -c in the container and checks cwd against the workspace itself
+	// (taskenv's Exec would quote an argv into a second shell).
+	res, err := w.sess.Client().Bash(ctx, a, nil)
+	if err != nil && errors.Is(err, wire.ErrWorkerExited) {
+		return nil, fmt.Errorf("session %s: its worker exited (the container stopped or was removed): %w", w.sess.ID(), err)
 	}
-	if a.Stdin != nil {
-		c.Stdin = []byte(*a.Stdin)
-	}
-	return w.sess.Exec(ctx, c)
+	return res, err
 }
 
 func (w *sessionWorker) Done() <-chan struct{} { return w.done }
