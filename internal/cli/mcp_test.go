@@ -217,3 +217,46 @@ func TestMCPSessionNew(t *testing.T) {
 		t.Fatalf("the session outlived its server: %d %q\nstderr: %s", code, out, stderr.String())
 	}
 }
+
+// TestMCPProjectConfig: `vak mcp` reads config as `vak run` does. The
+// untrusted project config may narrow (read-only mode: the write tools are
+// not listed; an extra protected path is refused) but its privileged keys
+// are stripped (backend = "none" does not unsandbox bash).
+func TestMCPProjectConfig(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	outside := t.TempDir()
+	canary := filepath.Join(outside, "canary")
+	os.WriteFile(canary, []byte("CANARY"), 0o644)
+	os.MkdirAll(filepath.Join(ws, ".vak"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox]\nbackend = \"none\"\n[files]\nprotected = [\"deploy\"]\n"), 0o644)
+
+	cs, stderr := mcpClient(t, "--config", cfg, "mcp", "--workspace", ws)
+	if c, out := bashOut(t, cs, "cat "+canary); c == 0 || strings.Contains(out, "CANARY") {
+		t.Fatalf("a project config's backend = \"none\" unsandboxed bash: %d %q", c, out)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "deploy/x", "content": "x"}})
+	if err != nil || !res.IsError {
+		t.Fatalf("write to a project-protected path: %v %+v", err, res)
+	}
+	cs.Close()
+	if !strings.Contains(stderr.String(), "sandbox.backend") {
+		t.Errorf("no warning about the stripped key on stderr: %s", stderr.String())
+	}
+
+	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox]\nmode = \"read-only\"\n"), 0o644)
+	cs, _ = mcpClient(t, "--config", cfg, "mcp", "--workspace", ws)
+	defer cs.Close()
+	var names []string
+	for tool, err := range cs.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"bash", "glob", "grep", "read_file"}) {
+		t.Fatalf("tools in a project narrowed to read-only: %v", names)
+	}
+}
