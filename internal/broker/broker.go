@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"vak/internal/config"
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
@@ -74,6 +75,17 @@ type Session struct {
 	prot    []string        // absolute protected paths
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
+	// baseline is the workspace before the sandbox ran anything (a process
+	// backend whose processes all end with the worker, see
+	// sandbox.WorkerLaunch.SweepAtClose): Close sweeps against it once
+	// every sandboxed process is gone.
+	baseline *worker.TripwireState
+	// swept is what that last sweep did.
+	swept *wire.BashResult
+	// lifeline is the write end of a command-scoped worker's lifeline pipe
+	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
+	// this process dies.
+	lifeline *os.File
 }
 
 // Start starts a worker for opts.
@@ -103,6 +115,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	home, _ := os.UserHomeDir()
 
 	var launch *sandbox.WorkerLaunch
+	var lifeR *os.File
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
@@ -132,10 +145,20 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		s.release = launch.Cleanup
 		s.env, spec.Sandbox = launch.Env, launch.Spec
+		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
+			// Background jobs outlive the command that started them (until
+			// the session ends) and can plant after its check.
+			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
+		}
 	case sandbox.Wrapper:
 		s.wrapper = b
 		spec.Env = b.HostEnv()
 		s.env = containerEnv(cfg.Sandbox.Env)
+		var err error
+		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
+		}
+		spec.Lifeline = lifelineFD
 	default:
 		if opts.Network != nil {
 			return nil, fmt.Errorf("broker: %w", sandbox.RefuseNetwork(b, opts.Network))
@@ -162,6 +185,13 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if launch != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, launch.ExtraFiles...)
 	}
+	if lifeR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lifeR)
+		if 2+len(cmd.ExtraFiles) != lifelineFD {
+			s.cleanup()
+			return nil, fmt.Errorf("broker: lifeline would be fd %d, not %d", 2+len(cmd.ExtraFiles), lifelineFD)
+		}
+	}
 	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
 	// Go runtime knobs reach the worker process itself (tests use GOGC to
 	// make garbage collection frequent); they never reach commands.
@@ -170,6 +200,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// cgroup) happens before the sandbox runs anything.
 	onStarted := func(pid int) error {
 		r.Close()
+		if lifeR != nil {
+			lifeR.Close()
+		}
 		if launch != nil && launch.Started != nil {
 			if err := launch.Started(pid); err != nil {
 				w.Close()
@@ -211,11 +244,11 @@ func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(strea
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
-	var existing []string
-	for _, p := range s.prot {
-		if _, err := os.Lstat(p); err == nil {
-			existing = append(existing, p)
-		}
+	// What exists right now, resolved without following links (a link the
+	// last command planted must not make the daemon mount its target).
+	plan, err := protectionPlan(s.opts.Workspace, s.opts.Config.Files.Protected)
+	if err != nil {
+		return nil, err
 	}
 	c := sandbox.Command{
 		ID:        newID(),
@@ -225,7 +258,8 @@ func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(strea
 		Env:       env,
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: existing,
+		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
+		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
 	}
 	argv, err := s.wrapper.Wrap(c)
@@ -277,10 +311,26 @@ func (s *Session) Close() error {
 	defer cancel()
 	err := s.client.Close(ctx)
 	s.cleanup()
+	if s.baseline != nil && s.swept == nil {
+		// Every process of the sandbox is gone now (it ended with the
+		// worker): sweep against the workspace as it was before the
+		// session.
+		s.swept = &wire.BashResult{}
+		if serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
+			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
+		}
+	}
 	return err
 }
 
+// Swept reports what the sweep at Close removed or cleared (nil before
+// Close, or for backends that need none).
+func (s *Session) Swept() *wire.BashResult { return s.swept }
+
 func (s *Session) cleanup() {
+	if s.lifeline != nil {
+		s.lifeline.Close()
+	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)
 	}
@@ -288,6 +338,45 @@ func (s *Session) cleanup() {
 		s.release()
 		s.release = nil
 	}
+}
+
+// lifelineFD is a command-scoped worker's descriptor of its lifeline: the
+// extra file after the spec pipe.
+const lifelineFD = 4
+
+// protectionPlan walks the workspace (without following links) for what
+// the backend mounts to protect it: see fsguard.Plan.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	t, err := fsguard.OpenTree(ws)
+	if errors.Is(err, fsguard.ErrUnsupported) {
+		// No beneath-resolution here (macOS): the paths that exist, by
+		// name, as before.
+		var pl fsguard.Plan
+		for _, p := range protected {
+			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+				pl.ReadOnly = append(pl.ReadOnly, p)
+			}
+		}
+		return pl, nil
+	}
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(protected)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
 }
 
 // hostCommandEnv is the host part of the environment of sandboxed commands

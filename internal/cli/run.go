@@ -163,6 +163,9 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	defer func() {
 		sess.Close()
+		if sw := sess.Swept(); sw != nil {
+			a.warnTripwire(sw)
+		}
 		// Leftovers of brokers that were killed (temp dirs, cgroups).
 		broker.CleanStale(reg.All()...)
 	}()
@@ -192,8 +195,19 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
 	}
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
+	a.warnTripwire(res)
 	return exit(res.ExitCode, nil)
+}
+
+// warnTripwire reports what the worker's check after a command did.
+func (a *app) warnTripwire(res *wire.BashResult) {
+	for _, p := range res.ProtectedRemoved {
+		a.warnf("the command created or redirected protected path %s; it was removed (it would run outside the sandbox)", p)
+	}
+	for _, p := range res.SetuidCleared {
+		a.warnf("the command left a setuid or setgid file %s; the bits were cleared", p)
+	}
+	for _, w := range res.TripwireWarnings {
+		a.warnf("check after the command: %s", w)
+	}
 }

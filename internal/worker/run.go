@@ -3,10 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 
 	"vak/internal/fsguard"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -36,6 +38,13 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 	default:
 		defer closer.Close()
 	}
+	var lifeline *os.File
+	if spec.Lifeline > 0 {
+		if lifeline = os.NewFile(uintptr(spec.Lifeline), "lifeline"); lifeline == nil {
+			return fmt.Errorf("worker: no lifeline on fd %d", spec.Lifeline)
+		}
+		defer lifeline.Close()
+	}
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -43,7 +52,9 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Env:            spec.Env,
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
+			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
+			Lifeline:       lifeline,
 		},
 		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
 	}

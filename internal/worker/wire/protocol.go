@@ -92,6 +92,13 @@ type BashResult struct {
 	// ProtectedRemoved lists protected paths the command created, which the
 	// worker removed (they would run outside the sandbox later).
 	ProtectedRemoved []string `json:"protected_removed,omitempty"`
+	// SetuidCleared lists workspace files whose setuid or setgid bit the
+	// worker cleared after the command, with the mode they had.
+	SetuidCleared []string `json:"setuid_cleared,omitempty"`
+	// TripwireWarnings are checks after the command that could not be
+	// completed (a planted path that could not be removed, a workspace too
+	// large to walk entirely).
+	TripwireWarnings []string `json:"tripwire_warnings,omitempty"`
 }
 
 // ReadArgs reads a file.
