@@ -34,7 +34,7 @@ type fixture struct {
 	started int
 }
 
-func newFixture(t *testing.T, mode sandbox.Mode, mut func(*Options)) *fixture {
+func newFixture(t testing.TB, mode sandbox.Mode, mut func(*Options)) *fixture {
 	t.Helper()
 	testenv.RequireLandlock(t)
 	ws, err := paths.CanonicalWorkspace(t.TempDir())
