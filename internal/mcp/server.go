@@ -224,10 +224,21 @@ func (s *Server) addBash() {
 		Annotations: annotations("Run a command in the sandbox", false, true),
 		Description: `Run a shell command inside vak's sandbox, with the workspace (` + s.opts.Workspace + `) as working directory.
 
-The command can read the system and the workspace and write only the workspace (and a private /tmp); the user's home directory, credentials and other projects are not visible, and the network is reachable only as the sandbox's network policy allows. Protected paths (.git/hooks, .git/config, vak's config) are read-only, and a protected path the command creates is removed afterwards.
+` + s.confinement() + `
 
 Each call is a fresh shell: cd and variables do not carry over, files in the workspace do. The command is killed with its whole process tree after "timeout" seconds. stdout and stderr are returned separately, each cut at ` + fmt.Sprint(s.opts.OutputBytes>>10) + ` KiB ("truncated" says so); a non-zero exit status is a normal result, not an error.` + where,
 	}, s.bash)
+}
+
+// confinement tells the model what a command may do in this server's mode.
+func (s *Server) confinement() string {
+	switch s.opts.Mode {
+	case sandbox.FullAccess:
+		return "The sandbox is disabled (mode full-access): the command runs with the user's full access to files and network."
+	case sandbox.ReadOnly:
+		return "The command can read the system and the workspace but write nothing except a private /tmp (read-only mode); the user's home directory, credentials and other projects are not visible, and the network is reachable only as the sandbox's network policy allows."
+	}
+	return "The command can read the system and the workspace and write only the workspace (and a private /tmp); the user's home directory, credentials and other projects are not visible, and the network is reachable only as the sandbox's network policy allows. Protected paths (such as .git/hooks, .git/config and vak's config) are read-only, and a protected path the command creates is removed afterwards."
 }
 
 func (s *Server) bash(ctx context.Context, _ *sdk.CallToolRequest, in BashInput) (*sdk.CallToolResult, BashOutput, error) {
@@ -325,7 +336,7 @@ func (s *Server) addWrite() {
 	sdk.AddTool(s.srv, &sdk.Tool{
 		Name:        "write_file",
 		Annotations: annotations("Write a workspace file", false, true),
-		Description: "Create or replace a file of the workspace (" + s.opts.Workspace + ") with the given content. Refused: paths outside the workspace, writes through symbolic links, and protected paths (.git/hooks, .git/config, vak's config), also ones that do not exist yet.",
+		Description: "Create or replace a file of the workspace (" + s.opts.Workspace + ") with the given content. Refused: paths outside the workspace, writes through symbolic links, and protected paths (such as .git/hooks, .git/config and vak's config), also ones that do not exist yet.",
 	}, func(ctx context.Context, _ *sdk.CallToolRequest, in WriteInput) (*sdk.CallToolResult, WriteOutput, error) {
 		var r wire.WriteResult
 		if err := s.call(ctx, "write_file", wire.OpWrite, wire.WriteArgs{Path: in.Path, Content: in.Content}, &r); err != nil {

@@ -153,6 +153,9 @@ func TestToolList(t *testing.T) {
 					t.Errorf("%s: missing description or schema", tool.Name)
 				}
 				got = append(got, tool.Name)
+				if tool.Name == "bash" && strings.Contains(tool.Description, "read-only mode") != (tc.mode == sandbox.ReadOnly) {
+					t.Errorf("bash description does not match mode %s: %s", tc.mode, tool.Description)
+				}
 			}
 			slices.Sort(got)
 			want := slices.Sorted(slices.Values(tc.want))
