@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -258,5 +259,36 @@ func TestMCPProjectConfig(t *testing.T) {
 	slices.Sort(names)
 	if !slices.Equal(names, []string{"bash", "glob", "grep", "read_file"}) {
 		t.Fatalf("tools in a project narrowed to read-only: %v", names)
+	}
+}
+
+// TestMCPDockerBackend: with the docker backend each bash call is a
+// `docker run` of the configured image, as for `vak run`; a timed-out call
+// leaves no container behind.
+func TestMCPDockerBackend(t *testing.T) {
+	cfg := dockerConfig(t)
+	ws := tempWorkspace(t)
+	cs, stderr := mcpClient(t, "--config", cfg, "mcp", "--workspace", ws)
+	defer cs.Close()
+	// Control: the host is Debian; the scratch test image is not.
+	if _, err := os.Stat("/etc/debian_version"); err != nil {
+		t.Skip("the in-image check needs a host with /etc/debian_version")
+	}
+	c, out := bashOut(t, cs, "test -x /bin/probe && test ! -e /etc/debian_version && echo in-image; id -u; touch f")
+	if c != 0 || !strings.HasPrefix(out, "in-image\n"+strconv.Itoa(os.Getuid())+"\n") {
+		t.Fatalf("bash under docker: %d %q\n%s", c, out, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(ws, "f")); err != nil {
+		t.Fatalf("the container did not write the workspace: %v", err)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "touch started; sleep 120", "timeout": 2}})
+	if err != nil || !res.IsError {
+		t.Fatalf("timeout under docker: %v %+v", err, res)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "started")); err != nil {
+		t.Fatal("the command never started, so the timeout proves nothing")
+	}
+	if left := leftovers(t, ws); left != "" {
+		t.Fatalf("containers left after a timed-out call: %s", left)
 	}
 }
