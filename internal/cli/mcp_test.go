@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -290,5 +293,71 @@ func TestMCPDockerBackend(t *testing.T) {
 	}
 	if left := leftovers(t, ws); left != "" {
 		t.Fatalf("containers left after a timed-out call: %s", left)
+	}
+}
+
+// bearer adds the Authorization header.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPListen runs `vak mcp --listen` as a subprocess: it prints the URL
+// and token once on stdout, serves a client that has the token, refuses one
+// that does not, and exits cleanly on SIGTERM.
+func TestMCPListen(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	cmd := exec.Command(workerExecutable, "--config", cfg, "mcp", "--workspace", ws, "--listen", "127.0.0.1:0")
+	stderr := wire.NewTailBuffer(64 << 10)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	br := bufio.NewReader(stdout)
+	var url, token string
+	for url == "" || token == "" {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the banner: %v\nstderr: %s", err, stderr.String())
+		}
+		if v, ok := strings.CutPrefix(line, "url: "); ok {
+			url = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "authorization: Bearer "); ok {
+			token = strings.TrimSpace(v)
+		}
+	}
+	if strings.Contains(stderr.String(), token) {
+		t.Fatal("the token appears in the log")
+	}
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without the token: %d", resp.StatusCode)
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+	if err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	if c, out := bashOut(t, cs, "echo over-http"); c != 0 || out != "over-http\n" {
+		t.Fatalf("bash over HTTP: %d %q", c, out)
+	}
+	cs.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }
