@@ -179,6 +179,11 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		srv.Close()
 		broker.CleanStale(reg.All()...)
 	}()
+	// The sandbox starts now: a backend that cannot start fails the server
+	// here, with the reason, rather than every tool call.
+	if err := srv.Warm(sigctx); err != nil {
+		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
+	}
 	if f.listen != "" {
 		l, err := mcp.Listen(f.listen)
 		if err != nil {

@@ -361,3 +361,17 @@ func TestMCPListen(t *testing.T) {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }
+
+// TestMCPSandboxUnavailable: a sandbox that cannot start fails `vak mcp` at
+// start (status 69, the reason on stderr), never a server whose every call
+// fails or runs unsandboxed.
+func TestMCPSandboxUnavailable(t *testing.T) {
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \"vak-test:latest\"\n")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	code, out, errs := vakMain(t, cfg, "mcp", "--workspace", ws)
+	if code != ExitUnavailable || out != "" || !strings.Contains(errs, "docker") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %d, nothing on stdout, the reason", code, out, errs, ExitUnavailable)
+	}
+}

@@ -139,6 +139,13 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
+// Warm starts the worker now instead of at the first tool call, so that a
+// sandbox that cannot start fails the server at start.
+func (s *Server) Warm(ctx context.Context) error {
+	_, err := s.pool.get(ctx)
+	return err
+}
+
 // Close ends the worker (and every process of the sandbox).
 func (s *Server) Close() error { return s.pool.close() }
 
