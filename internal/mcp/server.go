@@ -1,12 +1,16 @@
 package mcp
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -127,17 +131,80 @@ func (s *Server) MCP() *sdk.Server { return s.srv }
 
 // ServeStdio serves one client on in and out (the process's stdin and
 // stdout) until the client closes in or ctx ends.
+//
+// A line that is not JSON gets a JSON-RPC parse error (-32700) and the
+// session goes on; the SDK alone would end it.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}})
+	w := &lockedWriter{w: out}
+	pr, pw := io.Pipe()
+	go s.filterLines(in, pw, w)
+	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: pr, Writer: w, MaxLineLength: maxLine + 1})
+	pr.Close()
 	if errors.Is(err, io.EOF) || ctx.Err() != nil {
 		return nil
 	}
 	return err
 }
 
-type nopWriteCloser struct{ io.Writer }
+// maxLine bounds one JSON-RPC line on stdio (a write_file call carries a
+// whole file; the worker takes requests up to wire.MaxRequestBytes).
+const maxLine = 2 * wire.MaxRequestBytes
 
-func (nopWriteCloser) Close() error { return nil }
+var parseError = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not a JSON-RPC message or is longer than 32 MiB"}}` + "\n")
+
+// filterLines passes JSON lines from in to the SDK (pw) and answers the
+// others itself.
+func (s *Server) filterLines(in io.Reader, pw *io.PipeWriter, out io.Writer) {
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, tooLong, err := readLine(br)
+		if len(bytes.TrimSpace(line)) > 0 || tooLong {
+			if tooLong || !json.Valid(line) {
+				s.opts.Log.Warn("answered a stdio line that is not JSON with a parse error", "bytes", len(line), "too_long", tooLong)
+				out.Write(parseError)
+			} else if _, werr := pw.Write(append(line, '\n')); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// readLine reads one line without its newline, up to maxLine bytes; a longer
+// one is consumed and reported as tooLong.
+func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !tooLong {
+			line = append(line, frag...)
+			if len(line) > maxLine {
+				tooLong, line = true, nil
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
+	}
+}
+
+// lockedWriter serializes the SDK's messages and filterLines' answers (each
+// is one Write of a whole line).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Close() error { return nil }
 
 // Warm starts the worker now instead of at the first tool call, so that a
 // sandbox that cannot start fails the server at start.

@@ -1,9 +1,11 @@
 package mcp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -482,5 +484,60 @@ func TestMalformedArguments(t *testing.T) {
 	// The server is still serving.
 	if b := ok[BashOutput](t, f, "bash", map[string]any{"command": "echo alive"}); b.Stdout != "alive\n" {
 		t.Fatalf("after malformed calls: %+v", b)
+	}
+}
+
+// TestStdioGarbageLine: on stdio a line that is not JSON (or is too long)
+// gets a JSON-RPC parse error and the session goes on.
+func TestStdioGarbageLine(t *testing.T) {
+	f := newFixture(t, sandbox.WorkspaceWrite, nil)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.srv.ServeStdio(ctx, inR, outW) }()
+	defer func() {
+		cancel()
+		inW.Close()
+		outR.Close()
+		<-done
+	}()
+	lines := bufio.NewReader(outR)
+	send := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() map[string]any {
+		t.Helper()
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("server wrote a line that is not JSON: %q", line)
+		}
+		return m
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	if m := recv(); m["id"] != float64(1) || m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, garbage := range []string{"garbage{{{", `{"jsonrpc":"2.0","id":`, strings.Repeat("x", maxLine+10)} {
+		send(garbage)
+		m := recv()
+		e, _ := m["error"].(map[string]any)
+		if e == nil || e["code"] != float64(-32700) {
+			t.Fatalf("answer to %.20q: %v", garbage, m)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo alive"}}}`)
+	m := recv()
+	res, _ := m["result"].(map[string]any)
+	if m["id"] != float64(2) || res == nil || res["isError"] == true || !strings.Contains(fmt.Sprint(res["structuredContent"]), "alive") {
+		t.Fatalf("after garbage: %v", m)
 	}
 }
