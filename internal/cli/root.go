@@ -160,6 +160,7 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newWorkerCmd(),
 		a.newNetclientCmd(),
 		a.newMCPCmd(),
+		a.newDockerguardCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
 	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd())
