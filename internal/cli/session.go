@@ -555,7 +555,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	// Proxied networks nobody uses any more (their receipts are kept).
 	if eng, eerr := taskenv.NewEngine(); eerr == nil {
 		if state, serr := paths.EnsureStateDir(); serr == nil {
-			keys, perr := proxynet.GC(ctx, eng, state, m.Labels)
+			keys, perr := proxynet.GC(ctx, eng, state, m.Labels, proxynet.GCGrace)
 			for _, k := range keys {
 				fmt.Fprintf(a.stdio.Out, "removed proxied network %s: no sandbox uses it\n", k)
 			}

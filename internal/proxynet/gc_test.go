@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"vak/internal/paths"
 	"vak/internal/sandbox/docker"
@@ -43,7 +44,7 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	// In use: a sandbox container joined to it.
 	att := n.Attachment()
 	user := testenv.Docker(t, append(append([]string{"run", "-d", "--network", att.Mode, "--label", LabelClientOf + "=" + n.Key}, testenv.LabelArgs(t)...), img, "sleep", "600")...)
-	removed, err := GC(ctx, cli, state, labels)
+	removed, err := GC(ctx, cli, state, labels, 0)
 	if err != nil || len(removed) != 0 {
 		t.Fatalf("GC removed a topology in use: %v %v", removed, err)
 	}
@@ -52,7 +53,12 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	}
 	// The user goes (as when a killed broker's container is removed).
 	testenv.Docker(t, "rm", "-f", user)
-	removed, err = GC(ctx, cli, state, labels)
+	// Unused but just created (a run between bringing the network up and
+	// starting its container): kept within the grace.
+	if removed, err := GC(ctx, cli, state, labels, time.Hour); err != nil || len(removed) != 0 {
+		t.Fatalf("GC removed a topology younger than its grace: %v %v", removed, err)
+	}
+	removed, err = GC(ctx, cli, state, labels, 0)
 	if err != nil || len(removed) != 1 || removed[0] != n.Key {
 		t.Fatalf("GC = %v, %v; want [%s]", removed, err, n.Key)
 	}
@@ -67,14 +73,14 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	testenv.Docker(t, append([]string{"network", "create", "--label", LabelKind + "=" + KindProxynet, "--label", LabelKey + "=f0f0f0f0f0f0",
 		"--label", docker.LabelOwner + "=" + strconv.Itoa(os.Getuid()+4242)}, append(testenv.LabelArgs(t), foreign)...)...)
 	defer exec.Command("docker", "network", "rm", foreign).Run()
-	if removed, err := GC(ctx, cli, state, labels); err != nil || len(removed) != 0 {
+	if removed, err := GC(ctx, cli, state, labels, 0); err != nil || len(removed) != 0 {
 		t.Fatalf("GC removed another user's topology: %v %v", removed, err)
 	}
 	if out := testenv.Docker(t, "network", "ls", "-q", "--filter", "name="+foreign); out == "" {
 		t.Fatal("another user's topology network is gone")
 	}
 	// GC never touches what does not carry the caller's labels.
-	if removed, err := GC(ctx, cli, state, map[string]string{"vak.test.id": "someone-else"}); err != nil || len(removed) != 0 {
+	if removed, err := GC(ctx, cli, state, map[string]string{"vak.test.id": "someone-else"}, 0); err != nil || len(removed) != 0 {
 		t.Fatalf("GC with foreign labels: %v %v", removed, err)
 	}
 }

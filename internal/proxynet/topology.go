@@ -57,6 +57,12 @@ const (
 	DNSPort         = netfence.DefaultDNSPort
 )
 
+// GCGrace is the grace `vak gc` gives a topology after its newest container
+// was created: a run or session that has just brought a topology up has not
+// started its sandbox container yet, and a concurrent `vak gc` must not take
+// the network away from under it.
+const GCGrace = 2 * time.Minute
+
 // DefaultReadyTimeout bounds how long the gateway and netclient may take to
 // become healthy.
 const DefaultReadyTimeout = 60 * time.Second
@@ -680,11 +686,13 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 }
 
 // GC removes the caller's topologies that no sandbox container uses any
-// more (left by a broker that was killed), keeping their receipts. Only
+// more (left by a broker that was killed), keeping their receipts. A
+// topology whose newest container is younger than grace (GCGrace for
+// `vak gc`) may be being set up and is left alone. Only
 // resources owned by the caller's uid (docker.LabelOwner) and carrying all
 // of labels are considered: another user's topology is never removed and
 // its receipts never copied. It returns the keys it removed.
-func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) ([]string, error) {
+func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string, grace time.Duration) ([]string, error) {
 	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet, docker.LabelOwner+"="+owner())
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
@@ -694,8 +702,12 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: list: %w", err)
 	}
+	young := map[string]bool{} // keys with a container created within grace
 	for _, c := range cs.Items {
 		keys[c.Labels[LabelKey]] = true
+		if time.Since(time.Unix(c.Created, 0)) < grace {
+			young[c.Labels[LabelKey]] = true
+		}
 	}
 	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err == nil {
@@ -705,7 +717,7 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 	}
 	var removed []string
 	for key := range keys {
-		if key == "" {
+		if key == "" || young[key] {
 			continue
 		}
 		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
