@@ -32,6 +32,7 @@ type runFlags struct {
 	image     string
 	timeout   time.Duration
 	network   string
+	stdin     stdinFlags
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -43,9 +44,17 @@ func (a *app) newRunCmd() *cobra.Command {
 
 The workspace (default: the current directory) is the only tree the command may
 write (mode workspace-write) or read beyond the system (mode read-only). Its
-stdout and stderr are streamed; stdin is not forwarded. On timeout or Ctrl-C the
-command's whole process tree (or its container) is killed; nothing is left
-behind.
+stdout and stderr are streamed. On timeout or Ctrl-C the command's whole process
+tree (or its container) is killed; nothing is left behind.
+
+-i forwards stdin to the command (otherwise it reads nothing). -t runs the
+command on a pseudo-terminal allocated inside the sandbox and implies -i; it is
+on by default when stdin and stdout are terminals (-t=false turns it off). Your
+terminal is then in raw mode: every key, Ctrl-C included, goes to the command
+(Ctrl-C interrupts the command, not vak), window-size changes follow, and your
+terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
+sent to vak itself still kill the command. The command never holds a
+descriptor of your terminal, only of its own.
 
 Exit status: the command's own status (128+N if it died of signal N), or
   69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
@@ -55,13 +64,18 @@ Exit status: the command's own status (128+N if it died of signal N), or
   130 vak was interrupted and killed the command`,
 		Example: `  vak run -- make test
   vak run --backend docker --workspace ~/src/app -- sh -c 'id; touch f'
-  vak run --mode read-only --timeout 30s -- ls -la`,
+  vak run --mode read-only --timeout 30s -- ls -la
+  vak run -- sh                 # an interactive shell (terminal inside the sandbox)
+  git diff | vak run -i -- wc -l`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.stdin.ttySet = cmd.Flags().Changed("tty")
 			return a.run(cmd.Context(), f, args)
 		},
 	}
 	fl := cmd.Flags()
+	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command")
+	fl.BoolVarP(&f.stdin.tty, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode: read-only, workspace-write or full-access (default from config: workspace-write)")
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
@@ -141,7 +155,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
@@ -171,13 +185,17 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
-	res, err := sess.Bash(sigctx, req, func(stream string, data []byte) {
+	onOutput := func(stream string, data []byte) {
 		if stream == "stderr" {
 			a.stdio.Err.Write(data)
 		} else {
 			a.stdio.Out.Write(data)
 		}
-	})
+	}
+	res, interactive, err := a.interactiveBash(sigctx, sess, req, f.stdin, onOutput)
+	if !interactive {
+		res, err = sess.Bash(sigctx, req, onOutput)
+	}
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))

@@ -178,6 +178,9 @@ type Command struct {
 	// Network, if set, attaches a container to a proxied network; nil means
 	// no network at all.
 	Network *NetworkAttachment
+	// TTY says the command runs on a terminal allocated inside the sandbox,
+	// relayed to the wrapper's own terminal (its size included).
+	TTY bool
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
 	Timeout time.Duration

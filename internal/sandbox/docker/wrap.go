@@ -133,6 +133,11 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
 	}
+	if c.TTY {
+		// docker relays its own terminal (the host worker's, whose size
+		// follows the user's) to a terminal in the container.
+		args = append(args, "-t")
+	}
 	vol := ws + ":" + ws
 	if c.Mode == sandbox.ReadOnly {
 		args = append(args, "--read-only")
