@@ -191,6 +191,9 @@ echo DONE`
 	// Positive control: a process holding the outer terminal injects.
 	ctl := exec.Command("perl", "-e", `ioctl(STDIN, 0x5412, my $c = "Z") or die "TIOCSTI: $!\n"`)
 	ctl.Stdin = o.slave
+	// Its controlling terminal, as vak's is below (TIOCSTI without
+	// CAP_SYS_ADMIN needs that).
+	ctl.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if out, err := ctl.CombinedOutput(); err != nil {
 		t.Skipf("control: TIOCSTI on the outer terminal fails here (%v: %s), nothing to defend", err, out)
 	}
