@@ -248,3 +248,27 @@ func TestRunStdin(t *testing.T) {
 		t.Errorf("without -i: exit %d, output %q (want 0 bytes read)", code, out)
 	}
 }
+
+// TestRunTTYDocker: under the docker backend the terminal is the
+// container's (docker run -t, relayed by the docker CLI, which runs on a
+// terminal of the host worker that follows the user's size).
+func TestRunTTYDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	ws := tempWorkspace(t)
+	cfg := dockerConfig(t)
+	o := newOuterTerm(t)
+	before := o.termios(t)
+	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", `tty; echo READY; read x; echo "got=$x"; exit 5`)
+	o.waitOutput(t, "the container's terminal", regexp.MustCompile(`(?m)^/dev/pts/\d+\r?\nREADY`))
+	o.master.WriteString("hello\r")
+	o.waitOutput(t, "the typed line", regexp.MustCompile(`got=hello`))
+	if code := exitCode(t, cmd); code != 5 {
+		t.Errorf("vak exited %d, want 5; output:\n%s", code, o.output())
+	}
+	if after := o.termios(t); after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
+		t.Errorf("the outer terminal's mode was not restored")
+	}
+	if l := leftovers(t, ws); l != "" {
+		t.Errorf("containers left: %s", l)
+	}
+}

@@ -136,7 +136,7 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	if c.TTY {
 		// docker relays its own terminal (the host worker's, whose size
 		// follows the user's) to a terminal in the container.
-		args = append(args, "-t")
+		args = append(args, "-i", "-t")
 	}
 	vol := ws + ":" + ws
 	if c.Mode == sandbox.ReadOnly {
