@@ -63,7 +63,7 @@ const DefaultReadyTimeout = 60 * time.Second
 
 // ErrNoPolicy reports a proxied network requested without a [network]
 // policy in the trusted config.
-var ErrNoPolicy = errors.New("proxynet: the proxied network needs [network] rules in the user config")
+var ErrNoPolicy = errors.New("proxynet: the proxied network needs [network] rules or presets in the user config")
 
 // Options configure a workspace's topology.
 type Options struct {
@@ -371,7 +371,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 // gatewaySections checks the decoded [network], [gateway] and [secrets] of
 // the trusted config as the gateway will.
 func gatewaySections(file string, s *egressconfig.Sections) (*egressconfig.Sections, error) {
-	if s == nil || s.Network == nil || len(s.Network.Rules) == 0 {
+	if s == nil || s.Network == nil || len(s.Network.Rules)+len(s.Network.Presets) == 0 {
 		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, file)
 	}
 	if _, err := egressconfig.Validate(file, s); err != nil {
