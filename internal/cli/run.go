@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ type runFlags struct {
 	timeout   time.Duration
 	network   string
 	stdin     stdinFlags
+	labels    []string // hidden: extra labels on what vak creates (tests set vak.test=1)
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -74,6 +76,8 @@ Exit status: the command's own status (128+N if it died of signal N), or
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on containers, networks and volumes vak creates")
+	fl.MarkHidden("label")
 	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command")
 	fl.BoolVarP(&f.stdin.tty, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
@@ -142,6 +146,16 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
+		}
+		if a.labels == nil {
+			a.labels = map[string]string{}
+		}
+		a.labels[k] = v
+	}
 	ws, cfg, err := a.workspaceConfig(f)
 	if err != nil {
 		return err
@@ -166,7 +180,21 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		if attach, err = acquire(sigctx, ws); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
-		defer release(context.Background(), ws)
+		idle := cfg.Session.RunNetworkIdle
+		if idle > 0 {
+			// Warm: the next run reuses the topology (Ensure checks its
+			// health and recreates it if needed); marked before the command
+			// runs so that a concurrent gc keeps it.
+			a.keepProxyNetWarm(ws, idle)
+		}
+		defer func() {
+			if idle <= 0 {
+				release(context.Background(), ws)
+				return
+			}
+			a.keepProxyNetWarm(ws, idle)
+			a.gcProxyNets(context.Background())
+		}()
 	}
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {

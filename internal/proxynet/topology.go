@@ -609,6 +609,7 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 		cli.ContainerRemove(ctx, u.ID, client.ContainerRemoveOptions{Force: true})
 	}
 	saveReceipts(ctx, cli, stateDir, key)
+	os.Remove(warmFile(stateDir, key))
 	return removeTopology(ctx, cli, key)
 }
 
@@ -681,7 +682,8 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 }
 
 // GC removes the caller's topologies that no sandbox container uses any
-// more (left by a broker that was killed), keeping their receipts. Only
+// more (left by a broker that was killed, or kept warm by `vak run` past
+// their KeepWarm time), keeping their receipts. Only
 // resources owned by the caller's uid (docker.LabelOwner) and carrying all
 // of labels are considered: another user's topology is never removed and
 // its receipts never copied. It returns the keys it removed.
@@ -709,11 +711,15 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 		if key == "" {
 			continue
 		}
+		if time.Now().Before(warmUntil(stateDir, key)) {
+			continue
+		}
 		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
 		if err != nil || len(users.Items) > 0 {
 			continue
 		}
 		saveReceipts(ctx, cli, stateDir, key)
+		os.Remove(warmFile(stateDir, key))
 		if err := removeTopology(ctx, cli, key); err != nil {
 			return removed, err
 		}
