@@ -25,9 +25,11 @@ import (
 	"time"
 
 	"vak/internal/config"
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -74,10 +76,24 @@ type Session struct {
 	prot    []string        // absolute protected paths
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
+	// baseline is the workspace before the sandbox ran anything (a process
+	// backend whose processes all end with the worker, see
+	// sandbox.WorkerLaunch.SweepAtClose): Close sweeps against it once
+	// every sandboxed process is gone.
+	baseline *worker.TripwireState
+	// swept is what that last sweep did.
+	swept *wire.BashResult
+	// lifeline is the write end of a command-scoped worker's lifeline pipe
+	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
+	// this process dies.
+	lifeline *os.File
 }
 
 // Start starts a worker for opts.
 func Start(ctx context.Context, opts Options) (*Session, error) {
+	// Phases for vak run --trace (nil trace: nothing recorded).
+	tr := trace.From(ctx)
+	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
 	s := &Session{opts: opts}
 	for _, p := range cfg.Files.Protected {
@@ -103,6 +119,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	home, _ := os.UserHomeDir()
 
 	var launch *sandbox.WorkerLaunch
+	var lifeR *os.File
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
@@ -132,10 +149,20 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		s.release = launch.Cleanup
 		s.env, spec.Sandbox = launch.Env, launch.Spec
+		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
+			// Background jobs outlive the command that started them (until
+			// the session ends) and can plant after its check.
+			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
+		}
 	case sandbox.Wrapper:
 		s.wrapper = b
 		spec.Env = b.HostEnv()
 		s.env = containerEnv(cfg.Sandbox.Env)
+		var err error
+		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
+		}
+		spec.Lifeline = lifelineFD
 	default:
 		if opts.Network != nil {
 			return nil, fmt.Errorf("broker: %w", sandbox.RefuseNetwork(b, opts.Network))
@@ -162,6 +189,13 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if launch != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, launch.ExtraFiles...)
 	}
+	if lifeR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lifeR)
+		if 2+len(cmd.ExtraFiles) != lifelineFD {
+			s.cleanup()
+			return nil, fmt.Errorf("broker: lifeline would be fd %d, not %d", 2+len(cmd.ExtraFiles), lifelineFD)
+		}
+	}
 	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
 	// Go runtime knobs reach the worker process itself (tests use GOGC to
 	// make garbage collection frequent); they never reach commands.
@@ -170,6 +204,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// cgroup) happens before the sandbox runs anything.
 	onStarted := func(pid int) error {
 		r.Close()
+		if lifeR != nil {
+			lifeR.Close()
+		}
 		if launch != nil && launch.Started != nil {
 			if err := launch.Started(pid); err != nil {
 				w.Close()
@@ -182,13 +219,45 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}()
 		return nil
 	}
+	endPrepare()
+	spawned := time.Now()
+	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	client, err := wire.Start(ctx, cmd, onStarted)
+	endStart()
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
 	}
 	s.client = client
+	traceWorkerStart(tr, spawned, time.Now(), client.Ready())
 	return s, nil
+}
+
+// traceWorkerStart splits the worker's start by the times in its ready
+// event: before the worker's own process began (for landlock: stage 1 with
+// the namespaces and the view, and stage 2's exec), the sandbox entry in it
+// (stage 2's restrictions), and the rest up to the ready event. Times the
+// worker did not report, or that are out of order (clocks are per process
+// but the same wall clock), are left out.
+func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) {
+	if tr == nil || ev.Started == 0 {
+		return
+	}
+	started := time.Unix(0, ev.Started)
+	if started.Before(spawned) || started.After(ready) {
+		return
+	}
+	tr.Add("  worker process start (landlock: stage 1, view, stage 2 exec)", spawned, started)
+	if ev.Restricted == 0 {
+		tr.Add("  worker up to ready", started, ready)
+		return
+	}
+	restricted := time.Unix(0, ev.Restricted)
+	if restricted.Before(started) || restricted.After(ready) {
+		return
+	}
+	tr.Add("  sandbox entry (landlock: stage 2 restrictions)", started, restricted)
+	tr.Add("  worker files and ready message", restricted, ready)
 }
 
 // Ready is the worker's ready event (what restrictions are in force).
@@ -213,11 +282,12 @@ type Interaction struct {
 }
 
 // BashInteractive runs an interactive command (a.Interactive or a.TTY set)
-// in the sandbox: its terminal, if any, is allocated inside the sandbox
-// (by the worker on process backends, by the container runtime on
-// command-scoped ones, whose wrapper then runs on a terminal of the host
-// worker).
+// in the sandbox: its terminal, if any, is allocated inside the sandbox by
+// the worker. Only backends that sandbox.CheckInteractive accepts run them.
 func (s *Session) BashInteractive(ctx context.Context, a wire.BashArgs, in Interaction, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
+	if err := sandbox.CheckInteractive(s.opts.Backend); err != nil {
+		return nil, err
+	}
 	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
 		return s.client.BashInteractive(ctx, a, in.Stdin, in.Resize, onOutput)
 	})
@@ -236,11 +306,11 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 	for k, v := range a.Env {
 		env = append(env, k+"="+v)
 	}
-	var existing []string
-	for _, p := range s.prot {
-		if _, err := os.Lstat(p); err == nil {
-			existing = append(existing, p)
-		}
+	// What exists right now, resolved without following links (a link the
+	// last command planted must not make the daemon mount its target).
+	plan, err := protectionPlan(s.opts.Workspace, s.opts.Config.Files.Protected)
+	if err != nil {
+		return nil, err
 	}
 	c := sandbox.Command{
 		ID:        newID(),
@@ -250,9 +320,9 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Env:       env,
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: existing,
+		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
+		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
-		TTY:       a.TTY != nil,
 	}
 	argv, err := s.wrapper.Wrap(c)
 	if err != nil {
@@ -303,10 +373,26 @@ func (s *Session) Close() error {
 	defer cancel()
 	err := s.client.Close(ctx)
 	s.cleanup()
+	if s.baseline != nil && s.swept == nil {
+		// Every process of the sandbox is gone now (it ended with the
+		// worker): sweep against the workspace as it was before the
+		// session.
+		s.swept = &wire.BashResult{}
+		if serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
+			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
+		}
+	}
 	return err
 }
 
+// Swept reports what the sweep at Close removed or cleared (nil before
+// Close, or for backends that need none).
+func (s *Session) Swept() *wire.BashResult { return s.swept }
+
 func (s *Session) cleanup() {
+	if s.lifeline != nil {
+		s.lifeline.Close()
+	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)
 	}
@@ -314,6 +400,45 @@ func (s *Session) cleanup() {
 		s.release()
 		s.release = nil
 	}
+}
+
+// lifelineFD is a command-scoped worker's descriptor of its lifeline: the
+// extra file after the spec pipe.
+const lifelineFD = 4
+
+// protectionPlan walks the workspace (without following links) for what
+// the backend mounts to protect it: see fsguard.Plan.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	t, err := fsguard.OpenTree(ws)
+	if errors.Is(err, fsguard.ErrUnsupported) {
+		// No beneath-resolution here (macOS): the paths that exist, by
+		// name, as before.
+		var pl fsguard.Plan
+		for _, p := range protected {
+			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+				pl.ReadOnly = append(pl.ReadOnly, p)
+			}
+		}
+		return pl, nil
+	}
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(protected)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
 }
 
 // hostCommandEnv is the host part of the environment of sandboxed commands

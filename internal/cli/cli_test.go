@@ -279,7 +279,7 @@ func TestRunDefaultBackend(t *testing.T) {
 	}
 	// A protected path the command creates is removed and reported.
 	code, _, errs = vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", "mkdir .vak && echo 'version = 1' > .vak/config.toml")
-	if code != 0 || !strings.Contains(errs, "created protected path .vak") {
+	if code != 0 || !strings.Contains(errs, "protected path .vak") {
 		t.Fatalf("tripwire: exit %d %s", code, errs)
 	}
 	if _, err := os.Stat(filepath.Join(ws, ".vak")); err == nil {

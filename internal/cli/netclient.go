@@ -28,6 +28,7 @@ const DefaultVerifyInterval = 2 * time.Second
 func (a *app) newNetclientCmd() *cobra.Command {
 	var (
 		gateway string
+		nested  string
 		check   bool
 		every   time.Duration
 		c       = netfence.Config{
@@ -47,7 +48,13 @@ PROXY v2 header, DNS goes to the gateway's resolver, and everything else is
 dropped. Needs CAP_NET_ADMIN. Reports ready (` + ReadyFile + `) only after the
 rules are verified in place; exits if they are ever changed.
 
-With --check, only verify the rules and readiness (for health checks).`,
+With --nested-pool, nested mode: a Docker engine will run in this namespace
+with its bridges in that pool; their traffic is captured the same way (a
+prerouting NAT chain, a forward chain that lets nothing but DNS out, and a
+drop of outside packets to 127.0.0.0/8). See docs/nested-docker.md.
+
+With --check, only verify the rules and readiness (for health checks); give it
+the same --nested-pool/--uplink as the running netclient.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addr, err := netip.ParseAddr(gateway)
@@ -55,6 +62,11 @@ With --check, only verify the rules and readiness (for health checks).`,
 				return exit(ExitUsage, fmt.Errorf("--gateway: %w", err))
 			}
 			c.Gateway = addr
+			if nested != "" {
+				if c.NestedPool, err = netip.ParsePrefix(nested); err != nil {
+					return exit(ExitUsage, fmt.Errorf("--nested-pool: %w", err))
+				}
+			}
 			if err := c.Validate(); err != nil {
 				return exit(ExitUsage, err)
 			}
@@ -79,6 +91,8 @@ With --check, only verify the rules and readiness (for health checks).`,
 	fl.Uint16Var(&c.ProxyPort, "proxy-port", c.ProxyPort, "gateway explicit proxy port")
 	fl.Uint16Var(&c.DNSPort, "dns-port", c.DNSPort, "gateway DNS port")
 	fl.Uint16Var(&c.ForwarderPort, "forward-port", c.ForwarderPort, "local forwarder port")
+	fl.StringVar(&nested, "nested-pool", "", "nested mode: the inner Docker engine's IPv4 address pool (e.g. "+netfence.DefaultNestedPool.String()+")")
+	fl.StringVar(&c.Uplink, "uplink", netfence.DefaultUplink, "nested mode: the interface toward the sandbox network")
 	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
 	fl.DurationVar(&every, "verify-interval", DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")

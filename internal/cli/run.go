@@ -19,8 +19,13 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker/wire"
 )
+
+// processStart is when this process's Go packages were initialised: the
+// start of a trace's "cli start" phase.
+var processStart = time.Now()
 
 // workerExecutable is the binary re-executed as the worker; empty means
 // this one. Tests that call Main in-process point it at a built vak.
@@ -35,6 +40,7 @@ type runFlags struct {
 	network   string
 	stdin     stdinFlags
 	labels    []string // hidden: extra labels on what vak creates (tests set vak.test=1)
+	trace     bool
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -56,7 +62,9 @@ terminal is then in raw mode: every key, Ctrl-C included, goes to the command
 (Ctrl-C interrupts the command, not vak), window-size changes follow, and your
 terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
 sent to vak itself still kill the command. The command never holds a
-descriptor of your terminal, only of its own.
+descriptor of your terminal, only of its own. The native backend runs
+interactive commands; the docker backend does not yet (-i/-t fail with status 2
+there, and the automatic -t stays off).
 
 Exit status: the command's own status (128+N if it died of signal N), or
   69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
@@ -85,6 +93,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
+	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
@@ -143,6 +152,14 @@ func (a *app) workspaceConfig(f runFlags) (string, *config.Config, error) {
 }
 
 func (a *app) run(ctx context.Context, f runFlags, args []string) error {
+	var tr *trace.Trace
+	if f.trace || trace.Enabled() {
+		tr = trace.New(processStart)
+		tr.Add("cli start", processStart, time.Now())
+		// Printed last, after the teardown below.
+		defer tr.Print(a.stdio.Err)
+		ctx = trace.With(ctx, tr)
+	}
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
@@ -156,10 +173,13 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		}
 		a.labels[k] = v
 	}
+	end := tr.Begin("config")
 	ws, cfg, err := a.workspaceConfig(f)
+	end()
 	if err != nil {
 		return err
 	}
+	end = tr.Begin("backend check")
 	reg := registry(cfg)
 	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
@@ -168,6 +188,12 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := b.Available(ctx); err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
+	if f.stdin.interactive || (f.stdin.ttySet && f.stdin.tty) {
+		if err := sandbox.CheckInteractive(b); err != nil {
+			return exit(ExitUsage, fmt.Errorf("-i/-t: %w; nothing was run", err))
+		}
+	}
+	end()
 
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -177,9 +203,11 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
+		end = tr.Begin("proxied network: topology")
 		if attach, err = acquire(sigctx, ws); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
+		end()
 		idle := cfg.Session.RunNetworkIdle
 		if idle > 0 {
 			// Warm: the next run reuses the topology (Ensure checks its
@@ -188,6 +216,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.keepProxyNetWarm(ws, idle)
 		}
 		defer func() {
+			defer tr.Begin("proxied network: release")()
 			if idle <= 0 {
 				release(context.Background(), ws)
 				return
@@ -204,7 +233,11 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 	defer func() {
+		defer tr.Begin("teardown")()
 		sess.Close()
+		if sw := sess.Swept(); sw != nil {
+			a.warnTripwire(sw)
+		}
 		// Leftovers of brokers that were killed (temp dirs, cgroups).
 		broker.CleanStale(reg.All()...)
 	}()
@@ -213,6 +246,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
+	end = tr.Begin("command")
 	onOutput := func(stream string, data []byte) {
 		if stream == "stderr" {
 			a.stdio.Err.Write(data)
@@ -220,10 +254,11 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.stdio.Out.Write(data)
 		}
 	}
-	res, interactive, err := a.interactiveBash(sigctx, sess, req, f.stdin, onOutput)
+	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, onOutput)
 	if !interactive {
 		res, err = sess.Bash(sigctx, req, onOutput)
 	}
+	end()
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
@@ -238,8 +273,19 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
 	}
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
+	a.warnTripwire(res)
 	return exit(res.ExitCode, nil)
+}
+
+// warnTripwire reports what the worker's check after a command did.
+func (a *app) warnTripwire(res *wire.BashResult) {
+	for _, p := range res.ProtectedRemoved {
+		a.warnf("the command created or redirected protected path %s; it was removed (it would run outside the sandbox)", p)
+	}
+	for _, p := range res.SetuidCleared {
+		a.warnf("the command left a setuid or setgid file %s; the bits were cleared", p)
+	}
+	for _, w := range res.TripwireWarnings {
+		a.warnf("check after the command: %s", w)
+	}
 }

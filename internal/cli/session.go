@@ -335,9 +335,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
 	}
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
+	a.warnTripwire(res)
 	return exit(res.ExitCode, nil)
 }
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/term"
 
 	"vak/internal/broker"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -38,11 +39,12 @@ func termFd(f any) (int, bool) {
 // raw mode (every key, Ctrl-C included, goes to the command's own terminal
 // inside the sandbox), its size follows the user's, and its mode is
 // restored when the command ends, whichever way. ok is false when neither
-// applies; the caller then runs req as before.
-func (a *app) interactiveBash(ctx context.Context, sess *broker.Session, req wire.BashArgs, f stdinFlags, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
+// applies (or -t is only the default and backend b runs no interactive
+// commands); the caller then runs req as before.
+func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
 	inFd, inTerm := termFd(a.stdio.In)
 	outFd, outTerm := termFd(a.stdio.Out)
-	tty := inTerm && outTerm
+	tty := inTerm && outTerm && sandbox.CheckInteractive(b) == nil
 	if f.ttySet {
 		tty = f.tty
 	}

@@ -249,24 +249,28 @@ func TestRunStdin(t *testing.T) {
 	}
 }
 
-// TestRunTTYDocker: under the docker backend the terminal is the
-// container's (docker run -t, relayed by the docker CLI, which runs on a
-// terminal of the host worker that follows the user's size).
+// TestRunTTYDocker: the docker backend runs no interactive commands yet
+// (a container's stdin is the broker's lifeline): -i or -t fail closed
+// before anything runs (exit 2), and on a terminal without them the command
+// runs as before, with no terminal and no stdin.
 func TestRunTTYDocker(t *testing.T) {
 	testenv.RequireDocker(t)
 	ws := tempWorkspace(t)
 	cfg := dockerConfig(t)
-	o := newOuterTerm(t)
-	before := o.termios(t)
-	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", `tty; echo READY; read x; echo "got=$x"; exit 5`)
-	o.waitOutput(t, "the container's terminal", regexp.MustCompile(`(?m)^/dev/pts/\d+\r?\nREADY`))
-	o.master.WriteString("hello\r")
-	o.waitOutput(t, "the typed line", regexp.MustCompile(`got=hello`))
-	if code := exitCode(t, cmd); code != 5 {
-		t.Errorf("vak exited %d, want 5; output:\n%s", code, o.output())
+	for _, flag := range []string{"-t", "-i"} {
+		o := newOuterTerm(t)
+		cmd := o.start(t, "--config", cfg, "run", "-w", ws, flag, "--", "touch", "ran")
+		if code := exitCode(t, cmd); code != ExitUsage || !strings.Contains(o.output(), "not supported by this backend") {
+			t.Errorf("%s on docker: exit %d, output %q", flag, code, o.output())
+		}
+		if _, err := os.Stat(ws + "/ran"); err == nil {
+			t.Fatalf("%s on docker ran the command", flag)
+		}
 	}
-	if after := o.termios(t); after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
-		t.Errorf("the outer terminal's mode was not restored")
+	o := newOuterTerm(t)
+	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "test -t 0 || echo no-tty; cat; echo done")
+	if code := exitCode(t, cmd); code != 0 || !strings.Contains(o.output(), "no-tty") || !strings.Contains(o.output(), "done") {
+		t.Errorf("docker on a terminal without -t: exit %d, output %q", code, o.output())
 	}
 	if l := leftovers(t, ws); l != "" {
 		t.Errorf("containers left: %s", l)

@@ -241,9 +241,32 @@ func normalizeProtected(entries []string) ([][]string, error) {
 // code points, so that a case-folding file system (ext4 casefold, vfat, APFS,
 // HFS+, which also ignores zero-width characters) cannot alias a protected
 // path.
+//
+// Entries below .git apply to every repository in the workspace: rel's
+// part from any nested .git segment on is matched against them too, so
+// sub/.git/hooks/x, or a file named sub/.git, is protected like .git/hooks/x.
 func protectedEntry(protected [][]string, rel string) (string, bool) {
 	segs := strings.Split(rel, "/")
+	if e, ok := matchProtected(protected, segs, false); ok {
+		return e, true
+	}
+	for i := 1; i < len(segs); i++ {
+		if IsGitName(segs[i]) {
+			if e, ok := matchProtected(protected, segs[i:], true); ok {
+				return strings.Join(segs[:i], "/") + "/" + e, true
+			}
+		}
+	}
+	return "", false
+}
+
+// matchProtected reports the entry that segs equals, lies beneath or is an
+// ancestor of; gitOnly considers only entries below .git.
+func matchProtected(protected [][]string, segs []string, gitOnly bool) (string, bool) {
 	for _, p := range protected {
+		if gitOnly && (len(p) < 2 || !IsGitName(p[0])) {
+			continue
+		}
 		n := min(len(p), len(segs))
 		same := true
 		for i := range n {

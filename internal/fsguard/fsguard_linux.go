@@ -730,6 +730,9 @@ type walker struct {
 	// visit is called for every non-directory entry with the descriptor of
 	// its directory; it returns true to stop the walk.
 	visit func(dirfd int, name string, rel []string, typ uint8) bool
+	// onDir, if set, is called for every directory entry (with the
+	// descriptor of its parent) before enter decides about it.
+	onDir func(dirfd int, name string, rel []string)
 	// cost is the match work one path segment costs (the total length of
 	// the glob patterns consulted per entry), charged against MaxMatchWork.
 	cost      int
@@ -768,6 +771,9 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 				w.stopped = true
 			}
 			continue
+		}
+		if w.onDir != nil {
+			w.onDir(fd, e.name, child)
 		}
 		if !w.enter(child) {
 			continue

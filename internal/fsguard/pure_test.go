@@ -73,6 +73,12 @@ func TestProtectedEntry(t *testing.T) {
 		{".git/hooksx", false},
 		{".vakx", false},
 		{"sub/.vak", false},
+		{"sub/.git/hooks/pre-commit", true}, // a nested repository
+		{"a/b/.GIT/config", true},
+		{"sub/.git", true}, // a gitdir file would redirect the nested repository
+		{"sub/.git/description", false},
+		{"sub/.git/objects/ab/cd", false},
+		{"sub/.gitx/hooks/x", false},
 		{"deploy/other.sh", false},
 		{"x", false},
 	}

@@ -33,6 +33,30 @@ type Config struct {
 	DNSPort uint16
 	// ForwarderPort is the local forwarder's port on 127.0.0.1.
 	ForwarderPort uint16
+	// NestedPool, when valid, turns on nested mode: a Docker engine runs in
+	// this namespace and allocates its bridges from this pinned IPv4 pool.
+	// Traffic from those bridges is captured as the namespace's own is (see
+	// docs/nested-docker.md). The zero Prefix leaves nested mode off.
+	NestedPool netip.Prefix
+	// Uplink is the interface toward the sandbox network (nested mode
+	// only; empty means DefaultUplink).
+	Uplink string
+}
+
+// DefaultUplink is the sandbox-network interface of a Docker container.
+const DefaultUplink = "eth0"
+
+// DefaultNestedPool is the inner address pool vak pins for nested Docker.
+var DefaultNestedPool = netip.MustParsePrefix("10.213.0.0/16")
+
+// Nested reports whether nested mode is on.
+func (c Config) Nested() bool { return c.NestedPool.IsValid() }
+
+func (c Config) uplink() string {
+	if c.Uplink == "" {
+		return DefaultUplink
+	}
+	return c.Uplink
 }
 
 // Defaults for the ports.
@@ -54,6 +78,46 @@ func (c Config) Validate() error {
 	for name, p := range map[string]uint16{"transparent": c.TransparentPort, "proxy": c.ProxyPort, "dns": c.DNSPort, "forwarder": c.ForwarderPort} {
 		if p == 0 {
 			return fmt.Errorf("netfence: %s port is zero", name)
+		}
+	}
+	if c.Nested() {
+		if err := CheckPool(c.NestedPool, map[string]netip.Prefix{"gateway": netip.PrefixFrom(c.Gateway, 32)}); err != nil {
+			return err
+		}
+		if len(c.uplink()) > 15 {
+			return fmt.Errorf("netfence: uplink interface name %q is longer than 15 bytes", c.uplink())
+		}
+	}
+	return nil
+}
+
+// CheckPool checks a nested address pool: IPv4, written in canonical form
+// (no host bits), at most a /8 and at least a /24, outside loopback,
+// link-local and multicast space, and overlapping none of the named
+// networks (the sandbox and egress subnets, the gateway).
+func CheckPool(pool netip.Prefix, others map[string]netip.Prefix) error {
+	if !pool.IsValid() || !pool.Addr().Is4() {
+		return fmt.Errorf("netfence: nested pool %v must be an IPv4 prefix", pool)
+	}
+	if pool.Masked() != pool {
+		return fmt.Errorf("netfence: nested pool %v has host bits set (want %v)", pool, pool.Masked())
+	}
+	if pool.Bits() < 8 || pool.Bits() > 24 {
+		return fmt.Errorf("netfence: nested pool %v must be between a /8 and a /24", pool)
+	}
+	for name, reserved := range map[string]netip.Prefix{
+		"loopback":   netip.MustParsePrefix("127.0.0.0/8"),
+		"link-local": netip.MustParsePrefix("169.254.0.0/16"),
+		"multicast":  netip.MustParsePrefix("224.0.0.0/3"),
+		"this-net":   netip.MustParsePrefix("0.0.0.0/8"),
+	} {
+		if pool.Overlaps(reserved) {
+			return fmt.Errorf("netfence: nested pool %v overlaps %s space %v", pool, name, reserved)
+		}
+	}
+	for name, o := range others {
+		if o.IsValid() && pool.Overlaps(o) {
+			return fmt.Errorf("netfence: nested pool %v overlaps the %s network %v", pool, name, o)
 		}
 	}
 	return nil

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	case "client":
 		clientRole()
 		return
+	case "inner":
+		innerRole()
+		return
 	case "verify":
 		if err := Verify(testConfig(os.Getenv("VAK_NETFENCE_NET"))); err != nil {
 			fmt.Println("VERIFY-FAILED", err)
@@ -48,13 +51,40 @@ func TestMain(m *testing.M) {
 }
 
 func testConfig(net3 string) Config {
-	return Config{
+	c := Config{
 		Gateway:         netip.MustParseAddr(net3 + ".1"),
 		TransparentPort: DefaultTransparentPort,
 		ProxyPort:       DefaultProxyPort,
 		DNSPort:         DefaultDNSPort,
 		ForwarderPort:   DefaultForwarderPort,
 	}
+	// Nested mode: VAK_NETFENCE_UPLINK names the sandbox-side interface.
+	if up := os.Getenv("VAK_NETFENCE_UPLINK"); up != "" {
+		c.NestedPool = DefaultNestedPool
+		c.Uplink = up
+	}
+	return c
+}
+
+// innerRole is a service in an inner container: it logs connections.
+func innerRole() {
+	ln, err := net.Listen("tcp4", "0.0.0.0:8080")
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Printf("INNER-TCP from=%v\n", c.RemoteAddr())
+			c.Close()
+		}
+	}()
+	fmt.Println("READY")
+	io.Copy(io.Discard, os.Stdin)
 }
 
 // gatewayRole logs every event on stdout, one line each.
@@ -143,10 +173,10 @@ type role struct {
 	ready chan struct{}
 }
 
-func startRole(t *testing.T, ns, name, net3 string) *role {
+func startRole(t *testing.T, ns, name, net3 string, env ...string) *role {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"="+name, "VAK_NETFENCE_NET="+net3)
+	cmd.Env = append(append(os.Environ(), roleEnv+"="+name, "VAK_NETFENCE_NET="+net3), env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

@@ -2,6 +2,8 @@ package netfence
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"strings"
@@ -14,12 +16,14 @@ import (
 
 // ruleset is the expected state: tables, chains and rule expressions.
 type ruleset struct {
-	nat, filter       *nftables.Table
-	natOut, filterOut *nftables.Chain
-	natPost           *nftables.Chain
-	natRules          [][]expr.Any
-	natPostRules      [][]expr.Any
-	filterRules       [][]expr.Any
+	nat, filter *nftables.Table
+	chains      []chainSpec
+}
+
+// chainSpec is one chain and its rules, in order.
+type chainSpec struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
 }
 
 // natPriority runs vak's NAT before Docker's (-100).
@@ -83,12 +87,12 @@ func build(c Config) *ruleset {
 	// 127.0.0.11 forwards queries from the host's namespace, outside the
 	// fence, so DNS must be bound to the gateway before Docker's DNAT runs
 	// (the first NAT decision of a connection is the one that holds).
-	r.natOut = &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority)}
-	r.natPost = &nftables.Chain{Name: "postrouting", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
+	natOut := &nftables.Chain{Name: "output", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(natPriority)}
+	natPost := &nftables.Chain{Name: "postrouting", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
 	// DNS sent to a loopback resolver (Docker's 127.0.0.11) leaves with a
 	// loopback source once redirected to the gateway; give it this
 	// namespace's address so the gateway can answer (needs route_localnet).
-	r.natPostRules = [][]expr.Any{{
+	natPostRules := [][]expr.Any{{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
@@ -96,8 +100,8 @@ func build(c Config) *ruleset {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{127, 0, 0, 0}},
 		&expr.Masq{},
 	}}
-	r.filterOut = &nftables.Chain{Name: "output", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
-	r.natRules = [][]expr.Any{
+	filterOut := &nftables.Chain{Name: "output", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
+	natRules := [][]expr.Any{
 		// DNS, to whatever server (127.0.0.11 included), goes to the
 		// gateway's resolver.
 		cat(l4(unix.IPPROTO_UDP), dport(53), dnat),
@@ -107,13 +111,20 @@ func build(c Config) *ruleset {
 		// The forwarder's own connections and explicit-proxy use reach the
 		// gateway as they are.
 		cat(ipDaddrGW, []expr.Any{accept}),
+	}
+	if c.Nested() {
+		// Nested mode: connections to inner containers (their addresses,
+		// published ports DNAT'd by docker-proxy) stay local.
+		natRules = append(natRules, cat(ipDaddrIn(c.NestedPool), []expr.Any{accept}))
+	}
+	natRules = append(natRules,
 		// Every other TCP connection: to the local forwarder (the flag makes
 		// the kernel use the port in the register, not the original one).
 		cat(l4(unix.IPPROTO_TCP), []expr.Any{
 			&expr.Immediate{Register: 1, Data: be16(c.ForwarderPort)},
 			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 		}),
-	}
+	)
 	// "ip daddr 127.0.0.1": local services and the redirected connections.
 	// Only 127.0.0.1: other loopback addresses host things that are not
 	// ours (Docker's embedded DNS listens on 127.0.0.11 and forwards from
@@ -134,16 +145,106 @@ func build(c Config) *ruleset {
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
-	r.filterRules = [][]expr.Any{
+	filterRules := [][]expr.Any{
 		cat(established, []expr.Any{accept}),
 		cat(toLocalhost, []expr.Any{accept}),
+	}
+	if c.Nested() {
+		filterRules = append(filterRules, cat(isIPv4, ipDaddrIn(c.NestedPool), []expr.Any{accept}))
+	}
+	filterRules = append(filterRules,
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.TransparentPort), []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.ProxyPort), []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.DNSPort), []expr.Any{accept}),
 		cat(daddrGW, l4(unix.IPPROTO_UDP), dport(c.DNSPort), []expr.Any{accept}),
 		// Everything else, IPv6 included, hits the chain's drop policy.
+	)
+	r.chains = []chainSpec{{natOut, natRules}, {natPost, natPostRules}, {filterOut, filterRules}}
+	if !c.Nested() {
+		return r
 	}
+
+	// Nested mode: a Docker engine in this namespace routes its bridges'
+	// traffic through prerouting and forward, which the output chains
+	// never see. Capture it the same way, before Docker's own DNAT (-100).
+	up := func(op expr.CmpOp, key expr.MetaKey) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: key, Register: 1},
+			&expr.Cmp{Op: op, Register: 1, Data: ifname(c.uplink())},
+		}
+	}
+	ret := []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
+	toForwarder := []expr.Any{
+		&expr.Immediate{Register: 1, Data: []byte{127, 0, 0, 1}},
+		&expr.Immediate{Register: 2, Data: be16(c.ForwarderPort)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
+	}
+	natPre := &nftables.Chain{Name: "prerouting", Table: r.nat, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(natPriority)}
+	natPreRules := [][]expr.Any{
+		// Inbound from the sandbox network: not an inner container's egress.
+		cat(up(expr.CmpOpEq, expr.MetaKeyIIFNAME), ret),
+		// To an address of this namespace (published ports, hairpin):
+		// Docker's DNAT handles it.
+		cat([]expr.Any{
+			&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+		}, ret),
+		// Routed to an inner bridge (the same or another): stays inside.
+		cat([]expr.Any{
+			&expr.Fib{Register: 1, FlagDADDR: true, ResultOIFNAME: true},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(c.uplink())},
+		}, ret),
+		// The explicit proxy, as for the agent.
+		cat(ipDaddrGW, l4(unix.IPPROTO_TCP), dport(c.ProxyPort), ret),
+		// DNS, whatever resolver the container picked: the gateway's.
+		cat(l4(unix.IPPROTO_UDP), dport(53), dnat),
+		cat(l4(unix.IPPROTO_TCP), dport(53), dnat),
+		// Every other TCP connection: the forwarder on 127.0.0.1 (DNAT, not
+		// REDIRECT, which would pick the bridge address; route_localnet=1).
+		cat(l4(unix.IPPROTO_TCP), toForwarder),
+	}
+	fwd := &nftables.Chain{Name: "forward", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop}
+	fwdRules := [][]expr.Any{
+		// Inner <-> inner and sandbox network -> inner.
+		cat(up(expr.CmpOpNeq, expr.MetaKeyOIFNAME), []expr.Any{accept}),
+		cat(established, []expr.Any{accept}),
+		// Out of the namespace: only DNS and the explicit proxy, to the
+		// gateway (TCP was DNAT'd to the forwarder and is not forwarded).
+		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.ProxyPort), []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_TCP), dport(c.DNSPort), []expr.Any{accept}),
+		cat(daddrGW, l4(unix.IPPROTO_UDP), dport(c.DNSPort), []expr.Any{accept}),
+		// Everything else (UDP, ICMP, IPv6, raw IP) hits the drop policy.
+	}
+	// route_localnet is 1 here (the forwarder needs it): a packet arriving
+	// from outside (an inner bridge, the sandbox network) must never reach
+	// a loopback address directly.
+	raw := &nftables.Chain{Name: "prerouting", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw}
+	rawRules := [][]expr.Any{cat(
+		[]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")},
+		},
+		isIPv4, ipDaddrIn(netip.MustParsePrefix("127.0.0.0/8")),
+		[]expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}},
+	)}
+	r.chains = append(r.chains, chainSpec{natPre, natPreRules}, chainSpec{fwd, fwdRules}, chainSpec{raw, rawRules})
 	return r
+}
+
+// isIPv4 checks the family in the inet table (as nft does for "ip ...").
+var isIPv4 = []expr.Any{
+	&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+	&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+}
+
+// ipDaddrIn matches "ip daddr PREFIX".
+func ipDaddrIn(p netip.Prefix) []expr.Any {
+	mask := net.CIDRMask(p.Bits(), 32)
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: []byte(mask), Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Masked().Addr().AsSlice()},
+	}
 }
 
 // Apply replaces vak's tables in the current network namespace with the
@@ -169,17 +270,11 @@ func Apply(c Config) error {
 	}
 	conn.AddTable(r.nat)
 	conn.AddTable(r.filter)
-	conn.AddChain(r.natOut)
-	conn.AddChain(r.natPost)
-	conn.AddChain(r.filterOut)
-	for _, e := range r.natRules {
-		conn.AddRule(&nftables.Rule{Table: r.nat, Chain: r.natOut, Exprs: e})
-	}
-	for _, e := range r.natPostRules {
-		conn.AddRule(&nftables.Rule{Table: r.nat, Chain: r.natPost, Exprs: e})
-	}
-	for _, e := range r.filterRules {
-		conn.AddRule(&nftables.Rule{Table: r.filter, Chain: r.filterOut, Exprs: e})
+	for _, cs := range r.chains {
+		conn.AddChain(cs.chain)
+		for _, e := range cs.rules {
+			conn.AddRule(&nftables.Rule{Table: cs.chain.Table, Chain: cs.chain, Exprs: e})
+		}
 	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("netfence: program nftables: %w", err)
@@ -220,13 +315,24 @@ func Verify(c Config) error {
 		}
 		return nil
 	}
-	if err := check(r.nat, r.natOut, r.natRules); err != nil {
-		return err
+	for _, cs := range r.chains {
+		if err := check(cs.chain.Table, cs.chain, cs.rules); err != nil {
+			return err
+		}
 	}
-	if err := check(r.nat, r.natPost, r.natPostRules); err != nil {
-		return err
+	if !c.Nested() {
+		// A nested-mode chain left over (or added by someone else) would
+		// change what this namespace lets through.
+		for _, extra := range []struct {
+			t    *nftables.Table
+			name string
+		}{{r.nat, "prerouting"}, {r.filter, "forward"}, {r.filter, "prerouting"}} {
+			if _, err := conn.ListChain(extra.t, extra.name); err == nil {
+				return fmt.Errorf("%w: unexpected chain %s %s (nested mode is off)", ErrNotVerified, extra.t.Name, extra.name)
+			}
+		}
 	}
-	return check(r.filter, r.filterOut, r.filterRules)
+	return nil
 }
 
 // normalize renders expressions comparably (the kernel echoes some fields
@@ -251,6 +357,8 @@ func normalize(es []expr.Any) []string {
 			out[i] = fmt.Sprintf("bitwise %d %d %d %x %x", v.SourceRegister, v.DestRegister, v.Len, v.Mask, v.Xor)
 		case *expr.Masq:
 			out[i] = "masq"
+		case *expr.Fib:
+			out[i] = fmt.Sprintf("fib %d %+v", v.Register, *v)
 		case *expr.Ct:
 			out[i] = fmt.Sprintf("ct %d %d", v.Key, v.Register)
 		case *expr.Immediate:

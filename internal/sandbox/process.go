@@ -63,6 +63,12 @@ type WorkerLaunch struct {
 	// Cleanup, if set, releases what PrepareWorker made; it runs once, when
 	// the session ends or its start fails.
 	Cleanup func()
+	// SweepAtClose says that every process of the sandbox ends with the
+	// worker (Landlock's PID namespace): the broker snapshots the
+	// workspace before the session and, in WorkspaceWrite, sweeps it once
+	// more when the session ends (background jobs can plant after the
+	// last command's check).
+	SweepAtClose bool
 }
 
 // ProcessBackend is implemented by process-scoped backends (Landlock,

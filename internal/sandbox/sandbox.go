@@ -111,14 +111,31 @@ const (
 )
 
 // DefaultProtected are workspace-relative paths that stay read-only even in
-// WorkspaceWrite, whether or not they exist yet: files that make code run
-// later, outside the sandbox — git hooks and config (fsmonitor, hooksPath,
-// aliases, filters) including the files that redirect git to another
-// config, direnv's .envrc, and vak's own project config.
+// WorkspaceWrite, whether or not they exist yet: files that make a host tool
+// run code later, outside the sandbox, without the user asking to run the
+// project's code (docs/filesystem.md has the reasoning for each):
+//
+//   - git: hooks and config (fsmonitor, hooksPath, aliases, filter and diff
+//     drivers, sshCommand), the files that redirect git to another config
+//     or git dir, and info/attributes (binds paths to filter drivers).
+//     Entries below .git apply to every nested repository and submodule
+//     too (fsguard.ExpandProtected); .git itself is pinned, and a new .git
+//     anywhere is removed after the command (the tripwire);
+//   - editors: .vscode (tasks that run on folder open, settings naming
+//     interpreters and tool paths), .devcontainer and .devcontainer.json
+//     (initializeCommand runs on the host at "Reopen in Container"), .idea
+//     (JetBrains run configurations, file watchers, SDK paths);
+//   - directory hooks: direnv's .envrc, mise's config files (env, hooks and
+//     tasks run on cd), asdf/mise .tool-versions (a path: version puts a
+//     workspace binary behind the tool's shim);
+//   - vak's own project config.
 var DefaultProtected = []string{
 	".git/hooks", ".git/config", ".git/config.worktree", ".git/commondir",
 	".git/worktrees", ".git/modules", ".git/info/attributes",
-	".envrc", ".vak",
+	".vscode", ".devcontainer", ".devcontainer.json", ".idea",
+	".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
+	".mise", ".config/mise", ".config/mise.toml", ".tool-versions",
+	".vak",
 }
 
 // Limits bound a sandboxed command's resources. Zero values mean "use the
@@ -175,12 +192,15 @@ type Command struct {
 	// in WorkspaceWrite (only ones that exist; the worker's tripwire removes
 	// protected paths a command creates).
 	Protected []string
+	// Pin are absolute paths of existing directories inside Workspace that
+	// are bound onto themselves read-write in WorkspaceWrite: a mount point
+	// cannot be renamed, removed or replaced, so `.git` (and the parents of
+	// protected paths) stay the ones the tripwire and the read-only mounts
+	// protect (fsguard.Plan).
+	Pin []string
 	// Network, if set, attaches a container to a proxied network; nil means
 	// no network at all.
 	Network *NetworkAttachment
-	// TTY says the command runs on a terminal allocated inside the sandbox,
-	// relayed to the wrapper's own terminal (its size included).
-	TTY bool
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
 	Timeout time.Duration
@@ -226,4 +246,19 @@ type Wrapper interface {
 	// code: it returns an error when the code is the wrapper's own failure
 	// because the backend went away (fail closed, loudly), nil otherwise.
 	WrapperFailed(ctx context.Context, exitCode int) error
+}
+
+// ErrNoInteractive reports an interactive command (stdin, a terminal) asked
+// of a backend that cannot run one.
+var ErrNoInteractive = errors.New("interactive commands (stdin, -i; a terminal, -t) are not supported by this backend")
+
+// CheckInteractive says whether b runs interactive commands: process-scoped
+// backends do (their worker allocates the terminal inside the sandbox and
+// owns its master). Command-scoped ones do not yet: the docker backend's
+// container stdin is the broker's lifeline (see docker.LifelineInit).
+func CheckInteractive(b Backend) error {
+	if b.Scope() == ScopeProcess {
+		return nil
+	}
+	return fmt.Errorf("%w (%s); run it on the native backend", ErrNoInteractive, b.Name())
 }

@@ -5,6 +5,7 @@ package taskenv
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -62,7 +63,7 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		labels[LabelInstall] = "true"
 	}
 	if p.spec.OwnerPID > 0 && pool == "" {
-		tok, err := ownerToken(p.spec.OwnerPID)
+		tok, err := docker.OwnerToken(p.spec.OwnerPID)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -86,10 +87,16 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		Labels:       labels,
 		StopSignal:   "SIGTERM",
 	}
+	secOpt := []string{"no-new-privileges"}
+	if prof, err := docker.SeccompProfile(); err == nil {
+		secOpt = append(secOpt, "seccomp="+string(prof))
+	} else if !errors.Is(err, ErrUnsupported) {
+		return nil, nil, err
+	}
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    secOpt,
 		ReadonlyRootfs: p.spec.Mode == sandbox.ReadOnly,
 		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,exec,size=" + strconv.FormatInt(p.limits.TmpfsSize, 10)},
 		IpcMode:        container.IPCModePrivate,

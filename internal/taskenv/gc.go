@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"vak/internal/sandbox/docker"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -21,7 +22,9 @@ import (
 // (the worker died or ended itself on its idle timeout or lifetime), it is
 // past its maximum lifetime, its socket shows no use for longer than its
 // idle timeout, or the process that owned it is gone. A broker killed with
-// SIGKILL leaves its sessions behind; GC is what removes them.
+// SIGKILL leaves its sessions behind; GC is what removes them. GC also
+// removes this user's command containers (vak-run-*) whose owner process
+// is gone (gcRuns).
 
 // gcGrace is added to the idle timeout before the host declares a session
 // idle (the worker itself ends first), and is how long a created but not yet
@@ -96,7 +99,45 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 		rep.Removed = append(rep.Removed, Removed{Name: name, ID: id, Reason: reason})
 	}
 	m.gcRecords(ctx, cli)
+	if err := m.gcRuns(ctx, cli, rep); err != nil {
+		return rep, err
+	}
 	return rep, nil
+}
+
+// gcRuns removes this user's command containers (vak-run-*, labelled
+// vak.kind=run with the manager's labels) whose owner process is gone. A
+// run container whose owner is alive, or that carries no owner process
+// (made by an older vak, or on a host where it cannot be judged), is left
+// alone: its command's docker CLI removes it (--rm).
+func (m *Manager) gcRuns(ctx context.Context, cli *client.Client, rep *GCReport) error {
+	f := make(client.Filters).Add("label", docker.LabelManaged+"=true", docker.LabelKind+"=run", LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	for k, v := range m.Labels {
+		f.Add("label", k+"="+v)
+	}
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return apiErr("list command containers", err)
+	}
+	for _, c := range res.Items {
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		owner := c.Labels[LabelOwnerProc]
+		if !strings.HasPrefix(name, docker.NamePrefix) || owner == "" {
+			continue
+		}
+		if alive, known := docker.OwnerAlive(owner); !known || alive {
+			rep.Kept++
+			continue
+		}
+		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return apiErr("remove command container "+name, err)
+		}
+		rep.Removed = append(rep.Removed, Removed{Name: name, Reason: "its owner process is gone"})
+	}
+	return nil
 }
 
 // over says why container c is over, or "" if it is live.
@@ -121,7 +162,7 @@ func over(c container.Summary, runDir, owner string, now time.Time) string {
 		}
 	}
 	if owner != "" {
-		if alive, known := ownerAlive(owner); known && !alive {
+		if alive, known := docker.OwnerAlive(owner); known && !alive {
 			return "its owner process is gone"
 		}
 	}

@@ -172,28 +172,34 @@ func (m *Manager) planMounts(p *plan, others []string) error {
 	if err := addBind(ws, spec.Mode == sandbox.ReadOnly); err != nil {
 		return err
 	}
-	// Existing protected paths are mounted read-only (only real files and
-	// directories: a symlink would make the daemon mount its target). The
-	// worker checks each mount's identity before it serves anything, so a
-	// path swapped for a symlink between this check and the mount is caught.
+	// Existing .git entries and parents of protected paths are pinned (bound
+	// onto themselves read-write: a mount point cannot be renamed or
+	// replaced), existing protected paths and gitdir files mounted
+	// read-only, nested repositories included (fsguard.Plan). The plan is
+	// made without following links (a symlink would make the daemon mount
+	// its target). The worker checks each mount's identity before it serves
+	// anything, so a path swapped for a symlink between the plan and the
+	// mount is caught.
 	for _, rel := range spec.Protected {
 		p.protected = append(p.protected, rel)
-		if spec.Mode != sandbox.WorkspaceWrite {
-			continue
-		}
-		full := filepath.Join(ws, rel)
-		if !paths.Within(ws, full) || full == ws {
+		if full := filepath.Join(ws, rel); !paths.Within(ws, full) || full == ws {
 			return bad("protected path %q is not inside the workspace", rel)
 		}
-		fi, err := os.Lstat(full)
-		if err != nil || fi.Mode()&os.ModeSymlink != 0 || !(fi.IsDir() || fi.Mode().IsRegular()) {
-			continue
-		}
-		if real, err := filepath.EvalSymlinks(full); err != nil || real != full {
-			continue // a parent is a symlink: not mounted (the tripwire still applies)
-		}
-		if err := addBind(full, true); err != nil {
+	}
+	if spec.Mode == sandbox.WorkspaceWrite {
+		plan, err := protectionPlan(ws, spec.Protected)
+		if err != nil {
 			return err
+		}
+		for _, rel := range plan.Pin {
+			if err := addBind(filepath.Join(ws, rel), false); err != nil {
+				return err
+			}
+		}
+		for _, rel := range plan.ReadOnly {
+			if err := addBind(filepath.Join(ws, rel), true); err != nil {
+				return err
+			}
 		}
 	}
 	for _, mp := range spec.Mounts {

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -207,7 +208,7 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 	}
 	var owner string
 	if p.spec.OwnerPID > 0 {
-		if owner, err = ownerToken(p.spec.OwnerPID); err != nil {
+		if owner, err = docker.OwnerToken(p.spec.OwnerPID); err != nil {
 			return nil, err
 		}
 	}

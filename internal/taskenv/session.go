@@ -49,17 +49,17 @@ const (
 // Session labels (besides LabelManaged, LabelKind and LabelWorkspace).
 const (
 	KindSession    = "session"
-	LabelOwner     = docker.LabelOwner // host uid of the user who created it
-	LabelOwnerProc = "vak.owner.pid"   // "BOOTID/PID/START" of the owning process, if any
-	LabelSession   = "vak.session"     // session ID ("" for a pool container: its name says)
-	LabelTask      = "vak.task"        // the task name
-	LabelCreated   = "vak.created"     // creation time, unix seconds
-	LabelImage     = "vak.image"       // the pinned image ID
-	LabelLifetime  = "vak.lifetime"    // maximum lifetime, seconds
-	LabelIdle      = "vak.idle"        // idle timeout, seconds
-	LabelPolicy    = "vak.policy"      // digest of the session's policy (network, mode, install)
-	LabelInstall   = "vak.install"     // "true" when root package installs are allowed
-	LabelPool      = "vak.pool"        // pool key of a container created for the warm pool
+	LabelOwner     = docker.LabelOwner     // host uid of the user who created it
+	LabelOwnerProc = docker.LabelOwnerProc // "BOOTID/PID/START" of the owning process, if any
+	LabelSession   = "vak.session"         // session ID ("" for a pool container: its name says)
+	LabelTask      = "vak.task"            // the task name
+	LabelCreated   = "vak.created"         // creation time, unix seconds
+	LabelImage     = "vak.image"           // the pinned image ID
+	LabelLifetime  = "vak.lifetime"        // maximum lifetime, seconds
+	LabelIdle      = "vak.idle"            // idle timeout, seconds
+	LabelPolicy    = "vak.policy"          // digest of the session's policy (network, mode, install)
+	LabelInstall   = "vak.install"         // "true" when root package installs are allowed
+	LabelPool      = "vak.pool"            // pool key of a container created for the warm pool
 )
 
 // Defaults.
@@ -73,7 +73,7 @@ const (
 // Errors of the session API.
 var (
 	// ErrUnsupported reports a session feature this host cannot provide.
-	ErrUnsupported = errclass.New(errclass.Unavailable, "unsupported on this host")
+	ErrUnsupported = docker.ErrUnsupported
 	// ErrNoSession reports an unknown session ID.
 	ErrNoSession = errclass.New(errclass.Invalid, "no such session")
 	// ErrSessionExists reports a session for the same task and workspace.

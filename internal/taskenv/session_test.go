@@ -247,7 +247,7 @@ func TestSessionContainerShape(t *testing.T) {
 	hc := c.HostConfig
 	lim := sandbox.DefaultLimits()
 	if string(hc.NetworkMode) != "none" || len(hc.CapAdd) != 0 || fmt.Sprint(hc.CapDrop) != "[ALL]" ||
-		fmt.Sprint(hc.SecurityOpt) != "[no-new-privileges]" || hc.Privileged || hc.ReadonlyRootfs ||
+		len(hc.SecurityOpt) != 2 || hc.SecurityOpt[0] != "no-new-privileges" || !strings.HasPrefix(hc.SecurityOpt[1], "seccomp={") || hc.Privileged || hc.ReadonlyRootfs ||
 		hc.Memory != lim.Memory || hc.NanoCPUs != int64(lim.CPUs*1e9) || hc.PidsLimit == nil || *hc.PidsLimit != int64(lim.Pids) ||
 		!strings.Contains(hc.Tmpfs["/tmp"], fmt.Sprintf("size=%d", lim.TmpfsSize)) {
 		t.Fatalf("host config: %+v", hc)

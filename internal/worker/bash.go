@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/worker/wire"
 )
@@ -48,6 +49,12 @@ type Exec struct {
 	// or cancel kills the command's whole tree by parent links, so processes
 	// that left the session (setsid, double fork) die too.
 	Subreaper bool
+	// NoTripwire turns the checks around each command off (full access:
+	// nothing is sandboxed, and what the command does is the user's).
+	NoTripwire bool
+	// Lifeline, if set, is the stdin of every command instead of the
+	// request's (the docker backend: see Spec.Lifeline).
+	Lifeline *os.File
 
 	// reg, if set, records running commands so that a PID-1 worker reaping
 	// orphans never reaps a command os/exec still waits for.
@@ -73,6 +80,9 @@ func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []by
 func (x *Exec) BashInteractive(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
 	if emit == nil || a.Stdin != nil {
 		return nil, wire.Errorf(wire.CodeProtocol, "an interactive request streams its output and has no stdin field")
+	}
+	if x.Lifeline != nil {
+		return nil, wire.Errorf(wire.CodeUnsupported, "no interactive commands under the docker backend: a command's stdin is the broker's lifeline")
 	}
 	return x.bash(ctx, a, in, emit)
 }
@@ -110,7 +120,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	}
 
 	argv := append(slices.Clone(x.Launcher), x.shell(), "-c", a.Command)
-	before := x.protectedPresent()
+	before := x.tripBefore()
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = cwd, env
@@ -120,7 +130,9 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	if len(x.Launcher) == 0 || x.Subreaper {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	if a.Stdin != nil {
+	if x.Lifeline != nil {
+		cmd.Stdin = x.Lifeline
+	} else if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)
 	}
 	var stdout, stderr outputSink
@@ -215,7 +227,9 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	if c, ok := stderr.(*capBuffer); ok {
 		res.Stderr, res.StderrTruncated = c.String(), c.truncated
 	}
-	res.ProtectedRemoved = x.removeNewProtected(before)
+	if err := x.tripAfter(before, res); err != nil {
+		return nil, wire.Errorf(wire.CodeExec, "%v", err)
+	}
 	return res, nil
 }
 
@@ -272,22 +286,25 @@ func (x *Exec) resolveCwd(cwd string) (string, error) {
 	return real, nil
 }
 
-// protectedPresent reports which protected paths exist now.
-func (x *Exec) protectedPresent() map[string]bool {
-	m := make(map[string]bool, len(x.Protected))
+// tripBeforeLegacy records which protected paths exist, by name. It is
+// used where fsguard.Tree is unsupported (macOS), whose worker runs inside
+// the Seatbelt sandbox: a link it follows cannot lead it to a path the
+// sandbox would let it change.
+func (x *Exec) tripBeforeLegacy() tripState {
+	st := tripState{prot: map[string]fsguard.Entry{}}
 	for _, p := range x.Protected {
 		if _, err := os.Lstat(filepath.Join(x.Workspace, p)); err == nil {
-			m[p] = true
+			st.prot[p] = fsguard.Entry{Kind: fsguard.File}
 		}
 	}
-	return m
+	return st
 }
 
-// removeNewProtected removes protected paths that a command created.
-func (x *Exec) removeNewProtected(before map[string]bool) []string {
+// tripAfterLegacy removes protected paths that a command created.
+func (x *Exec) tripAfterLegacy(before tripState) []string {
 	var removed []string
 	for _, p := range x.Protected {
-		if before[p] {
+		if _, ok := before.prot[p]; ok {
 			continue
 		}
 		full := filepath.Join(x.Workspace, p)

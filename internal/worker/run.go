@@ -3,10 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"vak/internal/fsguard"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -17,16 +20,25 @@ import (
 // worker still starts: bash works and every file tool answers with code
 // unsupported. Any other failure to open the workspace fails the start.
 func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer) error {
+	// Run is called once the backend's worker entry has returned: the
+	// restrictions are in force from here on.
+	restricted := time.Now()
 	return run(ctx, spec, sandboxDesc, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
 		if err != nil {
 			return nil, nil, err
 		}
 		return f, f, nil
-	})
+	}, restricted)
 }
 
-func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error)) error {
+// processStart is when this process's Go packages were initialised (the
+// ready event's Started).
+var processStart = time.Now()
+
+// run serves; restricted is when the restrictions came into force (zero:
+// unknown).
+func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
 	files, closer, err := open()
 	switch {
 	case errors.Is(err, fsguard.ErrUnsupported):
@@ -36,6 +48,13 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 	default:
 		defer closer.Close()
 	}
+	var lifeline *os.File
+	if spec.Lifeline > 0 {
+		if lifeline = os.NewFile(uintptr(spec.Lifeline), "lifeline"); lifeline == nil {
+			return fmt.Errorf("worker: no lifeline on fd %d", spec.Lifeline)
+		}
+		defer lifeline.Close()
+	}
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -43,9 +62,14 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Env:            spec.Env,
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
+			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
+			Lifeline:       lifeline,
 		},
-		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
+		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid(), Started: processStart.UnixNano()},
+	}
+	if !restricted.IsZero() {
+		srv.Ready.Restricted = restricted.UnixNano()
 	}
 	return srv.Serve(ctx, in, out)
 }

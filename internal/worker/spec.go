@@ -36,6 +36,13 @@ type Spec struct {
 	Sandbox json.RawMessage `json:"sandbox,omitempty"`
 	// Launcher prefixes every command (see Exec.Launcher).
 	Launcher []string `json:"launcher,omitempty"`
+	// Lifeline, for the docker backend, is the worker's descriptor (an
+	// extra file) of the read end of a pipe whose write end the broker
+	// holds; every `docker run` gets it as its stdin. When the broker dies,
+	// however it dies, the pipe reaches EOF, the docker CLI closes the
+	// container's stdin, and the container's init kills the command (see
+	// docker.Wrap). Zero means none.
+	Lifeline int `json:"lifeline,omitempty"`
 	// Container configures a worker that is a session container's
 	// entrypoint (backend BackendContainer); see RunContainer.
 	Container *ContainerSpec `json:"container,omitempty"`

@@ -84,11 +84,23 @@ func (b *Backend) binary() string {
 // delete). It is how timeouts and interrupts make sure nothing is orphaned.
 // A container that does not exist is not an error.
 func (b *Backend) Remove(ctx context.Context, id string) error {
-	out, err := exec.CommandContext(ctx, b.binary(), "rm", "-f", ContainerName(id)).CombinedOutput()
-	if err != nil && !bytes.Contains(bytes.ToLower(out), []byte("no such container")) {
+	for {
+		out, err := exec.CommandContext(ctx, b.binary(), "rm", "-f", ContainerName(id)).CombinedOutput()
+		low := bytes.ToLower(out)
+		switch {
+		case err == nil || bytes.Contains(low, []byte("no such container")):
+			return nil
+		case bytes.Contains(low, []byte("already in progress")) && ctx.Err() == nil:
+			// The container's own --rm is removing it (its init ended
+			// when the CLI died): wait until it is gone.
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
 		return fmt.Errorf("docker rm -f %s: %w: %s", ContainerName(id), err, strings.TrimSpace(string(out)))
 	}
-	return nil
 }
 
 // Probe is a cached `docker info` availability check. A success is trusted

@@ -54,7 +54,15 @@ func run(t *testing.T, b *Backend, mode sandbox.Mode, ws, shell string) (string,
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	// The lifeline (see LifelineInit): open while the command runs.
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = lr
 	err = cmd.Run()
+	lr.Close()
+	lw.Close()
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -1,18 +1,28 @@
 // Package docker is vak's Docker sandbox backend: command-scoped, it wraps
-// one tool command in a throwaway container, structurally exactly as seed
-// 000 describes:
+// one tool command in a throwaway container, structurally as seed 000
+// describes:
 //
-//	docker run --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
-//	  --cap-drop ALL --security-opt no-new-privileges [--read-only] \
-//	  -v WS:WS[:ro] --tmpfs /tmp:rw,nosuid,nodev,exec,size=N -w DIR \
+//	docker run -i --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
+//	  --cap-drop ALL --security-opt no-new-privileges \
+//	  --security-opt seccomp=PROFILE [--read-only] \
+//	  -v WS:WS[:ro] [-v PIN:PIN ...] [-v PROTECTED:PROTECTED:ro ...] \
+//	  --tmpfs /tmp:rw,nosuid,nodev,exec,size=N -w DIR \
 //	  --user UID:GID -e HOME=/tmp -e TMPDIR=/tmp --name vak-run-ID --label ... \
-//	  IMAGE sh -c 'COMMAND'
+//	  IMAGE sh -c LIFELINE vak-run 'COMMAND'
 //
 // The workspace is bind-mounted at its own canonical absolute path, so the
 // host file tools and the containerised shell see one path. ReadOnly adds
 // --read-only and mounts the workspace :ro. Both modes get only the bounded
 // private /tmp as scratch. By default the container runs as the invoking
 // user's uid:gid, so files it writes into the workspace belong to that user.
+//
+// The container's init is LifelineInit: it runs the command with stdin
+// /dev/null and reads its own stdin, which the docker CLI (-i) forwards from
+// the broker's lifeline pipe. When the broker dies, or the CLI is killed,
+// that stdin reaches EOF and the init kills every process of the container,
+// so a command never outlives its supervisor. The container carries its
+// owner's uid and process (vak.owner, vak.owner.pid) so that `vak gc` can
+// remove one whose owner is gone.
 //
 // The broker uses it only through sandbox.Wrapper. Session-scoped task
 // environments (long-lived containers driven through the Engine API) are
@@ -22,10 +32,12 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"vak/internal/errclass"
 	"vak/internal/sandbox"
 )
 
@@ -43,7 +55,21 @@ const (
 	LabelRunID     = "vak.run"       // the Command.ID
 	LabelWorkspace = "vak.workspace" // the canonical workspace path
 	LabelOwner     = "vak.owner"     // host uid of the user who created it
+	LabelOwnerProc = "vak.owner.pid" // "BOOTID/PID/START" of the owning process, if any
 )
+
+// ErrUnsupported reports a feature this host cannot provide (a seccomp
+// profile off Linux, an owner token without /proc).
+var ErrUnsupported = errclass.New(errclass.Unavailable, "unsupported on this host")
+
+// LifelineInit is the shell program that is the init (PID 1) of every
+// command container: it starts the command ($1) with stdin /dev/null, waits
+// for it and exits with its status; a background reader (handed the init's
+// stdin explicitly: sh gives background jobs /dev/null) ends at EOF of the
+// lifeline and then kills every process it can (kill -1:
+// all but itself and the init), which ends the wait. Shell built-ins only,
+// so any image with a POSIX sh works.
+const LifelineInit = `exec 3<&0; sh -c "$1" </dev/null 3<&- & c=$!; { while read -r _; do :; done; kill -KILL -1; } <&3 3<&- & exec 3<&-; wait "$c"`
 
 // NamePrefix prefixes the names of command-scoped containers.
 const NamePrefix = "vak-run-"
@@ -85,7 +111,9 @@ var (
 func ContainerName(id string) string { return NamePrefix + id }
 
 // Wrap returns the docker run argv for c. The first element is b.Binary
-// (default "docker").
+// (default "docker"). Run it with a stdin that stays open as long as the
+// command may run and closes when its supervisor dies (the lifeline, see
+// LifelineInit): with /dev/null as stdin the command is killed at once.
 func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 	if !c.Mode.Restricted() {
 		if c.Mode == sandbox.FullAccess {
@@ -125,7 +153,13 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		}
 		netMode = c.Network.Mode
 	}
-	args := []string{b.binary(), "run", "--rm",
+	seccompOpt := ""
+	if path, err := SeccompFile(); err == nil {
+		seccompOpt = "seccomp=" + path
+	} else if !errors.Is(err, ErrUnsupported) {
+		return nil, fmt.Errorf("docker wrap: %w", err)
+	}
+	args := []string{b.binary(), "run", "-i", "--rm",
 		"--network", netMode,
 		"--memory", strconv.FormatInt(lim.Memory, 10),
 		"--cpus", strconv.FormatFloat(lim.CPUs, 'f', -1, 64),
@@ -133,10 +167,8 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
 	}
-	if c.TTY {
-		// docker relays its own terminal (the host worker's, whose size
-		// follows the user's) to a terminal in the container.
-		args = append(args, "-i", "-t")
+	if seccompOpt != "" {
+		args = append(args, "--security-opt", seccompOpt)
 	}
 	vol := ws + ":" + ws
 	if c.Mode == sandbox.ReadOnly {
@@ -144,6 +176,14 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		vol += ":ro"
 	}
 	args = append(args, "-v", vol)
+	for _, p := range c.Pin {
+		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
+			return nil, fmt.Errorf("docker wrap: %w: pinned path %q", ErrInvalidMountPath, p)
+		}
+		if c.Mode == sandbox.WorkspaceWrite {
+			args = append(args, "-v", p+":"+p)
+		}
+	}
 	for _, p := range c.Protected {
 		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
 			return nil, fmt.Errorf("docker wrap: %w: protected path %q", ErrInvalidMountPath, p)
@@ -186,7 +226,13 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 		"--label", LabelKind+"=run",
 		"--label", LabelRunID+"="+c.ID,
 		"--label", LabelWorkspace+"="+ws,
+		"--label", LabelOwner+"="+strconv.Itoa(os.Getuid()),
 	)
+	if tok, err := OwnerToken(os.Getpid()); err == nil {
+		args = append(args, "--label", LabelOwnerProc+"="+tok)
+	} else if !errors.Is(err, ErrUnsupported) {
+		return nil, fmt.Errorf("docker wrap: %w", err)
+	}
 	for _, k := range sortedKeys(b.Labels) {
 		args = append(args, "--label", k+"="+b.Labels[k])
 	}
@@ -195,7 +241,7 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 			args = append(args, "--label", k+"="+c.Network.Labels[k])
 		}
 	}
-	args = append(args, image, "sh", "-c", c.Shell)
+	args = append(args, image, "sh", "-c", LifelineInit, "vak-run", c.Shell)
 	return args, nil
 }
 

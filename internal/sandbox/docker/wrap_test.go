@@ -2,7 +2,9 @@ package docker
 
 import (
 	"errors"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,13 +19,22 @@ func TestWrapStructure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"docker", "run", "--rm",
+	profile, err := SeccompFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := OwnerToken(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"docker", "run", "-i", "--rm",
 		"--network", "none",
 		"--memory", "2147483648",
 		"--cpus", "2",
 		"--pids-limit", "256",
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
+		"--security-opt", "seccomp=" + profile,
 		"-v", "/home/u/proj:/home/u/proj",
 		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=536870912",
 		"-w", "/home/u/proj",
@@ -31,8 +42,10 @@ func TestWrapStructure(t *testing.T) {
 		"-e", "HOME=/tmp", "-e", "TMPDIR=/tmp",
 		"--name", "vak-run-abc",
 		"--label", "vak.managed=true", "--label", "vak.kind=run", "--label", "vak.run=abc",
-		"--label", "vak.workspace=/home/u/proj", "--label", "vak.test=1",
-		"img:1", "sh", "-c", c.Shell,
+		"--label", "vak.workspace=/home/u/proj",
+		"--label", "vak.owner=" + strconv.Itoa(os.Getuid()), "--label", "vak.owner.pid=" + owner,
+		"--label", "vak.test=1",
+		"img:1", "sh", "-c", LifelineInit, "vak-run", c.Shell,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Wrap =\n%q\nwant\n%q", got, want)
@@ -80,6 +93,10 @@ func TestWrapRefuses(t *testing.T) {
 		{"dir prefix trick", func(c *sandbox.Command) { c.Dir = "/wx" }, ErrDirOutside},
 		{"dir dotdot", func(c *sandbox.Command) { c.Dir = "/w/../etc" }, ErrDirOutside},
 		{"bad env", func(c *sandbox.Command) { c.Env = []string{"NOEQUALS"} }, nil},
+		{"pin outside", func(c *sandbox.Command) { c.Pin = []string{"/etc"} }, ErrInvalidMountPath},
+		{"pin is the workspace", func(c *sandbox.Command) { c.Pin = []string{"/w"} }, ErrInvalidMountPath},
+		{"pin with colon", func(c *sandbox.Command) { c.Pin = []string{"/w/a:/etc"} }, ErrInvalidMountPath},
+		{"protected outside", func(c *sandbox.Command) { c.Protected = []string{"/w/../etc"} }, ErrInvalidMountPath},
 	} {
 		c := ok
 		tc.mod(&c)
@@ -122,5 +139,30 @@ func TestWrapProxiedNetwork(t *testing.T) {
 		if _, err := b.Wrap(c); err == nil {
 			t.Errorf("accepted %+v", bad)
 		}
+	}
+}
+
+// Pinned directories are bound read-write onto themselves and protected
+// paths read-only, in workspace-write only (read-only mounts all of it :ro).
+func TestWrapPinsAndProtected(t *testing.T) {
+	b := &Backend{Image: "img", User: User{UID: 1, GID: 1}}
+	c := sandbox.Command{ID: "p", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite,
+		Pin: []string{"/w/.git", "/w/sub/.git"}, Protected: []string{"/w/.git/config", "/w/sub/.git/hooks"}}
+	got, err := b.Wrap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(got, " ")
+	for _, want := range []string{"-v /w/.git:/w/.git ", "-v /w/sub/.git:/w/sub/.git ", "-v /w/.git/config:/w/.git/config:ro", "-v /w/sub/.git/hooks:/w/sub/.git/hooks:ro"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("wrap lacks %q: %s", want, joined)
+		}
+	}
+	c.Mode = sandbox.ReadOnly
+	if got, err = b.Wrap(c); err != nil {
+		t.Fatal(err)
+	}
+	if joined := strings.Join(got, " "); strings.Contains(joined, "/w/.git") {
+		t.Errorf("read-only wrap mounts pinned or protected paths separately: %s", joined)
 	}
 }

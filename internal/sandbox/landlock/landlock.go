@@ -73,9 +73,15 @@ type Policy struct {
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string
-	// Protected are absolute paths inside the workspace that stay read-only.
+	// Protected are absolute paths inside the workspace that stay read-only
+	// (the existing ones, fsguard.Plan.ReadOnly).
 	Protected []string
-	Limits    sandbox.Limits
+	// Pin are absolute paths of existing directories inside the workspace
+	// bound onto themselves read-write, so that the command cannot rename,
+	// remove or replace them (`.git`, parents of protected paths;
+	// fsguard.Plan.Pin).
+	Pin    []string
+	Limits sandbox.Limits
 	// SystemPaths default to DefaultSystemPaths.
 	SystemPaths []string
 	// AllowWeaker accepts running without namespaces or without Landlock

@@ -75,11 +75,6 @@ func buildView(p Policy) error {
 			specs = append(specs, &mountSpec{target: "/dev/" + d, source: "/dev/" + d, file: true})
 		}
 	}
-	for _, pr := range p.Protected {
-		if fi, err := os.Lstat(pr); err == nil && fi.Mode()&os.ModeSymlink == 0 {
-			specs = append(specs, &mountSpec{target: pr, source: pr, ro: true, file: !fi.IsDir()})
-		}
-	}
 	for _, m := range MaskedPaths {
 		fi, err := os.Lstat(m)
 		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
@@ -189,6 +184,9 @@ func buildView(p Policy) error {
 	if err := unix.Mount("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		fmt.Fprintf(os.Stderr, "vak: landlock: no /proc in the sandbox: %v\n", err)
 	}
+	if err := mountProtected(p, root); err != nil {
+		return err
+	}
 	// Make the root itself read-only, then switch to it.
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount root read-only: %w", err)
@@ -203,6 +201,82 @@ func buildView(p Policy) error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// mountProtected binds the pinned directories onto themselves read-write
+// and the protected paths read-only, inside the view's workspace. Both the
+// source (in the host's workspace) and the target (in the view's) are
+// resolved beneath the workspace without following any symbolic link: a
+// `.git -> ~/.kube` link planted by an earlier command neither makes a host
+// file appear in the view nor moves a mount onto a host path. A path that
+// cannot be resolved so is skipped (the tripwire still watches it).
+func mountProtected(p Policy, root string) error {
+	if p.Mode != sandbox.WorkspaceWrite || len(p.Pin)+len(p.Protected) == 0 {
+		return nil
+	}
+	hostWS, err := unix.Open(p.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace %s: %w", p.Workspace, err)
+	}
+	defer unix.Close(hostWS)
+	viewWS, err := unix.Open(filepath.Join(root, p.Workspace), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the view's workspace: %w", err)
+	}
+	defer unix.Close(viewWS)
+	type bind struct {
+		rel string
+		ro  bool
+	}
+	var binds []bind
+	for _, list := range []struct {
+		paths []string
+		ro    bool
+	}{{p.Pin, false}, {p.Protected, true}} {
+		for _, abs := range list.paths {
+			rel, err := filepath.Rel(p.Workspace, abs)
+			if err != nil || rel == "." || strings.HasPrefix(rel, "../") || rel == ".." {
+				return fmt.Errorf("protected path %s is not inside the workspace %s", abs, p.Workspace)
+			}
+			binds = append(binds, bind{rel, list.ro})
+		}
+	}
+	// Parents first, so deeper mounts land inside them.
+	slices.SortStableFunc(binds, func(a, b bind) int {
+		return strings.Count(a.rel, "/") - strings.Count(b.rel, "/")
+	})
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for _, b := range binds {
+		src, err := unix.Openat2(hostWS, b.rel, &how)
+		if err != nil {
+			continue // gone, or reached through a link: not mounted
+		}
+		tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+		unix.Close(src)
+		if err != nil {
+			return fmt.Errorf("clone protected path %s: %w", b.rel, err)
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if b.ro {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			unix.Close(tree)
+			return fmt.Errorf("set attributes of protected path %s: %w", b.rel, err)
+		}
+		dst, err := unix.Openat2(viewWS, b.rel, &how)
+		if err != nil {
+			unix.Close(tree)
+			continue
+		}
+		err = unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		unix.Close(dst)
+		unix.Close(tree)
+		if err != nil {
+			return fmt.Errorf("mount protected path %s: %w", b.rel, err)
+		}
+	}
+	return nil
 }
 
 // makeFileMountPoint makes sure a file exists at dst to mount a file on. An

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 
+	"vak/internal/fsguard"
 	"vak/internal/sandbox"
 )
 
@@ -35,6 +37,13 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
 	}
+	// What the view mounts to protect the workspace: existing protected
+	// paths read-only, .git and parents of protected paths pinned, nested
+	// repositories included (fsguard.Plan, made without following links).
+	plan, err := protectionPlan(pp.Workspace, pp.Protected)
+	if err != nil {
+		return nil, err
+	}
 	p := Policy{
 		Workspace:   pp.Workspace,
 		Mode:        pp.Mode,
@@ -42,7 +51,8 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		Home:        pp.Home,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
-		Protected:   pp.Protected,
+		Protected:   absAll(pp.Workspace, plan.ReadOnly),
+		Pin:         absAll(pp.Workspace, plan.Pin),
 		Limits:      pp.Limits,
 		AllowWeaker: pp.AllowWeaker || b.AllowWeaker,
 		UID:         os.Getuid(),
@@ -52,7 +62,9 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if err != nil {
 		return nil, err
 	}
-	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp")}
+	// Every process of the sandbox dies with stage 1 (the PID namespace's
+	// init), so the broker can sweep the workspace once more at the end.
+	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
 	var cgroup *Cgroup
 	if NeedCgroup() {
 		// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
@@ -93,6 +105,36 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 	}
 	return l, nil
+}
+
+// protectionPlan walks the workspace for fsguard.Plan; protected are
+// absolute paths inside it.
+func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
+	var rel []string
+	for _, p := range protected {
+		if r, err := filepath.Rel(ws, p); err == nil {
+			rel = append(rel, r)
+		}
+	}
+	t, err := fsguard.OpenTree(ws)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	defer t.Close()
+	plan, err := t.Plan(rel)
+	if err != nil {
+		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
+	}
+	return plan, nil
+}
+
+// absAll joins workspace-relative paths to the workspace.
+func absAll(ws string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(ws, r))
+	}
+	return out
 }
 
 // commandEnv is the host environment of commands plus HOME and TMPDIR as

@@ -22,6 +22,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
 	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
 	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
+	t.Run("HostSide", func(t *testing.T) { runHostSide(t, b) })
 	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
 }
 

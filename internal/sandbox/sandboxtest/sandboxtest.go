@@ -203,3 +203,13 @@ func NonLoopbackIP(t *testing.T) string {
 	t.Skip("no non-loopback IPv4 address on this host")
 	return ""
 }
+
+// HostProbeIn runs the probe on the host in dir (the control for attempts
+// that act on the current directory).
+func HostProbeIn(t *testing.T, e *Env, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(e.Probe, args...)
+	cmd.Dir = dir
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}

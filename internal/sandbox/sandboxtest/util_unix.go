@@ -16,3 +16,5 @@ func ownerUID(fi os.FileInfo) int {
 }
 
 func listenUnix(t *testing.T, path string) *Listener { return listenCounting(t, "unix", path) }
+
+func inodeOf(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }

@@ -127,6 +127,13 @@ type BashResult struct {
 	// ProtectedRemoved lists protected paths the command created, which the
 	// worker removed (they would run outside the sandbox later).
 	ProtectedRemoved []string `json:"protected_removed,omitempty"`
+	// SetuidCleared lists workspace files whose setuid or setgid bit the
+	// worker cleared after the command, with the mode they had.
+	SetuidCleared []string `json:"setuid_cleared,omitempty"`
+	// TripwireWarnings are checks after the command that could not be
+	// completed (a planted path that could not be removed, a workspace too
+	// large to walk entirely).
+	TripwireWarnings []string `json:"tripwire_warnings,omitempty"`
 }
 
 // ReadArgs reads a file.
@@ -239,6 +246,12 @@ type Event struct {
 	// seccomp, user+mount+pid+net namespaces").
 	Sandbox string `json:"sandbox,omitempty"`
 	PID     int    `json:"pid,omitempty"`
+	// Started and Restricted are when the worker's process began (its Go
+	// packages were initialised) and when its sandbox entry returned (the
+	// restrictions in force), as Unix times in nanoseconds; vak run --trace
+	// shows them. Zero when unknown.
+	Started    int64 `json:"started_ns,omitempty"`
+	Restricted int64 `json:"restricted_ns,omitempty"`
 }
 
 // Error codes. They are stable: embedders switch on them.

@@ -1,4 +1,4 @@
-package taskenv
+package docker
 
 import (
 	"fmt"
@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// ownerToken names process pid so that it cannot be confused with a later
+// OwnerToken names process pid so that it cannot be confused with a later
 // process that reuses the PID: "BOOTID/PID/STARTTIME" (start time in clock
 // ticks since boot, from /proc/PID/stat).
-func ownerToken(pid int) (string, error) {
+func OwnerToken(pid int) (string, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "", fmt.Errorf("owner: boot id: %w", err)
@@ -22,10 +22,10 @@ func ownerToken(pid int) (string, error) {
 	return strings.TrimSpace(string(boot)) + "/" + strconv.Itoa(pid) + "/" + start, nil
 }
 
-// ownerAlive reports whether the process a token names still runs. known is
+// OwnerAlive reports whether the process a token names still runs. known is
 // false when the token cannot be judged here (another boot or machine is
 // never taken as "gone": gc only removes what it is sure about).
-func ownerAlive(token string) (alive, known bool) {
+func OwnerAlive(token string) (alive, known bool) {
 	f := strings.Split(token, "/")
 	if len(f) != 3 {
 		return false, false

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/dockerguard"
+)
+
+// newDockerguardCmd serves the Docker API guard in front of a nested
+// engine (run inside the dockerd sidecar; see docs/nested-docker.md).
+func (a *app) newDockerguardCmd() *cobra.Command {
+	var (
+		p               dockerguard.Policy
+		raw, pool, dns  string
+		labels, trustEv []string
+	)
+	cmd := &cobra.Command{
+		Use:    "dockerguard --listen SOCK --upstream RAW --workspace DIR --trust-dir DIR --pool CIDR --dns IP",
+		Short:  "Serve the Docker Engine API guard in front of a nested engine",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if p.Pool, err = netip.ParsePrefix(pool); err != nil {
+				return exit(ExitUsage, fmt.Errorf("--pool: %w", err))
+			}
+			if p.DNS, err = netip.ParseAddr(dns); err != nil {
+				return exit(ExitUsage, fmt.Errorf("--dns: %w", err))
+			}
+			p.Labels = map[string]string{}
+			for _, l := range labels {
+				k, v, ok := cutEq(l)
+				if !ok {
+					return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
+				}
+				p.Labels[k] = v
+			}
+			p.TrustEnv = trustEv
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			err = dockerguard.Serve(ctx, p, raw, func() {
+				fmt.Fprintf(a.stdio.Out, "dockerguard: serving %s (reaper %s) -> %s\n", p.GuardSocket, p.ReaperSocket, raw)
+			})
+			if err != nil {
+				return exit(ExitFailure, err)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&p.GuardSocket, "listen", "", "socket to serve the guarded API on (the agent's DOCKER_HOST)")
+	fl.StringVar(&p.ReaperSocket, "reaper", "", "socket to serve the reaper-only API on (binds of the guard socket are rewritten to it)")
+	fl.StringVar(&raw, "upstream", "", "the nested engine's raw socket")
+	fl.StringVar(&p.Workspace, "workspace", "", "workspace path (allowed bind sources)")
+	fl.StringVar(&p.TrustDir, "trust-dir", "", "trust dir (bound read-only into every container)")
+	fl.StringVar(&pool, "pool", "", "inner address pool")
+	fl.StringVar(&dns, "dns", "", "DNS server for inner containers (the gateway)")
+	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE label put on every created object (repeatable)")
+	fl.StringArrayVar(&trustEv, "trust-env", nil, "NAME=VALUE CA variable set in every container (repeatable)")
+	for _, f := range []string{"listen", "upstream", "workspace", "trust-dir", "pool", "dns"} {
+		cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}
+
+func cutEq(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '=' {
+			return s[:i], s[i+1:], i > 0
+		}
+	}
+	return "", "", false
+}

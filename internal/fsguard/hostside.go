@@ -1,0 +1,152 @@
+package fsguard
+
+import (
+	"path"
+	"slices"
+	"strings"
+)
+
+// Host-side maintenance of a workspace after a sandboxed command (the
+// tripwire): deciding what a protected path is now, removing what a command
+// planted, finding git control entries and setuid files. None of it follows
+// a symbolic link: the command controls every name in the workspace, and a
+// host-side operation that followed its links would act outside the
+// workspace (a `.git -> ~/.kube` link would make the tripwire that removes a
+// fresh `.git/config` delete `~/.kube/config`).
+
+// Kind says what a workspace path is, seen without following links.
+type Kind uint8
+
+// Kinds of Entry.
+const (
+	Absent  Kind = iota // nothing there (or a parent is not a directory)
+	Dir                 // a directory
+	File                // a regular file
+	Link                // the path itself is a symbolic link
+	ViaLink             // a parent component is a symbolic link (Entry.Via)
+	Other               // a FIFO, socket or device
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Absent:
+		return "absent"
+	case Dir:
+		return "directory"
+	case File:
+		return "file"
+	case Link:
+		return "symbolic link"
+	case ViaLink:
+		return "reached through a symbolic link"
+	}
+	return "special file"
+}
+
+// Entry is what a workspace path is right now.
+type Entry struct {
+	Kind Kind
+	// Via is the workspace-relative path of the first symbolic link on the
+	// way (Kind ViaLink), or the path itself (Kind Link).
+	Via string
+	// Dev and Ino identify the entry (for Link and ViaLink: the link).
+	Dev, Ino uint64
+	// Mode is the raw st_mode.
+	Mode uint32
+}
+
+// Same reports whether e and o are the same file system object in the same
+// shape: a path whose entry was replaced, renamed over or redirected through
+// a new link is not the Same.
+func (e Entry) Same(o Entry) bool {
+	if e.Kind != o.Kind || e.Via != o.Via {
+		return false
+	}
+	return e.Kind == Absent || (e.Dev == o.Dev && e.Ino == o.Ino)
+}
+
+// Scan is what one walk of the workspace found.
+type Scan struct {
+	// Git maps the workspace-relative path of every entry named .git (any
+	// case; directory, gitdir file or link) to what it is. Walks never enter
+	// a .git directory.
+	Git map[string]Entry
+	// Setuid lists regular files with the setuid or setgid bit.
+	Setuid []string
+	// Truncated says the walk stopped at MaxWalkEntries or MaxWalkDepth.
+	Truncated bool
+}
+
+// GitRoots returns the directories (workspace-relative, "" for the
+// workspace itself) that hold a .git entry, sorted.
+func (s Scan) GitRoots() []string {
+	var roots []string
+	for rel := range s.Git {
+		roots = append(roots, parentOf(rel))
+	}
+	slices.Sort(roots)
+	return slices.Compact(roots)
+}
+
+// GitNames returns the workspace-relative paths of the .git entries, sorted.
+func (s Scan) GitNames() []string {
+	var names []string
+	for rel := range s.Git {
+		names = append(names, rel)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// IsGitName reports whether a path segment names a git control entry (.git,
+// compared as a case-folding file system would).
+func IsGitName(seg string) bool { return strings.EqualFold(stripIgnorable(seg), ".git") }
+
+// ExpandProtected applies protected (workspace-relative entries) to every
+// git repository of the workspace: entries below .git (".git/hooks",
+// ".git/config", ...) are repeated below each nested repository's .git
+// (roots from Scan.GitRoots), so a submodule or a nested clone has its hooks
+// and config protected like the top-level one. Other entries (.vscode,
+// .envrc, ...) apply at the workspace root only. The result is sorted and
+// free of duplicates.
+func ExpandProtected(protected []string, roots []string) []string {
+	out := slices.Clone(protected)
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		for _, p := range protected {
+			segs := strings.Split(path.Clean(p), "/")
+			if len(segs) > 1 && IsGitName(segs[0]) {
+				out = append(out, root+"/"+path.Clean(p))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func parentOf(rel string) string {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		return rel[:i]
+	}
+	return ""
+}
+
+// Plan is what a backend mounts before a command so that the command
+// cannot change the protected paths: Pin directories are bound onto
+// themselves read-write (a mount point cannot be renamed, removed or
+// replaced, so `.git` and the parents of protected paths stay where they
+// are while their contents stay writable), ReadOnly entries are bound
+// read-only. Both hold only entries that exist as real directories or
+// files, reached without a symbolic link; they are workspace-relative and
+// sorted so that a parent comes before what lies below it.
+type Plan struct {
+	Pin      []string
+	ReadOnly []string
+	// Protected is the configured list expanded to every nested repository
+	// (ExpandProtected): what the tripwire checks after the command.
+	Protected []string
+	// Scan is the walk the plan was made from.
+	Scan Scan
+}

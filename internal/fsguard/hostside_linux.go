@@ -1,0 +1,367 @@
+package fsguard
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Tree is a workspace opened for host-side maintenance. Every path is
+// resolved beneath the workspace descriptor, one component at a time,
+// without following any symbolic link (openat2 RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS, fstatat AT_SYMLINK_NOFOLLOW, unlinkat).
+type Tree struct {
+	fd   int
+	path string
+}
+
+// OpenTree opens the canonical workspace for host-side maintenance.
+func OpenTree(workspace string) (*Tree, error) {
+	if !filepath.IsAbs(workspace) || filepath.Clean(workspace) != workspace || workspace == "/" {
+		return nil, pathError("open", workspace, ErrInvalidPath, "workspace must be a clean absolute path other than /")
+	}
+	fd, err := unix.Open(workspace, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
+	}
+	if _, err := openat2(fd, ".", unix.O_PATH, 0, strictResolve); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOSYS) {
+			return nil, fmt.Errorf("fsguard: %w: the kernel lacks openat2(2)", ErrUnsupported)
+		}
+		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
+	}
+	return &Tree{fd: fd, path: workspace}, nil
+}
+
+// Path is the workspace path.
+func (t *Tree) Path() string { return t.path }
+
+// Close releases the workspace descriptor.
+func (t *Tree) Close() error {
+	if t.fd < 0 {
+		return nil
+	}
+	err := unix.Close(t.fd)
+	t.fd = -1
+	return err
+}
+
+// splitRel validates a workspace-relative path and splits it.
+func splitRel(op, rel string) ([]string, error) {
+	if rel == "" || strings.IndexByte(rel, 0) >= 0 || path.IsAbs(rel) {
+		return nil, pathError(op, rel, ErrInvalidPath, "must be a non-empty workspace-relative path")
+	}
+	c := path.Clean(rel)
+	if c == "." || c == ".." || strings.HasPrefix(c, "../") {
+		return nil, pathError(op, rel, ErrOutside, "")
+	}
+	return strings.Split(c, "/"), nil
+}
+
+func entryOf(st *unix.Stat_t) Entry {
+	e := Entry{Dev: uint64(st.Dev), Ino: st.Ino, Mode: st.Mode}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		e.Kind = Dir
+	case unix.S_IFREG:
+		e.Kind = File
+	case unix.S_IFLNK:
+		e.Kind = Link
+	default:
+		e.Kind = Other
+	}
+	return e
+}
+
+// Stat says what rel is, without following any link: a link on the way is
+// reported as ViaLink (with the link's own path and identity), the path
+// itself being a link as Link.
+func (t *Tree) Stat(rel string) (Entry, error) {
+	segs, err := splitRel("stat", rel)
+	if err != nil {
+		return Entry{}, err
+	}
+	cur := t.fd
+	defer func() {
+		if cur != t.fd {
+			unix.Close(cur)
+		}
+	}()
+	for i, s := range segs {
+		var st unix.Stat_t
+		if err := unix.Fstatat(cur, s, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+				return Entry{Kind: Absent}, nil
+			}
+			return Entry{}, fail("stat", rel, err)
+		}
+		e := entryOf(&st)
+		last := i == len(segs)-1
+		if e.Kind == Link {
+			e.Via = strings.Join(segs[:i+1], "/")
+			if !last {
+				e.Kind = ViaLink
+			}
+			return e, nil
+		}
+		if last {
+			return e, nil
+		}
+		if e.Kind != Dir {
+			return Entry{Kind: Absent}, nil
+		}
+		fd, err := openat2(cur, s, unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
+		if err != nil {
+			// Swapped for a link or removed since the fstatat: a
+			// concurrent change, reported rather than guessed at.
+			return Entry{}, fail("stat", rel, err)
+		}
+		if cur != t.fd {
+			unix.Close(cur)
+		}
+		cur = fd
+	}
+	return Entry{Kind: Absent}, nil
+}
+
+// Remove removes rel as it is: a link as the link itself, a file, or a
+// directory with everything below it, never following a link and never
+// crossing into a mount (a mount point below cannot be removed and is an
+// error). A parent component that is a link is an ErrSymlink error: remove
+// that link instead (Entry.Via). A missing rel is not an error.
+func (t *Tree) Remove(rel string) error {
+	segs, err := splitRel("remove", rel)
+	if err != nil {
+		return err
+	}
+	dir, base := strings.Join(segs[:len(segs)-1], "/"), segs[len(segs)-1]
+	if dir == "" {
+		dir = "."
+	}
+	dfd, err := openat2(t.fd, dir, unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fail("remove", rel, err)
+	}
+	defer unix.Close(dfd)
+	if err := removeAt(dfd, base, 0); err != nil {
+		return fmt.Errorf("fsguard: remove %q: %w", rel, err)
+	}
+	return nil
+}
+
+// removeAt removes name in directory dfd, recursively, without following links.
+func removeAt(dfd int, name string, depth int) error {
+	err := unix.Unlinkat(dfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	if depth >= MaxWalkDepth {
+		return fmt.Errorf("deeper than %d levels", MaxWalkDepth)
+	}
+	fd, oerr := openat2(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0, strictResolve|unix.RESOLVE_NO_XDEV)
+	if oerr != nil {
+		if errors.Is(oerr, unix.ENOTDIR) {
+			return err // not a directory after all: the unlink's own error
+		}
+		return oerr
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var first error
+	for {
+		names, rerr := f.Readdirnames(1024)
+		for _, n := range names {
+			if e := removeAt(fd, n, depth+1); e != nil && first == nil {
+				first = fmt.Errorf("%s/%w", name, e)
+			}
+		}
+		if rerr != nil || len(names) == 0 {
+			break
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+}
+
+// Scan walks the workspace without following links or entering .git
+// directories, collecting every .git entry and (when setuid is set) every
+// regular file with the setuid or setgid bit. It stops at MaxWalkEntries
+// entries or MaxWalkDepth levels (Scan.Truncated).
+func (t *Tree) Scan(setuid bool) (Scan, error) {
+	fd, err := openat2(t.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0, strictResolve)
+	if err != nil {
+		return Scan{}, fail("scan", t.path, err)
+	}
+	defer unix.Close(fd)
+	sc := Scan{Git: map[string]Entry{}}
+	record := func(dirfd int, name string, rel []string) {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			e := entryOf(&st)
+			if e.Kind == Link {
+				e.Via = strings.Join(rel, "/")
+			}
+			sc.Git[strings.Join(rel, "/")] = e
+		}
+	}
+	w := &walker{
+		enter: func(rel []string) bool {
+			if IsGitName(rel[len(rel)-1]) {
+				// The walker hands directories to enter only; record it
+				// here (its descriptor is the parent's, opened below).
+				return false
+			}
+			return true
+		},
+		visit: func(dirfd int, name string, rel []string, typ uint8) bool {
+			if IsGitName(name) {
+				record(dirfd, name, rel)
+				return false
+			}
+			if setuid && typ == unix.DT_REG {
+				var st unix.Stat_t
+				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+					st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+					sc.Setuid = append(sc.Setuid, strings.Join(rel, "/"))
+				}
+			}
+			return false
+		},
+	}
+	w.onDir = func(dirfd int, name string, rel []string) {
+		if IsGitName(name) {
+			record(dirfd, name, rel)
+		}
+	}
+	w.dir(fd, nil, 0)
+	sc.Truncated = w.truncated
+	return sc, nil
+}
+
+// ClearSetuid removes the setuid and setgid bits of the regular file rel
+// (resolved without following links). It returns the permission bits it
+// found (st_mode & 07777).
+func (t *Tree) ClearSetuid(rel string) (uint32, error) {
+	segs, err := splitRel("chmod", rel)
+	if err != nil {
+		return 0, err
+	}
+	dir, base := strings.Join(segs[:len(segs)-1], "/"), segs[len(segs)-1]
+	if dir == "" {
+		dir = "."
+	}
+	dfd, err := openat2(t.fd, dir, unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
+	if err != nil {
+		return 0, fail("chmod", rel, err)
+	}
+	defer unix.Close(dfd)
+	fd, err := openat2(dfd, base, unix.O_PATH, 0, strictResolve)
+	if err != nil {
+		return 0, fail("chmod", rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fail("chmod", rel, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, pathError("chmod", rel, ErrNotRegular, "")
+	}
+	mode := st.Mode & 0o7777
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
+		return mode, nil
+	}
+	// An O_PATH descriptor cannot be fchmod'ed; its /proc/self/fd link
+	// names exactly this inode (no path lookup in the workspace).
+	newMode := st.Mode & 0o1777
+	err = unix.Fchmodat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), newMode, 0)
+	if err != nil {
+		// No /proc: open the file itself (it is a regular file, opened
+		// without following links or blocking).
+		rfd, oerr := openat2(dfd, base, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0, strictResolve)
+		if oerr != nil {
+			return mode, fail("chmod", rel, err)
+		}
+		defer unix.Close(rfd)
+		var st2 unix.Stat_t
+		if unix.Fstat(rfd, &st2) != nil || st2.Ino != st.Ino || st2.Dev != st.Dev {
+			return mode, pathError("chmod", rel, ErrNotRegular, "changed while being fixed")
+		}
+		if err = unix.Fchmod(rfd, newMode); err != nil {
+			return mode, fail("chmod", rel, err)
+		}
+	}
+	return mode, nil
+}
+
+// Plan walks the workspace and says what to mount for protected (the
+// configured workspace-relative entries): see Plan.
+func (t *Tree) Plan(protected []string) (Plan, error) {
+	sc, err := t.Scan(false)
+	if err != nil {
+		return Plan{}, err
+	}
+	pl := Plan{Scan: sc, Protected: ExpandProtected(protected, sc.GitRoots())}
+	ro, pin := map[string]bool{}, map[string]bool{}
+	for _, rel := range pl.Protected {
+		e, err := t.Stat(rel)
+		if err != nil || e.Kind == Absent || e.Kind == Link || e.Kind == ViaLink {
+			continue // nothing to mount; the tripwire watches it
+		}
+		if e.Kind == Dir || e.Kind == File {
+			ro[path.Clean(rel)] = true
+		}
+		segs := strings.Split(path.Clean(rel), "/")
+		for i := 1; i < len(segs); i++ {
+			pin[strings.Join(segs[:i], "/")] = true
+		}
+	}
+	for rel, e := range sc.Git {
+		switch e.Kind {
+		case Dir:
+			pin[rel] = true
+		case File:
+			ro[rel] = true
+		}
+		segs := strings.Split(rel, "/")
+		for i := 1; i < len(segs); i++ {
+			pin[strings.Join(segs[:i], "/")] = true
+		}
+	}
+	for rel := range pin {
+		if !ro[rel] {
+			pl.Pin = append(pl.Pin, rel)
+		}
+	}
+	for rel := range ro {
+		pl.ReadOnly = append(pl.ReadOnly, rel)
+	}
+	sortShallowFirst(pl.Pin)
+	sortShallowFirst(pl.ReadOnly)
+	return pl, nil
+}
+
+// sortShallowFirst orders paths by depth, then by name.
+func sortShallowFirst(ps []string) {
+	slices.SortFunc(ps, func(a, b string) int {
+		if d := strings.Count(a, "/") - strings.Count(b, "/"); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package docker
+
+import "fmt"
+
+// SeccompProfile needs the moby module's default profile, which is built
+// for Linux hosts only.
+func SeccompProfile() ([]byte, error) {
+	return nil, fmt.Errorf("docker: vak's seccomp profile: %w on this host OS", ErrUnsupported)
+}

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"fmt"
+	"runtime"
+
+	"vak/internal/fsguard"
+	"vak/internal/worker/wire"
+)
+
+// The tripwire runs around every command, on the worker's side (on the host
+// for the docker backend, inside the view for landlock). Before the command
+// it records what each protected path and each .git entry of the workspace
+// is; after it, it removes what the command planted and clears setuid and
+// setgid bits. Every operation resolves paths beneath the workspace without
+// following a symbolic link (fsguard.Tree): a link the command made is
+// removed as the link itself and never leads the worker outside.
+
+// tripState is what the protected paths and .git entries were before a command.
+type tripState struct {
+	git  map[string]fsguard.Entry
+	prot map[string]fsguard.Entry
+	err  error
+}
+
+// tripBefore records the state before a command.
+func (x *Exec) tripBefore() tripState {
+	if x.NoTripwire {
+		return tripState{}
+	}
+	if runtime.GOOS != "linux" {
+		return x.tripBeforeLegacy()
+	}
+	return snapshot(x.Workspace, x.Protected)
+}
+
+// TripwireState is what a workspace's .git entries and protected paths
+// were at one moment (Snapshot), for a later Sweep.
+type TripwireState struct{ st tripState }
+
+// Snapshot records the state of workspace ws for protected (the
+// configured, workspace-relative entries). It returns nil where fsguard.Tree
+// is unsupported (not Linux); Sweep of nil does nothing.
+func Snapshot(ws string, protected []string) *TripwireState {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	return &TripwireState{snapshot(ws, protected)}
+}
+
+// Sweep removes what was planted in ws since the snapshot and clears
+// setuid bits, exactly as the tripwire after a command does, and reports
+// it in res (ProtectedRemoved, SetuidCleared, TripwireWarnings). The broker
+// sweeps once more when a session ends, after every sandboxed process is
+// gone: a background job can plant after a command's own check.
+func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResult) error {
+	if s == nil {
+		return nil
+	}
+	x := &Exec{Workspace: ws, Protected: protected}
+	return x.tripAfter(s.st, res)
+}
+
+func snapshot(ws string, protected []string) tripState {
+	t, err := fsguard.OpenTree(ws)
+	if err != nil {
+		return tripState{err: err}
+	}
+	defer t.Close()
+	sc, err := t.Scan(false)
+	if err != nil {
+		return tripState{err: err}
+	}
+	st := tripState{git: sc.Git, prot: map[string]fsguard.Entry{}}
+	for _, rel := range fsguard.ExpandProtected(protected, sc.GitRoots()) {
+		e, err := t.Stat(rel)
+		if err != nil {
+			return tripState{err: err}
+		}
+		st.prot[rel] = e
+	}
+	return st
+}
+
+// tripAfter removes what the command planted and reports it:
+//
+//   - a .git entry (directory, gitdir file or link, at any depth) that did
+//     not exist before or is not the same object as before (renamed over,
+//     replaced) is removed: host git would take its config and hooks;
+//   - a protected path (expanded to every nested repository) that did not
+//     exist before and exists now is removed; one that is now reached
+//     through a new symbolic link loses that link;
+//   - setuid and setgid bits of regular files are cleared.
+func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
+	if x.NoTripwire {
+		return nil
+	}
+	if runtime.GOOS != "linux" {
+		res.ProtectedRemoved = x.tripAfterLegacy(before)
+		return nil
+	}
+	if before.err != nil {
+		return fmt.Errorf("tripwire: %w", before.err)
+	}
+	t, err := fsguard.OpenTree(x.Workspace)
+	if err != nil {
+		return fmt.Errorf("tripwire: %w", err)
+	}
+	defer t.Close()
+	sc, err := t.Scan(true)
+	if err != nil {
+		return fmt.Errorf("tripwire: %w", err)
+	}
+	var errs []error
+	remove := func(rel, report string) {
+		if err := t.Remove(rel); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		res.ProtectedRemoved = append(res.ProtectedRemoved, report)
+	}
+	for _, rel := range sc.GitNames() {
+		e := sc.Git[rel]
+		if b, ok := before.git[rel]; ok && b.Same(e) {
+			continue
+		}
+		remove(rel, rel)
+	}
+	roots := map[string]bool{}
+	for _, r := range (fsguard.Scan{Git: before.git}).GitRoots() {
+		roots[r] = true
+	}
+	for _, r := range sc.GitRoots() {
+		roots[r] = true
+	}
+	var rootList []string
+	for r := range roots {
+		rootList = append(rootList, r)
+	}
+	for _, rel := range fsguard.ExpandProtected(x.Protected, rootList) {
+		e, err := t.Stat(rel)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b, known := before.prot[rel]
+		if e.Kind == fsguard.Absent || (known && b.Same(e)) {
+			continue
+		}
+		switch {
+		case e.Kind == fsguard.ViaLink:
+			// Reached through a link the command made: the link goes.
+			remove(e.Via, rel+" (through the link "+e.Via+")")
+		case !known || b.Kind == fsguard.Absent || e.Kind == fsguard.Link:
+			remove(rel, rel)
+		default:
+			// The same kind of object, replaced: it is read-only in the
+			// sandbox (a mount the command cannot rename over), so the
+			// change came from outside (the user's editor or git).
+		}
+	}
+	for _, rel := range sc.Setuid {
+		mode, err := t.ClearSetuid(rel)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res.SetuidCleared = append(res.SetuidCleared, fmt.Sprintf("%s (mode was %04o)", rel, mode))
+	}
+	if sc.Truncated {
+		res.TripwireWarnings = append(res.TripwireWarnings, fmt.Sprintf("the workspace has more than %d entries or %d levels: the tripwire checked only the first ones", fsguard.MaxWalkEntries, fsguard.MaxWalkDepth))
+	}
+	for _, err := range errs {
+		res.TripwireWarnings = append(res.TripwireWarnings, err.Error())
+	}
+	return nil
+}
