@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/containerd/errdefs v1.0.0
+	github.com/creack/pty v1.1.24
 	github.com/google/nftables v0.3.0
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/miekg/dns v1.1.73
@@ -18,6 +19,7 @@ require (
 	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.47.0
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78
 	software.sslmate.com/src/go-pkcs12 v0.7.4
 )

@@ -268,8 +268,34 @@ func (s *Session) Client() *wire.Client { return s.client }
 
 // Bash runs a command in the sandbox.
 func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
-	if s.wrapper == nil {
+	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
 		return s.client.Bash(ctx, a, onOutput)
+	})
+}
+
+// Interaction is the input side of an interactive command.
+type Interaction struct {
+	// Stdin is copied to the command until EOF; nil sends none.
+	Stdin io.Reader
+	// Resize delivers new terminal sizes (TTY commands).
+	Resize <-chan wire.TTYSize
+}
+
+// BashInteractive runs an interactive command (a.Interactive or a.TTY set)
+// in the sandbox: its terminal, if any, is allocated inside the sandbox by
+// the worker. Only backends that sandbox.CheckInteractive accepts run them.
+func (s *Session) BashInteractive(ctx context.Context, a wire.BashArgs, in Interaction, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
+	if err := sandbox.CheckInteractive(s.opts.Backend); err != nil {
+		return nil, err
+	}
+	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
+		return s.client.BashInteractive(ctx, a, in.Stdin, in.Resize, onOutput)
+	})
+}
+
+func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.BashArgs) (*wire.BashResult, error)) (*wire.BashResult, error) {
+	if s.wrapper == nil {
+		return send(a)
 	}
 	// Command-scoped: wrap it, and send the wrapper as the command.
 	dir, err := s.resolveDir(a.Cwd)
@@ -303,7 +329,7 @@ func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(strea
 		return nil, err
 	}
 	a.Command, a.Cwd, a.Env = shellquote.Join(argv), "", nil
-	res, err := s.client.Bash(ctx, a, onOutput)
+	res, err := send(a)
 	if err != nil || res.TimedOut || res.Canceled {
 		// The docker CLI is dead but its container may not be.
 		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -90,7 +90,7 @@ themselves so that they cannot be renamed).`,
 			if err != nil {
 				return err
 			}
-			if cfg.EgressSections == nil || cfg.EgressSections.Network == nil || len(cfg.EgressSections.Network.Rules) == 0 {
+			if n := cfg.EgressSections; n == nil || n.Network == nil || len(n.Network.Rules)+len(n.Network.Presets) == 0 {
 				return exit(ExitConfig, fmt.Errorf("%w (%s has none)", proxynet.ErrNoPolicy, trustedFile(cfg)))
 			}
 			state, err := paths.EnsureStateDir()

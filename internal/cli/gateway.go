@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -82,6 +83,7 @@ Listener flags override the config; "-" disables a listener.`,
 		a.newGatewayAdminCmd("env", "Print the placeholder environment for the sandbox (NAME=placeholder)", &f.socket),
 		a.newGatewayCACmd(),
 		a.newImportSandcatCmd(),
+		a.newGatewayPresetsCmd(),
 	)
 	return cmd
 }
@@ -318,4 +320,49 @@ widens access: it fails when a deny rule cannot be expressed.`,
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the TOML to this new file (mode 0600) instead of stdout")
 	return cmd
+}
+
+func (a *app) newGatewayPresetsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "presets [NAME]",
+		Short: "List the built-in network presets, or print one preset's rules file",
+		Long: `List the built-in network presets: versioned allow-rule sets for common
+services that the trusted user config names in [network] presets, e.g.
+
+  [network]
+  policy = "proxied"
+  presets = ["anthropic", "github", "npm"]
+
+Each preset is a readable TOML file shipped with vak (NAME prints it). Presets
+only allow, never carry secrets, and come after your own [[network.rules]], so
+a deny rule of yours wins. Model-API presets leave out endpoints that would turn
+an allowed host into an exfiltration channel (file uploads); add your own rule
+for those if you need them.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				p, err := egressconfig.LoadPreset(args[0])
+				if err != nil {
+					return exit(ExitUsage, err)
+				}
+				a.stdio.Out.Write(p.Source)
+				return nil
+			}
+			ps, err := egressconfig.Presets()
+			if err != nil {
+				return exit(ExitInternal, err)
+			}
+			for _, p := range ps {
+				fmt.Fprintf(a.stdio.Out, "%s\t%s\n", p.Name, p.Description)
+				for _, r := range p.Rules {
+					line := "  allow " + strings.Join(r.Methods, ",") + " " + strings.Join(r.Hosts, " ")
+					if len(r.Paths) > 0 {
+						line += " paths " + strings.Join(r.Paths, " ")
+					}
+					fmt.Fprintln(a.stdio.Out, line)
+				}
+			}
+			return nil
+		},
+	}
 }

@@ -99,3 +99,30 @@ func TestReceiptsVerifyCommand(t *testing.T) {
 		t.Fatalf("no key: %d %s", code, stderr)
 	}
 }
+
+func TestGatewayPresets(t *testing.T) {
+	code, out, errs := vakMain(t, "", "gateway", "presets")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, name := range []string{"anthropic", "openai", "github", "npm", "pypi", "go-modules", "debian"} {
+		if !strings.Contains(out, "\n"+name+"\t") && !strings.HasPrefix(out, name+"\t") {
+			t.Errorf("preset %s not listed:\n%s", name, out)
+		}
+	}
+	code, out, _ = vakMain(t, "", "gateway", "presets", "openai")
+	if code != 0 || !strings.Contains(out, `hosts = ["api.openai.com"]`) || !strings.Contains(out, "version = 1") {
+		t.Errorf("presets openai: exit %d\n%s", code, out)
+	}
+	code, _, errs = vakMain(t, "", "gateway", "presets", "nope")
+	if code != ExitUsage || !strings.Contains(errs, `unknown preset "nope"`) {
+		t.Errorf("unknown preset: exit %d %q", code, errs)
+	}
+	// A user config that names presets loads (they are trusted config, like
+	// the rules); an unknown name is a config error naming the key.
+	cfg := writeConfig(t, "version = 1\n[network]\npolicy = \"proxied\"\npresets = [\"npm\", \"nope\"]\n")
+	code, _, errs = vakMain(t, cfg, "run", "--", "true")
+	if code != ExitConfig || !strings.Contains(errs, "network.presets[1]") || !strings.Contains(errs, `"nope"`) {
+		t.Errorf("bad preset in config: exit %d %q", code, errs)
+	}
+}

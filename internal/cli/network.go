@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"vak/internal/config"
 	"vak/internal/paths"
@@ -81,4 +82,32 @@ func trustedFile(cfg *config.Config) string {
 		}
 	}
 	return "the user config"
+}
+
+// keepProxyNetWarm keeps the workspace's proxied network up for idle after
+// now, whether or not a sandbox uses it (session.run_network_idle).
+func (a *app) keepProxyNetWarm(ws string, idle time.Duration) {
+	state, err := paths.EnsureStateDir()
+	if err == nil {
+		err = proxynet.KeepWarm(state, ws, time.Now().Add(idle))
+	}
+	if err != nil {
+		a.warnf("proxied network of %s: %v", ws, err)
+	}
+}
+
+// gcProxyNets removes the caller's proxied networks that nothing uses and
+// whose warm time has passed (what vak gc does for them).
+func (a *app) gcProxyNets(ctx context.Context) {
+	eng, err := taskenv.NewEngine()
+	if err != nil {
+		return
+	}
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return
+	}
+	if _, err := proxynet.GC(ctx, eng, state, a.labels, proxynet.GCGrace); err != nil {
+		a.warnf("removing idle proxied networks: %v", err)
+	}
 }

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"vak/internal/paths"
+	"vak/internal/proxynet"
 	"vak/internal/testenv"
 )
 
@@ -77,5 +81,94 @@ func TestProxiedNeedsCommandBackend(t *testing.T) {
 	}
 	if code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "none", "--", "sh", "-c", "echo ran"); code != 0 || out != "ran\n" {
 		t.Fatalf("control with --network none: %d %q %q", code, out, errs)
+	}
+}
+
+// TestRunProxiedWarm: vak run keeps its workspace's proxied network warm
+// for session.run_network_idle, so the next run reuses the same gateway; vak
+// gc removes it once that time has passed; with "0" each run removes it.
+func TestRunProxiedWarm(t *testing.T) {
+	img := testenv.Image(t)
+	for _, tc := range []struct {
+		name string
+		idle string
+		warm bool
+	}{{"warm", "1h", true}, {"cold", "0", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("XDG_STATE_HOME", t.TempDir())
+			ws := tempWorkspace(t)
+			cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+img+"\"\n[network]\npolicy = \"proxied\"\npresets = [\"npm\"]\n[session]\nrun_network_idle = \""+tc.idle+"\"\n")
+			run := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+			labels := []string{"--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", "vak.test.run=" + run}
+			t.Cleanup(func() {
+				for _, kind := range []string{"container", "network", "volume"} {
+					out, _ := exec.Command("docker", kind, "ls", "-aq", "--filter", "label=vak.test.run="+run).Output()
+					if kind != "container" {
+						out, _ = exec.Command("docker", kind, "ls", "-q", "--filter", "label=vak.test.run="+run).Output()
+					}
+					if ids := strings.Fields(string(out)); len(ids) > 0 {
+						exec.Command("docker", append([]string{kind, "rm", "-f"}, ids...)...).Run()
+					}
+				}
+			})
+			topology := func() string {
+				out, err := exec.Command("docker", "ps", "-aq", "--no-trunc", "--filter", "label="+proxynet.LabelKey+"="+proxynet.Key(ws)).Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := strings.Fields(string(out))
+				slices.Sort(f)
+				return strings.Join(f, " ")
+			}
+			vakRun := func() {
+				t.Helper()
+				args := append([]string{"run"}, labels...)
+				args = append(args, "-w", ws, "--network", "proxied", "--", "sh", "-c", "test -n \"$SSL_CERT_FILE\" && echo ran")
+				code, out, errs := vakMain(t, cfg, args...)
+				if code != 0 || !strings.Contains(out, "ran") {
+					t.Fatalf("vak run --network proxied: exit %d; %q %q", code, out, errs)
+				}
+			}
+			vakRun()
+			first := topology()
+			if !tc.warm {
+				if first != "" {
+					t.Fatalf("run_network_idle = 0 left the topology up: %s", first)
+				}
+				return
+			}
+			if first == "" {
+				t.Fatal("the warm topology is gone after the run")
+			}
+			vakRun()
+			if second := topology(); second != first {
+				t.Fatalf("the second run did not reuse the warm topology: %s, then %s", first, second)
+			}
+			// Not expired: gc keeps it.
+			gc := func() string {
+				code, out, errs := vakMain(t, cfg, "gc", "--label", "vak.test.run="+run)
+				if code != 0 {
+					t.Fatalf("vak gc: %d %q %q", code, out, errs)
+				}
+				return out
+			}
+			gc()
+			if topology() != first {
+				t.Fatal("vak gc removed a warm topology before its time")
+			}
+			state, err := paths.EnsureStateDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := proxynet.KeepWarm(state, ws, time.Now().Add(-time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if out := gc(); !strings.Contains(out, "removed proxied network "+proxynet.Key(ws)) {
+				t.Errorf("vak gc output: %q", out)
+			}
+			if left := topology(); left != "" {
+				t.Fatalf("the expired topology is still there: %s", left)
+			}
+		})
 	}
 }

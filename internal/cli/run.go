@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ type runFlags struct {
 	image     string
 	timeout   time.Duration
 	network   string
+	stdin     stdinFlags
+	labels    []string // hidden: extra labels on what vak creates (tests set vak.test=1)
 	trace     bool
 }
 
@@ -49,9 +52,19 @@ func (a *app) newRunCmd() *cobra.Command {
 
 The workspace (default: the current directory) is the only tree the command may
 write (mode workspace-write) or read beyond the system (mode read-only). Its
-stdout and stderr are streamed; stdin is not forwarded. On timeout or Ctrl-C the
-command's whole process tree (or its container) is killed; nothing is left
-behind.
+stdout and stderr are streamed. On timeout or Ctrl-C the command's whole process
+tree (or its container) is killed; nothing is left behind.
+
+-i forwards stdin to the command (otherwise it reads nothing). -t runs the
+command on a pseudo-terminal allocated inside the sandbox and implies -i; it is
+on by default when stdin and stdout are terminals (-t=false turns it off). Your
+terminal is then in raw mode: every key, Ctrl-C included, goes to the command
+(Ctrl-C interrupts the command, not vak), window-size changes follow, and your
+terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
+sent to vak itself still kill the command. The command never holds a
+descriptor of your terminal, only of its own. The native backend runs
+interactive commands; the docker backend does not yet (-i/-t fail with status 2
+there, and the automatic -t stays off).
 
 Exit status: the command's own status (128+N if it died of signal N), or
   69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
@@ -61,13 +74,20 @@ Exit status: the command's own status (128+N if it died of signal N), or
   130 vak was interrupted and killed the command`,
 		Example: `  vak run -- make test
   vak run --backend docker --workspace ~/src/app -- sh -c 'id; touch f'
-  vak run --mode read-only --timeout 30s -- ls -la`,
+  vak run --mode read-only --timeout 30s -- ls -la
+  vak run -- sh                 # an interactive shell (terminal inside the sandbox)
+  git diff | vak run -i -- wc -l`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.stdin.ttySet = cmd.Flags().Changed("tty")
 			return a.run(cmd.Context(), f, args)
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on containers, networks and volumes vak creates")
+	fl.MarkHidden("label")
+	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command")
+	fl.BoolVarP(&f.stdin.tty, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode: read-only, workspace-write or full-access (default from config: workspace-write)")
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
@@ -143,6 +163,16 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
+		}
+		if a.labels == nil {
+			a.labels = map[string]string{}
+		}
+		a.labels[k] = v
+	}
 	end := tr.Begin("config")
 	ws, cfg, err := a.workspaceConfig(f)
 	end()
@@ -158,9 +188,14 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := b.Available(ctx); err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
+	if f.stdin.interactive || (f.stdin.ttySet && f.stdin.tty) {
+		if err := sandbox.CheckInteractive(b); err != nil {
+			return exit(ExitUsage, fmt.Errorf("-i/-t: %w; nothing was run", err))
+		}
+	}
 	end()
 
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
@@ -173,9 +208,21 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
 		end()
+		idle := cfg.Session.RunNetworkIdle
+		if idle > 0 {
+			// Warm: the next run reuses the topology (Ensure checks its
+			// health and recreates it if needed); marked before the command
+			// runs so that a concurrent gc keeps it.
+			a.keepProxyNetWarm(ws, idle)
+		}
 		defer func() {
 			defer tr.Begin("proxied network: release")()
-			release(context.Background(), ws)
+			if idle <= 0 {
+				release(context.Background(), ws)
+				return
+			}
+			a.keepProxyNetWarm(ws, idle)
+			a.gcProxyNets(context.Background())
 		}()
 	}
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
@@ -200,13 +247,17 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
 	end = tr.Begin("command")
-	res, err := sess.Bash(sigctx, req, func(stream string, data []byte) {
+	onOutput := func(stream string, data []byte) {
 		if stream == "stderr" {
 			a.stdio.Err.Write(data)
 		} else {
 			a.stdio.Out.Write(data)
 		}
-	})
+	}
+	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, onOutput)
+	if !interactive {
+		res, err = sess.Bash(sigctx, req, onOutput)
+	}
 	end()
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:

@@ -19,6 +19,7 @@ import (
 //	allow_install = false      # root package installs (vak session exec --root)
 //	worker = "/opt/vak/linux-amd64/vak"  # static Linux vak for the containers
 //	policy_generation = "1"    # bump to invalidate every snapshot
+//	run_network_idle = "10m"   # vak run's proxied network stays up this long after the last run ("0": removed after each run)
 
 // Limits of the [session] values.
 const (
@@ -38,6 +39,10 @@ type Session struct {
 	Worker string
 	// PolicyGeneration is hashed into snapshot keys.
 	PolicyGeneration string
+	// RunNetworkIdle is how long the proxied network of `vak run --network
+	// proxied` is kept after the last run of its workspace (a warm
+	// topology); zero removes it after each run.
+	RunNetworkIdle time.Duration
 }
 
 // Defaults of [session]: the session manager's own defaults
@@ -48,6 +53,7 @@ const (
 	DefaultSessionIdleTimeout      = 30 * time.Minute
 	DefaultSessionMaxLifetime      = 24 * time.Hour
 	DefaultSessionPolicyGeneration = "1"
+	DefaultRunNetworkIdle          = 10 * time.Minute
 )
 
 // DefaultSession returns the built-in [session] values.
@@ -56,6 +62,7 @@ func DefaultSession() Session {
 		IdleTimeout:      DefaultSessionIdleTimeout,
 		MaxLifetime:      DefaultSessionMaxLifetime,
 		PolicyGeneration: DefaultSessionPolicyGeneration,
+		RunNetworkIdle:   DefaultRunNetworkIdle,
 	}
 }
 
@@ -116,6 +123,13 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 			return errf("policy_generation", "%q must be 1 to 64 of [A-Za-z0-9._-]", *s.PolicyGeneration)
 		}
 		next.PolicyGeneration = *s.PolicyGeneration
+	}
+	if s.RunNetworkIdle != nil {
+		d, err := time.ParseDuration(*s.RunNetworkIdle)
+		if err != nil || d < 0 || d > MaxSessionLifetime {
+			return errf("run_network_idle", "invalid duration %q (0 to %v, e.g. \"10m\"; 0 removes the network after each run)", *s.RunNetworkIdle, MaxSessionLifetime)
+		}
+		next.RunNetworkIdle = d
 	}
 	c.Session = next
 	return nil

@@ -35,11 +35,12 @@ pool_size = 3
 allow_install = true
 worker = "/opt/vak/vak"
 policy_generation = "2025-01.b"
+run_network_idle = "0"
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b"}
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0}
 	if cfg.Session != want {
 		t.Fatalf("session = %+v", cfg.Session)
 	}
@@ -59,6 +60,8 @@ func TestSessionConfigInvalid(t *testing.T) {
 		{`policy_generation = "a b"`, "session.policy_generation"},
 		{`pool = 1`, "session.pool"},
 		{`allow_install = "yes"`, "session.allow_install"},
+		{`run_network_idle = "-1m"`, "session.run_network_idle"},
+		{`run_network_idle = "later"`, "session.run_network_idle"},
 	} {
 		_, err := Parse("user.toml", []byte("version = 1\n[session]\n"+tc.body+"\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "user.toml") {
@@ -80,6 +83,7 @@ pool_size = 16
 allow_install = true
 worker = "/tmp/evil"
 policy_generation = "0"
+run_network_idle = "100h"
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -91,7 +95,7 @@ policy_generation = "0"
 		t.Fatalf("project config changed [session]: %+v", cfg.Session)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation"} {
+	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle"} {
 		if !strings.Contains(warn, "ignoring session."+k+":") {
 			t.Errorf("no warning for session.%s:\n%s", k, warn)
 		}

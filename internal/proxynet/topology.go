@@ -69,7 +69,7 @@ const DefaultReadyTimeout = 60 * time.Second
 
 // ErrNoPolicy reports a proxied network requested without a [network]
 // policy in the trusted config.
-var ErrNoPolicy = errors.New("proxynet: the proxied network needs [network] rules in the user config")
+var ErrNoPolicy = errors.New("proxynet: the proxied network needs [network] rules or presets in the user config")
 
 // Options configure a workspace's topology.
 type Options struct {
@@ -375,7 +375,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 // gatewaySections checks the decoded [network], [gateway] and [secrets] of
 // the trusted config as the gateway will.
 func gatewaySections(file string, s *egressconfig.Sections) (*egressconfig.Sections, error) {
-	if s == nil || s.Network == nil || len(s.Network.Rules) == 0 {
+	if s == nil || s.Network == nil || len(s.Network.Rules)+len(s.Network.Presets) == 0 {
 		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, file)
 	}
 	if _, err := egressconfig.Validate(file, s); err != nil {
@@ -614,6 +614,7 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 		cli.ContainerRemove(ctx, u.ID, client.ContainerRemoveOptions{Force: true})
 	}
 	saveReceipts(ctx, cli, stateDir, key)
+	os.Remove(warmFile(stateDir, key))
 	return removeTopology(ctx, cli, key)
 }
 
@@ -686,9 +687,10 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 }
 
 // GC removes the caller's topologies that no sandbox container uses any
-// more (left by a broker that was killed), keeping their receipts. A
-// topology whose newest container is younger than grace (GCGrace for
-// `vak gc`) may be being set up and is left alone. Only
+// more (left by a broker that was killed, or kept warm by `vak run` past
+// their KeepWarm time), keeping their receipts. A topology whose newest
+// container is younger than grace (GCGrace for `vak gc`) may be being set
+// up and is left alone. Only
 // resources owned by the caller's uid (docker.LabelOwner) and carrying all
 // of labels are considered: another user's topology is never removed and
 // its receipts never copied. It returns the keys it removed.
@@ -720,11 +722,15 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 		if key == "" || young[key] {
 			continue
 		}
+		if time.Now().Before(warmUntil(stateDir, key)) {
+			continue
+		}
 		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
 		if err != nil || len(users.Items) > 0 {
 			continue
 		}
 		saveReceipts(ctx, cli, stateDir, key)
+		os.Remove(warmFile(stateDir, key))
 		if err := removeTopology(ctx, cli, key); err != nil {
 			return removed, err
 		}

@@ -247,3 +247,18 @@ type Wrapper interface {
 	// because the backend went away (fail closed, loudly), nil otherwise.
 	WrapperFailed(ctx context.Context, exitCode int) error
 }
+
+// ErrNoInteractive reports an interactive command (stdin, a terminal) asked
+// of a backend that cannot run one.
+var ErrNoInteractive = errors.New("interactive commands (stdin, -i; a terminal, -t) are not supported by this backend")
+
+// CheckInteractive says whether b runs interactive commands: process-scoped
+// backends do (their worker allocates the terminal inside the sandbox and
+// owns its master). Command-scoped ones do not yet: the docker backend's
+// container stdin is the broker's lifeline (see docker.LifelineInit).
+func CheckInteractive(b Backend) error {
+	if b.Scope() == ScopeProcess {
+		return nil
+	}
+	return fmt.Errorf("%w (%s); run it on the native backend", ErrNoInteractive, b.Name())
+}

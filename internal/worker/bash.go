@@ -71,6 +71,23 @@ var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
 
 // Bash implements Shell.
 func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
+	return x.bash(ctx, a, nil, emit)
+}
+
+// BashInteractive implements InteractiveShell: the command reads in, and
+// with a.TTY set it runs on a pseudo-terminal the worker allocates and
+// owns (the master never leaves the worker).
+func (x *Exec) BashInteractive(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
+	if emit == nil || a.Stdin != nil {
+		return nil, wire.Errorf(wire.CodeProtocol, "an interactive request streams its output and has no stdin field")
+	}
+	if x.Lifeline != nil {
+		return nil, wire.Errorf(wire.CodeUnsupported, "no interactive commands under the docker backend: a command's stdin is the broker's lifeline")
+	}
+	return x.bash(ctx, a, in, emit)
+}
+
+func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
 	if strings.IndexByte(a.Command, 0) >= 0 {
 		return nil, wire.Errorf(wire.CodeProtocol, "command contains a NUL byte")
 	}
@@ -128,10 +145,23 @@ func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []by
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = waitDelay
+	var relay *relays
+	if in != nil {
+		if relay, err = x.interact(cmd, a.TTY != nil, in, emit); err != nil {
+			return nil, err
+		}
+	}
 
 	start := time.Now()
 	var proc process = cmdProcess{cmd}
-	if x.warm != nil {
+	if relay != nil {
+		err := x.reg.start(cmd)
+		relay.started()
+		if err != nil {
+			relay.finish()
+			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
+		}
+	} else if x.warm != nil {
 		proc, err = x.warm.run(argv[len(x.Launcher):], cwd, env, a.Stdin, stdout, stderr)
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
@@ -166,6 +196,9 @@ func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []by
 		kill(proc.pid())
 	}()
 	werr := proc.wait()
+	if relay != nil {
+		relay.finish()
+	}
 	close(done)
 	reason := <-why
 	timedOut, canceled := reason == "timeout", reason == "cancel"

@@ -29,6 +29,14 @@ type Shell interface {
 	Bash(ctx context.Context, a wire.BashArgs, emit func(stream string, data []byte)) (*wire.BashResult, error)
 }
 
+// InteractiveShell is a Shell that can also run interactive requests
+// (BashArgs.Interactive or TTY): the command reads in, which the server
+// feeds from input requests and resizes.
+type InteractiveShell interface {
+	Shell
+	BashInteractive(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(stream string, data []byte)) (*wire.BashResult, error)
+}
+
 // Server serves the protocol on one connection.
 type Server struct {
 	Files Files
@@ -41,6 +49,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc
+	inputs   map[string]*Interaction
 	wg       sync.WaitGroup
 	sem      chan struct{}
 }
@@ -51,6 +60,7 @@ type Server struct {
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	s.w = bufio.NewWriterSize(w, 64<<10)
 	s.inflight = map[string]context.CancelFunc{}
+	s.inputs = map[string]*Interaction{}
 	s.sem = make(chan struct{}, wire.MaxConcurrent)
 	ready := s.Ready
 	ready.Event, ready.Version = "ready", wire.ProtocolVersion
@@ -132,6 +142,43 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 	case wire.OpPing:
 		s.result(req.ID, struct{}{})
 		return
+	case wire.OpInput:
+		var a wire.InputArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			s.reply(wire.Response{ID: req.ID, Error: err})
+			return
+		}
+		it := s.interaction(a.Target)
+		if it == nil {
+			s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeUnknownID, "no interactive request %q in flight", a.Target)})
+			return
+		}
+		// The command takes the input when it reads: answer then, without
+		// holding up the request stream.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := it.Input(a.Data, a.EOF); err != nil {
+				s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeUnknownID, "input for %q: %v", a.Target, err)})
+				return
+			}
+			s.result(req.ID, struct{}{})
+		}()
+		return
+	case wire.OpResize:
+		var a wire.ResizeArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			s.reply(wire.Response{ID: req.ID, Error: err})
+			return
+		}
+		it := s.interaction(a.Target)
+		if it == nil {
+			s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeUnknownID, "no interactive request %q in flight", a.Target)})
+			return
+		}
+		it.Resize(a.TTYSize)
+		s.result(req.ID, struct{}{})
+		return
 	case wire.OpBash, wire.OpRead, wire.OpWrite, wire.OpEdit, wire.OpGlob, wire.OpGrep:
 	default:
 		s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)})
@@ -146,6 +193,12 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		return
 	}
 	s.inflight[req.ID] = cancel
+	// An interactive command's input may follow on the next line: register
+	// it before reading on.
+	it := newInteraction(req)
+	if it != nil {
+		s.inputs[req.ID] = it
+	}
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -153,12 +206,16 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		defer func() {
 			s.mu.Lock()
 			delete(s.inflight, req.ID)
+			delete(s.inputs, req.ID)
 			s.mu.Unlock()
+			if it != nil {
+				it.end()
+			}
 			cancel()
 		}()
 		s.sem <- struct{}{}
 		defer func() { <-s.sem }()
-		res, err := s.handle(rctx, req)
+		res, err := s.handle(rctx, req, it)
 		if err != nil {
 			var pe *wire.Error
 			if !errors.As(err, &pe) {
@@ -173,7 +230,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 
 // handle runs one request; a panic becomes an internal error, never a dead
 // worker.
-func (s *Server) handle(ctx context.Context, req wire.Request) (res any, err error) {
+func (s *Server) handle(ctx context.Context, req wire.Request, it *Interaction) (res any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = wire.Errorf(wire.CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
@@ -190,6 +247,13 @@ func (s *Server) handle(ctx context.Context, req wire.Request) (res any, err err
 			emit = func(stream string, data []byte) {
 				_ = s.send(wire.Event{Event: "output", ID: req.ID, Stream: stream, Data: data})
 			}
+		}
+		if a.Interactive || a.TTY != nil {
+			sh, ok := s.Shell.(InteractiveShell)
+			if !ok || it == nil {
+				return nil, wire.Errorf(wire.CodeUnsupported, "this worker runs no interactive commands")
+			}
+			return sh.BashInteractive(ctx, a, it, emit)
 		}
 		return s.Shell.Bash(ctx, a, emit)
 	case wire.OpRead:
@@ -224,6 +288,33 @@ func (s *Server) handle(ctx context.Context, req wire.Request) (res any, err err
 		return s.Files.Grep(a)
 	}
 	return nil, wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)
+}
+
+// interaction returns the input side of the interactive request id.
+func (s *Server) interaction(id string) *Interaction {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inputs[id]
+}
+
+// newInteraction returns an Interaction for an interactive bash request,
+// nil for anything else (a malformed one fails later, in handle).
+func newInteraction(req wire.Request) *Interaction {
+	if req.Op != wire.OpBash {
+		return nil
+	}
+	var a struct {
+		Interactive bool          `json:"interactive"`
+		TTY         *wire.TTYSize `json:"tty"`
+	}
+	if json.Unmarshal(req.Args, &a) != nil || (!a.Interactive && a.TTY == nil) {
+		return nil
+	}
+	var sz wire.TTYSize
+	if a.TTY != nil {
+		sz = *a.TTY
+	}
+	return NewInteraction(sz)
 }
 
 func strictArgs(raw json.RawMessage, v any) *wire.Error {

@@ -262,7 +262,8 @@ func TestPanicDoesNotKillWorker(t *testing.T) {
 }
 
 func FuzzServeLine(f *testing.F) {
-	for _, s := range []string{`{"id":"1","op":"ping"}`, `{"id":"1","op":"read","args":{"path":"../x"}}`, `{"id":"2","op":"glob","args":{"pattern":"**"}}`, "{", `{"id":1}`} {
+	for _, s := range []string{`{"id":"1","op":"ping"}`, `{"id":"1","op":"read","args":{"path":"../x"}}`, `{"id":"2","op":"glob","args":{"pattern":"**"}}`, "{", `{"id":1}`,
+		`{"id":"3","op":"input","args":{"target":"x","data":"aGk=","eof":true}}`, `{"id":"4","op":"resize","args":{"target":"x","rows":1,"cols":2}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {

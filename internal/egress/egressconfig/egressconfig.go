@@ -40,7 +40,10 @@ type Network struct {
 	// Policy is "none" (no network) or "proxied" (through the gateway).
 	Policy *string `toml:"policy"`
 	Rules  []Rule  `toml:"rules"`
-	DNS    *DNS    `toml:"dns"`
+	// Presets name built-in allow-rule sets (see Presets), appended after
+	// Rules, so that a user's own deny rule wins over a preset.
+	Presets []string `toml:"presets"`
+	DNS     *DNS     `toml:"dns"`
 }
 
 // Rule is one [[network.rules]] entry.
@@ -233,9 +236,31 @@ func Validate(file string, s *Sections) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	nUser := len(rules)
+	var presetOf []string // preset name of each rule after the user's
+	for i, name := range net_.Presets {
+		if slices.Contains(net_.Presets[:i], name) {
+			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%q is named twice", name)
+		}
+		p, err := LoadPreset(name)
+		if err != nil {
+			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%w", err)
+		}
+		pr, err := validateRules("preset "+name, p.Rules)
+		if err != nil {
+			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%w", err)
+		}
+		rules = append(rules, pr...)
+		for range pr {
+			presetOf = append(presetOf, name)
+		}
+	}
 	pol, err := policy.New(rules)
 	if err != nil {
 		var re *policy.RuleError
+		if errors.As(err, &re) && re.Index >= nUser {
+			return nil, fe("network.presets", "preset %q: %s: %v", presetOf[re.Index-nUser], re.Field, re.Err)
+		}
 		if errors.As(err, &re) {
 			return nil, &FieldError{File: file, Field: fmt.Sprintf("network.rules[%d].%s", re.Index, re.Field), Err: re.Err}
 		}

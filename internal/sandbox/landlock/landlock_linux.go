@@ -344,6 +344,12 @@ func restrictLandlock(p Policy, namespaces bool) error {
 	}
 	rules = append(rules, ll.RWFiles(existing(devs)...).WithIoctlDev().IgnoreIfMissing())
 	rules = append(rules, ll.RODirs("/dev").IgnoreIfMissing())
+	if namespaces {
+		// The view's /dev/pts is a private devpts instance (no terminal of
+		// the host is in it): the worker allocates interactive commands'
+		// terminals there (/dev/ptmx links to pts/ptmx).
+		rules = append(rules, ll.PathAccess(llsys.AccessFSReadFile|llsys.AccessFSWriteFile|llsys.AccessFSIoctlDev, "/dev/pts").IgnoreIfMissing())
+	}
 	cfg := ll.V11.BestEffort()
 	// Scopes. Below ABI 8, go-landlock restricts each Go thread on its own,
 	// so the worker's threads land in sibling domains; a signal scope would

@@ -209,20 +209,89 @@ func (c *Client) exitErr() error {
 // Call sends op with args and decodes the result into result (may be nil).
 // Canceling ctx sends a cancel request for it and returns ctx's error.
 func (c *Client) Call(ctx context.Context, op string, args, result any) error {
-	return c.call(ctx, op, args, result, nil)
+	return c.call(ctx, op, args, result, nil, nil)
 }
 
 // Bash runs a command; with a.Stream set, output is delivered to onOutput
 // as it arrives.
 func (c *Client) Bash(ctx context.Context, a BashArgs, onOutput func(stream string, data []byte)) (*BashResult, error) {
 	var res BashResult
-	if err := c.call(ctx, OpBash, a, &res, onOutput); err != nil {
+	if err := c.call(ctx, OpBash, a, &res, onOutput, nil); err != nil {
 		return nil, err
 	}
 	return &res, nil
 }
 
-func (c *Client) call(ctx context.Context, op string, args, result any, output func(string, []byte)) error {
+// BashInteractive runs an interactive command (a.Interactive or a.TTY set;
+// a.Stream is implied): stdin, if set, is copied to it with input requests,
+// one in flight at a time, until stdin reaches EOF (then the command's
+// input ends) or the command ends; every size received on resize is sent
+// as a resize request. A read from stdin that is pending when the command
+// ends is left behind (its data is dropped).
+func (c *Client) BashInteractive(ctx context.Context, a BashArgs, stdin io.Reader, resize <-chan TTYSize, onOutput func(stream string, data []byte)) (*BashResult, error) {
+	if !a.Interactive && a.TTY == nil {
+		return nil, errors.New("worker client: BashInteractive needs Interactive or TTY")
+	}
+	a.Stream = true
+	var res BashResult
+	stop := make(chan struct{})
+	defer close(stop)
+	err := c.call(ctx, OpBash, a, &res, onOutput, func(id string) {
+		if stdin != nil {
+			go c.feed(id, stdin, stop)
+		}
+		if resize != nil {
+			go c.resizes(id, resize, stop)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// feed copies stdin to the interactive request id.
+func (c *Client) feed(id string, stdin io.Reader, stop <-chan struct{}) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := stdin.Read(buf)
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		eof := err != nil
+		if n > 0 || eof {
+			// The worker answers once the command took the data, or with an
+			// error once it ended: never blocks forever.
+			if c.Call(context.Background(), OpInput, InputArgs{Target: id, Data: buf[:n], EOF: eof}, nil) != nil {
+				return
+			}
+		}
+		if eof {
+			return
+		}
+	}
+}
+
+// resizes forwards terminal sizes to the interactive request id.
+func (c *Client) resizes(id string, resize <-chan TTYSize, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case sz, ok := <-resize:
+			if !ok {
+				return
+			}
+			if c.Call(context.Background(), OpResize, ResizeArgs{Target: id, TTYSize: sz}, nil) != nil {
+				return
+			}
+		}
+	}
+}
+
+func (c *Client) call(ctx context.Context, op string, args, result any, output func(string, []byte), sent func(id string)) error {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return err
@@ -243,6 +312,9 @@ func (c *Client) call(ctx context.Context, op string, args, result any, output f
 		delete(c.pending, id)
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrWorkerExited, err)
+	}
+	if sent != nil {
+		sent(id)
 	}
 	select {
 	case r, ok := <-cl.resp:

@@ -46,6 +46,8 @@ const (
 	OpGrep   = "grep"
 	OpCancel = "cancel"
 	OpPing   = "ping"
+	OpInput  = "input"
+	OpResize = "resize"
 )
 
 // Request is one line from the broker.
@@ -75,6 +77,39 @@ type BashArgs struct {
 	// Stdin, if set, is written to the command's standard input (otherwise
 	// it reads /dev/null).
 	Stdin *string `json:"stdin,omitempty"`
+	// Interactive streams the command's standard input with input requests
+	// that name this request (Stdin must be unset).
+	Interactive bool `json:"interactive,omitempty"`
+	// TTY, if set, runs the command on a new pseudo-terminal of this size
+	// that the worker allocates (inside the sandbox): its stdin, stdout and
+	// stderr are the terminal, output arrives as stdout only, and it implies
+	// Interactive. Resize requests change the size.
+	TTY *TTYSize `json:"tty,omitempty"`
+}
+
+// TTYSize is a terminal's size in character cells.
+type TTYSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// InputArgs feeds stdin of the interactive bash request Target. Data is
+// base64 in JSON (exact bytes); EOF closes the command's stdin after Data
+// (on a terminal it sends the terminal's end-of-file character instead).
+// The response comes once the command has taken Data (send the next input
+// after it: that is the flow control), or with an error once the command
+// ended.
+type InputArgs struct {
+	Target string `json:"target"`
+	Data   []byte `json:"data,omitempty"`
+	EOF    bool   `json:"eof,omitempty"`
+}
+
+// ResizeArgs changes the terminal size of the TTY bash request Target (the
+// command's foreground process group gets SIGWINCH).
+type ResizeArgs struct {
+	Target string `json:"target"`
+	TTYSize
 }
 
 // BashResult is the result of a bash request.

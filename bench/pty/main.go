@@ -1,0 +1,128 @@
+// Command pty measures the keystroke echo round trip through `vak run -t`
+// (the user's terminal in raw mode, vak, the worker protocol, a terminal the
+// worker allocates inside the sandbox, cat, and back) against the same
+// round trip through script(1) without vak (raw mode, script's own
+// terminal, cat). Each sample writes one byte to the outer terminal and
+// waits until its echo comes back; contenders alternate by round.
+//
+//	go run ./bench/pty -n 2000 -rounds 5
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"vak/bench/internal/stats"
+)
+
+func main() {
+	n := flag.Int("n", 2000, "keystrokes per round")
+	rounds := flag.Int("rounds", 5, "rounds per contender")
+	flag.Parse()
+	vak, err := stats.BuildVak()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ws, err := os.MkdirTemp("", "vak-bench-pty-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(ws)
+	contenders := []struct {
+		name string
+		argv []string
+	}{
+		{"script -c cat (no vak)", []string{"script", "-qfc", "stty raw -echo; echo READY; cat", "/dev/null"}},
+		{"vak run -t -- cat", []string{vak, "run", "-w", ws, "-t", "--", "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
+	}
+	samples := make([]*stats.Sample, len(contenders))
+	for i := range samples {
+		samples[i] = &stats.Sample{Name: contenders[i].name}
+	}
+	for r := 0; r < *rounds; r++ {
+		for i, c := range contenders {
+			if err := round(c.argv, *n, samples[i]); err != nil {
+				log.Fatalf("%s: %v", c.name, err)
+			}
+		}
+	}
+	fmt.Print(stats.Table(samples[0], samples[1:]...))
+}
+
+// round starts argv on a new terminal and times n keystroke echoes.
+func round(argv []string, n int, s *stats.Sample) error {
+	master, slave, err := pty.Open()
+	if err != nil {
+		return err
+	}
+	defer master.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	slave.Close()
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	chunks := make(chan []byte, 64)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 4096)
+			k, err := master.Read(buf)
+			if k > 0 {
+				chunks <- buf[:k]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func(what string) ([]byte, error) {
+		select {
+		case c, ok := <-chunks:
+			if !ok {
+				return nil, fmt.Errorf("%s: the terminal closed", what)
+			}
+			return c, nil
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("%s: nothing for 30 s", what)
+		}
+	}
+	// Wait until the inner side is ready (and the outer terminal raw).
+	var seen []byte
+	for !bytes.Contains(seen, []byte("READY")) {
+		c, err := next(fmt.Sprintf("ready (seen %q)", seen))
+		if err != nil {
+			return err
+		}
+		seen = append(seen, c...)
+	}
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := master.Write([]byte{'x'}); err != nil {
+			return err
+		}
+		for got := false; !got; {
+			c, err := next("echo")
+			if err != nil {
+				return err
+			}
+			got = bytes.IndexByte(c, 'x') >= 0
+		}
+		s.Add(time.Since(start))
+	}
+	if s.Median() <= 0 {
+		return errors.New("no samples")
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/term"
+
+	"vak/internal/broker"
+	"vak/internal/sandbox"
+	"vak/internal/worker/wire"
+)
+
+// stdinFlags are -i and -t of vak run.
+type stdinFlags struct {
+	interactive bool
+	tty         bool
+	ttySet      bool // -t was given (true or false); otherwise automatic
+}
+
+// defaultTTYSize is the terminal size when vak's own output is no terminal.
+var defaultTTYSize = wire.TTYSize{Rows: 24, Cols: 80}
+
+// termFd returns the descriptor of f if it is a terminal.
+func termFd(f any) (int, bool) {
+	osf, ok := f.(*os.File)
+	if !ok {
+		return 0, false
+	}
+	fd := int(osf.Fd())
+	return fd, term.IsTerminal(fd)
+}
+
+// interactiveBash runs req as an interactive command when -i or -t ask for
+// it (-t by default when stdin and stdout are terminals, like docker run
+// -it): stdin is forwarded, and on a terminal the user's terminal is put in
+// raw mode (every key, Ctrl-C included, goes to the command's own terminal
+// inside the sandbox), its size follows the user's, and its mode is
+// restored when the command ends, whichever way. ok is false when neither
+// applies (or -t is only the default and backend b runs no interactive
+// commands); the caller then runs req as before.
+func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
+	inFd, inTerm := termFd(a.stdio.In)
+	outFd, outTerm := termFd(a.stdio.Out)
+	tty := inTerm && outTerm && sandbox.CheckInteractive(b) == nil
+	if f.ttySet {
+		tty = f.tty
+	}
+	if !tty && !f.interactive {
+		return nil, false, nil
+	}
+	in := broker.Interaction{Stdin: a.stdio.In}
+	req.Interactive = true
+	// The command replaces the worker's sh -c, so that it alone is in the
+	// terminal's foreground process group: Ctrl-C interrupts it (and what
+	// it runs), not a shell around it that would die of SIGINT first.
+	req.Command = "exec " + req.Command
+	if tty {
+		size := func() wire.TTYSize {
+			for _, fd := range []struct {
+				fd int
+				ok bool
+			}{{outFd, outTerm}, {inFd, inTerm}} {
+				if !fd.ok {
+					continue
+				}
+				if w, h, err := term.GetSize(fd.fd); err == nil && w > 0 && h > 0 {
+					return wire.TTYSize{Rows: uint16(h), Cols: uint16(w)}
+				}
+			}
+			return defaultTTYSize
+		}
+		sz := size()
+		req.TTY = &sz
+		if inTerm {
+			old, err := term.MakeRaw(inFd)
+			if err != nil {
+				return nil, true, err
+			}
+			defer term.Restore(inFd, old)
+		}
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		resize := make(chan wire.TTYSize, 1)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-winch:
+					select {
+					case resize <- size():
+					case <-stop:
+						return
+					}
+				}
+			}
+		}()
+		in.Resize = resize
+	}
+	res, err = sess.BashInteractive(ctx, req, in, onOutput)
+	return res, true, err
+}

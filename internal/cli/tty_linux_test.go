@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"vak/internal/testenv"
+)
+
+// outerTerm is the user's terminal in these tests: a real pseudo-terminal
+// whose slave is vak's stdin, stdout and stderr (and controlling terminal).
+type outerTerm struct {
+	master, slave *os.File
+	mu            sync.Mutex
+	out           bytes.Buffer
+}
+
+func newOuterTerm(t *testing.T) *outerTerm {
+	t.Helper()
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Fatalf("open pty: %v", err)
+	}
+	o := &outerTerm{master: master, slave: slave}
+	t.Cleanup(func() { master.Close(); slave.Close() })
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 30, Cols: 90}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			o.mu.Lock()
+			o.out.Write(buf[:n])
+			o.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *outerTerm) output() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.out.String()
+}
+
+// start runs vak on the terminal, as a shell would (new session, the
+// terminal its controlling terminal).
+func (o *outerTerm) start(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(workerExecutable, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.slave, o.slave, o.slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func (o *outerTerm) waitOutput(t *testing.T, what string, re *regexp.Regexp) {
+	t.Helper()
+	waitFor(t, what+" (output so far: "+o.output()+")", func() bool { return re.MatchString(o.output()) })
+}
+
+func (o *outerTerm) termios(t *testing.T) *unix.Termios {
+	t.Helper()
+	tio, err := unix.IoctlGetTermios(int(o.slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tio
+}
+
+// pendingInput is how many bytes wait in the outer terminal's input queue
+// (what TIOCSTI would have injected, unread by anyone: vak has exited).
+func (o *outerTerm) pendingInput(t *testing.T) int {
+	t.Helper()
+	n, err := unix.IoctlGetInt(int(o.slave.Fd()), unix.TIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func exitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// TestRunTTY drives `vak run` through a real terminal: the command gets a
+// terminal of its own inside the sandbox (on by default, as stdin and
+// stdout are terminals), sees the size and its changes, reads typed input,
+// gets Ctrl-C itself, and the user's terminal mode is restored.
+func TestRunTTY(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	o := newOuterTerm(t)
+	before := o.termios(t)
+	script := `tty; stty size; echo READY
+while read x; do
+  case "$x" in
+  size) stty size ;;
+  int) break ;;
+  *) echo "got=$x" ;;
+  esac
+done
+trap 'echo GOT""INT; exit 7' INT
+echo ARMED
+while :; do sleep 1; done`
+	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", script)
+	o.waitOutput(t, "the command's terminal and size", regexp.MustCompile(`(?m)^/dev/pts/\d+\r?\n30 90\r?\nREADY`))
+
+	// Control: while the command runs, the user's terminal is raw (so the
+	// restore check below can fail).
+	if during := o.termios(t); during.Lflag&(unix.ECHO|unix.ICANON|unix.ISIG) != 0 {
+		t.Errorf("the outer terminal is not in raw mode while the command runs: lflag %#x", during.Lflag)
+	}
+
+	o.master.WriteString("hello\r")
+	o.waitOutput(t, "the typed line", regexp.MustCompile(`got=hello`))
+
+	if err := pty.Setsize(o.master, &pty.Winsize{Rows: 41, Cols: 101}); err != nil {
+		t.Fatal(err)
+	}
+	// The resize travels asynchronously (SIGWINCH to vak, a resize request
+	// to the worker): ask until the command sees it.
+	waitFor(t, "the command to see the new size", func() bool {
+		o.master.WriteString("size\r")
+		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(o.output(), "41 101")
+	})
+
+	o.master.WriteString("int\r")
+	o.waitOutput(t, "the INT trap", regexp.MustCompile(`ARMED`))
+	o.master.Write([]byte{3}) // Ctrl-C
+	o.waitOutput(t, "Ctrl-C to reach the command", regexp.MustCompile(`GOTINT`))
+	if code := exitCode(t, cmd); code != 7 {
+		t.Errorf("vak exited %d, want the command's 7; output:\n%s", code, o.output())
+	}
+	after := o.termios(t)
+	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag || after.Cflag != before.Cflag {
+		t.Errorf("the outer terminal's mode was not restored: before %+v after %+v", before, after)
+	}
+}
+
+// TestRunTTYNoInjection tries TIOCSTI from the sandboxed command on every
+// terminal it could reach (its stdin, stdout, stderr and /dev/tty), with a
+// terminal inside the sandbox and with -i only: nothing reaches the user's
+// terminal. The same ioctl from a process that holds the user's terminal
+// does inject (positive control).
+func TestRunTTYNoInjection(t *testing.T) {
+	testenv.RequireLandlock(t)
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("needs perl for the ioctl")
+	}
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	inject := `for fd in 0 1 2; do perl -e 'open(my $t, "+<&=", $ARGV[0]) or die; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED fd $ARGV[0]\n" : print "refused fd $ARGV[0]: $!\n"' $fd; done
+perl -e 'open(my $t, "+<", "/dev/tty") or do { print "no /dev/tty: $!\n"; exit }; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED tty\n" : print "refused tty: $!\n"'
+echo DONE`
+
+	o := newOuterTerm(t)
+	// Non-canonical, so that TIOCINQ counts an injected byte without a
+	// line end.
+	tio := o.termios(t)
+	tio.Lflag &^= unix.ICANON
+	if err := unix.IoctlSetTermios(int(o.slave.Fd()), unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: a process holding the outer terminal injects.
+	ctl := exec.Command("perl", "-e", `ioctl(STDIN, 0x5412, my $c = "Z") or die "TIOCSTI: $!\n"`)
+	ctl.Stdin = o.slave
+	// Its controlling terminal, as vak's is below (TIOCSTI without
+	// CAP_SYS_ADMIN needs that).
+	ctl.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Skipf("control: TIOCSTI on the outer terminal fails here (%v: %s), nothing to defend", err, out)
+	}
+	if n := o.pendingInput(t); n != 1 {
+		t.Fatalf("control: %d bytes pending after TIOCSTI, want 1", n)
+	}
+	unix.IoctlSetInt(int(o.slave.Fd()), unix.TCFLSH, unix.TCIFLUSH)
+
+	for _, mode := range []string{"-t", "-i"} {
+		t.Run(mode, func(t *testing.T) {
+			args := []string{"--config", cfg, "run", "-w", ws, mode}
+			if mode == "-i" {
+				args = append(args, "-t=false")
+			}
+			cmd := o.start(t, append(args, "--", "sh", "-c", inject)...)
+			if code := exitCode(t, cmd); code != 0 {
+				t.Fatalf("vak exited %d: %s", code, o.output())
+			}
+			if strings.Contains(o.output(), "INJECTED") || !strings.Contains(o.output(), "DONE") {
+				t.Fatalf("output:\n%s", o.output())
+			}
+			if n := o.pendingInput(t); n != 0 {
+				t.Fatalf("%d bytes were injected into the outer terminal; output:\n%s", n, o.output())
+			}
+		})
+	}
+	t.Logf("output:\n%s", o.output())
+}
+
+// TestRunStdin: -i streams stdin (more than a pipe buffer, in order) to the
+// command and ends it with EOF; without -i (stdin no terminal) the command
+// reads nothing.
+func TestRunStdin(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	data := strings.Repeat("0123456789abcdef\n", 20000) // 340 KB
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(workerExecutable, append([]string{"--config", cfg, "run", "-w", ws}, args...)...)
+		cmd.Stdin = strings.NewReader(data)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), out.String()
+	}
+	code, out := run("-i", "--", "sh", "-c", "wc -c; echo end")
+	if code != 0 || strings.Fields(out)[0] != "340000" || !strings.Contains(out, "end") {
+		t.Errorf("-i: exit %d, output %q", code, out)
+	}
+	code, out = run("--", "sh", "-c", "wc -c")
+	if code != 0 || strings.TrimSpace(out) != "0" {
+		t.Errorf("without -i: exit %d, output %q (want 0 bytes read)", code, out)
+	}
+}
+
+// TestRunTTYDocker: the docker backend runs no interactive commands yet
+// (a container's stdin is the broker's lifeline): -i or -t fail closed
+// before anything runs (exit 2), and on a terminal without them the command
+// runs as before, with no terminal and no stdin.
+func TestRunTTYDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	ws := tempWorkspace(t)
+	cfg := dockerConfig(t)
+	for _, flag := range []string{"-t", "-i"} {
+		o := newOuterTerm(t)
+		cmd := o.start(t, "--config", cfg, "run", "-w", ws, flag, "--", "touch", "ran")
+		if code := exitCode(t, cmd); code != ExitUsage || !strings.Contains(o.output(), "not supported by this backend") {
+			t.Errorf("%s on docker: exit %d, output %q", flag, code, o.output())
+		}
+		if _, err := os.Stat(ws + "/ran"); err == nil {
+			t.Fatalf("%s on docker ran the command", flag)
+		}
+	}
+	o := newOuterTerm(t)
+	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "test -t 0 || echo no-tty; cat; echo done")
+	if code := exitCode(t, cmd); code != 0 || !strings.Contains(o.output(), "no-tty") || !strings.Contains(o.output(), "done") {
+		t.Errorf("docker on a terminal without -t: exit %d, output %q", code, o.output())
+	}
+	if l := leftovers(t, ws); l != "" {
+		t.Errorf("containers left: %s", l)
+	}
+}

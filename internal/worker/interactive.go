@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"vak/internal/worker/wire"
+)
+
+// errCommandEnded answers input for an interactive command that is gone.
+var errCommandEnded = errors.New("the command has ended")
+
+// Interaction is the input side of an interactive bash request: the bytes
+// of input requests (in order, each handed over only when the command reads
+// it, which is the protocol's flow control) and terminal resizes.
+type Interaction struct {
+	pr *io.PipeReader
+	pw *io.PipeWriter
+
+	mu       sync.Mutex
+	size     wire.TTYSize
+	onResize func(wire.TTYSize)
+}
+
+// NewInteraction returns an Interaction whose terminal, if any, starts at
+// size.
+func NewInteraction(size wire.TTYSize) *Interaction {
+	pr, pw := io.Pipe()
+	return &Interaction{pr: pr, pw: pw, size: size}
+}
+
+// Input hands data to the command, blocking until it took it all; eof then
+// ends its input. It fails once the command ended.
+func (it *Interaction) Input(data []byte, eof bool) error {
+	if len(data) > 0 {
+		if _, err := it.pw.Write(data); err != nil {
+			return err
+		}
+	}
+	if eof {
+		return it.pw.Close()
+	}
+	return nil
+}
+
+// Resize records a new terminal size and applies it if the terminal exists.
+func (it *Interaction) Resize(sz wire.TTYSize) {
+	it.mu.Lock()
+	it.size = sz
+	f := it.onResize
+	it.mu.Unlock()
+	if f != nil {
+		f(sz)
+	}
+}
+
+// Read reads the command's input (io.EOF after an input with eof).
+func (it *Interaction) Read(p []byte) (int, error) { return it.pr.Read(p) }
+
+// watchSize calls f with the current size and on every resize.
+func (it *Interaction) watchSize(f func(wire.TTYSize)) {
+	it.mu.Lock()
+	it.onResize = f
+	sz := it.size
+	it.mu.Unlock()
+	f(sz)
+}
+
+// end fails pending and later input: the command is gone.
+func (it *Interaction) end() { it.pr.CloseWithError(errCommandEnded) }
+
+// relays copy an interactive command's input (and, on a terminal, its
+// output) while it runs.
+type relays struct {
+	in      *Interaction
+	child   []*os.File // the command's ends, closed here once it started
+	master  *os.File   // the terminal's master, or nil
+	inPipe  *os.File   // the write end of the command's stdin pipe, or nil
+	outDone chan struct{}
+}
+
+// interact wires cmd to in: through a new pseudo-terminal (tty) whose master
+// stays in the worker, or a pipe.
+func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(string, []byte)) (*relays, error) {
+	r := &relays{in: in, outDone: make(chan struct{})}
+	if !tty {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeExec, "stdin pipe: %v", err)
+		}
+		cmd.Stdin, r.child, r.inPipe = pr, []*os.File{pr}, pw
+		close(r.outDone)
+		go func() {
+			io.Copy(pw, in)
+			pw.Close()
+		}()
+		return r, nil
+	}
+	if len(x.Launcher) > 0 && !x.Subreaper {
+		return nil, wire.Errorf(wire.CodeUnsupported, "a terminal needs commands that lead their own session")
+	}
+	master, slave, err := openPTY()
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeUnsupported, "terminal: %v", err)
+	}
+	r.master, r.child = master, []*os.File{slave}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	in.watchSize(func(sz wire.TTYSize) {
+		if sz.Rows > 0 && sz.Cols > 0 {
+			setWinsize(master, sz)
+		}
+	})
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				if _, werr := master.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				master.Write([]byte{eofChar(master)})
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer close(r.outDone)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := master.Read(buf)
+			if n > 0 {
+				emit("stdout", slices.Clone(buf[:n]))
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r, nil
+}
+
+// started closes the command's ends of its terminal or pipe: the command
+// holds them now.
+func (r *relays) started() {
+	for _, f := range r.child {
+		f.Close()
+	}
+}
+
+// finish runs after the command exited: input fails from now on, and the
+// terminal's output is drained until every holder of the terminal closed
+// it (processes the command left behind may hold it up to waitDelay).
+func (r *relays) finish() {
+	r.in.end()
+	if r.master == nil {
+		return
+	}
+	select {
+	case <-r.outDone:
+	case <-time.After(waitDelay):
+	}
+	r.master.Close()
+	<-r.outDone
+}

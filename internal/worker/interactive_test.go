@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"vak/internal/worker/wire"
+)
+
+// collect gathers streamed output.
+type collect struct {
+	mu  sync.Mutex
+	out map[string]*strings.Builder
+}
+
+func (c *collect) emit(stream string, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out == nil {
+		c.out = map[string]*strings.Builder{}
+	}
+	if c.out[stream] == nil {
+		c.out[stream] = &strings.Builder{}
+	}
+	c.out[stream].Write(data)
+}
+
+func (c *collect) get(stream string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.out[stream] == nil {
+		return ""
+	}
+	return c.out[stream].String()
+}
+
+func TestBashInteractive(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		args    wire.BashArgs
+		stdin   string
+		resize  []wire.TTYSize
+		code    int
+		streams map[string]*regexp.Regexp
+	}{
+		{
+			name:  "pipe",
+			args:  wire.BashArgs{Command: "cat; echo err >&2; test -t 0 || echo notty", Interactive: true},
+			stdin: strings.Repeat("x", 200000),
+			streams: map[string]*regexp.Regexp{
+				"stdout": regexp.MustCompile(`^` + strings.Repeat("x", 200000) + `notty\n$`),
+				"stderr": regexp.MustCompile(`^err\n$`),
+			},
+		},
+		{
+			name:  "tty",
+			args:  wire.BashArgs{Command: "tty; stty size; read x; echo got=$x; echo err >&2; exit 4", TTY: &wire.TTYSize{Rows: 33, Cols: 77}},
+			stdin: "hi\n",
+			code:  4,
+			// One terminal: stderr arrives on stdout too.
+			streams: map[string]*regexp.Regexp{
+				"stdout": regexp.MustCompile(`(?s)/dev/pts/\d+\r\n(hi\r\n)?33 77\r\n.*got=hi\r\nerr\r\n$`),
+				"stderr": regexp.MustCompile(`^$`),
+			},
+		},
+		{
+			name: "tty eof",
+			args: wire.BashArgs{Command: "cat; echo done", TTY: &wire.TTYSize{Rows: 5, Cols: 5}},
+			// EOF after the input ends cat (the terminal's ^D).
+			stdin:   "a\n",
+			streams: map[string]*regexp.Regexp{"stdout": regexp.MustCompile(`(?s)a\r\na\r\n.*done\r\n$`)},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConn(t, nil)
+			client := wire.NewClient(c.in, c.out)
+			c.client = client
+			var out collect
+			res, err := client.BashInteractive(ctx, tc.args, strings.NewReader(tc.stdin), nil, out.emit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != tc.code {
+				t.Errorf("exit %d, want %d; stdout %q", res.ExitCode, tc.code, out.get("stdout"))
+			}
+			for s, re := range tc.streams {
+				if got := out.get(s); !re.MatchString(got) {
+					t.Errorf("%s = %.300q, want %v", s, got, re)
+				}
+			}
+		})
+	}
+}
+
+func TestBashInteractiveResizeAndErrors(t *testing.T) {
+	ctx := context.Background()
+	c := newConn(t, nil)
+	client := wire.NewClient(c.in, c.out)
+	c.client = client
+	// Input and resize for a request that is not in flight.
+	for _, op := range []string{wire.OpInput, wire.OpResize} {
+		var we *wire.Error
+		if err := client.Call(ctx, op, wire.InputArgs{Target: "nope"}, nil); !errors.As(err, &we) || we.Code != wire.CodeUnknownID {
+			t.Errorf("%s to nothing: %v, want %s", op, err, wire.CodeUnknownID)
+		}
+	}
+	// Stdin and Interactive together are refused.
+	s := "x"
+	if _, err := client.BashInteractive(ctx, wire.BashArgs{Command: "true", Interactive: true, Stdin: &s}, nil, nil, func(string, []byte) {}); err == nil {
+		t.Error("stdin plus interactive accepted")
+	}
+	// A resize reaches the command's terminal (SIGWINCH, new size).
+	resize := make(chan wire.TTYSize, 1)
+	var out collect
+	pr, pw := newBlockingInput()
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.BashInteractive(ctx, wire.BashArgs{Command: `trap 'stty size; exit 0' WINCH; echo armed; while :; do read x; done`, TTY: &wire.TTYSize{Rows: 10, Cols: 10}}, pr, resize, out.emit)
+		done <- err
+	}()
+	waitUntil(t, "the trap", func() bool { return strings.Contains(out.get("stdout"), "armed") })
+	resize <- wire.TTYSize{Rows: 50, Cols: 60}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if !strings.Contains(out.get("stdout"), "50 60") {
+		t.Errorf("after resize: %q", out.get("stdout"))
+	}
+}
+
+// newBlockingInput is stdin that has nothing until closed.
+func newBlockingInput() (*io.PipeReader, *io.PipeWriter) { return io.Pipe() }
+
+// waitUntil polls cond (a hang fails after a generous bound, not a slow
+// machine).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
