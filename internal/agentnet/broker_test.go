@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/config"
 	"vak/internal/receipts"
 )
 
@@ -563,5 +565,24 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPoliciesFromConfig(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	cfg, err := config.Parse("u.toml", []byte(fmt.Sprintf("version = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\nqueue_depth = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n", e.ws["a"], e.ws["b"], e.ws["b"], e.ws["a"])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.SetPolicies(PoliciesFromConfig(cfg.AgentNetwork)); err != nil {
+		t.Fatal(err)
+	}
+	ta, _ := e.register(t, "a")
+	e.register(t, "b")
+	if _, err := e.b.Send(ta, e.ws["b"], "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Send(ta, e.ws["b"], "t", nil); !errors.Is(err, ErrQuota) {
+		t.Fatalf("queue_depth = 1 from config not enforced: %v", err)
 	}
 }
