@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/agentnet"
+	"vak/internal/receipts"
+)
+
+// TestAgentnetServeEdgesReloadRevoke runs the real broker command on its
+// socket, registers two workspaces through the client, and drives edges,
+// reload and revoke through vak's own commands; the receipts verify after.
+func TestAgentnetServeEdgesReloadRevoke(t *testing.T) {
+	state, err := os.MkdirTemp("", "vst") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	t.Setenv("XDG_STATE_HOME", state)
+	wa, wb := tempWorkspace(t), tempWorkspace(t)
+	mutual := fmt.Sprintf("version = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n", wa, wb, wb, wa)
+	cfg := writeConfig(t, mutual)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var serveErr bytes.Buffer
+	go func() {
+		done <- Main(ctx, []string{"--config", cfg, "agentnet", "serve"}, Stdio{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &serveErr})
+	}()
+	dir := agentnet.Dir(filepath.Join(state, "vak"))
+	c := agentnet.NewClient(dir)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := c.Edges(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("broker did not come up: %s", serveErr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ta, _, err := c.Register(ctx, wa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Register(ctx, wb); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := vakMain(t, cfg, "agentnet", "edges")
+	if code != 0 || !strings.Contains(out, " up ") {
+		t.Fatalf("edges: %d %q %q", code, out, errs)
+	}
+	// B stops naming A: after a reload the edge is down, with the reason.
+	os.WriteFile(cfg, []byte(fmt.Sprintf("version = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n[[agent_network.workspace]]\npath = %q\n", wa, wb, wb)), 0o644)
+	if code, _, errs := vakMain(t, cfg, "agentnet", "reload"); code != 0 {
+		t.Fatalf("reload: %d %s", code, errs)
+	}
+	code, out, _ = vakMain(t, cfg, "agentnet", "edges")
+	if code != 0 || !strings.Contains(out, "down") || !strings.Contains(out, "does not list") {
+		t.Fatalf("edges after reload: %q", out)
+	}
+	if _, err := c.Send(ctx, ta, wb, "t", []byte("x")); !errors.Is(err, agentnet.ErrNoEdge) {
+		t.Fatalf("send across a dropped edge: %v", err)
+	}
+	code, out, errs = vakMain(t, cfg, "agentnet", "revoke", wa)
+	if code != 0 || !strings.Contains(out, "revoked 1 task") {
+		t.Fatalf("revoke: %d %q %q", code, out, errs)
+	}
+	if _, err := c.Peers(ctx, ta); !errors.Is(err, agentnet.ErrToken) {
+		t.Fatalf("token after revoke: %v", err)
+	}
+	if code, _, errs := vakMain(t, cfg, "agentnet", "revoke", "/nonexistent-ws"); code != ExitUsage {
+		t.Fatalf("revoke of an unknown workspace: %d %s", code, errs)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d: %s", code, serveErr.String())
+	}
+	log := agentnet.ReceiptsFile(dir)
+	code, out, errs = vakMain(t, "", "receipts", "verify", "--key", filepath.Join(agentnet.ReceiptsKeyDir(dir), receipts.PubKeyFile), log)
+	if code != 0 {
+		t.Fatalf("receipts verify: %d %q %q", code, out, errs)
+	}
+	data, _ := os.ReadFile(log)
+	for _, want := range []string{`"method":"register"`, `"method":"edge-up"`, `"method":"edge-down"`, `"method":"message","host":`, `"method":"revoke"`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("receipts lack %s", want)
+		}
+	}
+	_, sig, _ := strings.Cut(ta, ".")
+	if strings.Contains(string(data), sig) {
+		t.Fatal("receipts contain a token")
+	}
+}
