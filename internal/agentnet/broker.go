@@ -742,6 +742,12 @@ func (b *Broker) Receive(ctx context.Context, tok, topic, correlation string, wa
 		b.mu.Unlock()
 		return m, nil
 	}
+	b.recomputeLocked("registration expired")
+	if !b.hasEdgeLocked(me) {
+		b.mu.Unlock()
+		b.receipt("receive", me, t.id, "", receipts.Deny, "no live edge", 0)
+		return Message{}, fmt.Errorf("%w: this workspace has no live edge to wait on", ErrNoEdge)
+	}
 	w := &waiter{ident: me, topic: topic, corr: correlation, ch: make(chan waitResult, 1)}
 	b.waiters[w] = true
 	b.mu.Unlock()
@@ -809,10 +815,21 @@ func (b *Broker) Live(tok string) bool {
 		return false
 	}
 	b.recomputeLocked("registration expired")
+	return b.hasEdgeLocked(t.ident.ID)
+}
+
+func (b *Broker) hasEdgeLocked(ident string) bool {
 	for e := range b.up {
-		if e[0] == t.ident.ID || e[1] == t.ident.ID {
+		if e[0] == ident || e[1] == ident {
 			return true
 		}
 	}
 	return false
+}
+
+// Waiting returns the number of receives waiting (for status and tests).
+func (b *Broker) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiters)
 }

@@ -1,15 +1,21 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/agentnet"
+	"vak/internal/config"
+	"vak/internal/mcp"
 	"vak/internal/paths"
 )
 
@@ -121,4 +127,35 @@ Receipts go to <state>/agentnet/receipts.jsonl, signed with the key in
 	}
 	cmd.AddCommand(serve, edges, revoke, reload)
 	return cmd
+}
+
+// agentNetRefresh is how often `vak mcp` re-checks its agent network
+// registration (token renewal, edges coming up or going down).
+const agentNetRefresh = 2 * time.Second
+
+// attachAgentNet registers the MCP server's workspace with the running
+// agentnet broker when the trusted config has a policy for it and the
+// project config did not disable it. Without a broker the server runs
+// without the agent_network tool (a warning says why).
+func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.Config, ws string, log *slog.Logger) {
+	if cfg.AgentNetwork.ProjectDisabled {
+		log.Info("agent network disabled by the project config")
+		return
+	}
+	if !slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
+		c, err := agentnet.Canonical(w.Path)
+		return err == nil && c == ws && w.Enabled
+	}) {
+		return
+	}
+	dir, err := a.agentnetDir()
+	if err != nil {
+		log.Warn("agent network unavailable", "err", err)
+		return
+	}
+	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir)); err != nil {
+		log.Warn("agent network unavailable (is `vak agentnet serve` running?)", "err", err)
+		return
+	}
+	go srv.WatchAgentNet(ctx, agentNetRefresh)
 }
