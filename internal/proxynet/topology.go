@@ -92,6 +92,9 @@ type Options struct {
 	// VerifyInterval is how often the netclient re-verifies its rules (and
 	// exits if they changed); zero means its default.
 	VerifyInterval time.Duration
+
+	// extraFiles are added to the gateway payload (GatewayPayload).
+	extraFiles map[string][]byte
 }
 
 // Net is a running topology, ready for sandbox containers to join.
@@ -219,13 +222,8 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	}
 	gwCfg := &container.Config{
 		Image: image, User: "0:0", Labels: labels, Env: env,
-		Cmd: []string{"gateway", "--gateway-config", gatewayConfig, "--require-no-forwarding",
-			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
-			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
-			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
-			"--canary", "0.0.0.0:" + strconv.Itoa(CanaryPort),
-			"--session", key},
-		Healthcheck: health("/vak", "gateway", "status", "--socket", paths.GatewayAdminSocket(gatewayStateDir)),
+		Cmd:         GatewayCommand(key),
+		Healthcheck: health(GatewayHealthCommand()...),
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
@@ -264,7 +262,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	ncCfg := &container.Config{
 		Image: image, User: "0:0", Labels: labels,
 		Cmd:         o.netclientCmd(gwIP),
-		Healthcheck: health("/vak", "netclient", "--check", "--gateway", gwIP.String()),
+		Healthcheck: health(NetclientHealthCommand(gwIP)...),
 	}
 	ncHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(sandboxNet),
@@ -391,7 +389,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	}
 	cp := *s
 	files := map[string][]byte{}
-	env := []string{"XDG_STATE_HOME=" + gatewayData}
+	env := GatewayEnv()
 	if cp.Gateway == nil {
 		cp.Gateway = &egressconfig.Gateway{}
 	}
@@ -451,6 +449,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxynet: encode gateway config: %w", err)
 	}
+	maps.Copy(files, o.extraFiles)
 	files["gateway.toml"] = cfg
 	// The installation CA: key and certificate (the key stays in this
 	// volume and in vak's host state dir, nowhere a sandbox can read).
