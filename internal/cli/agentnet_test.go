@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"vak/internal/agentnet"
 	"vak/internal/receipts"
+	"vak/internal/testenv"
 )
 
 // TestAgentnetServeEdgesReloadRevoke runs the real broker command on its
@@ -99,5 +101,60 @@ func TestAgentnetServeEdgesReloadRevoke(t *testing.T) {
 	_, sig, _ := strings.Cut(ta, ".")
 	if strings.Contains(string(data), sig) {
 		t.Fatal("receipts contain a token")
+	}
+}
+
+// TestAgentnetSocketUnreachableFromSandbox: a command run through `vak run`
+// (native sandbox) cannot connect to the broker socket; the same connect
+// from outside the sandbox gets an answer (positive control).
+func TestAgentnetSocketUnreachableFromSandbox(t *testing.T) {
+	testenv.RequireLandlock(t)
+	// A system python (a shim under $HOME is hidden by the sandbox itself).
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("/usr/bin/python3 is needed to open a unix socket")
+	}
+	state, err := os.MkdirTemp("", "vsx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	t.Setenv("XDG_STATE_HOME", state)
+	cfg := writeConfig(t, "version = 1\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"--config", cfg, "agentnet", "serve"}, Stdio{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	sock := filepath.Join(agentnet.Dir(filepath.Join(state, "vak")), agentnet.SocketName)
+	c := &agentnet.Client{Socket: sock}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := c.Edges(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("broker did not come up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	probe := `import socket,sys
+s=socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); s.sendall(b'{"op":"edges"}\n'); print("REACHED", s.recv(100))
+except OSError as e:
+    print("REFUSED", e)
+`
+	out, err := exec.Command(py, "-c", probe, sock).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "REACHED") {
+		t.Fatalf("control: the socket is not reachable outside the sandbox: %v %s", err, out)
+	}
+	ws := tempWorkspace(t)
+	for _, mode := range []string{"read-only", "workspace-write"} {
+		code, sout, serr := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--mode", mode, "--", py, "-c", probe, sock)
+		if strings.Contains(sout, "REACHED") || !strings.Contains(sout, "REFUSED") {
+			t.Fatalf("%s: the sandbox reached the broker socket (exit %d): %s %s", mode, code, sout, serr)
+		}
 	}
 }
