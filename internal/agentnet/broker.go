@@ -158,6 +158,7 @@ type queue struct {
 
 type waiter struct {
 	ident string
+	task  string
 	topic string
 	corr  string
 	ch    chan waitResult
@@ -512,12 +513,10 @@ func (b *Broker) revokeTaskLocked(t *task, why string) {
 	delete(b.tasks, t.id)
 	b.revoked[t.id] = true
 	b.receipt("revoke", t.ident.ID, t.id, "", receipts.Deny, why, 0)
-	if !b.liveLocked(t.ident.ID) {
-		for w := range b.waiters {
-			if w.ident == t.ident.ID {
-				delete(b.waiters, w)
-				w.ch <- waitResult{err: fmt.Errorf("%w: %s", ErrRevoked, why)}
-			}
+	for w := range b.waiters {
+		if w.task == t.id {
+			delete(b.waiters, w)
+			w.ch <- waitResult{err: fmt.Errorf("%w: %s", ErrRevoked, why)}
 		}
 	}
 }
@@ -748,7 +747,7 @@ func (b *Broker) Receive(ctx context.Context, tok, topic, correlation string, wa
 		b.receipt("receive", me, t.id, "", receipts.Deny, "no live edge", 0)
 		return Message{}, fmt.Errorf("%w: this workspace has no live edge to wait on", ErrNoEdge)
 	}
-	w := &waiter{ident: me, topic: topic, corr: correlation, ch: make(chan waitResult, 1)}
+	w := &waiter{ident: me, task: t.id, topic: topic, corr: correlation, ch: make(chan waitResult, 1)}
 	b.waiters[w] = true
 	b.mu.Unlock()
 	timer := time.NewTimer(wait)

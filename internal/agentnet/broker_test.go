@@ -586,3 +586,28 @@ func TestPoliciesFromConfig(t *testing.T) {
 		t.Fatalf("queue_depth = 1 from config not enforced: %v", err)
 	}
 }
+
+// TestRevokeOneTaskOfTwo: unregistering one task of a workspace fails that
+// task's waiting receive, while the other task keeps the edge up.
+func TestRevokeOneTaskOfTwo(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	e.b.SetPolicies([]Policy{e.policy("a", true, Quota{}, "b"), e.policy("b", true, Quota{}, "a")})
+	a1, _ := e.register(t, "a")
+	a2, _ := e.register(t, "a")
+	e.register(t, "b")
+	done := make(chan error, 1)
+	go func() { _, err := e.b.Receive(context.Background(), a1, "t", "", time.Hour); done <- err }()
+	waitFor(t, func() bool { return e.b.Waiting() == 1 })
+	if err := e.b.Unregister(a1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrRevoked) {
+		t.Fatalf("receive of the unregistered task: %v", err)
+	}
+	if !e.b.Live(a2) {
+		t.Fatal("the other task lost its edge")
+	}
+	if _, err := e.b.Send(a2, e.ws["b"], "t", nil); err != nil {
+		t.Fatal(err)
+	}
+}
