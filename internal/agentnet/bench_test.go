@@ -31,8 +31,8 @@ func BenchmarkSendReceive(b *testing.B) {
 // and then tries 1,000 more per edge: the queue-depth quota refuses them,
 // so the heap does not grow with the extra sends. It logs the heap cost.
 func TestQueuedMemoryBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fills 50,000 messages")
+	if testing.Short() || raceEnabled {
+		t.Skip("fills 50,000 messages (too slow under -race; run without it)")
 	}
 	names := []string{"hub"}
 	for i := range 50 {
