@@ -184,6 +184,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if err := srv.Warm(sigctx); err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
 	}
+	a.attachAgentNet(sigctx, srv, cfg, ws, log)
 	if f.listen != "" {
 		l, err := mcp.Listen(f.listen)
 		if err != nil {

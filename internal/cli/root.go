@@ -163,6 +163,6 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newDockerguardCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd(), a.newDevcontainerCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd())
 	return root
 }

@@ -142,6 +142,8 @@ type Config struct {
 	// nil when the trusted config has none. EgressFile names their file.
 	EgressSections *egressconfig.Sections
 	EgressFile     string
+	// AgentNetwork is [agent_network] (trusted; a project may only disable).
+	AgentNetwork AgentNetwork
 	// Sources lists the files considered, in order of application.
 	Sources []Source
 	// Warnings are non-fatal findings (stripped project keys, ignored widenings).
@@ -317,6 +319,9 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 	if w.Files != nil && w.Files.Protected != nil {
 		out.Files = &filesWire{Protected: w.Files.Protected}
 	}
+	if w.AgentNetwork != nil && w.AgentNetwork.Enabled != nil {
+		out.AgentNetwork = &agentNetworkWire{Enabled: w.AgentNetwork.Enabled}
+	}
 	return out
 }
 
@@ -378,6 +383,11 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 	}
 	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
 		if err := c.applyEgress(file, w); err != nil {
+			return err
+		}
+	}
+	if a := w.AgentNetwork; a != nil {
+		if err := c.applyAgentNetwork(file, a, trusted); err != nil {
 			return err
 		}
 	}

@@ -16,6 +16,8 @@ type fileWire struct {
 	Network *egressconfig.Network           `toml:"network"`
 	Gateway *egressconfig.Gateway           `toml:"gateway"`
 	Secrets map[string]*egressconfig.Secret `toml:"secrets"`
+	// AgentNetwork is [agent_network] (agentnet.go).
+	AgentNetwork *agentNetworkWire `toml:"agent_network"`
 
 	raw []byte // the file's bytes, to put line numbers on validation errors
 }
@@ -71,4 +73,6 @@ var projectKeys = map[string]bool{
 	"sandbox.mode":    true,
 	"sandbox.timeout": true,
 	"files.protected": true,
+	// agent_network.enabled may only be false (disable); see agentnet.go.
+	"agent_network.enabled": true,
 }

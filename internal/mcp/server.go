@@ -62,6 +62,10 @@ type Server struct {
 	tools []string
 	// sdkLog passes on the SDK's warnings (it logs every session at info).
 	sdkLog *slog.Logger
+	// an is the agent network registration (nil without one; agentnet.go).
+	an *agentNet
+	// toolsMu guards tools (agent_network comes and goes).
+	toolsMu sync.Mutex
 }
 
 // tool is one entry of the tool table: enabled decides per server whether
@@ -124,7 +128,11 @@ func New(o Options) (*Server, error) {
 }
 
 // Tools names the tools this server lists.
-func (s *Server) Tools() []string { return append([]string(nil), s.tools...) }
+func (s *Server) Tools() []string {
+	s.toolsMu.Lock()
+	defer s.toolsMu.Unlock()
+	return append([]string(nil), s.tools...)
+}
 
 // MCP is the SDK server (for transports).
 func (s *Server) MCP() *sdk.Server { return s.srv }
@@ -214,7 +222,10 @@ func (s *Server) Warm(ctx context.Context) error {
 }
 
 // Close ends the worker (and every process of the sandbox).
-func (s *Server) Close() error { return s.pool.close() }
+func (s *Server) Close() error {
+	s.closeAgentNet()
+	return s.pool.close()
+}
 
 // worker returns a running worker for a call.
 func (s *Server) worker(ctx context.Context) (Worker, error) {

@@ -1,0 +1,22 @@
+// Package agentnet is the core of the brokered workspace network (seed
+// 000): a pure library that lets the agents of two workspaces exchange
+// bounded, typed messages across an edge that both workspaces' trusted
+// policies approve.
+//
+// The Broker holds a persistent identity per workspace (bound to the
+// canonical workspace path and the owning uid, stored in the state dir,
+// never in a workspace), the policies (from the trusted user config only;
+// see Policy), the live task registrations and their short-lived,
+// audience-bound, HMAC-signed task tokens, and one bounded queue per
+// directed edge. An edge is up only while both workspaces' policies are
+// enabled and name each other, and both hold a live registration.
+//
+// Every registration, edge change, send, delivery, refusal and revocation
+// is appended to a hash-chained receipts log (internal/receipts). Records
+// carry workspace identities, task ids, topics and sizes, never a token or
+// a message body.
+//
+// Revocation (Revoke, Unregister, or a policy reload that drops an edge)
+// acts at once: receives waiting on a closed edge fail with ErrRevoked and
+// messages queued on it are dropped and receipted.
+package agentnet

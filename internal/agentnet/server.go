@@ -1,0 +1,198 @@
+package agentnet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// SocketName is the broker's socket inside its state dir.
+const SocketName = "agentnet.sock"
+
+// MaxWait bounds a receive's wait.
+const MaxWait = 5 * time.Minute
+
+// maxLine bounds one request line (a message body is bounded by quotas
+// well below this).
+const maxLine = 32 << 20
+
+// request is one line a client sends.
+type request struct {
+	Op          string `json:"op"`
+	Workspace   string `json:"workspace,omitempty"`
+	Token       string `json:"token,omitempty"`
+	Peer        string `json:"peer,omitempty"`
+	Topic       string `json:"topic,omitempty"`
+	Correlation string `json:"correlation,omitempty"`
+	Body        []byte `json:"body,omitempty"`
+	WaitMS      int64  `json:"wait_ms,omitempty"`
+}
+
+// response is the broker's answer to one request.
+type response struct {
+	Error string `json:"error,omitempty"`
+	// Kind classifies Error so the client can rebuild the sentinel.
+	Kind        string       `json:"kind,omitempty"`
+	Token       string       `json:"token,omitempty"`
+	Identity    *Identity    `json:"identity,omitempty"`
+	Peers       []Peer       `json:"peers,omitempty"`
+	Message     *Message     `json:"message,omitempty"`
+	ID          string       `json:"id,omitempty"`
+	Correlation string       `json:"correlation,omitempty"`
+	Edges       []EdgeStatus `json:"edges,omitempty"`
+	Live        bool         `json:"live,omitempty"`
+	N           int          `json:"n,omitempty"`
+}
+
+var kinds = map[string]error{
+	"token": ErrToken, "no-edge": ErrNoEdge, "destination": ErrDestination, "quota": ErrQuota,
+	"revoked": ErrRevoked, "timeout": ErrTimeout, "register": ErrRegister, "bad-request": ErrBadRequest,
+}
+
+func kindOf(err error) string {
+	for k, s := range kinds {
+		if errors.Is(err, s) {
+			return k
+		}
+	}
+	return ""
+}
+
+// Listen creates the broker socket in dir (0700) with mode 0600. A stale
+// socket (no one listening) is replaced; a live one is an error.
+func Listen(dir string) (net.Listener, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("agentnet: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("agentnet: %w", err)
+	}
+	path := filepath.Join(dir, SocketName)
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("agentnet: a broker is already listening on %s", path)
+	}
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("agentnet: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("agentnet: %w", err)
+	}
+	return l, nil
+}
+
+// Server serves a Broker on a listener.
+type Server struct {
+	Broker *Broker
+	// UID is the only peer uid accepted.
+	UID int
+	// Reload, if set, re-reads the policies (the "reload" operation).
+	Reload func() error
+}
+
+// Serve accepts connections until ctx ends or l fails.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	go func() { <-ctx.Done(); l.Close() }()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("agentnet: accept: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handle(ctx, c)
+		}()
+	}
+}
+
+func (s *Server) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	uid, err := peerUID(c)
+	if err != nil || uid != s.UID {
+		s.Broker.receipt("connect", "", "", "", "deny", fmt.Sprintf("peer uid %d is not %d (%v)", uid, s.UID, err), 0)
+		json.NewEncoder(c).Encode(response{Error: fmt.Sprintf("agentnet: connection refused: peer uid %d is not the broker's uid %d", uid, s.UID), Kind: "register"})
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	enc := json.NewEncoder(c)
+	for sc.Scan() {
+		var req request
+		var resp response
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp = response{Error: fmt.Sprintf("%v: %v", ErrBadRequest, err), Kind: "bad-request"}
+		} else {
+			resp = s.do(ctx, req, uid)
+		}
+		if err := enc.Encode(resp); err != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) do(ctx context.Context, req request, uid int) response {
+	b := s.Broker
+	var resp response
+	var err error
+	switch req.Op {
+	case "register":
+		var id Identity
+		resp.Token, id, err = b.Register(req.Workspace, uid)
+		resp.Identity = &id
+	case "renew":
+		resp.Token, err = b.Renew(req.Token)
+	case "unregister":
+		err = b.Unregister(req.Token)
+	case "peers":
+		resp.Peers, err = b.Peers(req.Token)
+	case "send":
+		resp.ID, err = b.Send(req.Token, req.Peer, req.Topic, req.Body)
+	case "request":
+		resp.Correlation, err = b.Request(req.Token, req.Peer, req.Topic, req.Body)
+	case "reply":
+		err = b.Reply(req.Token, req.Correlation, req.Body)
+	case "receive":
+		wait := min(time.Duration(req.WaitMS)*time.Millisecond, MaxWait)
+		var m Message
+		m, err = b.Receive(ctx, req.Token, req.Topic, req.Correlation, wait)
+		if err == nil {
+			resp.Message = &m
+		}
+	case "live":
+		resp.Live = b.Live(req.Token)
+	case "edges":
+		resp.Edges = b.Edges()
+	case "revoke":
+		resp.N, err = b.Revoke(req.Workspace)
+	case "reload":
+		if s.Reload == nil {
+			err = fmt.Errorf("%w: this broker has no reload", ErrBadRequest)
+		} else {
+			err = s.Reload()
+		}
+	default:
+		err = fmt.Errorf("%w: unknown operation %q", ErrBadRequest, req.Op)
+	}
+	if err != nil {
+		return response{Error: err.Error(), Kind: kindOf(err)}
+	}
+	return resp
+}

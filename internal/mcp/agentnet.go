@@ -1,0 +1,204 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"vak/internal/agentnet"
+)
+
+// AgentNetToolName is the brokered workspace network's tool.
+const AgentNetToolName = "agent_network"
+
+// maxReceiveWait bounds an agent_network receive (the tool call blocks).
+const maxReceiveWait = 60 * time.Second
+
+// agentNet is the server's registration with the agentnet broker. The
+// task token lives here, in the trusted server process: no tool result,
+// error or log line carries it.
+type agentNet struct {
+	client *agentnet.Client
+	mu     sync.Mutex
+	token  string
+	renew  time.Time // when to renew the token
+	listed bool
+}
+
+// AttachAgentNet registers the server's workspace with the broker behind
+// client and lists the agent_network tool while the registration is live
+// with at least one live edge. Call RefreshAgentNet (the caller's loop, or
+// after a policy change) to re-check; Close unregisters.
+func (s *Server) AttachAgentNet(ctx context.Context, client *agentnet.Client) error {
+	tok, _, err := client.Register(ctx, s.opts.Workspace)
+	if err != nil {
+		return fmt.Errorf("agent network: %w", err)
+	}
+	s.an = &agentNet{client: client, token: tok, renew: time.Now().Add(agentnet.DefaultTokenTTL / 2)}
+	_, err = s.RefreshAgentNet(ctx)
+	return err
+}
+
+// RefreshAgentNet renews the task token when it is due and adds or removes
+// the agent_network tool to match the broker's view (the SDK tells clients
+// that the tool list changed). It reports whether the tool is listed.
+func (s *Server) RefreshAgentNet(ctx context.Context) (bool, error) {
+	an := s.an
+	if an == nil {
+		return false, nil
+	}
+	an.mu.Lock()
+	defer an.mu.Unlock()
+	if time.Now().After(an.renew) {
+		tok, err := an.client.Renew(ctx, an.token)
+		if err == nil {
+			an.token, an.renew = tok, time.Now().Add(agentnet.DefaultTokenTTL/2)
+		}
+	}
+	live, err := an.client.Live(ctx, an.token)
+	if err != nil {
+		live = false
+	}
+	s.toolsMu.Lock()
+	defer s.toolsMu.Unlock()
+	switch {
+	case live && !an.listed:
+		s.addAgentNet()
+		an.listed = true
+		s.tools = append(s.tools, AgentNetToolName)
+	case !live && an.listed:
+		s.srv.RemoveTools(AgentNetToolName)
+		an.listed = false
+		s.tools = slices.DeleteFunc(s.tools, func(n string) bool { return n == AgentNetToolName })
+	}
+	return an.listed, err
+}
+
+// WatchAgentNet calls RefreshAgentNet every interval until ctx ends.
+func (s *Server) WatchAgentNet(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.RefreshAgentNet(ctx); err != nil {
+				s.opts.Log.Warn("agent network refresh", "err", err)
+			}
+		}
+	}
+}
+
+// closeAgentNet unregisters (the token is revoked at the broker).
+func (s *Server) closeAgentNet() {
+	if s.an == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.an.mu.Lock()
+	defer s.an.mu.Unlock()
+	_ = s.an.client.Unregister(ctx, s.an.token)
+}
+
+// AgentNetInput are agent_network's arguments.
+type AgentNetInput struct {
+	Op          string `json:"op" jsonschema:"peers, send, receive, request or reply"`
+	Peer        string `json:"peer,omitempty" jsonschema:"send/request: the peer's id or workspace path (from peers)"`
+	Topic       string `json:"topic,omitempty" jsonschema:"send/request/receive: the topic (1..128 bytes)"`
+	Message     string `json:"message,omitempty" jsonschema:"send/request/reply: the message text (bounded by the edge's quota)"`
+	Correlation string `json:"correlation,omitempty" jsonschema:"reply: the request's correlation id; receive: wait for the reply to this request"`
+	WaitSeconds int    `json:"wait_seconds,omitempty" jsonschema:"receive: seconds to wait for a message (0..60)"`
+}
+
+// AgentNetPeer is one reachable workspace.
+type AgentNetPeer struct {
+	ID        string `json:"id"`
+	Workspace string `json:"workspace"`
+}
+
+// AgentNetMessage is a received message.
+type AgentNetMessage struct {
+	ID          string `json:"id"`
+	From        string `json:"from" jsonschema:"the sender's workspace id"`
+	Topic       string `json:"topic"`
+	Kind        string `json:"kind" jsonschema:"message, request or reply"`
+	Correlation string `json:"correlation,omitempty" jsonschema:"set on requests (pass it to reply) and replies"`
+	Message     string `json:"message"`
+}
+
+// AgentNetOutput is agent_network's result.
+type AgentNetOutput struct {
+	Peers       []AgentNetPeer   `json:"peers,omitempty"`
+	ID          string           `json:"id,omitempty" jsonschema:"send: the message id"`
+	Correlation string           `json:"correlation,omitempty" jsonschema:"request: the correlation id to receive the reply with"`
+	Message     *AgentNetMessage `json:"message,omitempty"`
+	TimedOut    bool             `json:"timed_out,omitempty" jsonschema:"receive: no message arrived within wait_seconds"`
+}
+
+func (s *Server) addAgentNet() {
+	sdk.AddTool(s.srv, &sdk.Tool{
+		Name:        AgentNetToolName,
+		Annotations: annotations("Talk to agents of approved peer workspaces", false, false),
+		Description: `Exchange messages with agents working in other workspaces that both your user's policy and theirs approve (the brokered workspace network). Operations: peers (who you can reach), send (peer, topic, message), receive (topic, wait_seconds; optionally correlation), request (peer, topic, message -> correlation id), reply (correlation, message). Messages are text, bounded in size, rate and queue depth per edge; the network can be revoked at any time.`,
+	}, func(ctx context.Context, _ *sdk.CallToolRequest, in AgentNetInput) (*sdk.CallToolResult, AgentNetOutput, error) {
+		out, err := s.agentNetCall(ctx, in)
+		if err != nil {
+			return nil, AgentNetOutput{}, err
+		}
+		return nil, out, nil
+	})
+}
+
+func (s *Server) agentNetCall(ctx context.Context, in AgentNetInput) (AgentNetOutput, error) {
+	var out AgentNetOutput
+	an := s.an
+	an.mu.Lock()
+	tok := an.token
+	an.mu.Unlock()
+	if !utf8.ValidString(in.Message) {
+		return out, errors.New("agent_network: message must be UTF-8 text")
+	}
+	c := an.client
+	var err error
+	switch in.Op {
+	case "peers":
+		var ps []agentnet.Peer
+		ps, err = c.Peers(ctx, tok)
+		for _, p := range ps {
+			out.Peers = append(out.Peers, AgentNetPeer{ID: p.ID, Workspace: p.Workspace})
+		}
+	case "send":
+		out.ID, err = c.Send(ctx, tok, in.Peer, in.Topic, []byte(in.Message))
+	case "request":
+		out.Correlation, err = c.Request(ctx, tok, in.Peer, in.Topic, []byte(in.Message))
+	case "reply":
+		err = c.Reply(ctx, tok, in.Correlation, []byte(in.Message))
+	case "receive":
+		if in.WaitSeconds < 0 || time.Duration(in.WaitSeconds)*time.Second > maxReceiveWait {
+			return out, fmt.Errorf("agent_network: wait_seconds must be 0..%d", int(maxReceiveWait/time.Second))
+		}
+		var m agentnet.Message
+		m, err = c.Receive(ctx, tok, in.Topic, in.Correlation, time.Duration(in.WaitSeconds)*time.Second)
+		if errors.Is(err, agentnet.ErrTimeout) {
+			return AgentNetOutput{TimedOut: true}, nil
+		}
+		if err == nil {
+			out.Message = &AgentNetMessage{ID: m.ID, From: m.From, Topic: m.Topic, Kind: m.Kind, Correlation: m.Correlation, Message: string(m.Body)}
+		}
+	default:
+		return out, fmt.Errorf("agent_network: unknown op %q (peers, send, receive, request, reply)", in.Op)
+	}
+	if err != nil {
+		// Broker errors name workspaces, ids and reasons, never a token.
+		return AgentNetOutput{}, fmt.Errorf("agent_network %s refused: %w", in.Op, err)
+	}
+	return out, nil
+}
