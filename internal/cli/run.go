@@ -149,7 +149,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
-		if attach, err = acquire(sigctx, ws); err != nil {
+		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
 		defer release(context.Background(), ws)

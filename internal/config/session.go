@@ -19,6 +19,7 @@ import (
 //	allow_install = false      # root package installs (vak session exec --root)
 //	worker = "/opt/vak/linux-amd64/vak"  # static Linux vak for the containers
 //	policy_generation = "1"    # bump to invalidate every snapshot
+//	docker = false             # nested Docker in every session (as --docker)
 
 // Limits of the [session] values.
 const (
@@ -38,6 +39,9 @@ type Session struct {
 	Worker string
 	// PolicyGeneration is hashed into snapshot keys.
 	PolicyGeneration string
+	// Docker gives sessions a nested Docker engine (as `vak session create
+	// --docker`; docs/nested-docker.md).
+	Docker bool
 }
 
 // Defaults of [session]: the session manager's own defaults
@@ -103,6 +107,9 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 	}
 	if s.AllowInstall != nil {
 		next.AllowInstall = *s.AllowInstall
+	}
+	if s.Docker != nil {
+		next.Docker = *s.Docker
 	}
 	if s.Worker != nil {
 		p, err := hostPath(*s.Worker)

@@ -35,11 +35,12 @@ pool_size = 3
 allow_install = true
 worker = "/opt/vak/vak"
 policy_generation = "2025-01.b"
+docker = true
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b"}
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", Docker: true}
 	if cfg.Session != want {
 		t.Fatalf("session = %+v", cfg.Session)
 	}
@@ -58,6 +59,7 @@ func TestSessionConfigInvalid(t *testing.T) {
 		{`policy_generation = ""`, "session.policy_generation"},
 		{`policy_generation = "a b"`, "session.policy_generation"},
 		{`pool = 1`, "session.pool"},
+		{`docker = "yes"`, "session.docker"},
 		{`allow_install = "yes"`, "session.allow_install"},
 	} {
 		_, err := Parse("user.toml", []byte("version = 1\n[session]\n"+tc.body+"\n"))
@@ -80,6 +82,7 @@ pool_size = 16
 allow_install = true
 worker = "/tmp/evil"
 policy_generation = "0"
+docker = true
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -91,7 +94,7 @@ policy_generation = "0"
 		t.Fatalf("project config changed [session]: %+v", cfg.Session)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation"} {
+	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "docker"} {
 		if !strings.Contains(warn, "ignoring session."+k+":") {
 			t.Errorf("no warning for session.%s:\n%s", k, warn)
 		}

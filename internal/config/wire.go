@@ -59,6 +59,7 @@ type sessionWire struct {
 	AllowInstall     *bool   `toml:"allow_install"`
 	Worker           *string `toml:"worker"`
 	PolicyGeneration *string `toml:"policy_generation"`
+	Docker           *bool   `toml:"docker"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can

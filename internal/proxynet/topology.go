@@ -119,6 +119,9 @@ type Net struct {
 	Env []string
 	// Placeholders maps secret names to their placeholders.
 	Placeholders map[string]string
+	// NestedPool is the netclient's nested pool when the caller asked for
+	// nested mode (Options.NestedPool).
+	NestedPool netip.Prefix
 }
 
 // Key derives the topology key from the invoking user and the workspace:
@@ -373,7 +376,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
-	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}}
+	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}, NestedPool: o.NestedPool}
 	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
 		n.NetclientID = ins.Container.ID
 	}
@@ -737,10 +740,14 @@ func removeTopology(ctx context.Context, cli *client.Client, key string) error {
 // Attachment is what a sandbox container needs to join this network.
 func (n *Net) Attachment() *sandbox.NetworkAttachment {
 	return &sandbox.NetworkAttachment{
-		Mode:   n.NetworkMode(),
-		Binds:  []string{n.Bind()},
-		Env:    slices.Clone(n.Env),
-		Labels: map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
+		Mode:       n.NetworkMode(),
+		Binds:      []string{n.Bind()},
+		Env:        slices.Clone(n.Env),
+		Labels:     map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
+		Gateway:    n.GatewayIP,
+		NestedPool: n.NestedPool,
+		TrustCA:    TrustDir + "/" + CAFile,
+		TrustEnv:   TrustEnv(),
 	}
 }
 
