@@ -220,6 +220,32 @@ extra_ca_bundles = [%q]
 			t.Fatalf("exec in a session whose sidecar is dead: %v\n%s", err, out)
 		}
 	})
+	t.Run("GCTakesTheSidecar", func(t *testing.T) {
+		out, errs, err := vakCmd(append(append([]string{"session", "create"}, labels...), "-w", ws, "--task", "gcd", "--network", "proxied", "--docker")...)
+		if err != nil {
+			t.Fatalf("second --docker session: %v\n%s", err, errs)
+		}
+		id2 := strings.TrimSpace(out)
+		t.Cleanup(func() {
+			vakCmd(append(append([]string{"session", "rm"}, labels...), id2)...)
+			dockerOut("rm", "-f", "vak-dockerd-"+id2)
+			dockerOut("volume", "rm", "-f", "vak-dockerd-"+id2+"-lib", "vak-dockerd-"+id2+"-sock")
+		})
+		if out := testenv.Docker(t, "ps", "-q", "--filter", "name=^vak-dockerd-"+id2+"$"); strings.TrimSpace(out) == "" {
+			t.Fatal("control: the second session has no running sidecar")
+		}
+		// The session ends (its container stops): gc collects it and its
+		// sidecar.
+		testenv.Docker(t, "kill", "vak-session-"+id2)
+		if _, errs, err := vakCmd(append([]string{"session", "gc"}, labels...)...); err != nil {
+			t.Fatalf("session gc: %v %s", err, errs)
+		}
+		for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
+			if out := testenv.Docker(t, append(kind, "--filter", "label=vak.session="+id2)...); strings.TrimSpace(out) != "" {
+				t.Errorf("session gc left docker %v: %s", kind, out)
+			}
+		}
+	})
 	t.Run("RemoveTakesTheSidecar", func(t *testing.T) {
 		if _, errs, err := vakCmd(append(append([]string{"session", "rm"}, labels...), id)...); err != nil {
 			t.Fatalf("session rm: %v %s", err, errs)
