@@ -63,4 +63,11 @@ func main() {
 	}
 	fmt.Printf("### vak run --backend docker vs docker run (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
 	fmt.Print(stats.Table(raw, viaVak))
+	fmt.Println()
+	// Where vak's run goes (separate runs, after the timed ones).
+	bd, err := stats.TraceBreakdown(min(*n, 10), vak, "--config", cfg, "run", "-w", ws, "--", "true")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(bd)
 }

@@ -60,6 +60,7 @@ const (
 
 func main() {
 	vakBin := flag.String("vak", "", "path to the vak binary (go build -o /tmp/vak ./cmd/vak)")
+	vakBase := flag.String("vak-base", "", "optional second vak binary (e.g. built from main) run interleaved as \"vak-base\" for a before/after comparison in one run")
 	mitmBin := flag.String("mitmdump", "mitmdump", "path to mitmdump")
 	dur := flag.Duration("duration", 10*time.Second, "measurement time per scenario")
 	warm := flag.Duration("warmup", 2*time.Second, "warm-up time per scenario")
@@ -68,7 +69,16 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds per concurrency (duration is split across them)")
 	mitmDefaultUpload := flag.Bool("mitm-default-upload", false, "also upload through mitmproxy with its default settings (buffers the whole body; very slow)")
 	flag.Var(&vakEnv, "vak-env", "extra NAME=value for the vak process (repeatable; e.g. GOMAXPROCS=1)")
+	concList := flag.String("conc", "1,32", "comma-separated client concurrencies")
 	flag.Parse()
+	var concs []int
+	for _, f := range strings.Split(*concList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("-conc: bad concurrency %q", f)
+		}
+		concs = append(concs, n)
+	}
 	if *vakBin == "" {
 		log.Fatal("-vak is required")
 	}
@@ -106,15 +116,25 @@ func main() {
 		name string
 		tr   *http.Transport
 		auth string
+		pid  int // the proxy process (0: none)
 	}
-	cs := []contender{{"direct", direct, "Bearer " + secretValue}, {"vak", vak.transport(), "Bearer " + vak.placeholder}}
+	cs := []contender{{"direct", direct, "Bearer " + secretValue, 0}, {"vak", vak.transport(), "Bearer " + vak.placeholder, vak.cmd.Process.Pid}}
+	var base *proxyProc
+	if *vakBase != "" {
+		baseDir := filepath.Join(dir, "base")
+		if err := os.Mkdir(baseDir, 0o700); err != nil {
+			log.Fatal(err)
+		}
+		base = startVak(*vakBase, baseDir, upPort, caPEM)
+		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder, base.cmd.Process.Pid})
+	}
 	var mitm *proxyProc
 	if !*skipMitm {
 		mitm = startMitm(*mitmBin, dir, upPort, caPEM, "")
-		cs = append(cs, contender{"mitmproxy", mitm.transport(), "Bearer " + mitm.placeholder})
+		cs = append(cs, contender{"mitmproxy", mitm.transport(), "Bearer " + mitm.placeholder, mitm.cmd.Process.Pid})
 	}
 	results := map[string]map[int]stats{}
-	for _, c := range []int{1, 32} {
+	for _, c := range concs {
 		acc := map[string]*stats{}
 		for _, ct := range cs {
 			load(ct.tr, target, ct.auth, c, *warm, 0, nil) // warm-up
@@ -122,7 +142,9 @@ func main() {
 		}
 		for range *rounds {
 			for _, ct := range cs {
+				cpu0 := procCPU(ct.pid)
 				load(ct.tr, target, ct.auth, c, 0, *dur/time.Duration(*rounds), acc[ct.name])
+				acc[ct.name].raw.cpu += procCPU(ct.pid) - cpu0
 			}
 		}
 		for _, ct := range cs {
@@ -135,6 +157,9 @@ func main() {
 	direct.CloseIdleConnections()
 	vakPeak := peakRSS(vak.cmd.Process.Pid)
 	vak.stop()
+	if base != nil {
+		base.stop()
+	}
 	var mitmPeak int64
 	if mitm != nil {
 		mitmPeak = peakRSS(mitm.cmd.Process.Pid)
@@ -160,10 +185,10 @@ func main() {
 	// Report.
 	fmt.Println("## Keep-alive HTTPS GET (" + strconv.Itoa(bodySize) + "-byte responses, HTTP/1.1 client legs)")
 	fmt.Println()
-	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, name := range []string{"direct", "vak", "mitmproxy"} {
-		for _, c := range []int{1, 32} {
+	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | proxy CPU/req | errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, name := range []string{"direct", "vak", "vak-base", "mitmproxy"} {
+		for _, c := range concs {
 			s, ok := results[name][c]
 			if !ok {
 				continue
@@ -175,12 +200,21 @@ func main() {
 				}
 				return ms(a - b)
 			}
-			fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s | %d |\n", name, c, s.rps, ms(s.p50), ms(s.p99), added(s.p50, d.p50), added(s.p99, d.p99), s.errors)
+			cpu := "-"
+			if name != "direct" {
+				cpu = fmt.Sprintf("%.0f µs", float64(s.cpuPerReq)/float64(time.Microsecond))
+			}
+			fmt.Printf("| %s | %d | %.0f | %s | %s | %s | %s | %s | %d |\n", name, c, s.rps, ms(s.p50), ms(s.p99), added(s.p50, d.p50), added(s.p99, d.p99), cpu, s.errors)
 		}
 	}
 	fmt.Println()
+	if b, ok := results["vak-base"]; ok {
+		for _, c := range concs {
+			fmt.Printf("- vak vs vak-base at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/b[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(b[c].p50-results["direct"][c].p50))
+		}
+	}
 	if m, ok := results["mitmproxy"]; ok {
-		for _, c := range []int{1, 32} {
+		for _, c := range concs {
 			fmt.Printf("- throughput ratio vak/mitmproxy at concurrency %d: **%.1f×**\n", c, results["vak"][c].rps/m[c].rps)
 		}
 		fmt.Printf("- peak RSS over the GET runs: vak %s, mitmproxy %s\n", mib(vakPeak), mib(mitmPeak))
@@ -429,12 +463,16 @@ type stats struct {
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
-	raw      acc
+	// cpuPerReq is the proxy process's CPU time (user + system) per
+	// request: less sensitive to a busy machine than latency.
+	cpuPerReq time.Duration
+	raw       acc
 }
 
 type acc struct {
 	lat    []time.Duration
 	errors int64
+	cpu    time.Duration
 }
 
 func (a *stats) finish(total time.Duration) stats {
@@ -444,6 +482,7 @@ func (a *stats) finish(total time.Duration) stats {
 	if len(lat) > 0 {
 		s.p50 = lat[len(lat)/2]
 		s.p99 = lat[len(lat)*99/100]
+		s.cpuPerReq = a.raw.cpu / time.Duration(len(lat))
 	}
 	return s
 }
@@ -577,5 +616,29 @@ func procStatus(pid int, key string) int64 {
 	return 0
 }
 
-func peakRSS(pid int) int64    { return procStatus(pid, "VmHWM") }
+func peakRSS(pid int) int64 { return procStatus(pid, "VmHWM") }
+
+// procCPU is pid's user + system CPU time so far (0 for pid 0 or when
+// unreadable), from /proc/PID/stat in clock ticks (USER_HZ, 100 on Linux).
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100)
+}
 func currentRSS(pid int) int64 { return procStatus(pid, "VmRSS") }

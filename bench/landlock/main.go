@@ -100,5 +100,12 @@ func main() {
 	fmt.Printf("### landlock backend (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n, sess.Ready().Sandbox)
 	fmt.Print(stats.Table(bare, cold))
 	fmt.Println()
+	// Where the cold run's time goes (separate runs, after the timed ones).
+	bd, err := stats.TraceBreakdown(min(*n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(bd)
+	fmt.Println()
 	fmt.Print(stats.Table(goExec, warm))
 }

@@ -41,6 +41,8 @@ var rules = []rule{
 		Why: "the worker carries backend data opaquely; backends register their own worker entry points"},
 	{From: "vak/internal/worker/wire", Forbid: []string{"vak"},
 		Why: "the wire types and client are what embedders import: no vak dependencies"},
+	{From: "vak/internal/mcp", Forbid: []string{"vak/internal/cli", "vak/internal/sandbox/landlock", "vak/internal/sandbox/seatbelt", "vak/internal/sandbox/none"},
+		Why: "the MCP server is told its workspace, mode and how to start a worker; the composition root (cli) picks the backend (docker is reached only through taskenv's sessions)"},
 	{From: "vak/internal/errclass", Forbid: []string{"vak"},
 		Why: "every package may declare classed sentinels: errclass depends on nothing"},
 	{From: "vak/internal/sandbox", Forbid: backends, Except: []string{"vak/internal/sandbox/landlock", "vak/internal/sandbox/seatbelt", "vak/internal/sandbox/docker", "vak/internal/sandbox/none", "vak/internal/sandbox/sandboxtest"},

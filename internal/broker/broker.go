@@ -29,6 +29,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -90,6 +91,9 @@ type Session struct {
 
 // Start starts a worker for opts.
 func Start(ctx context.Context, opts Options) (*Session, error) {
+	// Phases for vak run --trace (nil trace: nothing recorded).
+	tr := trace.From(ctx)
+	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
 	s := &Session{opts: opts}
 	for _, p := range cfg.Files.Protected {
@@ -215,13 +219,45 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}()
 		return nil
 	}
+	endPrepare()
+	spawned := time.Now()
+	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	client, err := wire.Start(ctx, cmd, onStarted)
+	endStart()
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
 	}
 	s.client = client
+	traceWorkerStart(tr, spawned, time.Now(), client.Ready())
 	return s, nil
+}
+
+// traceWorkerStart splits the worker's start by the times in its ready
+// event: before the worker's own process began (for landlock: stage 1 with
+// the namespaces and the view, and stage 2's exec), the sandbox entry in it
+// (stage 2's restrictions), and the rest up to the ready event. Times the
+// worker did not report, or that are out of order (clocks are per process
+// but the same wall clock), are left out.
+func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) {
+	if tr == nil || ev.Started == 0 {
+		return
+	}
+	started := time.Unix(0, ev.Started)
+	if started.Before(spawned) || started.After(ready) {
+		return
+	}
+	tr.Add("  worker process start (landlock: stage 1, view, stage 2 exec)", spawned, started)
+	if ev.Restricted == 0 {
+		tr.Add("  worker up to ready", started, ready)
+		return
+	}
+	restricted := time.Unix(0, ev.Restricted)
+	if restricted.Before(started) || restricted.After(ready) {
+		return
+	}
+	tr.Add("  sandbox entry (landlock: stage 2 restrictions)", started, restricted)
+	tr.Add("  worker files and ready message", restricted, ready)
 }
 
 // Ready is the worker's ready event (what restrictions are in force).

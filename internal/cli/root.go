@@ -159,9 +159,10 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newVersionCmd(),
 		a.newWorkerCmd(),
 		a.newNetclientCmd(),
+		a.newMCPCmd(),
 		a.newDockerguardCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd(), a.newDevcontainerCmd())
 	return root
 }

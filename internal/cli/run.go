@@ -18,8 +18,13 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker/wire"
 )
+
+// processStart is when this process's Go packages were initialised: the
+// start of a trace's "cli start" phase.
+var processStart = time.Now()
 
 // workerExecutable is the binary re-executed as the worker; empty means
 // this one. Tests that call Main in-process point it at a built vak.
@@ -32,6 +37,7 @@ type runFlags struct {
 	image     string
 	timeout   time.Duration
 	network   string
+	trace     bool
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -67,6 +73,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
+	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
@@ -125,13 +132,24 @@ func (a *app) workspaceConfig(f runFlags) (string, *config.Config, error) {
 }
 
 func (a *app) run(ctx context.Context, f runFlags, args []string) error {
+	var tr *trace.Trace
+	if f.trace || trace.Enabled() {
+		tr = trace.New(processStart)
+		tr.Add("cli start", processStart, time.Now())
+		// Printed last, after the teardown below.
+		defer tr.Print(a.stdio.Err)
+		ctx = trace.With(ctx, tr)
+	}
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
+	end := tr.Begin("config")
 	ws, cfg, err := a.workspaceConfig(f)
+	end()
 	if err != nil {
 		return err
 	}
+	end = tr.Begin("backend check")
 	reg := registry(cfg)
 	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
@@ -140,6 +158,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := b.Available(ctx); err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
+	end()
 
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -149,10 +168,15 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
+		end = tr.Begin("proxied network: topology")
 		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
-		defer release(context.Background(), ws)
+		end()
+		defer func() {
+			defer tr.Begin("proxied network: release")()
+			release(context.Background(), ws)
+		}()
 	}
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
@@ -162,6 +186,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
 	}
 	defer func() {
+		defer tr.Begin("teardown")()
 		sess.Close()
 		if sw := sess.Swept(); sw != nil {
 			a.warnTripwire(sw)
@@ -174,6 +199,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
+	end = tr.Begin("command")
 	res, err := sess.Bash(sigctx, req, func(stream string, data []byte) {
 		if stream == "stderr" {
 			a.stdio.Err.Write(data)
@@ -181,6 +207,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.stdio.Out.Write(data)
 		}
 	})
+	end()
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))

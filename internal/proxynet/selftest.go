@@ -48,12 +48,21 @@ func SelfTestLog(stateDir, key string) string {
 // itself; the nftables rules verify. The outcome is a receipt in
 // SelfTestLog. A failure is ErrFenceSelfTest with the reason.
 func (o *Options) selfTest(ctx context.Context, key string, gwIP netip.Addr, sections *egressconfig.Sections) error {
-	cfg, _ := egressconfig.Validate(o.ConfigFile, sections)
 	egressNet, _, gwName, ncName, _ := names(key)
 	egressIP, err := addressOn(ctx, o.Engine, gwName, egressNet)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrFenceSelfTest, err)
 	}
+	return o.SelfTestContainers(ctx, key, gwName, ncName, gwIP, egressIP, sections)
+}
+
+// SelfTestContainers runs the fence self-test (see selfTest) for a topology
+// whose containers were not created by Ensure (the dev-container template's
+// compose services): gwName and ncName are the running gateway and
+// netclient, gwIP the gateway's sandbox-side address and egressIP its
+// egress-side one. The receipt goes to SelfTestLog(o.StateDir, key).
+func (o *Options) SelfTestContainers(ctx context.Context, key, gwName, ncName string, gwIP, egressIP netip.Addr, sections *egressconfig.Sections) error {
+	cfg, _ := egressconfig.Validate(o.ConfigFile, sections)
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])

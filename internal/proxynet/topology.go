@@ -100,6 +100,9 @@ type Options struct {
 	// rebuilt, or refused with ErrInUse while sandboxes still use it); a
 	// nested-mode topology serves plain callers as well.
 	NestedPool netip.Prefix
+
+	// extraFiles are added to the gateway payload (GatewayPayload).
+	extraFiles map[string][]byte
 }
 
 // Net is a running topology, ready for sandbox containers to join.
@@ -233,13 +236,8 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	}
 	gwCfg := &container.Config{
 		Image: image, User: "0:0", Labels: labels, Env: env,
-		Cmd: []string{"gateway", "--gateway-config", gatewayConfig, "--require-no-forwarding",
-			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
-			"--transparent", "0.0.0.0:" + strconv.Itoa(TransparentPort),
-			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
-			"--canary", "0.0.0.0:" + strconv.Itoa(CanaryPort),
-			"--session", key},
-		Healthcheck: health("/vak", "gateway", "status", "--socket", paths.GatewayAdminSocket(gatewayStateDir)),
+		Cmd:         GatewayCommand(key),
+		Healthcheck: health(GatewayHealthCommand()...),
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
@@ -414,7 +412,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	}
 	cp := *s
 	files := map[string][]byte{}
-	env := []string{"XDG_STATE_HOME=" + gatewayData}
+	env := GatewayEnv()
 	if cp.Gateway == nil {
 		cp.Gateway = &egressconfig.Gateway{}
 	}
@@ -474,6 +472,7 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxynet: encode gateway config: %w", err)
 	}
+	maps.Copy(files, o.extraFiles)
 	files["gateway.toml"] = cfg
 	// The installation CA: key and certificate (the key stays in this
 	// volume and in vak's host state dir, nowhere a sandbox can read).

@@ -227,3 +227,32 @@ func TestSigningKeyFile(t *testing.T) {
 		t.Fatalf("readable key accepted: %v", err)
 	}
 }
+
+// TestSyncWaitsForCheckpoint checks that checkpoints deferred by
+// SignInterval are written before Sync returns: the open log verifies with
+// every record signed after each Sync, however close together the appends.
+func TestSyncWaitsForCheckpoint(t *testing.T) {
+	t.Parallel()
+	key, pub := testKey(t)
+	path := filepath.Join(t.TempDir(), "sync.jsonl")
+	l, err := OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range 20 {
+		if err := l.Append(Record{Protocol: "https", Host: fmt.Sprintf("h%d.test", i), Rule: 0, Decision: Allow}); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 != 3 {
+			continue
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := VerifyFileSigned(path, pub, false)
+		if err != nil || rep.Records != uint64(i+1) || !rep.Signed {
+			t.Fatalf("after %d records and Sync: %+v %v", i+1, rep, err)
+		}
+	}
+}

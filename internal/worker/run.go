@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"vak/internal/fsguard"
 	"vak/internal/sandbox"
@@ -19,16 +20,25 @@ import (
 // worker still starts: bash works and every file tool answers with code
 // unsupported. Any other failure to open the workspace fails the start.
 func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer) error {
+	// Run is called once the backend's worker entry has returned: the
+	// restrictions are in force from here on.
+	restricted := time.Now()
 	return run(ctx, spec, sandboxDesc, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
 		if err != nil {
 			return nil, nil, err
 		}
 		return f, f, nil
-	})
+	}, restricted)
 }
 
-func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error)) error {
+// processStart is when this process's Go packages were initialised (the
+// ready event's Started).
+var processStart = time.Now()
+
+// run serves; restricted is when the restrictions came into force (zero:
+// unknown).
+func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
 	files, closer, err := open()
 	switch {
 	case errors.Is(err, fsguard.ErrUnsupported):
@@ -56,7 +66,10 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
 		},
-		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid()},
+		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid(), Started: processStart.UnixNano()},
+	}
+	if !restricted.IsZero() {
+		srv.Ready.Restricted = restricted.UnixNano()
 	}
 	return srv.Serve(ctx, in, out)
 }

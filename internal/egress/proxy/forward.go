@@ -317,11 +317,16 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	p.track(f)
 	defer p.untrack(f)
 
-	rt := p.transport
-	if r.ProtoMajor < 2 {
-		rt = p.transport1
+	var resp *http.Response
+	if r.ProtoMajor < 2 && directEligible(outreq, ws) {
+		resp, err = p.roundTripDirect(outreq, t)
+	} else {
+		rt := p.transport
+		if r.ProtoMajor < 2 {
+			rt = p.transport1
+		}
+		resp, err = rt.RoundTrip(outreq)
 	}
-	resp, err := rt.RoundTrip(outreq)
 	setBytesOut := func() {
 		if cr != nil {
 			rec.BytesOut, _ = cr.result()

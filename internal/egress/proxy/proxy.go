@@ -116,12 +116,14 @@ type Proxy struct {
 	// upstream, HTTP/2 clients get HTTP/2 where the server offers it.
 	transport  *http.Transport
 	transport1 *http.Transport
-	inner      *http.Server
-	innerQ     *queueListener
-	tlsConns   sync.Map // *tls.Conn -> *connInfo (HTTP/2 connections)
-	nextID     atomic.Uint64
-	wg         sync.WaitGroup
-	closed     atomic.Bool
+	// h1 pools the connections of the direct HTTP/1.1 path (h1upstream.go).
+	h1       h1Pool
+	inner    *http.Server
+	innerQ   *queueListener
+	tlsConns sync.Map // *tls.Conn -> *connInfo (HTTP/2 connections)
+	nextID   atomic.Uint64
+	wg       sync.WaitGroup
+	closed   atomic.Bool
 
 	mu        sync.Mutex
 	flows     map[*flow]struct{}
@@ -403,6 +405,7 @@ func (p *Proxy) Revoke() int {
 	}
 	p.transport.CloseIdleConnections()
 	p.transport1.CloseIdleConnections()
+	p.h1.closeIdle(false)
 	return len(victims)
 }
 
@@ -412,6 +415,7 @@ func (p *Proxy) PolicyChanged() {
 	p.init()
 	p.transport.CloseIdleConnections()
 	p.transport1.CloseIdleConnections()
+	p.h1.closeIdle(false)
 }
 
 // Stats are counters for status reports.
@@ -451,6 +455,7 @@ func (p *Proxy) Close() error {
 	p.wg.Wait()
 	p.transport.CloseIdleConnections()
 	p.transport1.CloseIdleConnections()
+	p.h1.closeIdle(true)
 	return nil
 }
 

@@ -17,3 +17,8 @@ func SeedSession(placeholders map[string]string) *Session {
 	}
 	return s
 }
+
+// NewPlaceholder returns a fresh random placeholder (for a topology whose
+// sandboxes' environment is written before its gateway starts: the
+// dev-container template seeds the gateway with it).
+func NewPlaceholder() string { return newPlaceholder() }

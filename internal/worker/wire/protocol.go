@@ -211,6 +211,12 @@ type Event struct {
 	// seccomp, user+mount+pid+net namespaces").
 	Sandbox string `json:"sandbox,omitempty"`
 	PID     int    `json:"pid,omitempty"`
+	// Started and Restricted are when the worker's process began (its Go
+	// packages were initialised) and when its sandbox entry returned (the
+	// restrictions in force), as Unix times in nanoseconds; vak run --trace
+	// shows them. Zero when unknown.
+	Started    int64 `json:"started_ns,omitempty"`
+	Restricted int64 `json:"restricted_ns,omitempty"`
 }
 
 // Error codes. They are stable: embedders switch on them.

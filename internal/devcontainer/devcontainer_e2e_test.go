@@ -1,0 +1,407 @@
+package devcontainer_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/devcontainer"
+	"vak/internal/egress/egressconfig"
+	"vak/internal/paths"
+	"vak/internal/proxynet"
+	"vak/internal/testenv"
+)
+
+// devcontainerCLI finds the dev-containers CLI (@devcontainers/cli) and a
+// compose: $VAK_DEVCONTAINER_CLI, else `devcontainer` on PATH.
+func devcontainerCLI(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("VAK_DEVCONTAINER_CLI")
+	if p == "" {
+		p, _ = exec.LookPath("devcontainer")
+	}
+	if p == "" {
+		testenv.Missing(t, testenv.EnvRequireDocker, "the dev-containers CLI (npm install @devcontainers/cli; set VAK_DEVCONTAINER_CLI)")
+	}
+	if _, err := exec.LookPath("docker-compose"); err != nil {
+		testenv.Missing(t, testenv.EnvRequireDocker, "docker-compose (apt-get install docker-compose)")
+	}
+	return p
+}
+
+// The generated template brought up by the real dev-containers CLI (the
+// code path of VS Code's "Reopen in Container"), then used through
+// `devcontainer exec` as an agent would: the same hermetic internet,
+// canary and escape attempts as the proxied topology's own test.
+func TestDevcontainerUp(t *testing.T) {
+	testenv.RequireDocker(t)
+	dc := devcontainerCLI(t)
+	img := testenv.TestNetImage(t)
+	vak := testenv.Vak(t)
+	id := testenv.TestID(t)
+	certs := testenv.GenCerts(t, "allowed.test", "unbound.test")
+	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	// Registered after the network's own cleanup, so it runs first.
+	t.Cleanup(func() { removeLabelled(id) })
+	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", img, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
+	canID, canIP := testenv.RunContainer(t, "", inet, img, "testnet", "canary")
+	testenv.WaitReady(t, upID)
+	testenv.WaitReady(t, canID)
+
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	secret := "real-secret-" + hex.EncodeToString(rnd[:])
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	xdgState, xdgConfig := filepath.Join(base, "state"), filepath.Join(base, "config")
+	os.MkdirAll(filepath.Join(xdgConfig, "vak"), 0o700)
+	os.WriteFile(filepath.Join(xdgConfig, "vak", "config.toml"), []byte(fmt.Sprintf(`version = 1
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "test upstreams"
+action = "allow"
+hosts = ["allowed.test", "unbound.test"]
+cidrs = ["%s/32"]
+[network.dns.overrides]
+"allowed.test" = [%q]
+"unbound.test" = [%q]
+"canary.test" = [%q]
+[gateway]
+extra_ca_bundles = [%q]
+[secrets.TOKEN]
+value = %q
+hosts = ["allowed.test"]
+`, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, "ws")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An existing protected path of the config: mounted read-only too.
+	mkdir(t, filepath.Join(ws, ".git", "hooks"))
+	env := append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig)
+	run := func(name string, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		cmd.Dir = ws
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	mustRun := func(name string, args ...string) string {
+		t.Helper()
+		out, err := run(name, args...)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	mustRun(vak, "devcontainer", "init", "-w", ws, "--image", img, "--gateway-network", inet,
+		"--label", testenv.TestLabel+"=1", "--label", testenv.TestIDLabel+"="+id)
+	if out, _ := run(vak, "devcontainer", "init", "-w", ws); !strings.Contains(out, "already has") {
+		t.Errorf("a second init overwrote the template: %s", out)
+	}
+
+	t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
+		for _, dir := range []string{devcontainer.Dir, devcontainer.VSCodeDir} {
+			filepath.Walk(filepath.Join(ws, dir), func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() {
+					if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
+						t.Errorf("%s holds a secret", p)
+					}
+				}
+				return nil
+			})
+		}
+		out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
+		if !strings.Contains(out, `"service":"app"`) || !strings.Contains(out, `"devcontainer","prepare"`) {
+			t.Errorf("read-configuration: %s", out)
+		}
+	})
+
+	t0 := time.Now()
+	mustRun(dc, "up", "--workspace-folder", ws)
+	sb := func(cmd string) string {
+		t.Helper()
+		out, _ := run(dc, "exec", "--workspace-folder", ws, "sh", "-c", cmd)
+		return strings.TrimSpace(out)
+	}
+	if out := sb("probe tls https://allowed.test/status/200"); !strings.HasPrefix(lastLine(out), "OK 200") {
+		t.Fatalf("allowed HTTPS after devcontainer up: %s", out)
+	}
+	t.Logf("benchmark: devcontainer up to a working exec: %v", time.Since(t0).Round(100*time.Millisecond))
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+		t.Errorf("doctor after up: %v\n%s", err, out)
+	}
+
+	canaryZero := func(when string) {
+		t.Helper()
+		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 || c.DNS != 0 {
+			t.Errorf("%s: the canary saw traffic: %+v", when, c)
+		}
+	}
+	// Control: the canary counts a connection from a plain container.
+	if out, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--network", inet, img, "probe", "connect", canIP+":80", "3s")...).CombinedOutput(); !strings.Contains(string(out), "OK") {
+		t.Fatalf("control: canary unreachable: %s", out)
+	}
+	if c := testenv.ResetCanary(t, canIP); c.TCP == 0 {
+		t.Fatalf("control: the canary did not count a connection: %+v", c)
+	}
+
+	t.Run("AllowedHTTPSWithTheCATrusted", func(t *testing.T) {
+		out := lastLine(sb("probe tls https://allowed.test/status/200"))
+		if !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+			t.Fatalf("allowed HTTPS with verification on: %s", out)
+		}
+		if got := lastLine(sb("echo $SSL_CERT_FILE")); got != proxynet.TrustDir+"/"+proxynet.BundleFile {
+			t.Errorf("SSL_CERT_FILE = %q", got)
+		}
+	})
+	t.Run("DeniedHostBlocked", func(t *testing.T) {
+		for _, u := range []string{"https://denied.test/", "http://canary.test/", "https://example.com/"} {
+			if out := lastLine(sb("probe http " + u + " 5s")); strings.HasPrefix(out, "OK 200") {
+				t.Errorf("%s: %s", u, out)
+			}
+		}
+		canaryZero("denied names")
+	})
+	t.Run("RawTCPUDPDNSBlocked", func(t *testing.T) {
+		testenv.ResetCanary(t, canIP)
+		for _, a := range []string{
+			"probe http http://" + canIP + "/ 3s",
+			"probe connect " + canIP + ":22 3s",
+			"probe udp " + canIP + ":9 2s",
+			"probe dns leak-" + hex.EncodeToString(rnd[:3]) + ".exfil.test " + canIP,
+			"probe dns --tcp leak2.exfil.test " + canIP,
+			"probe ping " + canIP + " 2s",
+			"probe http http://169.254.169.254/latest/meta-data/ 3s",
+		} {
+			// The gateway may accept and refuse (OK connected, OK 403)
+			// or answer DNS with its sinkhole; nothing may reach the canary.
+			out := lastLine(sb(a))
+			sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
+			if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
+				t.Errorf("%s: %s", a, out)
+			}
+		}
+		canaryZero("escape attempts")
+	})
+	t.Run("PlaceholderSwappedOnlyTowardItsHost", func(t *testing.T) {
+		ph := lastLine(sb("echo $TOKEN"))
+		if !strings.HasPrefix(ph, "vakph_") || strings.Contains(sb("env"), secret) {
+			t.Fatalf("the container sees %q (the real value must never be inside)", ph)
+		}
+		testenv.ResetUpstream(t, upIP)
+		if out := lastLine(sb(`probe http -H "Authorization: Bearer $TOKEN" https://allowed.test/sink 5s`)); !strings.HasPrefix(out, "OK 200") {
+			t.Fatalf("bound host: %s", out)
+		}
+		if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 1 || strings.Join(reqs.Requests[0].Headers["Authorization"], "") != "Bearer "+secret {
+			t.Fatalf("the upstream did not receive the real value: %+v", reqs)
+		}
+		testenv.ResetUpstream(t, upIP)
+		if out := lastLine(sb(`probe http -H "Authorization: Bearer $TOKEN" https://unbound.test/sink 5s`)); !strings.Contains(out, "403") {
+			t.Errorf("placeholder to an unbound host was not blocked: %s", out)
+		}
+		if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 0 {
+			t.Errorf("the unbound host received the request: %+v", reqs)
+		}
+	})
+	t.Run("TemplateDirsReadOnlyForTheAgent", func(t *testing.T) {
+		// Control: the workspace itself is writable from inside.
+		if out := sb("echo ok > " + ws + "/from-agent && cat " + ws + "/from-agent"); lastLine(out) != "ok" {
+			t.Fatalf("control: workspace not writable: %s", out)
+		}
+		if data, _ := os.ReadFile(filepath.Join(ws, "from-agent")); strings.TrimSpace(string(data)) != "ok" {
+			t.Fatalf("control: the host does not see the agent's write")
+		}
+		for _, d := range []string{devcontainer.Dir, devcontainer.VSCodeDir, ".git/hooks"} {
+			p := ws + "/" + d
+			for _, a := range []string{
+				"echo '{}' > " + p + "/devcontainer.json",
+				"echo x >> " + p + "/compose.yml",
+				"touch " + p + "/settings.json",
+				"rm -rf " + p + "/*",
+				"mv " + p + " " + ws + "/moved",
+				"umount " + p,
+				"mkdir " + p + "/sub",
+			} {
+				sb(a)
+			}
+		}
+		// The parent of a protected path: renaming .git and planting a
+		// fresh one would undo the read-only hooks.
+		sb("mv " + ws + "/.git " + ws + "/.git-moved && mkdir -p " + ws + "/.git/hooks && echo evil > " + ws + "/.git/hooks/pre-commit")
+		if _, err := os.Stat(filepath.Join(ws, ".git-moved")); err == nil {
+			t.Errorf("the agent renamed .git")
+		}
+		// (mv across mounts may copy first: the copy is harmless, the
+		// original must stay.)
+		for _, d := range []string{devcontainer.Dir, devcontainer.VSCodeDir, ".git/hooks"} {
+			if fi, err := os.Stat(filepath.Join(ws, d)); err != nil || !fi.IsDir() {
+				t.Errorf("the agent moved or removed %s: %v", d, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".git/hooks/pre-commit")); err == nil {
+			t.Errorf("the agent planted a hook")
+		}
+		for _, f := range []string{devcontainer.ConfigFile, devcontainer.ComposeFile} {
+			data, err := os.ReadFile(filepath.Join(ws, devcontainer.Dir, f))
+			if err != nil || string(data) == "{}\n" || strings.HasSuffix(string(data), "x\n") {
+				t.Errorf("the agent changed %s: %v", f, err)
+			}
+		}
+		for _, p := range []string{filepath.Join(ws, devcontainer.VSCodeDir, "settings.json"), filepath.Join(ws, devcontainer.Dir, "sub"), filepath.Join(ws, ".git/hooks/settings.json"), filepath.Join(ws, ".git/hooks/sub")} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("the agent created %s", p)
+			}
+		}
+	})
+
+	gatewayOf := func() string {
+		return testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=gateway")
+	}
+	appOf := func() string {
+		return testenv.Docker(t, "ps", "-aq", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=app")
+	}
+	t.Run("RebuildKeepsGatewayAndReceipts", func(t *testing.T) {
+		gw, app := gatewayOf(), appOf()
+		t0 := time.Now()
+		mustRun(dc, "up", "--workspace-folder", ws, "--remove-existing-container")
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Fatalf("after Rebuild: %s", out)
+		}
+		t.Logf("benchmark: rebuild (devcontainer up --remove-existing-container) to a working exec: %v", time.Since(t0).Round(100*time.Millisecond))
+		if appOf() == app || gatewayOf() != gw {
+			t.Errorf("Rebuild: app %s -> %s (want new), gateway %s -> %s (want same)", app, appOf(), gw, gatewayOf())
+		}
+		// One receipts log across the rebuild, verifying with the host's key.
+		dir := filepath.Join(base, "receipts")
+		testenv.Docker(t, "cp", gw+":"+paths.GatewayReceiptsDir(proxynet.GatewayStateDir), dir)
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		if len(logs) != 1 {
+			t.Fatalf("receipts logs: %v", logs)
+		}
+		data, _ := os.ReadFile(logs[0])
+		if n := strings.Count(string(data), "allowed.test"); n < 5 || strings.Contains(string(data), secret) {
+			t.Errorf("receipts: %d records for allowed.test (want those before and after the rebuild), secret present: %v", n, strings.Contains(string(data), secret))
+		}
+		if out, err := run(vak, "receipts", "verify", logs[0]); err != nil {
+			t.Errorf("receipts verify: %v\n%s", err, out)
+		}
+	})
+	t.Run("NetclientOnlyRecreateDetectedAndRepaired", func(t *testing.T) {
+		project := strings.ToLower(filepath.Base(ws)) + "_devcontainer"
+		mustRun("docker-compose", "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "up", "-d", "--no-deps", "--force-recreate", "netclient")
+		out, err := run(vak, "devcontainer", "doctor", "-w", ws)
+		if err == nil || !strings.Contains(out, "dead network namespace") {
+			t.Errorf("doctor did not report the dead namespace: %v\n%s", err, out)
+		}
+		// Fails closed meanwhile.
+		if out := lastLine(sb("probe tls https://allowed.test/status/200 3s")); strings.HasPrefix(out, "OK") {
+			t.Errorf("in the dead namespace: %s", out)
+		}
+		stale := appOf()
+		if out := mustRun(dc, "up", "--workspace-folder", ws); !strings.Contains(out, "dead network namespace") {
+			t.Errorf("prepare did not report the stale agent container:\n%s", out)
+		}
+		if appOf() == stale {
+			t.Errorf("the agent container %s was not recreated", stale)
+		}
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+			t.Errorf("doctor after up: %v\n%s", err, out)
+		}
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("after the repairing up: %s", out)
+		}
+		canaryZero("after repair")
+	})
+	t.Run("FenceTamperFailsClosedAndIsRepaired", func(t *testing.T) {
+		nc := testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=netclient")
+		// As the netclient itself: flush every rule in the namespace. The
+		// netclient notices and exits; nothing restarts it silently.
+		if out, code := testenv.Exec(t, nc, "/vak", "netclient", "unfence"); code != 0 {
+			t.Fatalf("unfence: %s", out)
+		}
+		testenv.ResetCanary(t, canIP)
+		for _, a := range []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", "probe tls https://allowed.test/status/200 3s"} {
+			if out := lastLine(sb(a)); strings.Contains(out, "OK 200") || strings.Contains(out, "canary") {
+				t.Errorf("with the rules flushed, %s: %s", a, out)
+			}
+		}
+		canaryZero("rules flushed")
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err == nil {
+			t.Errorf("doctor with the rules flushed found nothing:\n%s", out)
+		}
+		mustRun(dc, "up", "--workspace-folder", ws)
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+			t.Errorf("doctor after up: %v\n%s", err, out)
+		}
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("after the repairing up: %s", out)
+		}
+	})
+	t.Run("ConfigChangeReachesTheRunningGateway", func(t *testing.T) {
+		if out := lastLine(sb("probe tls https://unbound.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Fatalf("control: unbound.test before the change: %s", out)
+		}
+		cfg := filepath.Join(xdgConfig, "vak", "config.toml")
+		data, _ := os.ReadFile(cfg)
+		os.WriteFile(cfg, []byte(strings.Replace(string(data), `hosts = ["allowed.test", "unbound.test"]`, `hosts = ["allowed.test"]`, 1)), 0o600)
+		gw := gatewayOf()
+		if out := mustRun(dc, "up", "--workspace-folder", ws); !strings.Contains(out, "config changed") {
+			t.Errorf("prepare did not report the changed config:\n%s", out)
+		}
+		if gatewayOf() != gw {
+			t.Errorf("the gateway container was replaced (want restarted in place)")
+		}
+		if out := lastLine(sb("probe tls https://unbound.test/status/200 5s")); strings.HasPrefix(out, "OK 200") {
+			t.Errorf("the running gateway still allows the removed host: %s", out)
+		}
+		if out := lastLine(sb("probe tls https://allowed.test/status/200")); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("after the change: %s", out)
+		}
+		if ph := lastLine(sb("echo $TOKEN")); !strings.HasPrefix(ph, "vakph_") {
+			t.Errorf("placeholder after restart: %q", ph)
+		}
+	})
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[i+1:])
+	}
+	return s
+}
+
+func mkdir(t *testing.T, p string) string {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// removeLabelled removes this test's dev-container containers, networks
+// and volumes (testenv removes its own).
+func removeLabelled(id string) {
+	f := "label=" + testenv.TestIDLabel + "=" + id
+	list := func(args ...string) []string {
+		out, _ := exec.Command("docker", args...).Output()
+		return strings.Fields(string(out))
+	}
+	if cs := list("ps", "-aq", "--filter", f, "--filter", "label="+devcontainer.LabelKey); len(cs) > 0 {
+		exec.Command("docker", append([]string{"rm", "-f"}, cs...)...).Run()
+	}
+	if ns := list("network", "ls", "-q", "--filter", f, "--filter", "label="+devcontainer.LabelKey); len(ns) > 0 {
+		exec.Command("docker", append([]string{"network", "rm"}, ns...)...).Run()
+	}
+	if vs := list("volume", "ls", "-q", "--filter", f, "--filter", "label="+devcontainer.LabelKey); len(vs) > 0 {
+		exec.Command("docker", append([]string{"volume", "rm", "-f"}, vs...)...).Run()
+	}
+}

@@ -1,0 +1,407 @@
+// Package devcontainer writes and runs vak's dev-container template: a
+// compose project ("Reopen in Container" in VS Code, `devcontainer up` on
+// the command line) with the proxied topology of internal/proxynet — the
+// gateway, the netclient whose namespace the agent's container joins — and
+// the agent's container itself. Nothing secret is written into the
+// workspace: `vak devcontainer prepare` (the template's initializeCommand,
+// run on the host before compose) places the gateway's config, CA and
+// secrets in a named volume only the gateway mounts.
+package devcontainer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"vak/internal/netfence"
+	"vak/internal/proxynet"
+)
+
+// Files of the template, relative to the workspace.
+const (
+	Dir            = ".devcontainer"
+	ConfigFile     = "devcontainer.json"
+	ComposeFile    = "compose.yml"
+	VSCodeDir      = ".vscode"
+	NetImage       = proxynet.ImageRepo + ":devcontainer" // the alias prepare keeps on the current vak-net image
+	DefaultImage   = "debian:bookworm-slim"
+	LabelKey       = "vak.devcontainer" // the workspace's key on every service, network and volume
+	gatewayHostNum = 200                // the gateway's fixed address in the sandbox /24 (dynamic ones stay below 128)
+)
+
+// ErrExists reports a template that init would overwrite.
+var ErrExists = errors.New("devcontainer: the workspace already has a dev-container config")
+
+// ProtectedDirs are mounted read-only over the workspace in the agent's
+// container: the template runs its initializeCommand on the host, so an
+// agent that could edit it could run code outside the sandbox.
+var ProtectedDirs = []string{Dir, VSCodeDir}
+
+// Template describes a workspace's generated files.
+type Template struct {
+	Workspace string // canonical host path, mounted at the same path
+	Image     string // the agent's image ("" = DefaultImage)
+	Key       string // proxynet.Key(Workspace)
+	// Placeholders maps secret names to their placeholders (public values
+	// the gateway swaps for the real secret toward the secret's hosts).
+	Placeholders map[string]string
+	// GatewayNetworks are existing Docker networks the gateway also joins
+	// (a corporate network; tests: the hermetic internet).
+	GatewayNetworks []string
+	// Labels are added to every service and network (tests: vak.test=1)
+	// and passed to prepare for the volumes.
+	Labels map[string]string
+	// Vak is the command the host runs as initializeCommand ("" = "vak").
+	Vak string
+	// Env is plain (non-secret) environment for the agent's container
+	// (sandcat's env with --from-sandcat).
+	Env map[string]string
+	// Protected are further workspace-relative paths mounted read-only in
+	// the agent's container (those of the trusted config's protected list
+	// that exist when init runs; ProtectedDirs always are).
+	Protected []string
+	// Pinned are workspace-relative directories bound onto themselves
+	// read-write (mount points cannot be renamed or replaced).
+	Pinned []string
+}
+
+// ExistingProtected returns the entries of protected (workspace-relative)
+// that exist in ws as files or directories (not links), for
+// Template.Protected (a bind mount needs its source, and compose would
+// create a missing one as a directory), and their parent directories inside
+// the workspace, for Template.Pinned: a directory holding a mount point can
+// still be renamed, and a renamed .git with a fresh .git in its place would
+// undo the read-only .git/hooks.
+func ExistingProtected(ws string, protected []string) (ro, pinned []string) {
+	for _, p := range protected {
+		clean := filepath.Clean(p)
+		if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") || slices.Contains(ProtectedDirs, clean) {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(ws, clean)); err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
+			ro = append(ro, clean)
+			for d := filepath.Dir(clean); d != "."; d = filepath.Dir(d) {
+				if fi, err := os.Lstat(filepath.Join(ws, d)); err == nil && fi.IsDir() && !slices.Contains(pinned, d) {
+					pinned = append(pinned, d)
+				}
+			}
+		}
+	}
+	slices.Sort(pinned)
+	return ro, pinned
+}
+
+// Names of a workspace's volumes (external to the compose project: they
+// outlive `docker-compose down`, and prepare fills them before `up`).
+func GatewayVolume(key string) string { return "vak-dc-" + key + "-gateway" }
+func TrustVolume(key string) string   { return "vak-dc-" + key + "-trust" }
+
+// Subnet is the sandbox network's fixed /24 for key (fixed so that the
+// netclient's command can name the gateway's address). prepare checks it
+// overlaps no other Docker network.
+func Subnet(key string) netip.Prefix {
+	b, _ := strconv.ParseUint(key[:2], 16, 8)
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, byte(b), 0}), 24)
+}
+
+// GatewayIP is the gateway's address on the sandbox network.
+func GatewayIP(key string) netip.Addr {
+	a := Subnet(key).Addr().As4()
+	a[3] = gatewayHostNum
+	return netip.AddrFrom4(a)
+}
+
+type healthcheck struct {
+	Test     []string `json:"test"`
+	Interval string   `json:"interval"`
+	Timeout  string   `json:"timeout"`
+	Retries  int      `json:"retries"`
+}
+
+type dependency struct {
+	Condition string `json:"condition"`
+}
+
+type service struct {
+	Image       string                 `json:"image"`
+	User        string                 `json:"user,omitempty"`
+	Command     []string               `json:"command,omitempty"`
+	Environment []string               `json:"environment,omitempty"`
+	WorkingDir  string                 `json:"working_dir,omitempty"`
+	NetworkMode string                 `json:"network_mode,omitempty"`
+	Networks    map[string]*serviceNet `json:"networks,omitempty"`
+	DependsOn   map[string]dependency  `json:"depends_on,omitempty"`
+	CapDrop     []string               `json:"cap_drop"`
+	CapAdd      []string               `json:"cap_add,omitempty"`
+	SecurityOpt []string               `json:"security_opt"`
+	ReadOnly    bool                   `json:"read_only,omitempty"`
+	Tmpfs       []string               `json:"tmpfs,omitempty"`
+	Sysctls     map[string]string      `json:"sysctls,omitempty"`
+	MemLimit    string                 `json:"mem_limit,omitempty"`
+	PidsLimit   int                    `json:"pids_limit,omitempty"`
+	Volumes     []string               `json:"volumes,omitempty"`
+	Healthcheck *healthcheck           `json:"healthcheck,omitempty"`
+	Restart     string                 `json:"restart,omitempty"`
+	Labels      map[string]string      `json:"labels"`
+	Init        bool                   `json:"init,omitempty"`
+}
+
+type serviceNet struct {
+	IPv4Address string `json:"ipv4_address,omitempty"`
+}
+
+type ipamConfig struct {
+	Subnet  string `json:"subnet"`
+	IPRange string `json:"ip_range"`
+}
+
+type network struct {
+	Internal   bool              `json:"internal,omitempty"`
+	External   bool              `json:"external,omitempty"`
+	Name       string            `json:"name,omitempty"`
+	DriverOpts map[string]string `json:"driver_opts,omitempty"`
+	IPAM       *struct {
+		Config []ipamConfig `json:"config"`
+	} `json:"ipam,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+type volume struct {
+	External bool   `json:"external"`
+	Name     string `json:"name"`
+}
+
+type composeProject struct {
+	Version  string              `json:"version"`
+	Services map[string]*service `json:"services"`
+	Networks map[string]*network `json:"networks"`
+	Volumes  map[string]*volume  `json:"volumes"`
+}
+
+func (t *Template) labels() map[string]string {
+	l := map[string]string{LabelKey: t.Key}
+	for k, v := range t.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+// Compose returns the compose project (format 2.4: Debian's docker-compose
+// 1.29 and Compose v2 both read it). JSON is YAML, so it is written as JSON
+// under a comment header.
+func (t *Template) Compose() ([]byte, error) {
+	if t.Key == "" || !filepath.IsAbs(t.Workspace) {
+		return nil, errors.New("devcontainer: template needs an absolute workspace and its key")
+	}
+	image := t.Image
+	if image == "" {
+		image = DefaultImage
+	}
+	gw := GatewayIP(t.Key)
+	sub := Subnet(t.Key)
+	rng := netip.PrefixFrom(sub.Addr(), 25)
+	health := func(cmd []string) *healthcheck {
+		return &healthcheck{Test: append([]string{"CMD"}, cmd...), Interval: "1s", Timeout: "5s", Retries: 3}
+	}
+	gwNets := map[string]*serviceNet{"egress": {}, "sandbox": {IPv4Address: gw.String()}}
+	nets := map[string]*network{
+		"egress": {Labels: t.labels()},
+		"sandbox": {
+			Internal: true, Labels: t.labels(),
+			// No address of the host on this bridge: nothing but the
+			// gateway is reachable from it, even with the rules flushed.
+			DriverOpts: map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"},
+			IPAM: &struct {
+				Config []ipamConfig `json:"config"`
+			}{Config: []ipamConfig{{Subnet: sub.String(), IPRange: rng.String()}}},
+		},
+	}
+	for i, n := range t.GatewayNetworks {
+		alias := fmt.Sprintf("gateway-extra-%d", i)
+		gwNets[alias] = &serviceNet{}
+		nets[alias] = &network{External: true, Name: n}
+	}
+	env := proxynet.TrustEnv()
+	for _, name := range slices.Sorted(maps.Keys(t.Env)) {
+		if _, ok := t.Placeholders[name]; ok || !validName(name) {
+			return nil, fmt.Errorf("devcontainer: environment variable %q: not a name, or also a secret", name)
+		}
+		env = append(env, name+"="+t.Env[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Placeholders)) {
+		env = append(env, name+"="+t.Placeholders[name])
+	}
+	vols := []string{t.Workspace + ":" + t.Workspace}
+	for _, d := range t.Pinned {
+		p := filepath.Join(t.Workspace, d)
+		vols = append(vols, p+":"+p)
+	}
+	for _, d := range append(slices.Clone(ProtectedDirs), t.Protected...) {
+		p := filepath.Join(t.Workspace, d)
+		vols = append(vols, p+":"+p+":ro")
+	}
+	vols = append(vols, "vak-trust:"+proxynet.TrustDir+":ro")
+	p := composeProject{
+		Version: "2.4",
+		Services: map[string]*service{
+			"gateway": {
+				Image: NetImage, User: "0:0",
+				Command:     proxynet.GatewayCommand(t.Key),
+				Environment: proxynet.GatewayEnv(),
+				Networks:    gwNets,
+				CapDrop:     []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"}, ReadOnly: true,
+				Sysctls: map[string]string{
+					"net.ipv4.ip_forward":                 "0",
+					"net.ipv4.ip_unprivileged_port_start": "0",
+				},
+				MemLimit: "512m", PidsLimit: 512,
+				Volumes:     []string{"vak-gateway:" + proxynet.GatewayDataDir},
+				Healthcheck: health(proxynet.GatewayHealthCommand()),
+				Restart:     "unless-stopped",
+				Labels:      t.labels(),
+			},
+			"netclient": {
+				Image: NetImage, User: "0:0",
+				Command:   proxynet.NetclientCommand(gw),
+				Networks:  map[string]*serviceNet{"sandbox": {}},
+				DependsOn: map[string]dependency{"gateway": {Condition: "service_healthy"}},
+				CapDrop:   []string{"ALL"}, CapAdd: []string{"NET_ADMIN"},
+				SecurityOpt: []string{"no-new-privileges"}, ReadOnly: true,
+				Tmpfs:    []string{"/run:rw,nosuid,nodev,noexec,size=1m"},
+				Sysctls:  netfence.Sysctls,
+				MemLimit: "128m", PidsLimit: 128,
+				Healthcheck: health(proxynet.NetclientHealthCommand(gw)),
+				Labels:      t.labels(),
+			},
+			"app": {
+				Image: image,
+				// Its own long-running command (works with
+				// overrideCommand false, as JetBrains runs it).
+				Command:     []string{"sleep", "infinity"},
+				Init:        true,
+				Environment: env,
+				WorkingDir:  t.Workspace,
+				NetworkMode: "service:netclient",
+				DependsOn:   map[string]dependency{"netclient": {Condition: "service_healthy"}},
+				CapDrop:     []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
+				Volumes: vols,
+				Labels:  t.labels(),
+			},
+		},
+		Networks: nets,
+		Volumes: map[string]*volume{
+			"vak-gateway": {External: true, Name: GatewayVolume(t.Key)},
+			"vak-trust":   {External: true, Name: TrustVolume(t.Key)},
+		},
+	}
+	var b bytes.Buffer
+	b.WriteString("# Generated by `vak devcontainer init` (see docs/devcontainer.md). No secret\n# is written here: the gateway's config comes from the host's trusted\n# config, placed by `vak devcontainer prepare` (the initializeCommand).\n")
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// DevcontainerJSON returns devcontainer.json.
+func (t *Template) DevcontainerJSON() ([]byte, error) {
+	vak := t.Vak
+	if vak == "" {
+		vak = "vak"
+	}
+	prep := []string{vak, "devcontainer", "prepare", "--workspace", t.Workspace}
+	for _, k := range slices.Sorted(maps.Keys(t.Labels)) {
+		prep = append(prep, "--label", k+"="+t.Labels[k])
+	}
+	cfg := struct {
+		Name              string   `json:"name"`
+		DockerComposeFile []string `json:"dockerComposeFile"`
+		Service           string   `json:"service"`
+		RunServices       []string `json:"runServices"`
+		WorkspaceFolder   string   `json:"workspaceFolder"`
+		InitializeCommand []string `json:"initializeCommand"`
+		OverrideCommand   bool     `json:"overrideCommand"`
+	}{
+		Name:              "vak: " + filepath.Base(t.Workspace),
+		DockerComposeFile: []string{ComposeFile},
+		Service:           "app",
+		RunServices:       []string{"gateway", "netclient", "app"},
+		WorkspaceFolder:   t.Workspace,
+		InitializeCommand: prep,
+		OverrideCommand:   false,
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(cfg); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Write writes the template into the workspace (and creates .vscode, so
+// that its read-only mount has a source). Without force an existing
+// devcontainer.json or compose.yml is an error naming it.
+func (t *Template) Write(force bool) ([]string, error) {
+	dir := filepath.Join(t.Workspace, Dir)
+	files := map[string]func() ([]byte, error){ConfigFile: t.DevcontainerJSON, ComposeFile: t.Compose}
+	if !force {
+		for _, name := range []string{ConfigFile, ComposeFile} {
+			if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+				return nil, fmt.Errorf("%w: %s (use --force to overwrite)", ErrExists, filepath.Join(dir, name))
+			}
+		}
+	}
+	for _, d := range ProtectedDirs {
+		if err := os.MkdirAll(filepath.Join(t.Workspace, d), 0o755); err != nil {
+			return nil, fmt.Errorf("devcontainer: %w", err)
+		}
+	}
+	var written []string
+	for _, name := range []string{ConfigFile, ComposeFile} {
+		data, err := files[name]()
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p+".tmp", data, 0o644); err != nil {
+			return nil, fmt.Errorf("devcontainer: %w", err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return nil, fmt.Errorf("devcontainer: %w", err)
+		}
+		written = append(written, p)
+	}
+	return written, nil
+}
+
+// PlaceholderFile keeps a workspace's placeholders in vak's host state
+// dir: init writes them into the template, prepare seeds the gateway with
+// the same ones.
+func PlaceholderFile(stateDir, key string) string {
+	return filepath.Join(stateDir, "devcontainer", key, "placeholders.json")
+}
+
+// validName reports whether s is usable as an environment variable name.
+func validName(s string) bool {
+	if s == "" || strings.ContainsAny(s[:1], "0123456789") {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}

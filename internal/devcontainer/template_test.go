@@ -1,0 +1,187 @@
+package devcontainer
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/api/types/container"
+)
+
+func testTemplate(t *testing.T) *Template {
+	t.Helper()
+	ws := t.TempDir()
+	return &Template{Workspace: ws, Key: "a1b2c3d4e5f6", Image: "example/agent:1", Placeholders: map[string]string{"TOKEN": "vakph_x"}, GatewayNetworks: []string{"corp"}, Labels: map[string]string{"vak.test": "1"}, Vak: "/usr/local/bin/vak"}
+}
+
+func TestComposeHardening(t *testing.T) {
+	tp := testTemplate(t)
+	data, err := tp.Compose()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := data[strings.Index(string(data), "{"):]
+	var p composeProject
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("compose.yml is not the JSON (YAML) it should be: %v", err)
+	}
+	app, gw, nc := p.Services["app"], p.Services["gateway"], p.Services["netclient"]
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"app joins the netclient", app.NetworkMode == "service:netclient" && len(app.Networks) == 0},
+		{"app drops every capability", len(app.CapDrop) == 1 && app.CapDrop[0] == "ALL" && len(app.CapAdd) == 0},
+		{"app has no-new-privileges", len(app.SecurityOpt) == 1 && app.SecurityOpt[0] == "no-new-privileges"},
+		{"app waits for a healthy netclient", app.DependsOn["netclient"].Condition == "service_healthy"},
+		{"app has its own long-running command", strings.Join(app.Command, " ") == "sleep infinity"},
+		{"app gets placeholders, not values", strings.Contains(strings.Join(app.Environment, " "), "TOKEN=vakph_x")},
+		{"app gets the trust variables", strings.Contains(strings.Join(app.Environment, " "), "SSL_CERT_FILE=")},
+		{"app mounts the template dirs read-only", strings.Contains(strings.Join(app.Volumes, " "), filepath.Join(tp.Workspace, Dir)+":"+filepath.Join(tp.Workspace, Dir)+":ro") && strings.Contains(strings.Join(app.Volumes, " "), filepath.Join(tp.Workspace, VSCodeDir)+":"+filepath.Join(tp.Workspace, VSCodeDir)+":ro")},
+		{"app never mounts the gateway volume", !strings.Contains(strings.Join(app.Volumes, " "), "vak-gateway")},
+		{"gateway read-only, no capabilities", gw.ReadOnly && gw.CapDrop[0] == "ALL" && len(gw.CapAdd) == 0 && gw.Sysctls["net.ipv4.ip_forward"] == "0"},
+		{"gateway at its fixed address", gw.Networks["sandbox"].IPv4Address == GatewayIP(tp.Key).String()},
+		{"gateway joins the extra network", p.Networks["gateway-extra-0"].External && p.Networks["gateway-extra-0"].Name == "corp"},
+		{"netclient only NET_ADMIN", len(nc.CapAdd) == 1 && nc.CapAdd[0] == "NET_ADMIN" && nc.ReadOnly},
+		{"netclient names the gateway", strings.Contains(strings.Join(nc.Command, " "), "--gateway "+GatewayIP(tp.Key).String())},
+		{"sandbox network internal, no host address", p.Networks["sandbox"].Internal && p.Networks["sandbox"].DriverOpts["com.docker.network.bridge.inhibit_ipv4"] == "true"},
+		{"gateway address outside the dynamic range", !netip.MustParsePrefix(p.Networks["sandbox"].IPAM.Config[0].IPRange).Contains(GatewayIP(tp.Key)) && netip.MustParsePrefix(p.Networks["sandbox"].IPAM.Config[0].Subnet).Contains(GatewayIP(tp.Key))},
+		{"volumes are the workspace's", p.Volumes["vak-gateway"].Name == GatewayVolume(tp.Key) && p.Volumes["vak-trust"].External},
+		{"labels on services and networks", app.Labels[LabelKey] == tp.Key && app.Labels["vak.test"] == "1" && p.Networks["sandbox"].Labels["vak.test"] == "1"},
+	} {
+		if !tc.ok {
+			t.Errorf("%s: no\n%s", tc.name, data)
+		}
+	}
+}
+
+func TestExistingProtected(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
+	os.Symlink("/etc", filepath.Join(ws, ".vak"))
+	got, pinned := ExistingProtected(ws, []string{".git/hooks", ".git/config", ".envrc", ".vak", "../x", "/etc", ".vscode"})
+	if strings.Join(got, ",") != ".git/hooks,.envrc" || strings.Join(pinned, ",") != ".git" {
+		t.Errorf("ExistingProtected = %v, pinned %v", got, pinned)
+	}
+	tp := testTemplate(t)
+	tp.Protected, tp.Pinned = got, pinned
+	data, _ := tp.Compose()
+	if !strings.Contains(string(data), filepath.Join(tp.Workspace, ".envrc")+":ro") {
+		t.Errorf("protected path not mounted read-only:\n%s", data)
+	}
+	if g := filepath.Join(tp.Workspace, ".git"); !strings.Contains(string(data), `"`+g+":"+g+`"`) {
+		t.Errorf(".git not pinned:\n%s", data)
+	}
+}
+
+func TestDevcontainerJSON(t *testing.T) {
+	tp := testTemplate(t)
+	data, err := tp.DevcontainerJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"/usr/local/bin/vak", "devcontainer", "prepare", "--workspace", tp.Workspace, "--label", "vak.test=1"}
+	got, _ := m["initializeCommand"].([]any)
+	if len(got) != len(want) {
+		t.Fatalf("initializeCommand = %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("initializeCommand = %v", got)
+		}
+	}
+	if m["service"] != "app" || m["overrideCommand"] != false || m["workspaceFolder"] != tp.Workspace {
+		t.Errorf("devcontainer.json: %s", data)
+	}
+}
+
+func TestWriteRefusesToOverwrite(t *testing.T) {
+	tp := testTemplate(t)
+	if _, err := tp.Write(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ProtectedDirs {
+		if fi, err := os.Stat(filepath.Join(tp.Workspace, d)); err != nil || !fi.IsDir() {
+			t.Errorf("%s not created: %v", d, err)
+		}
+	}
+	if _, err := tp.Write(false); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), ConfigFile) {
+		t.Errorf("second write: %v", err)
+	}
+	if _, err := tp.Write(true); err != nil {
+		t.Errorf("--force: %v", err)
+	}
+}
+
+func TestPlaceholdersPersist(t *testing.T) {
+	state := t.TempDir()
+	a, err := Placeholders(state, "k", []string{"A", "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Placeholders(state, "k", []string{"B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a["B"] == "" || a["B"] != b["B"] || b["C"] == "" || b["C"] == b["B"] || len(b) != 2 {
+		t.Errorf("placeholders: %v then %v", a, b)
+	}
+	if !strings.HasPrefix(a["A"], "vakph_") {
+		t.Errorf("not a placeholder: %q", a["A"])
+	}
+	if fi, err := os.Stat(PlaceholderFile(state, "k")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("placeholder file: %v %v", fi, err)
+	}
+	for _, bad := range []string{"", "1A", "A-B", "A B", "A=B"} {
+		if _, err := Placeholders(state, "k", []string{bad}); err == nil {
+			t.Errorf("secret name %q accepted", bad)
+		}
+	}
+}
+
+func TestCheckTemplate(t *testing.T) {
+	tp := testTemplate(t)
+	if _, err := tp.Write(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTemplate(tp.Workspace, tp.Placeholders); err != nil {
+		t.Errorf("current template: %v", err)
+	}
+	err := checkTemplate(tp.Workspace, map[string]string{"TOKEN": "vakph_x", "NEW": "vakph_y"})
+	if !errors.Is(err, ErrStale) || !strings.Contains(err.Error(), "NEW") {
+		t.Errorf("secret added after init: %v", err)
+	}
+	if err := checkTemplate(t.TempDir(), nil); err == nil {
+		t.Errorf("no template: accepted")
+	}
+}
+
+func TestStatusProblems(t *testing.T) {
+	run := func(id string) *container.Summary { return &container.Summary{ID: id, State: container.StateRunning} }
+	for _, tc := range []struct {
+		name string
+		st   Status
+		want string
+	}{
+		{"healthy", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{"gateway": "healthy", "netclient": "healthy"}}, ""},
+		{"app absent", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n")}, Health: map[string]string{}}, "app: no container"},
+		{"netclient unhealthy", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{"netclient": "unhealthy"}}, "netclient: health unhealthy"},
+		{"stale app", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{}, AppStale: true, AppProblem: "x"}, "dead network namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(tc.st.Problems(), "\n")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("problems = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
