@@ -211,6 +211,29 @@ extra_ca_bundles = [%q]
 			t.Fatalf("control: the same run without --privileged: %v\n%s", err, out)
 		}
 	})
+	t.Run("ClassicBuild", func(t *testing.T) {
+		os.MkdirAll(filepath.Join(ws, "build"), 0o777)
+		os.WriteFile(filepath.Join(ws, "build", "Dockerfile"), []byte("FROM "+base+"\nRUN echo built-inside > /built\n"), 0o644)
+		out, err := sexec(id, "DOCKER_BUILDKIT=0 docker build -q -t vaktest-inner-built build && docker run --rm vaktest-inner-built cat /built")
+		if err != nil || !strings.Contains(out, "\nbuilt-inside") {
+			t.Fatalf("classic docker build + run inside the session: %v\n%q", err, out)
+		}
+	})
+	t.Run("PublishedPortOnLocalhost", func(t *testing.T) {
+		out, err := sexec(id, "docker run -d --name web -p 18080:8080 "+base+" sh -c 'mkdir -p /w && echo hello-inner > /w/index.html && exec httpd -f -p 8080 -h /w'")
+		if err != nil {
+			t.Fatalf("docker run -p: %v\n%s", err, out)
+		}
+		// The agent reaches the published port on localhost (waiting for
+		// the server to listen, not for a fixed time).
+		out, err = sexec(id, "i=0; while [ $i -lt 100 ]; do wget -qO- http://localhost:18080/ && exit 0; i=$((i+1)); sleep 0.1; done; exit 1")
+		if err != nil || !strings.Contains(out, "hello-inner") {
+			t.Fatalf("the agent on localhost:18080: %v\n%s", err, out)
+		}
+		if out, err := sexec(id, "docker rm -f web"); err != nil {
+			t.Fatalf("docker rm: %v\n%s", err, out)
+		}
+	})
 	t.Run("DeadSidecar", func(t *testing.T) {
 		if out, err := dockerOut("kill", sidecar); err != nil {
 			t.Fatalf("kill the sidecar: %v %s", err, out)
