@@ -202,6 +202,31 @@ extra_ca_bundles = [%q]
 			t.Errorf("the canary saw inner traffic: %+v", c)
 		}
 	})
+	t.Run("UserNetworkEgress", func(t *testing.T) {
+		if out, err := sexec(id, "docker network create vaktest-inner-net"); err != nil {
+			t.Fatalf("docker network create: %v\n%s", err, out)
+		}
+		run := "docker run --rm --network vaktest-inner-net " + base + " "
+		if out, err := sexec(id, run+"probe tls https://allowed.test/status/200"); err != nil || !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+			t.Errorf("user-defined network, allowed host: %v\n%s", err, out)
+		}
+		if out, err := sexec(id, run+"probe tls https://denied.test/status/200"); err != nil || !strings.Contains(out, "OK 403") {
+			t.Errorf("user-defined network, denied host: %v\n%s", err, out)
+		}
+		for _, c := range []string{"probe connect " + canIP + ":80", "probe udp " + canIP + ":53"} {
+			out, err := sexec(id, run+c)
+			t.Logf("user-defined network, %s: %v %s", c, err, out)
+		}
+		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic from a user-defined network: %+v", c)
+		}
+	})
+	t.Run("HostNetworkRefused", func(t *testing.T) {
+		out, err := sexec(id, "docker run --rm --net host "+base+" true")
+		if err == nil || !strings.Contains(out, "NetworkMode") {
+			t.Fatalf("docker run --net host: %v\n%s", err, out)
+		}
+	})
 	t.Run("PrivilegedRefused", func(t *testing.T) {
 		out, err := sexec(id, "docker run --rm --privileged "+base+" true")
 		if err == nil || !strings.Contains(out, "Privileged") {
