@@ -101,6 +101,7 @@ extra_ca_bundles = [%q]
 		t.Fatal(err)
 	}
 	os.Chmod(ws, 0o777) // the session's user writes here
+	os.MkdirAll(filepath.Join(ws, ".vak"), 0o777) // protected (sandbox.DefaultProtected)
 	key := Key(ws)
 	// The inner image: the test image, saved into the workspace and loaded
 	// through the guard (no registry).
@@ -234,6 +235,19 @@ extra_ca_bundles = [%q]
 		}
 		if out, err := sexec(id, "docker run --rm "+base+" true"); err != nil {
 			t.Fatalf("control: the same run without --privileged: %v\n%s", err, out)
+		}
+	})
+	t.Run("ProtectedPathsStayReadOnly", func(t *testing.T) {
+		// .vak is protected (existing at create: read-only in the session);
+		// an inner container binding the workspace must not write it either.
+		os.MkdirAll(filepath.Join(ws, "free"), 0o777)
+		out, err := sexec(id, "docker run --rm -v "+ws+":/w "+base+" sh -c 'echo x > /w/.vak/evil; echo rc=$?; echo ok > /w/free/inner; echo rc2=$?'")
+		if _, e := os.Stat(filepath.Join(ws, ".vak", "evil")); e == nil {
+			t.Errorf("an inner container wrote the protected .vak: %v\n%s", err, out)
+		}
+		// Control: the same container writes an unprotected directory.
+		if b, e := os.ReadFile(filepath.Join(ws, "free", "inner")); e != nil || strings.TrimSpace(string(b)) != "ok" {
+			t.Errorf("control: the inner container could not write the workspace: %v %q\n%s", e, b, out)
 		}
 	})
 	t.Run("ClassicBuild", func(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/dockerguard"
 	"vak/internal/errclass"
-	"vak/internal/sandbox"
+	"vak/internal/paths"
 )
 
 // Paths of nested Docker, the same in the session container and the
@@ -73,11 +73,19 @@ func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
 		Labels:      map[string]string{LabelSession: p.id},
 		GuardSocket: ContainerDockerSocket, ReaperSocket: ContainerReaperSocket,
 	}
-	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: p.spec.Workspace, Target: p.spec.Workspace, ReadOnly: p.spec.Mode == sandbox.ReadOnly},
-		{Type: mount.TypeBind, Source: p.worker, Target: sidecarVak, ReadOnly: true},
-		{Type: mount.TypeVolume, Source: sockVol, Target: ContainerDockerDir},
+	// The workspace as the session sees it: the workspace bind and its
+	// protected paths read-only (inner binds resolve in the sidecar, so an
+	// inner container gets no more of the workspace than the session).
+	var mounts []mount.Mount
+	for _, mp := range p.mounts {
+		if paths.Within(p.spec.Workspace, mp.Target) {
+			mounts = append(mounts, mp)
+		}
 	}
+	mounts = append(mounts,
+		mount.Mount{Type: mount.TypeBind, Source: p.worker, Target: sidecarVak, ReadOnly: true},
+		mount.Mount{Type: mount.TypeVolume, Source: sockVol, Target: ContainerDockerDir},
+	)
 	for _, b := range att.Binds {
 		src, dst, _ := strings.Cut(strings.TrimSuffix(b, ":ro"), ":")
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: true})
