@@ -100,7 +100,7 @@ extra_ca_bundles = [%q]
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(ws, 0o777) // the session's user writes here
+	os.Chmod(ws, 0o777)                           // the session's user writes here
 	os.MkdirAll(filepath.Join(ws, ".vak"), 0o777) // protected (sandbox.DefaultProtected)
 	key := Key(ws)
 	// The inner image: the test image, saved into the workspace and loaded
