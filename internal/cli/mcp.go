@@ -111,7 +111,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 			return exit(ExitUnavailable, err)
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
-		if attach, err = acquire(sigctx, ws); err != nil {
+		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))
 		}
 		defer release(context.Background(), ws)

@@ -106,10 +106,10 @@ the same --nested-pool/--uplink as the running netclient.`,
 // any failed; the caller also checks the gateway's canary for the nonce.
 func (a *app) newSelfTestCmd() *cobra.Command {
 	var (
-		gateway, nonce, denied, sinkhole, resolver string
-		targets                                    []string
-		timeout                                    time.Duration
-		st                                         = netfence.SelfTest{Config: netfence.Config{
+		gateway, nonce, denied, sinkhole, resolver, nested string
+		targets                                            []string
+		timeout                                            time.Duration
+		st                                                 = netfence.SelfTest{Config: netfence.Config{
 			TransparentPort: netfence.DefaultTransparentPort,
 			ProxyPort:       netfence.DefaultProxyPort,
 			DNSPort:         netfence.DefaultDNSPort,
@@ -141,6 +141,11 @@ func (a *app) newSelfTestCmd() *cobra.Command {
 			if st.Resolver, err = netip.ParseAddrPort(resolver); err != nil {
 				return exit(ExitUsage, fmt.Errorf("--resolver: %w", err))
 			}
+			if nested != "" {
+				if st.NestedPool, err = netip.ParsePrefix(nested); err != nil {
+					return exit(ExitUsage, fmt.Errorf("--nested-pool: %w", err))
+				}
+			}
 			st.Nonce, st.DeniedName, st.Timeout = nonce, denied, timeout
 			report, err := st.Run(cmd.Context())
 			for _, l := range report {
@@ -159,6 +164,8 @@ func (a *app) newSelfTestCmd() *cobra.Command {
 	fl.StringVar(&denied, "denied-name", "", "a name no rule allows")
 	fl.StringVar(&sinkhole, "sinkhole", "", "the expected block answer for it (empty: NXDOMAIN)")
 	fl.StringVar(&resolver, "resolver", "127.0.0.11:53", "the namespace's DNS server")
+	fl.StringVar(&nested, "nested-pool", "", "the running netclient's nested pool (its rules are verified in nested mode)")
+	fl.StringVar(&st.Uplink, "uplink", netfence.DefaultUplink, "nested mode: the interface toward the sandbox network")
 	fl.DurationVar(&timeout, "timeout", 2*time.Second, "bound of each probe")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"vak/internal/config"
+	"vak/internal/netfence"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
@@ -17,7 +18,8 @@ import (
 // proxyNet returns functions that bring up a workspace's proxied network
 // (reusing a running one) and release it (it goes when its last user does).
 // labels are added to the topology's resources (tests: vak.test=1).
-func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
+// nested asks for netfence nested mode (nested Docker).
+func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string, bool) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
 	opts := func() (proxynet.Options, error) {
 		eng, err := taskenv.NewEngine()
 		if err != nil {
@@ -38,12 +40,15 @@ func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire fu
 		}
 		return proxynet.Options{Engine: eng, Binary: bin, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg), StateDir: state, Labels: labels, Progress: a.stdio.Err}, nil
 	}
-	acquire = func(ctx context.Context, ws string) (*sandbox.NetworkAttachment, error) {
+	acquire = func(ctx context.Context, ws string, nested bool) (*sandbox.NetworkAttachment, error) {
 		o, err := opts()
 		if err != nil {
 			return nil, err
 		}
 		o.Workspace = ws
+		if nested {
+			o.NestedPool = netfence.DefaultNestedPool
+		}
 		n, err := proxynet.Ensure(ctx, o)
 		if err != nil {
 			return nil, err

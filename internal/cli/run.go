@@ -204,7 +204,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
 		end = tr.Begin("proxied network: topology")
-		if attach, err = acquire(sigctx, ws); err != nil {
+		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
 		end()

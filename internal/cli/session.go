@@ -21,6 +21,7 @@ import (
 
 	"vak/internal/broker"
 	"vak/internal/config"
+	"vak/internal/dockerd"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
@@ -115,7 +116,7 @@ func quietGC(ctx context.Context, m *taskenv.Manager) {
 type createFlags struct {
 	workspace, task, image, from, mode, network string
 	mounts                                      []string
-	hold, noRefill                              bool
+	hold, noRefill, docker                      bool
 	timeout                                     time.Duration
 }
 
@@ -155,6 +156,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.DurationVar(&f.timeout, "timeout", 0, "default timeout of each command (default from config: sandbox.timeout)")
 	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
+	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
@@ -194,6 +196,19 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
 	spec.NetworkPolicy = cfg.Network
+	spec.Docker = f.docker || cfg.Session.Docker
+	if spec.Docker {
+		if spec.NetworkPolicy != taskenv.NetworkProxied {
+			return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
+		}
+		eng, err := taskenv.NewEngine()
+		if err != nil {
+			return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+		}
+		if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
+			return err
+		}
+	}
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
 	}

@@ -20,6 +20,7 @@ import (
 //	worker = "/opt/vak/linux-amd64/vak"  # static Linux vak for the containers
 //	policy_generation = "1"    # bump to invalidate every snapshot
 //	run_network_idle = "10m"   # vak run's proxied network stays up this long after the last run ("0": removed after each run)
+//	docker = false             # nested Docker in every session (as --docker)
 
 // Limits of the [session] values.
 const (
@@ -43,6 +44,9 @@ type Session struct {
 	// proxied` is kept after the last run of its workspace (a warm
 	// topology); zero removes it after each run.
 	RunNetworkIdle time.Duration
+	// Docker gives sessions a nested Docker engine (as `vak session create
+	// --docker`; docs/nested-docker.md).
+	Docker bool
 }
 
 // Defaults of [session]: the session manager's own defaults
@@ -110,6 +114,9 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 	}
 	if s.AllowInstall != nil {
 		next.AllowInstall = *s.AllowInstall
+	}
+	if s.Docker != nil {
+		next.Docker = *s.Docker
 	}
 	if s.Worker != nil {
 		p, err := hostPath(*s.Worker)

@@ -36,11 +36,12 @@ allow_install = true
 worker = "/opt/vak/vak"
 policy_generation = "2025-01.b"
 run_network_idle = "0"
+docker = true
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0}
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true}
 	if cfg.Session != want {
 		t.Fatalf("session = %+v", cfg.Session)
 	}
@@ -59,6 +60,7 @@ func TestSessionConfigInvalid(t *testing.T) {
 		{`policy_generation = ""`, "session.policy_generation"},
 		{`policy_generation = "a b"`, "session.policy_generation"},
 		{`pool = 1`, "session.pool"},
+		{`docker = "yes"`, "session.docker"},
 		{`allow_install = "yes"`, "session.allow_install"},
 		{`run_network_idle = "-1m"`, "session.run_network_idle"},
 		{`run_network_idle = "later"`, "session.run_network_idle"},
@@ -84,6 +86,7 @@ allow_install = true
 worker = "/tmp/evil"
 policy_generation = "0"
 run_network_idle = "100h"
+docker = true
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -95,7 +98,7 @@ run_network_idle = "100h"
 		t.Fatalf("project config changed [session]: %+v", cfg.Session)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle"} {
+	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle", "docker"} {
 		if !strings.Contains(warn, "ignoring session."+k+":") {
 			t.Errorf("no warning for session.%s:\n%s", k, warn)
 		}

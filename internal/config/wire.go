@@ -62,6 +62,7 @@ type sessionWire struct {
 	Worker           *string `toml:"worker"`
 	PolicyGeneration *string `toml:"policy_generation"`
 	RunNetworkIdle   *string `toml:"run_network_idle"`
+	Docker           *bool   `toml:"docker"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can

@@ -66,9 +66,17 @@ func (o *Options) SelfTestContainers(ctx context.Context, key, gwName, ncName st
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])
-	args := []string{"/vak", "netclient", "selftest", "--gateway", gwIP.String(), "--nonce", nonce,
+	// The rules are verified as the running netclient has them (a nested
+	// topology also serves plain callers).
+	nc, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrFenceSelfTest, err)
+	}
+	fence := Options{NestedPool: NestedPoolOf(nc.Container.Config)}
+	args := append([]string{"/vak", "netclient", "selftest"}, fence.fenceFlags(gwIP)...)
+	args = append(args, "--nonce", nonce,
 		"--target", netip.AddrPortFrom(gwIP, CanaryPort).String(),
-		"--target", netip.AddrPortFrom(egressIP, CanaryPort).String()}
+		"--target", netip.AddrPortFrom(egressIP, CanaryPort).String())
 	denied := "vak-selftest-" + nonce + ".invalid"
 	if cfg != nil && cfg.Policy != nil && !cfg.Policy.AllowsName(denied) {
 		args = append(args, "--denied-name", denied)

@@ -98,6 +98,14 @@ type Options struct {
 	// VerifyInterval is how often the netclient re-verifies its rules (and
 	// exits if they changed); zero means its default.
 	VerifyInterval time.Duration
+	// NestedPool, when valid, builds the topology in netfence nested mode
+	// (`vak netclient --nested-pool`): a nested Docker engine may run in the
+	// netclient's namespace and its containers' traffic is fenced too. The
+	// pool must not overlap the sandbox or egress networks. A running
+	// topology without nested mode is not reused for such a caller (it is
+	// rebuilt, or refused with ErrInUse while sandboxes still use it); a
+	// nested-mode topology serves plain callers as well.
+	NestedPool netip.Prefix
 
 	// extraFiles are added to the gateway payload (GatewayPayload).
 	extraFiles map[string][]byte
@@ -120,6 +128,9 @@ type Net struct {
 	Env []string
 	// Placeholders maps secret names to their placeholders.
 	Placeholders map[string]string
+	// NestedPool is the netclient's nested pool when the caller asked for
+	// nested mode (Options.NestedPool).
+	NestedPool netip.Prefix
 }
 
 // Key derives the topology key from the invoking user and the workspace:
@@ -213,6 +224,9 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	}); err != nil {
 		return fail(fmt.Errorf("proxynet: create %s: %w", sandboxNet, err))
 	}
+	if err := o.checkPool(ctx, egressNet, sandboxNet); err != nil {
+		return fail(err)
+	}
 	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: labels}); err != nil {
 		return fail(fmt.Errorf("proxynet: create volume %s: %w", vol, err))
 	}
@@ -268,7 +282,7 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	ncCfg := &container.Config{
 		Image: image, User: "0:0", Labels: labels,
 		Cmd:         o.netclientCmd(gwIP),
-		Healthcheck: health(NetclientHealthCommand(gwIP)...),
+		Healthcheck: health(append([]string{"/vak", "netclient", "--check"}, o.fenceFlags(gwIP)...)...),
 	}
 	ncHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(sandboxNet),
@@ -319,6 +333,15 @@ func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.
 	if ins, err := o.Engine.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{}); err != nil || ins.Container.Config == nil || ins.Container.Config.Labels[docker.LabelOwner] != owner() {
 		return nil, errors.New("not the caller's")
 	}
+	if o.NestedPool.IsValid() {
+		nc, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if got := NestedPoolOf(nc.Container.Config); got != o.NestedPool {
+			return nil, fmt.Errorf("the running netclient's nested pool is %v, need %v (nested Docker)", got, o.NestedPool)
+		}
+	}
 	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
 	if err != nil {
 		return nil, err
@@ -357,7 +380,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
-	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}}
+	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}, NestedPool: o.NestedPool}
 	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
 		n.NetclientID = ins.Container.ID
 	}
@@ -505,12 +528,56 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 
 func ptr[T any](v T) *T { return &v }
 
+// fenceFlags are the netclient's fence flags (also given to its --check).
+func (o *Options) fenceFlags(gw netip.Addr) []string {
+	f := []string{"--gateway", gw.String()}
+	if o.NestedPool.IsValid() {
+		f = append(f, "--nested-pool", o.NestedPool.String())
+	}
+	return f
+}
+
 func (o *Options) netclientCmd(gw netip.Addr) []string {
-	cmd := []string{"netclient", "--gateway", gw.String()}
+	cmd := append([]string{"netclient"}, o.fenceFlags(gw)...)
 	if o.VerifyInterval > 0 {
 		cmd = append(cmd, "--verify-interval", o.VerifyInterval.String())
 	}
 	return cmd
+}
+
+// NestedPoolOf reads the nested pool a netclient was started with (the zero
+// prefix for a plain fence).
+func NestedPoolOf(cfg *container.Config) netip.Prefix {
+	if cfg != nil {
+		for i, a := range cfg.Cmd {
+			if a == "--nested-pool" && i+1 < len(cfg.Cmd) {
+				p, _ := netip.ParsePrefix(cfg.Cmd[i+1])
+				return p
+			}
+		}
+	}
+	return netip.Prefix{}
+}
+
+// checkPool refuses a nested pool that overlaps the topology's networks.
+func (o *Options) checkPool(ctx context.Context, nets ...string) error {
+	if !o.NestedPool.IsValid() {
+		return nil
+	}
+	others := map[string]netip.Prefix{}
+	for _, n := range nets {
+		ins, err := o.Engine.NetworkInspect(ctx, n, client.NetworkInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("proxynet: inspect %s: %w", n, err)
+		}
+		for i, c := range ins.Network.IPAM.Config {
+			others[fmt.Sprintf("%s #%d", n, i)] = c.Subnet
+		}
+	}
+	if err := netfence.CheckPool(o.NestedPool, others); err != nil {
+		return fmt.Errorf("proxynet: %w", err)
+	}
+	return nil
 }
 
 // waitHealthy polls until the container's health check passes.
@@ -679,10 +746,14 @@ func removeTopology(ctx context.Context, cli *client.Client, key string) error {
 // Attachment is what a sandbox container needs to join this network.
 func (n *Net) Attachment() *sandbox.NetworkAttachment {
 	return &sandbox.NetworkAttachment{
-		Mode:   n.NetworkMode(),
-		Binds:  []string{n.Bind()},
-		Env:    slices.Clone(n.Env),
-		Labels: map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
+		Mode:       n.NetworkMode(),
+		Binds:      []string{n.Bind()},
+		Env:        slices.Clone(n.Env),
+		Labels:     map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
+		Gateway:    n.GatewayIP,
+		NestedPool: n.NestedPool,
+		TrustCA:    TrustDir + "/" + CAFile,
+		TrustEnv:   TrustEnv(),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -217,6 +218,15 @@ type NetworkAttachment struct {
 	Env []string
 	// Labels mark the container as a user of the network.
 	Labels map[string]string
+	// Gateway is the gateway's address on the sandbox network.
+	Gateway netip.Addr
+	// NestedPool is the netclient's nested Docker pool (netfence nested
+	// mode); the zero prefix when the caller did not ask for nested mode.
+	NestedPool netip.Prefix
+	// TrustCA is the vak CA certificate's path inside the container, and
+	// TrustEnv the CA trust variables alone (no placeholders).
+	TrustCA  string
+	TrustEnv []string
 }
 
 // Backend is a sandboxing mechanism.

@@ -62,6 +62,9 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 	if p.install {
 		labels[LabelInstall] = "true"
 	}
+	if p.spec.Docker {
+		labels[LabelDocker] = "true"
+	}
 	if p.spec.OwnerPID > 0 && pool == "" {
 		tok, err := docker.OwnerToken(p.spec.OwnerPID)
 		if err != nil {
@@ -117,6 +120,12 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		mount.Mount{Type: mount.TypeBind, Source: p.worker, Target: ContainerWorker, ReadOnly: true},
 		mount.Mount{Type: mount.TypeBind, Source: runDir, Target: ContainerRunDir},
 	)
+	if p.spec.Docker {
+		// The guard's sockets only (the raw daemon socket is on a tmpfs
+		// of the sidecar's own).
+		_, _, sockVol := sidecarNames(session)
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sockVol, Target: ContainerDockerDir})
+	}
 	if p.net != nil {
 		// Join the netclient's namespace: no capability is added, so
 		// nothing inside can change the fence.

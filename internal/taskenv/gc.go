@@ -91,6 +91,11 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 		if err := m.removeContainer(c.ID, runDir, id); err != nil {
 			return rep, err
 		}
+		if c.Labels[LabelDocker] == "true" && id != "" {
+			if err := m.removeSidecar(id); err != nil {
+				return rep, err
+			}
+		}
 		if pool := c.Labels[LabelPool]; pool != "" && id == "" {
 			if d, err := m.stateDir(); err == nil {
 				removePoolEntry(filepath.Join(d, "pool", pool), c.ID)

@@ -60,6 +60,9 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 	if _, err := resolveDir(s.rec.Workspace, c.Dir); err != nil {
 		return nil, err
 	}
+	if err := s.m.checkSidecar(ctx, s.rec); err != nil {
+		return nil, err
+	}
 	a := wire.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
 	if c.Timeout > 0 {
 		a.TimeoutMS = max(1, c.Timeout.Milliseconds())

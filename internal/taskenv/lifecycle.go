@@ -41,7 +41,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.PoolSize > 0 {
+	if m.PoolSize > 0 && !p.spec.Docker {
 		s, err := m.claim(ctx, cli, p)
 		if s != nil || err != nil {
 			return s, err
@@ -63,9 +63,18 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, err
 	}
 	name := SessionPrefix + p.id
+	if p.spec.Docker {
+		if err := m.startSidecar(ctx, cli, p); err != nil {
+			os.RemoveAll(runDir)
+			return nil, err
+		}
+	}
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 	if err != nil {
 		os.RemoveAll(runDir)
+		if p.spec.Docker && !cerrdefs.IsConflict(err) {
+			m.removeSidecar(p.id)
+		}
 		if cerrdefs.IsConflict(err) {
 			return nil, fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
 		}
@@ -79,6 +88,9 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 				att.Close()
 			}
 			m.removeContainer(cid, runDir, "")
+			if p.spec.Docker {
+				m.removeSidecar(p.id)
+			}
 		}
 	}()
 	if p.spec.Mode == sandbox.WorkspaceWrite {
@@ -97,7 +109,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, m.startErr(cid, att.stderr.String(), err)
 	}
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker}
 	rp, err := m.recordPath(p.id)
 	if err != nil {
 		return nil, err
@@ -306,6 +318,10 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 		s.Close()
 	}
 	err = m.removeContainer(rec.Container, rec.RunDir, id)
+	if rec.Docker {
+		// After the session container, which mounts the sockets volume.
+		err = errors.Join(err, m.removeSidecar(id))
+	}
 	if m.ReleaseProxyNet != nil && rec.Workspace != "" {
 		m.ReleaseProxyNet(ctx, rec.Workspace)
 	}

@@ -56,7 +56,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		if m.ProxyNet == nil {
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
-		if p.net, err = m.ProxyNet(ctx, ws); err != nil {
+		if p.net, err = m.ProxyNet(ctx, ws, spec.Docker); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, err)
 		}
 	}
@@ -125,6 +125,9 @@ func checkSpec(spec Spec) (Spec, error) {
 	var err error
 	if spec.NetworkPolicy, err = ParseNetworkPolicy(string(spec.NetworkPolicy)); err != nil {
 		return spec, err
+	}
+	if spec.Docker && spec.NetworkPolicy != NetworkProxied {
+		return spec, bad("nested Docker (--docker) needs --network %s (inner containers' traffic must go through the gateway); the network is %q", NetworkProxied, spec.NetworkPolicy)
 	}
 	ws := spec.Workspace
 	if !filepath.IsAbs(ws) || filepath.Clean(ws) != ws || ws == "/" {
@@ -283,6 +286,9 @@ func (m *Manager) planEnv(p *plan) error {
 	env = setEnv(env, "HOME="+p.home)
 	env = setEnv(env, "TMPDIR=/tmp")
 	p.env = withNetworkEnv(env, p.net)
+	if spec.Docker {
+		p.env = setEnv(p.env, "DOCKER_HOST=unix://"+ContainerDockerSocket)
+	}
 	return nil
 }
 

@@ -36,6 +36,9 @@ type record struct {
 	Install   bool      `json:"install,omitempty"`
 	Created   time.Time `json:"created"`
 	Pool      string    `json:"pool,omitempty"`
+	// Docker: the session has a nested Docker engine (its sidecar is
+	// SidecarPrefix + ID).
+	Docker bool `json:"docker,omitempty"`
 }
 
 func (m *Manager) recordPath(id string) (string, error) {
@@ -100,7 +103,7 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 	}
 	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[docker.LabelWorkspace],
 		Image: c.Config.Labels[LabelImage], User: c.Config.User, Owner: c.Config.Labels[LabelOwnerProc],
-		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool]}
+		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool], Docker: c.Config.Labels[LabelDocker] == "true"}
 	for _, mp := range c.Mounts {
 		if mp.Destination == ContainerRunDir {
 			r.RunDir = mp.Source

@@ -165,6 +165,10 @@ type Spec struct {
 	// gone, GC removes the session. Zero means a detached session, which
 	// ends by idle timeout, lifetime or Discard.
 	OwnerPID int
+	// Docker gives the session a nested Docker engine behind vak's API
+	// guard (docs/nested-docker.md); DOCKER_HOST in the commands'
+	// environment names the guard's socket. Needs NetworkProxied.
+	Docker bool
 }
 
 // Info describes a session container.
@@ -266,10 +270,16 @@ type Manager struct {
 	// ProxyNet gives sessions with NetworkPolicy proxied their network (the
 	// CLI wires the workspace's egress topology here). Nil refuses proxied
 	// sessions.
-	ProxyNet func(ctx context.Context, workspace string) (*sandbox.NetworkAttachment, error)
+	// nested asks for netfence nested mode (a Spec.Docker session).
+	ProxyNet func(ctx context.Context, workspace string, nested bool) (*sandbox.NetworkAttachment, error)
 	// ReleaseProxyNet is called when a session is discarded, so a
 	// workspace's topology goes when its last user does. May be nil.
 	ReleaseProxyNet func(ctx context.Context, workspace string)
+	// DockerImage is the nested engine's sidecar image (dockerd.EnsureImage's
+	// tag); empty refuses Spec.Docker. SidecarTimeout bounds its start
+	// (zero: DefaultSidecarTimeout).
+	DockerImage    string
+	SidecarTimeout time.Duration
 
 	mu        sync.Mutex
 	open      map[string]*Session
