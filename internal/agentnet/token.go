@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // claims are a task token's signed content.
@@ -109,6 +108,3 @@ func loadOrCreateKey(dir string) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// now-relative expiry helper.
-func expiry(now time.Time, ttl time.Duration) int64 { return now.Add(ttl).Unix() }

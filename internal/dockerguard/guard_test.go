@@ -2,6 +2,7 @@ package dockerguard
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,7 +83,10 @@ func serve(t testing.TB, h http.Handler, sock string) {
 }
 
 func unixClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{Dial: func(_, _ string) (net.Conn, error) { return net.Dial("unix", sock) }}}
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
 }
 
 func setup(t testing.TB) *env {
