@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"vak/internal/peercred"
 )
 
 // dialWorker connects to the worker socket in a session's run directory
@@ -40,25 +42,12 @@ func dialWorker(ctx context.Context, runDir, containerID string) (net.Conn, erro
 	if err != nil {
 		return nil, fmt.Errorf("connect to the session's worker: %w", err)
 	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("connect to the session's worker: not a unix connection")
-	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Get(c)
 	if err != nil {
 		c.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrUntrustedPeer, err)
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		c.Close()
-		return nil, fmt.Errorf("%w: peer credentials: %v", ErrUntrustedPeer, firstErr(err, cerr))
-	}
-	if err := verifyWorkerPID(int(cred.Pid), containerID); err != nil {
+	if err := verifyWorkerPID(cred.PID, containerID); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -89,15 +78,6 @@ func verifyWorkerPID(pid int, containerID string) error {
 	cg, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil || len(containerID) < 12 || !strings.Contains(string(cg), containerID) {
 		return fmt.Errorf("%w: the socket's listener (host pid %d) does not belong to container %.12s", ErrUntrustedPeer, pid, containerID)
-	}
-	return nil
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
 	}
 	return nil
 }

@@ -8,32 +8,18 @@ import (
 	"os"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"vak/internal/peercred"
 )
 
 // checkPeer refuses unix peers whose uid differs from ours (root may always
 // connect).
 func checkPeer(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return fmt.Errorf("admin: not a unix connection")
-	}
-	rc, err := uc.SyscallConn()
+	cred, err := peercred.Get(c)
 	if err != nil {
-		return err
+		return fmt.Errorf("admin: %w", err)
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return cerr
-	}
-	if int(cred.Uid) != os.Getuid() && cred.Uid != 0 {
-		return fmt.Errorf("admin: peer uid %d is not %d", cred.Uid, os.Getuid())
+	if cred.UID != os.Getuid() && cred.UID != 0 {
+		return fmt.Errorf("admin: peer uid %d is not %d", cred.UID, os.Getuid())
 	}
 	return nil
 }
