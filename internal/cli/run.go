@@ -203,18 +203,19 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
 		acquire, release := a.proxyNet(cfg, a.labels)
+		idle := cfg.Session.RunNetworkIdle
+		if idle > 0 {
+			// Warm: the next run reuses the topology (Ensure checks its
+			// health and recreates it if needed); marked before it is
+			// acquired so that a concurrent gc never takes it between an
+			// expired mark and this run's command.
+			a.keepProxyNetWarm(ws, idle)
+		}
 		end = tr.Begin("proxied network: topology")
 		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
 		end()
-		idle := cfg.Session.RunNetworkIdle
-		if idle > 0 {
-			// Warm: the next run reuses the topology (Ensure checks its
-			// health and recreates it if needed); marked before the command
-			// runs so that a concurrent gc keeps it.
-			a.keepProxyNetWarm(ws, idle)
-		}
 		defer func() {
 			defer tr.Begin("proxied network: release")()
 			if idle <= 0 {

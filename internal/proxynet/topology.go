@@ -759,9 +759,9 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 
 // GC removes the caller's topologies that no sandbox container uses any
 // more (left by a broker that was killed, or kept warm by `vak run` past
-// their KeepWarm time), keeping their receipts. A topology whose newest
-// container is younger than grace (GCGrace for `vak gc`) may be being set
-// up and is left alone. Only
+// their KeepWarm time), keeping their receipts. A topology with no warm
+// record whose newest container is younger than grace (GCGrace for
+// `vak gc`) may be being set up and is left alone. Only
 // resources owned by the caller's uid (docker.LabelOwner) and carrying all
 // of labels are considered: another user's topology is never removed and
 // its receipts never copied. It returns the keys it removed.
@@ -790,10 +790,12 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 	}
 	var removed []string
 	for key := range keys {
-		if key == "" || young[key] {
+		if key == "" {
 			continue
 		}
-		if time.Now().Before(warmUntil(stateDir, key)) {
+		// A warm record (vak run writes it before its command and after)
+		// decides alone; without one, a young topology may be being set up.
+		if until := warmUntil(stateDir, key); time.Now().Before(until) || (until.IsZero() && young[key]) {
 			continue
 		}
 		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
