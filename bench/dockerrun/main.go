@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 
@@ -46,7 +47,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		d1, err := stats.Time(func() error { return stats.RunQuiet(argv...) })
+		d1, err := stats.Time(func() error { return runWithLifeline(argv...) })
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -70,4 +71,23 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Print(bd)
+}
+
+// runWithLifeline runs argv as vak's broker does: its stdin is a pipe whose
+// write end stays open until the command exits (the wrap's lifeline; at
+// end of input the container kills its processes).
+func runWithLifeline(argv ...string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = r
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		return err
+	}
+	return cmd.Wait()
 }
