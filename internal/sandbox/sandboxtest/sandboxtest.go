@@ -154,6 +154,21 @@ type Listener struct {
 	Accepted atomic.Int64
 }
 
+// WaitAccepted waits until the listener has counted at least n connections
+// (the accept loop counts asynchronously: a control connection that the
+// client already saw succeed may not be counted yet), and fails the test
+// if that does not happen within ten seconds.
+func (l *Listener) WaitAccepted(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Accepted.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("control: %s counted %d connections, want %d", l.Addr(), l.Accepted.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Listen starts a counting TCP listener on addr ("127.0.0.1:0", ...).
 func Listen(t *testing.T, addr string) *Listener { return listenCounting(t, "tcp", addr) }
 
