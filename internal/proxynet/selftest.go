@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"vak/internal/egress/egressconfig"
@@ -187,25 +186,10 @@ func selfTested(stateDir, key, start string) bool {
 // execCombined runs a command in a container and returns its stdout and
 // stderr together; a non-zero exit is an error.
 func execCombined(ctx context.Context, cli *client.Client, name string, cmd ...string) (string, error) {
-	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		return "", err
-	}
-	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return "", err
-	}
-	defer att.Close()
 	var out strings.Builder
-	if _, err := stdcopy.StdCopy(&out, &out, att.Reader); err != nil {
-		return out.String(), err
+	code, err := execIn(ctx, cli, name, &out, &out, cmd...)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d", code)
 	}
-	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
-	if err != nil {
-		return out.String(), err
-	}
-	if ins.ExitCode != 0 {
-		return out.String(), fmt.Errorf("exit status %d", ins.ExitCode)
-	}
-	return out.String(), nil
+	return out.String(), err
 }

@@ -640,29 +640,40 @@ func addressOn(ctx context.Context, cli *client.Client, name, net string) (netip
 	return netip.Addr{}, fmt.Errorf("proxynet: %s has no address on %s", name, net)
 }
 
-// execOutput runs a command in a container and returns its stdout.
+// execOutput runs a command in a container and returns its stdout; a
+// non-zero exit is an error that quotes its stderr.
 func execOutput(ctx context.Context, cli *client.Client, name string, cmd ...string) (string, error) {
-	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	var out, errb bytes.Buffer
+	code, err := execIn(ctx, cli, name, &out, &errb, cmd...)
 	if err != nil {
 		return "", err
+	}
+	if code != 0 {
+		return "", fmt.Errorf("%v exited %d: %s", cmd, code, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// execIn runs a command in a container through the Engine API, copies its
+// stdout and stderr to the writers, and returns its exit status.
+func execIn(ctx context.Context, cli *client.Client, name string, stdout, stderr io.Writer, cmd ...string) (int, error) {
+	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return -1, err
 	}
 	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return "", err
+		return -1, err
 	}
 	defer att.Close()
-	var out, errb bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &errb, att.Reader); err != nil {
-		return "", err
+	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil {
+		return -1, err
 	}
 	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
 	if err != nil {
-		return "", err
+		return -1, err
 	}
-	if ins.ExitCode != 0 {
-		return "", fmt.Errorf("%v exited %d: %s", cmd, ins.ExitCode, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
+	return ins.ExitCode, nil
 }
 
 // Teardown removes the workspace's topology unless sandbox containers still
