@@ -114,10 +114,12 @@ func TestServerRefusesOtherUID(t *testing.T) {
 	}
 }
 
+// TestListenRefusesLiveSocket: a second broker for the same dir fails on
+// the broker lock while the first listens.
 func TestListenRefusesLiveSocket(t *testing.T) {
 	e := newEnv(t)
 	c := serve(t, e, os.Getuid())
-	if _, err := Listen(filepath.Dir(c.Socket)); err == nil || !strings.Contains(err.Error(), "already listening") {
+	if _, err := Listen(filepath.Dir(c.Socket)); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second listen: %v", err)
 	}
 }

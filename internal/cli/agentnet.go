@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"syscall"
@@ -133,19 +134,51 @@ Receipts go to <state>/agentnet/receipts.jsonl, signed with the key in
 // registration (token renewal, edges coming up or going down).
 const agentNetRefresh = 2 * time.Second
 
-// attachAgentNet registers the MCP server's workspace with the running
-// agentnet broker when the trusted config has a policy for it and the
-// project config did not disable it. Without a broker the server runs
-// without the agent_network tool (a warning says why).
+// agentNetPolicy reports whether the trusted config has an enabled policy
+// for ws and the project config did not disable it.
+func agentNetPolicy(cfg *config.Config, ws string) bool {
+	if cfg.AgentNetwork.ProjectDisabled {
+		return false
+	}
+	return slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
+		c, err := agentnet.Canonical(w.Path)
+		return err == nil && c == ws && w.Enabled
+	})
+}
+
+// agentNetEnsure returns the function that starts the broker on demand:
+// this vak binary as `vak agentnet serve` (with the same --config),
+// detached, logging to <state>/agentnet/broker.log.
+func (a *app) agentNetEnsure(dir string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := agentnet.Ensure(ctx, dir, func() (*exec.Cmd, error) {
+			bin := workerExecutable
+			if bin == "" {
+				var err error
+				if bin, err = os.Executable(); err != nil {
+					return nil, fmt.Errorf("agentnet: find the vak binary: %w", err)
+				}
+			}
+			var args []string
+			if a.userConfig != "" {
+				args = append(args, "--config", a.userConfig)
+			}
+			return exec.Command(bin, append(args, "agentnet", "serve")...), nil
+		})
+		return err
+	}
+}
+
+// attachAgentNet registers the MCP server's workspace with the agentnet
+// broker (started on demand) when the trusted config has an enabled policy
+// for it and the project config did not disable it. Without a broker the
+// server runs without the agent_network tool (a warning says why).
 func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.Config, ws string, log *slog.Logger) {
 	if cfg.AgentNetwork.ProjectDisabled {
 		log.Info("agent network disabled by the project config")
 		return
 	}
-	if !slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
-		c, err := agentnet.Canonical(w.Path)
-		return err == nil && c == ws && w.Enabled
-	}) {
+	if !agentNetPolicy(cfg, ws) {
 		return
 	}
 	dir, err := a.agentnetDir()
@@ -153,8 +186,8 @@ func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.C
 		log.Warn("agent network unavailable", "err", err)
 		return
 	}
-	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir)); err != nil {
-		log.Warn("agent network unavailable (is `vak agentnet serve` running?)", "err", err)
+	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir), a.agentNetEnsure(dir)); err != nil {
+		log.Warn("agent network unavailable", "err", err)
 		return
 	}
 	go srv.WatchAgentNet(ctx, agentNetRefresh)
