@@ -169,6 +169,31 @@ func (a *app) agentNetEnsure(dir string) func(context.Context) error {
 	}
 }
 
+// agentNetTask registers a task of ws with the broker (started on demand)
+// when the trusted config has an enabled policy for it and the project
+// config did not disable it, and keeps it registered (token renewal,
+// re-registration with a restarted broker) until ctx ends. It returns nil
+// otherwise, or, warning why, when the broker cannot be reached. The token
+// stays in this process: nothing of it reaches the sandbox.
+func (a *app) agentNetTask(ctx context.Context, cfg *config.Config, ws string) *agentnet.Task {
+	if cfg.AgentNetwork.ProjectDisabled || !agentNetPolicy(cfg, ws) {
+		return nil
+	}
+	dir, err := a.agentnetDir()
+	if err != nil {
+		a.warnf("agent network unavailable: %v", err)
+		return nil
+	}
+	t := &agentnet.Task{Client: agentnet.NewClient(dir), Workspace: ws, Ensure: a.agentNetEnsure(dir)}
+	if _, err := t.Register(ctx); err != nil {
+		t.Client.Close()
+		a.warnf("agent network unavailable: %v", err)
+		return nil
+	}
+	go t.Watch(ctx, agentNetRefresh, nil, nil)
+	return t
+}
+
 // attachAgentNet registers the MCP server's workspace with the agentnet
 // broker (started on demand) when the trusted config has an enabled policy
 // for it and the project config did not disable it. Without a broker the

@@ -158,3 +158,87 @@ except OSError as e:
 		}
 	}
 }
+
+// TestAgentnetRunRegisters: `vak run` in a workspace with an enabled
+// policy starts the broker on demand and registers a task for as long as
+// it runs: a peer's message crosses the edge while the command runs, the
+// edge is down and sends are refused once it exited, and the receipts
+// carry the registration and its revocation at exit. No token reaches the
+// sandbox: the command dumps the environment and command line of every
+// process it can see, and no token (prefix vakan1.) is in its output.
+func TestAgentnetRunRegisters(t *testing.T) {
+	testenv.RequireLandlock(t)
+	state, err := os.MkdirTemp("", "vsr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := agentnet.Dir(filepath.Join(state, "vak"))
+	t.Cleanup(func() {
+		stopBrokerByPID(t, dir)
+		os.RemoveAll(state)
+	})
+	t.Setenv("XDG_STATE_HOME", state)
+	wa, wb := tempWorkspace(t), tempWorkspace(t)
+	cfg := writeConfig(t, fmt.Sprintf("version = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n", wa, wb, wb, wa))
+	c := agentnet.NewClient(dir)
+	defer c.Close()
+	if c.Ping(context.Background()) == nil {
+		t.Fatal("control: a broker answers before vak run started one")
+	}
+	script := `for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null; echo; done | tr '\0' '\n'; env; echo DUMPED; while [ ! -e go ]; do sleep 0.02; done; echo FINISHED`
+	type result struct {
+		code     int
+		out, err string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), []string{"--config", cfg, "run", "-w", wa, "--backend", "landlock", "--", "sh", "-c", script}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		done <- result{code, out.String(), errb.String()}
+	}()
+	ctx := context.Background()
+	waitUntil(t, "vak run started a broker", func() bool { return c.Ping(ctx) == nil })
+	tb, _, err := c.Register(ctx, wb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the edge is up (vak run registered its workspace)", func() bool {
+		es, err := c.Edges(ctx)
+		return err == nil && len(es) == 1 && es[0].Up
+	})
+	if _, err := c.Send(ctx, tb, wa, "t", []byte("to the run")); err != nil {
+		t.Fatalf("send to the running workspace: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(wa, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.out, "DUMPED") || !strings.Contains(r.out, "FINISHED") {
+		t.Fatalf("vak run: %d %q %q", r.code, r.out, r.err)
+	}
+	if !strings.Contains(r.out, "PATH=") {
+		t.Fatalf("control: the sandbox's environment was not dumped: %q", r.out)
+	}
+	if strings.Contains(r.out, "vakan1.") || strings.Contains(r.err, "vakan1.") {
+		t.Fatalf("a task token reached the sandbox or vak's output:\n%s\n%s", r.out, r.err)
+	}
+	es, err := c.Edges(ctx)
+	if err != nil || len(es) != 1 || es[0].Up || !strings.Contains(es[0].Reason, "no live registration") {
+		t.Fatalf("edges after the run: %+v %v", es, err)
+	}
+	if _, err := c.Send(ctx, tb, wa, "t", []byte("too late")); !errors.Is(err, agentnet.ErrNoEdge) {
+		t.Fatalf("send after the run ended: %v", err)
+	}
+	if code, out, errs := vakMain(t, "", "receipts", "verify", "--key", filepath.Join(agentnet.ReceiptsKeyDir(dir), receipts.PubKeyFile), agentnet.ReceiptsFile(dir)); code != 0 {
+		t.Fatalf("receipts verify: %d %s %s", code, out, errs)
+	}
+	data, _ := os.ReadFile(agentnet.ReceiptsFile(dir))
+	var reg, unreg bool
+	for _, line := range strings.Split(string(data), "\n") {
+		reg = reg || strings.Contains(line, `"method":"register"`) && strings.Contains(line, wa)
+		unreg = unreg || strings.Contains(line, `"method":"revoke"`) && strings.Contains(line, "unregistered")
+	}
+	if !reg || !unreg {
+		t.Fatalf("receipts lack the run's registration (%v) or its end (%v):\n%s", reg, unreg, data)
+	}
+}
