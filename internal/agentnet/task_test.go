@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +71,11 @@ func TestTaskRefresh(t *testing.T) {
 	}
 	refresh(ta, true)
 	tok := ta.tok()
+	// Leaks finds the token and each of its parts, and nothing else.
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 || !ta.Leaks([]byte("x"+tok+"y")) || !ta.Leaks([]byte("sig="+parts[2])) || !ta.Leaks([]byte(parts[1])) || ta.Leaks([]byte("vakan1 "+e.ws["a"])) || tb.Leaks([]byte(tok)) {
+		t.Fatal("Leaks does not recognise the token, its parts, or only them")
+	}
 
 	// The registrations lapse (the processes were stopped past the
 	// tokens' life): both register again.

@@ -2,23 +2,19 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"vak/internal/agentnet"
+	"vak/internal/worker/wire"
 )
 
 // AgentNetToolName is the brokered workspace network's tool.
 const AgentNetToolName = "agent_network"
-
-// maxReceiveWait bounds an agent_network receive (the tool call blocks).
-const maxReceiveWait = 60 * time.Second
 
 // agentNet is the server's registration with the agentnet broker. The
 // task token lives in task, in the trusted server process: no tool result,
@@ -157,43 +153,16 @@ func (s *Server) addAgentNet() {
 }
 
 func (s *Server) agentNetCall(ctx context.Context, in AgentNetInput) (AgentNetOutput, error) {
-	var out AgentNetOutput
-	if !utf8.ValidString(in.Message) {
-		return out, errors.New("agent_network: message must be UTF-8 text")
-	}
-	c := s.an.task
-	var err error
-	switch in.Op {
-	case "peers":
-		var ps []agentnet.Peer
-		ps, err = c.Peers(ctx)
-		for _, p := range ps {
-			out.Peers = append(out.Peers, AgentNetPeer{ID: p.ID, Workspace: p.Workspace})
-		}
-	case "send":
-		out.ID, err = c.Send(ctx, in.Peer, in.Topic, []byte(in.Message))
-	case "request":
-		out.Correlation, err = c.Request(ctx, in.Peer, in.Topic, []byte(in.Message))
-	case "reply":
-		err = c.Reply(ctx, in.Correlation, []byte(in.Message))
-	case "receive":
-		if in.WaitSeconds < 0 || time.Duration(in.WaitSeconds)*time.Second > maxReceiveWait {
-			return out, fmt.Errorf("agent_network: wait_seconds must be 0..%d", int(maxReceiveWait/time.Second))
-		}
-		var m agentnet.Message
-		m, err = c.Receive(ctx, in.Topic, in.Correlation, time.Duration(in.WaitSeconds)*time.Second)
-		if errors.Is(err, agentnet.ErrTimeout) {
-			return AgentNetOutput{TimedOut: true}, nil
-		}
-		if err == nil {
-			out.Message = &AgentNetMessage{ID: m.ID, From: m.From, Topic: m.Topic, Kind: m.Kind, Correlation: m.Correlation, Message: string(m.Body)}
-		}
-	default:
-		return out, fmt.Errorf("agent_network: unknown op %q (peers, send, receive, request, reply)", in.Op)
-	}
+	r, err := s.an.task.Do(ctx, wire.AgentNetworkArgs{Op: in.Op, Peer: in.Peer, Topic: in.Topic, Message: in.Message, Correlation: in.Correlation, WaitSeconds: in.WaitSeconds})
 	if err != nil {
-		// Broker errors name workspaces, ids and reasons, never a token.
-		return AgentNetOutput{}, fmt.Errorf("agent_network %s refused: %w", in.Op, err)
+		return AgentNetOutput{}, err
+	}
+	out := AgentNetOutput{ID: r.ID, Correlation: r.Correlation, TimedOut: r.TimedOut}
+	for _, p := range r.Peers {
+		out.Peers = append(out.Peers, AgentNetPeer{ID: p.ID, Workspace: p.Workspace})
+	}
+	if m := r.Message; m != nil {
+		out.Message = &AgentNetMessage{ID: m.ID, From: m.From, Topic: m.Topic, Kind: m.Kind, Correlation: m.Correlation, Message: m.Message}
 	}
 	return out, nil
 }
