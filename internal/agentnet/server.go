@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -182,6 +183,11 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		var resp response
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			resp = response{Error: fmt.Sprintf("%v: %v", ErrBadRequest, err), Kind: "bad-request"}
+		} else if req.Op == "receive" {
+			var ok bool
+			if resp, ok = s.receive(ctx, c, req, uid); !ok {
+				return
+			}
 		} else {
 			resp = s.do(ctx, req, uid)
 		}
@@ -189,6 +195,34 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
+}
+
+// receive serves a receive, which may wait, while watching its connection:
+// a client that goes away (a canceled tool call closes its connection)
+// cancels the wait, so no message is taken off a queue for a reader that
+// is gone. A connection carries one request at a time: bytes that arrive
+// while a receive waits end the connection (ok = false).
+func (s *Server) receive(ctx context.Context, c net.Conn, req request, uid int) (resp response, ok bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var extra atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var b [1]byte
+		n, err := c.Read(b[:])
+		if n > 0 {
+			extra.Store(true)
+			cancel()
+		} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			cancel() // the client is gone
+		}
+	}()
+	resp = s.do(ctx, req, uid)
+	c.SetReadDeadline(time.Now())
+	<-watched
+	c.SetReadDeadline(time.Time{})
+	return resp, !extra.Load()
 }
 
 func (s *Server) do(ctx context.Context, req request, uid int) response {
