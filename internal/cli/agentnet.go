@@ -41,7 +41,12 @@ func (a *app) newAgentnetCmd() *cobra.Command {
 Policies come from [agent_network] in the trusted user config; SIGHUP or
 'vak agentnet reload' re-reads them and closes edges that went down.
 Receipts go to <state>/agentnet/receipts.jsonl, signed with the key in
-<state>/agentnet/receipts-key.`,
+<state>/agentnet/receipts-key.
+
+You rarely run it yourself: vak mcp and vak run in a workspace with an
+enabled policy start it on demand (detached, output in
+<state>/agentnet/broker.log, pid in <state>/agentnet/broker.pid). One broker
+runs per user: a second one exits with "already running".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := a.agentnetDir()
