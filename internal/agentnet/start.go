@@ -21,8 +21,10 @@ const maxLogBytes = 1 << 20
 
 // Ensure makes sure a broker answers on dir's socket, starting one with
 // command when none does: the first client that needs the broker starts
-// it. The broker runs detached (its own session and process group, stdin
-// /dev/null, output appended to LogFile(dir)) and outlives the client.
+// it. The broker runs detached (its own session and process group, working
+// directory dir, stdin /dev/null, output appended to LogFile(dir); it
+// holds none of the client's descriptors, so an MCP client's pipes close
+// when the client's server exits) and outlives the client.
 // Starters serialize on StartLockName, and a starter that gets the lock
 // checks the socket again, so concurrent starters (processes or
 // goroutines) start one broker; a socket file no one listens on is stale
@@ -79,6 +81,11 @@ func Ensure(ctx context.Context, dir string, command func() (*exec.Cmd, error)) 
 	defer logf.Close()
 	fmt.Fprintf(logf, "--- %s: started on demand by pid %d: %s\n", time.Now().UTC().Format(time.RFC3339), os.Getpid(), cmd.Args)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf
+	if cmd.Dir == "" {
+		// Not the starter's directory (often a workspace): the broker
+		// outlives it.
+		cmd.Dir = dir
+	}
 	if err := detach(cmd); err != nil {
 		return false, err
 	}

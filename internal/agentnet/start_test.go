@@ -3,6 +3,7 @@ package agentnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -144,6 +145,15 @@ func TestEnsureConcurrentStartersOneBroker(t *testing.T) {
 	sid, err := unix.Getsid(pid)
 	if err != nil || sid != pid {
 		t.Fatalf("broker pid %d: session %d (%v); want a session of its own", pid, sid, err)
+	}
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || cwd != dir {
+		t.Fatalf("broker working directory %q (%v), want %s", cwd, err, dir)
+	}
+	// Its descriptors: stdin /dev/null, stdout and stderr the log.
+	for fd, want := range map[int]string{0: "/dev/null", 1: LogFile(dir), 2: LogFile(dir)} {
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd)); err != nil || got != want {
+			t.Fatalf("broker fd %d is %q (%v), want %s", fd, got, err, want)
+		}
 	}
 	// Once it answers, Ensure starts nothing.
 	if s, err := Ensure(context.Background(), dir, brokerCommand(dir, &n)); err != nil || s || n.Load() != 1 {
