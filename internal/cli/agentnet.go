@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"text/tabwriter"
@@ -166,7 +167,12 @@ func (a *app) agentNetEnsure(dir string) func(context.Context) error {
 			}
 			var args []string
 			if a.userConfig != "" {
-				args = append(args, "--config", a.userConfig)
+				// Absolute: the broker runs in its state dir.
+				cf, err := filepath.Abs(a.userConfig)
+				if err != nil {
+					return nil, fmt.Errorf("agentnet: --config %s: %w", a.userConfig, err)
+				}
+				args = append(args, "--config", cf)
 			}
 			return exec.Command(bin, append(args, "agentnet", "serve")...), nil
 		})
@@ -181,7 +187,7 @@ func (a *app) agentNetEnsure(dir string) func(context.Context) error {
 // otherwise, or, warning why, when the broker cannot be reached. The token
 // stays in this process: nothing of it reaches the sandbox.
 func (a *app) agentNetTask(ctx context.Context, cfg *config.Config, ws string) *agentnet.Task {
-	if cfg.AgentNetwork.ProjectDisabled || !agentNetPolicy(cfg, ws) {
+	if !agentNetPolicy(cfg, ws) {
 		return nil
 	}
 	dir, err := a.agentnetDir()

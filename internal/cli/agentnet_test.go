@@ -164,7 +164,8 @@ except OSError as e:
 }
 
 // TestAgentnetRunRegisters: `vak run` in a workspace with an enabled
-// policy starts the broker on demand and registers a task for as long as
+// policy (its --config given relative to the current directory) starts
+// the broker on demand and registers a task for as long as
 // it runs: a peer's message crosses the edge while the command runs, the
 // edge is down and sends are refused once it exited, and the receipts
 // carry the registration and its revocation at exit. No token reaches the
@@ -194,10 +195,14 @@ func TestAgentnetRunRegisters(t *testing.T) {
 		code     int
 		out, err string
 	}
+	// A relative --config: the broker started on demand (in its state
+	// dir) still reads the same file.
+	t.Chdir(filepath.Dir(cfg))
+	relCfg := filepath.Base(cfg)
 	done := make(chan result, 1)
 	go func() {
 		var out, errb bytes.Buffer
-		code := Main(context.Background(), []string{"--config", cfg, "run", "-w", wa, "--backend", "landlock", "--", "sh", "-c", script}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+		code := Main(context.Background(), []string{"--config", relCfg, "run", "-w", wa, "--backend", "landlock", "--", "sh", "-c", script}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 		done <- result{code, out.String(), errb.String()}
 	}()
 	ctx := context.Background()
@@ -233,6 +238,9 @@ func TestAgentnetRunRegisters(t *testing.T) {
 	if _, err := c.Send(ctx, tb, wa, "t", []byte("too late")); !errors.Is(err, agentnet.ErrNoEdge) {
 		t.Fatalf("send after the run ended: %v", err)
 	}
+	// The broker signs its log in batches: stop it (it signs the rest) and
+	// verify.
+	stopBrokerByPID(t, dir)
 	if code, out, errs := vakMain(t, "", "receipts", "verify", "--key", filepath.Join(agentnet.ReceiptsKeyDir(dir), receipts.PubKeyFile), agentnet.ReceiptsFile(dir)); code != 0 {
 		t.Fatalf("receipts verify: %d %s %s", code, out, errs)
 	}
