@@ -201,22 +201,35 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// make garbage collection frequent); they never reach commands.
 	cmd.Env = append(cmd.Env, hostEnv([]string{"GOGC", "GODEBUG", "GOMAXPROCS"})...)
 	// The worker blocks on its spec, so whatever onStarted does (joining a
-	// cgroup) happens before the sandbox runs anything.
+	// cgroup) happens before the sandbox runs anything; unless the backend
+	// makes the worker wait for Started by itself (SpecFirst), then the
+	// spec goes first and the worker starts up meanwhile.
+	sendSpec := func() {
+		go func() {
+			w.Write(data)
+			w.Close()
+		}()
+	}
+	specFirst := launch != nil && launch.SpecFirst
 	onStarted := func(pid int) error {
 		r.Close()
 		if lifeR != nil {
 			lifeR.Close()
 		}
+		if specFirst {
+			sendSpec()
+		}
 		if launch != nil && launch.Started != nil {
 			if err := launch.Started(pid); err != nil {
-				w.Close()
+				if !specFirst {
+					w.Close()
+				}
 				return err
 			}
 		}
-		go func() {
-			w.Write(data)
-			w.Close()
-		}()
+		if !specFirst {
+			sendSpec()
+		}
 		return nil
 	}
 	endPrepare()

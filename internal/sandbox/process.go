@@ -60,6 +60,11 @@ type WorkerLaunch struct {
 	// receives its spec, so nothing sandboxed runs before it returns; an
 	// error kills the worker.
 	Started func(pid int) error
+	// SpecFirst says that the worker waits by itself for Started to finish
+	// before it runs anything sandboxed (Started sends it a go-ahead
+	// through one of ExtraFiles): the broker then sends the spec before it
+	// calls Started, so that Started overlaps the worker's own start-up.
+	SpecFirst bool
 	// Cleanup, if set, releases what PrepareWorker made; it runs once, when
 	// the session ends or its start fails.
 	Cleanup func()

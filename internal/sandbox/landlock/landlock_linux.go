@@ -223,6 +223,11 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		// it drops everything (dropCapabilities).
 		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 	}
+	if p.GoAhead {
+		if err := awaitGoAhead(); err != nil {
+			return 0, err
+		}
+	}
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -260,6 +265,27 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 			return ws.ExitStatus(), nil
 		}
 	}
+}
+
+// awaitGoAhead reads stage 1's go-ahead (Policy.GoAhead): one byte that
+// the broker writes once this process is in the session's cgroup. End of
+// file without it means the broker failed to place it there.
+func awaitGoAhead() error {
+	f := os.NewFile(GoAheadFD, "go-ahead")
+	if f == nil {
+		return fmt.Errorf("landlock: no go-ahead descriptor %d", GoAheadFD)
+	}
+	return readGoAhead(f)
+}
+
+// readGoAhead reads the go-ahead from f and closes it.
+func readGoAhead(f *os.File) error {
+	defer f.Close()
+	var b [1]byte
+	if n, err := f.Read(b[:]); n != 1 || b[0] != goAheadByte {
+		return fmt.Errorf("landlock: the broker did not confirm the sandbox's cgroup (go-ahead on fd %d: %d bytes, %v); stage 2 not started", GoAheadFD, n, err)
+	}
+	return nil
 }
 
 // Stage2 restricts the calling process for good: capabilities, rlimits,
