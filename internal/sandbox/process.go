@@ -144,6 +144,11 @@ type WorkerOutcome struct {
 	// Description says what restrictions are in force; the worker then
 	// serves the protocol (sent in its ready event).
 	Description string
+	// Spawn, if set, is how the worker starts every command: it runs
+	// start (which forks and executes it) on the thread the backend
+	// prepared for that (Landlock: the one thread whose capability
+	// bounding set is empty; a child inherits its creator thread's).
+	Spawn func(start func() error) error
 }
 
 // WorkerEntry is a backend's code in the re-executed worker process: it runs

@@ -181,8 +181,8 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
-	desc, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc}, err
+	desc, spawn, err := Stage2(ws.Policy, ws.Namespaces)
+	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn}, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and

@@ -256,3 +256,51 @@ func TestLandlockCommandsInSessionCgroup(t *testing.T) {
 		}
 	}
 }
+
+// The worker's capability bounding set is emptied on the one thread that
+// forks commands (the hardening suite checks 200 commands); every other
+// thread of the worker must still hold nothing it could use: empty
+// inheritable, permitted, effective and ambient sets, no_new_privs and the
+// seccomp filter. Control: stage 1 (PID 1, root of the outer namespace)
+// holds capabilities in the same listing, so the check can fail.
+func TestLandlockWorkerThreadsHoldNothing(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := Sh(t, s, `for p in /proc/[0-9]*; do
+  c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$c" in *__worker*) for t in $p/task/*; do echo "== ${p#/proc/} ${t##*/} $c"; cat $t/status; done;; esac
+done`)
+	type thread struct {
+		stage2 bool
+		status map[string]string
+	}
+	var threads []thread
+	for _, block := range strings.Split(r.Stdout, "== ")[1:] {
+		head, body, _ := strings.Cut(block, "\n")
+		threads = append(threads, thread{strings.Contains(head, "--stage 2"), procStatus(body)})
+	}
+	var stage1, stage2 int
+	for _, th := range threads {
+		if !th.stage2 {
+			if th.status["CapEff"] != "0000000000000000" {
+				stage1++
+			}
+			continue
+		}
+		stage2++
+		for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+			if th.status[f] != "0000000000000000" {
+				t.Errorf("a worker thread holds %s=%s", f, th.status[f])
+			}
+		}
+		if th.status["NoNewPrivs"] != "1" || th.status["Seccomp"] != "2" {
+			t.Errorf("a worker thread lacks no_new_privs or the seccomp filter: NoNewPrivs=%s Seccomp=%s", th.status["NoNewPrivs"], th.status["Seccomp"])
+		}
+	}
+	if stage1 == 0 {
+		t.Fatalf("control: no stage 1 thread with capabilities in the listing:\n%s", truncate(r.Stdout))
+	}
+	if stage2 < 2 {
+		t.Fatalf("found %d worker threads, want the Go runtime's several:\n%s", stage2, truncate(r.Stdout))
+	}
+}
