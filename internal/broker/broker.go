@@ -87,6 +87,8 @@ type Session struct {
 	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
 	// this process dies.
 	lifeline *os.File
+	// tr records Close's phases for vak run --trace (nil: nothing).
+	tr *trace.Trace
 }
 
 // Start starts a worker for opts.
@@ -95,7 +97,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	tr := trace.From(ctx)
 	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
-	s := &Session{opts: opts}
+	s := &Session{opts: opts, tr: tr}
 	for _, p := range cfg.Files.Protected {
 		s.prot = append(s.prot, filepath.Join(opts.Workspace, p))
 	}
@@ -384,9 +386,14 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	end := s.tr.Begin("  worker exit")
 	err := s.client.Close(ctx)
+	end()
+	end = s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()
+	end()
 	if s.baseline != nil && s.swept == nil {
+		defer s.tr.Begin("  workspace sweep")()
 		// Every process of the sandbox is gone now (it ended with the
 		// worker): sweep against the workspace as it was before the
 		// session.
