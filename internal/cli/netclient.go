@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -30,6 +31,7 @@ func (a *app) newNetclientCmd() *cobra.Command {
 		gateway string
 		nested  string
 		check   bool
+		joined  bool
 		every   time.Duration
 		c       = netfence.Config{
 			TransparentPort: netfence.DefaultTransparentPort,
@@ -54,7 +56,11 @@ prerouting NAT chain, a forward chain that lets nothing but DNS out, and a
 drop of outside packets to 127.0.0.0/8). See docs/nested-docker.md.
 
 With --check, only verify the rules and readiness (for health checks); give it
-the same --nested-pool/--uplink as the running netclient.`,
+the same --nested-pool/--uplink as the running netclient. With --check
+--joined, check from another container that joined the netclient's namespace
+(a dev container's dockerd): the rules verify, the uplink is up with an
+address, and the gateway's DNS port accepts a TCP connection; this fails in a
+namespace whose netclient is gone (no uplink left).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addr, err := netip.ParseAddr(gateway)
@@ -73,6 +79,12 @@ the same --nested-pool/--uplink as the running netclient.`,
 			if check {
 				if err := netfence.Verify(c); err != nil {
 					return exit(ExitFailure, err)
+				}
+				if joined {
+					if err := checkJoined(c); err != nil {
+						return exit(ExitFailure, err)
+					}
+					return nil
 				}
 				if _, err := os.Stat(ReadyFile); err != nil {
 					return exit(ExitFailure, errors.New("netclient not ready"))
@@ -94,10 +106,41 @@ the same --nested-pool/--uplink as the running netclient.`,
 	fl.StringVar(&nested, "nested-pool", "", "nested mode: the inner Docker engine's IPv4 address pool (e.g. "+netfence.DefaultNestedPool.String()+")")
 	fl.StringVar(&c.Uplink, "uplink", netfence.DefaultUplink, "nested mode: the interface toward the sandbox network")
 	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
+	fl.BoolVar(&joined, "joined", false, "with --check: from a container that joined the namespace (no ready file; the uplink and the gateway must answer)")
 	fl.DurationVar(&every, "verify-interval", DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")
 	cmd.AddCommand(a.newUnfenceCmd(), a.newSelfTestCmd())
 	return cmd
+}
+
+// checkJoined fails unless this namespace's uplink is up with an IPv4
+// address and the gateway's DNS port accepts a connection: a namespace
+// whose netclient container is gone keeps its rules but loses the uplink.
+func checkJoined(c netfence.Config) error {
+	up := c.Uplink
+	if up == "" {
+		up = netfence.DefaultUplink
+	}
+	ifi, err := net.InterfaceByName(up)
+	if err != nil {
+		return fmt.Errorf("the uplink %s is gone (the netclient this namespace belonged to was removed or restarted): %w", up, err)
+	}
+	addrs, _ := ifi.Addrs()
+	hasV4 := false
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			hasV4 = true
+		}
+	}
+	if ifi.Flags&net.FlagUp == 0 || !hasV4 {
+		return fmt.Errorf("the uplink %s is down or has no IPv4 address", up)
+	}
+	conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(c.Gateway, c.DNSPort).String(), 3*time.Second)
+	if err != nil {
+		return fmt.Errorf("the gateway does not answer from this namespace: %w", err)
+	}
+	conn.Close()
+	return nil
 }
 
 // newSelfTestCmd probes the fence from inside the sandbox namespace (run
