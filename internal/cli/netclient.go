@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -76,12 +75,15 @@ namespace whose netclient is gone (no uplink left).`,
 			if err := c.Validate(); err != nil {
 				return exit(ExitUsage, err)
 			}
+			if joined && !check {
+				return exit(ExitUsage, errors.New("--joined needs --check"))
+			}
 			if check {
 				if err := netfence.Verify(c); err != nil {
 					return exit(ExitFailure, err)
 				}
 				if joined {
-					if err := checkJoined(c); err != nil {
+					if err := netfence.CheckJoined(c, 3*time.Second); err != nil {
 						return exit(ExitFailure, err)
 					}
 					return nil
@@ -111,36 +113,6 @@ namespace whose netclient is gone (no uplink left).`,
 	cmd.MarkFlagRequired("gateway")
 	cmd.AddCommand(a.newUnfenceCmd(), a.newSelfTestCmd())
 	return cmd
-}
-
-// checkJoined fails unless this namespace's uplink is up with an IPv4
-// address and the gateway's DNS port accepts a connection: a namespace
-// whose netclient container is gone keeps its rules but loses the uplink.
-func checkJoined(c netfence.Config) error {
-	up := c.Uplink
-	if up == "" {
-		up = netfence.DefaultUplink
-	}
-	ifi, err := net.InterfaceByName(up)
-	if err != nil {
-		return fmt.Errorf("the uplink %s is gone (the netclient this namespace belonged to was removed or restarted): %w", up, err)
-	}
-	addrs, _ := ifi.Addrs()
-	hasV4 := false
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-			hasV4 = true
-		}
-	}
-	if ifi.Flags&net.FlagUp == 0 || !hasV4 {
-		return fmt.Errorf("the uplink %s is down or has no IPv4 address", up)
-	}
-	conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(c.Gateway, c.DNSPort).String(), 3*time.Second)
-	if err != nil {
-		return fmt.Errorf("the gateway does not answer from this namespace: %w", err)
-	}
-	conn.Close()
-	return nil
 }
 
 // newSelfTestCmd probes the fence from inside the sandbox namespace (run
