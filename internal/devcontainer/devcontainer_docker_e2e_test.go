@@ -217,6 +217,30 @@ hosts = ["allowed.test"]
 			}
 		}
 	})
+	t.Run("GuardSocketsNotReplaceable", func(t *testing.T) {
+		// A reaper.sock replaced by a link to the raw socket would be
+		// bound into an inner container by dockerd: the agent's view of
+		// the socket directory is read-only.
+		for _, a := range []string{
+			"rm -f " + devcontainer.ReaperSocket,
+			"ln -sf /run/vak-dockerd/docker.sock " + devcontainer.DockerDir + "/evil.sock",
+			"mv " + devcontainer.ReaperSocket + " " + devcontainer.DockerDir + "/moved",
+			"touch " + devcontainer.DockerDir + "/x",
+		} {
+			sb(a)
+		}
+		if out, err := testenv.Exec(t, svc("dockerd"), "sh", "-c", "ls -la "+devcontainer.DockerDir); err != 0 || !strings.Contains(out, "reaper.sock") || strings.Contains(out, "evil") || strings.Contains(out, "moved") || strings.Contains(out, " x\n") {
+			t.Errorf("the agent changed the guard's socket directory:\n%s", out)
+		}
+		if out, err := sb("docker version --format '{{.Server.Version}}'"); err != nil {
+			t.Errorf("control: docker through the guard: %v\n%s", err, out)
+		}
+		// Control: the directory is writable where it is not mounted
+		// read-only (dockerd), so the attempts above could succeed.
+		if out, code := testenv.Exec(t, svc("dockerd"), "sh", "-c", "touch "+devcontainer.DockerDir+"/control && rm "+devcontainer.DockerDir+"/control"); code != 0 {
+			t.Errorf("control: the socket directory is not writable in dockerd: %s", out)
+		}
+	})
 	t.Run("DockerdCgroupNamespacePrivate", func(t *testing.T) {
 		d := svc("dockerd")
 		// The release_agent escape needs the root of a cgroup v1

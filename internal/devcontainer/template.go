@@ -313,7 +313,10 @@ func (t *Template) Compose() ([]byte, error) {
 	// there, so an inner container gets no more than the agent).
 	dockerdVols := slices.Clone(vols)
 	if t.Docker {
-		vols = append(vols, SocketVolume(t.Key)+":"+DockerDir)
+		// Read-only: connecting to a socket needs no write access, and an
+		// agent that could replace reaper.sock with a link to the raw
+		// socket would have dockerd bind that into an inner container.
+		vols = append(vols, SocketVolume(t.Key)+":"+DockerDir+":ro")
 		env = append(env, "DOCKER_HOST=unix://"+DockerSocket)
 	}
 	p := composeProject{

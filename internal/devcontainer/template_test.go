@@ -237,7 +237,7 @@ func TestComposeDocker(t *testing.T) {
 		{"dockerd starts the guard", strings.Contains(all(d.Command), "'dockerguard' '--listen' '"+DockerSocket+"'") && strings.Contains(all(d.Command), "'--pool' '"+Pool.String()+"'")},
 		{"dockerd's health check proves the namespace live", strings.Contains(all(d.Healthcheck.Test), "'--joined'") && strings.Contains(all(d.Healthcheck.Test), "unix://"+DockerSocket)},
 		{"the raw socket only on dockerd's own tmpfs", mountsRaw(d) && !mountsRaw(app) && !mountsRaw(nc) && !mountsRaw(p.Services["gateway"])},
-		{"the app has the guard's socket, not the binary or daemon state", strings.Contains(all(app.Volumes), SocketVolume(tp.Key)+":"+DockerDir) && !strings.Contains(all(app.Volumes), BinVolume(tp.Key)) && !strings.Contains(all(app.Volumes), DockerVolume(tp.Key))},
+		{"the app has the guard's socket, not the binary or daemon state", strings.Contains(all(app.Volumes), SocketVolume(tp.Key)+":"+DockerDir+":ro") && !strings.Contains(all(app.Volumes), BinVolume(tp.Key)) && !strings.Contains(all(app.Volumes), DockerVolume(tp.Key))},
 		{"only dockerd and the app share the socket volume", !strings.Contains(all(nc.Volumes)+all(p.Services["gateway"].Volumes), SocketVolume(tp.Key))},
 		{"DOCKER_HOST in the app", strings.Contains(all(app.Environment), "DOCKER_HOST=unix://"+DockerSocket)},
 		{"the app waits for a healthy dockerd", app.DependsOn["dockerd"].Condition == "service_healthy"},
