@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -131,6 +132,9 @@ that survives Rebuild Container. See docs/devcontainer.md.`,
 			}
 			for _, p := range written {
 				fmt.Fprintf(a.stdio.Out, "wrote %s\n", p)
+			}
+			if !slices.Contains(cfg.EgressSections.Network.Presets, "vscode") {
+				fmt.Fprintf(a.stdio.Err, "vak: note: VS Code's server and extension downloads are refused by the gateway unless %s names the preset: presets = [\"vscode\"] under [network] (docs/devcontainer.md)\n", trustedFile(cfg))
 			}
 			return nil
 		},
