@@ -198,10 +198,23 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		if err := sandbox.CheckNetwork(b); err != nil {
+	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
+	if proxied {
+		kind, err := sandbox.ProxiedNetwork(b)
+		if err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
+		if kind == sandbox.NetworkFence {
+			end = tr.Begin("proxied network: on-demand gateway")
+			var release func()
+			if attach, release, err = a.fenceNet(sigctx); err != nil {
+				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
+			}
+			end()
+			defer release()
+		}
+	}
+	if proxied && attach == nil {
 		acquire, release := a.proxyNet(cfg, a.labels)
 		idle := cfg.Session.RunNetworkIdle
 		if idle > 0 {

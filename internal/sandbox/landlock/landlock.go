@@ -32,13 +32,25 @@
 package landlock
 
 import (
+	"context"
 	"errors"
+	"log"
+	"net"
 
 	"vak/internal/sandbox"
 )
 
 // ErrUnsupported is returned on platforms without Landlock.
 var ErrUnsupported = errors.New("landlock is only available on Linux")
+
+// FenceServer is stage 1's side of a proxied network (Policy.Fence): it
+// fences the current network namespace and serves the forwarder and the
+// DNS relay, which reach the gateway only through dialData and dialDNS,
+// until stop is called. The vak program sets it to netfence's native fence
+// (internal/cli); landlock does not import netfence itself so that the
+// fence's tests may use the landlock test helpers. Unset, proxied runs are
+// refused (nothing runs without the fence).
+var FenceServer func(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (stop func(), err error)
 
 // ErrUnavailable reports a Linux kernel that cannot provide the sandbox.
 var ErrUnavailable = errors.New("landlock sandbox unavailable")
@@ -89,6 +101,23 @@ type Policy struct {
 	AllowWeaker bool
 	// UID and GID are the invoking user's, restored inside stage 2.
 	UID, GID int
+	// Fence, if set, gives the sandbox's network namespace a proxied
+	// network instead of none: stage 1 fences it (netfence.ServeLocal) and
+	// relays to the on-demand gateway through the descriptors named here;
+	// stage 2 then may create IPv4/IPv6 sockets and connect anywhere (every
+	// connection reaches the forwarder).
+	Fence *FenceSpec `json:",omitempty"`
+}
+
+// FenceSpec is the stage-1 side of sandbox.Fence.
+type FenceSpec struct {
+	// DataFD and DNSFD are stage 1's O_PATH descriptors of the gateway's
+	// data and DNS sockets (opened by the broker before the sandbox
+	// starts; stage 1 connects through /proc/self/fd).
+	DataFD, DNSFD int
+	// TrustDir is the host directory bound read-only at
+	// sandbox.FenceTrustDir.
+	TrustDir string
 }
 
 // Status describes what the kernel offers (for vak doctor).

@@ -195,6 +195,15 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	if err := closeInherited(); err != nil {
 		return 0, fmt.Errorf("landlock: %w", err)
 	}
+	if p.Fence != nil {
+		// Before anything sandboxed runs, and for as long as stage 1 (the
+		// namespace's init) lives.
+		stopFence, err := startFence(p.Fence)
+		if err != nil {
+			return 0, err
+		}
+		defer stopFence()
+	}
 	if err := buildView(p); err != nil {
 		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
 	}
@@ -285,7 +294,7 @@ func Stage2(p Policy, namespaces bool) (string, error) {
 			return "", err
 		}
 	}
-	listener, err := installSeccomp()
+	listener, err := installSeccomp(p.Fence != nil)
 	if err != nil {
 		return "", fmt.Errorf("landlock: seccomp: %w", err)
 	}
@@ -323,6 +332,9 @@ func restrictLandlock(p Policy, namespaces bool) error {
 	}
 	rules = append(rules, ll.RODirs("/proc").IgnoreIfMissing())
 	rules = append(rules, ll.RODirs(existing(p.ReadPaths)...).IgnoreIfMissing())
+	if p.Fence != nil && namespaces {
+		rules = append(rules, ll.RODirs(sandbox.FenceTrustDir).IgnoreIfMissing())
+	}
 	rw := []string{p.TempDir}
 	if namespaces {
 		// In the view /tmp is the private temp dir and HOME a private tmpfs.
@@ -358,6 +370,12 @@ func restrictLandlock(p Policy, namespaces bool) error {
 	// UNIX sockets are confined by the network namespace; without one
 	// (weaker mode) the scope is the only barrier, so keep it there.
 	cfg.Scoped = 0
+	if p.Fence != nil {
+		// Proxied: every TCP connection, whatever its port, is redirected
+		// to the forwarder by the namespace's fence; Landlock's per-port
+		// TCP rules would only break that.
+		cfg.HandledAccessNet = 0
+	}
 	if !namespaces {
 		cfg.Scoped = ll.ScopedSet(llsys.ScopeAbstractUnixSocket)
 	}

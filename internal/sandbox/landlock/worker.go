@@ -37,6 +37,18 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
 	}
+	var fenceFiles []*os.File
+	closeFence := func() {
+		for _, f := range fenceFiles {
+			f.Close()
+		}
+		fenceFiles = nil
+	}
+	defer func() {
+		if err != nil {
+			closeFence()
+		}
+	}()
 	// What the view mounts to protect the workspace: existing protected
 	// paths read-only, .git and parents of protected paths pinned, nested
 	// repositories included (fsguard.Plan, made without following links).
@@ -65,6 +77,24 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
 	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
+	if pp.Network != nil {
+		if !ns {
+			return nil, fmt.Errorf("%w: the proxied network needs the sandbox's own network namespace (user namespaces are unavailable)", sandbox.ErrNoNetwork)
+		}
+		// O_PATH descriptors of the gateway's sockets, opened here, on the
+		// host side: the view has no path to them. Stage 1 gets them as fds
+		// 4 and 5 (after the spec on 3) and never passes them on.
+		for _, path := range []string{pp.Network.Fence.DataSocket, pp.Network.Fence.DNSSocket} {
+			f, err := openPath(path)
+			if err != nil {
+				return nil, fmt.Errorf("%w: gateway socket %s: %w", sandbox.ErrNoNetwork, path, err)
+			}
+			fenceFiles = append(fenceFiles, f)
+		}
+		l.ExtraFiles = fenceFiles
+		p.Fence = &FenceSpec{DataFD: 4, DNSFD: 5, TrustDir: pp.Network.Fence.TrustDir}
+		l.Env = append(l.Env, pp.Network.Env...)
+	}
 	var cgroup *Cgroup
 	if NeedCgroup() {
 		// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
@@ -90,6 +120,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		return nil, err
 	}
 	l.Started = func(pid int) error {
+		closeFence() // the worker holds its own copies
 		if supRemote != nil {
 			supRemote.Close()
 			go Supervise(supervisor, pid)
@@ -100,6 +131,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		return nil
 	}
 	l.Cleanup = func() {
+		closeFence()
 		if cgroup != nil {
 			cgroup.Remove()
 		}
