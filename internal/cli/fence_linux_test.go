@@ -58,13 +58,7 @@ func newNativeNet(t *testing.T) *nativeNet {
 	n.state = t.TempDir()
 	t.Setenv("XDG_STATE_HOME", n.state)
 	t.Setenv("VAKTEST_NATIVE_KEY", nativeSecret)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := ondemand.Stop(ctx, filepath.Join(n.state, "vak")); err != nil {
-			t.Errorf("stop the on-demand gateway: %v", err)
-		}
-	})
+	t.Cleanup(func() { stopOnDemand(t) })
 	ca := egresstest.NewCA(t)
 	dir := t.TempDir()
 	caFile := ca.WritePEM(t, dir)
@@ -343,4 +337,14 @@ func TestNativeProxiedGatewayDown(t *testing.T) {
 			t.Fatalf("the next run: %d %q %q", code, out, errs)
 		}
 	})
+}
+
+// stopOnDemand stops the on-demand gateway of the state dir in
+// $XDG_STATE_HOME (it must not outlive the test).
+func stopOnDemand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := ondemand.Stop(ctx, filepath.Join(os.Getenv("XDG_STATE_HOME"), "vak")); err != nil {
+		t.Errorf("stop the on-demand gateway: %v", err)
+	}
 }
