@@ -193,3 +193,20 @@ func (a *app) serveNative(ctx context.Context, idle time.Duration) error {
 	}
 	return nil
 }
+
+// stopOnDemandGateway is vak gc's part for native proxied runs: it stops
+// the user's on-demand gateway unless a run holds it.
+func (a *app) stopOnDemandGateway(ctx context.Context) {
+	state, err := paths.StateDir()
+	if err != nil {
+		return
+	}
+	stopped, err := ondemand.Stop(ctx, state)
+	switch {
+	case errors.Is(err, ondemand.ErrInUse):
+	case err != nil:
+		a.warnf("on-demand gateway: %v", err)
+	case stopped:
+		fmt.Fprintf(a.stdio.Out, "stopped the on-demand gateway of native proxied runs: no run uses it\n")
+	}
+}
