@@ -11,14 +11,18 @@
 //     paths re-mounted read-only), a private /tmp, an empty private HOME, a
 //     fresh /proc and a minimal /dev. Nothing else of the host exists in
 //     the view: not ~/.ssh, not other projects, not /run/docker.sock. The
-//     network namespace has only a loopback that is down.
+//     network namespace has only a loopback that is down, or, for a proxied
+//     network (Policy.Fence), a loopback fenced toward the user's on-demand
+//     gateway by rules stage 1 installs and a forwarder and DNS relay stage
+//     1 serves for the sandbox's lifetime.
 //  2. Stage 1 then starts stage 2 in a nested user namespace that maps the
 //     invoking uid/gid back, so tools see their usual identity and hold no
 //     capabilities over the mount namespace. Stage 2 drops every capability,
 //     sets no_new_privs and rlimits, applies Landlock (the strongest ABI the
 //     kernel offers: filesystem rules mirroring the view, TCP bind/connect
-//     denied) and a seccomp filter
-//     (no AF_INET/AF_INET6/AF_PACKET/raw sockets, no ptrace, io_uring, bpf,
+//     denied unless proxied) and a seccomp filter
+//     (no AF_INET/AF_INET6 sockets unless proxied, never AF_PACKET/raw
+//     sockets, no ptrace, io_uring, bpf,
 //     namespaces, mounts, keyrings, TIOCSTI, ...; setsid only for the
 //     worker's own children, answered by stage 1 through a seccomp user
 //     notification), and only then serves the worker protocol.
