@@ -6,6 +6,7 @@
 //     re-originated) vs the same keep-alive GETs from the host straight to
 //     the gateway's data socket (a PROXY v2 header, then the same TLS);
 //     the difference is the fence;
+//
 //   - cold start: `vak run --network proxied -- true` (gateway already
 //     running) vs `vak run -- true`; plus the first run, which starts the
 //     gateway.
