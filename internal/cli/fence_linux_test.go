@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"vak/internal/egress/egresstest"
 	"vak/internal/egress/ondemand"
 	"vak/internal/testenv"
+	"vak/internal/worker/wire"
 )
 
 // nativeNet is a hermetic world for native proxied runs: TLS upstreams on
@@ -346,5 +351,50 @@ func stopOnDemand(t *testing.T) {
 	defer cancel()
 	if _, err := ondemand.Stop(ctx, filepath.Join(os.Getenv("XDG_STATE_HOME"), "vak")); err != nil {
 		t.Errorf("stop the on-demand gateway: %v", err)
+	}
+}
+
+// TestMCPNativeProxied: `vak mcp --network proxied` on the landlock backend
+// gives its bash tool the same fenced network as vak run: the allowed host
+// answers through the on-demand gateway (which the server holds for its
+// lifetime), a denied one gets the gateway's 403, the host's loopback stays
+// out of reach.
+func TestMCPNativeProxied(t *testing.T) {
+	n := newNativeNet(t)
+	stderr := wire.NewTailBuffer(64 << 10)
+	cmd := exec.Command(workerExecutable, "--config", n.cfg, "mcp", "--workspace", n.ws, "--backend", "landlock", "--network", "proxied")
+	cmd.Stderr = stderr
+	ctx := context.Background()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr: %s", err, stderr.String())
+	}
+	bash := func(command string) string {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": command}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Stdout string `json:"stdout"`
+		}
+		data, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(data, &out)
+		return out.Stdout
+	}
+	if out := bash("curl -sS --max-time 10 " + n.url(n.api, "api.test")); !strings.Contains(out, "UPSTREAM-api") {
+		t.Errorf("allowed host through vak mcp: %q\nstderr: %s", out, stderr.String())
+	}
+	if out := bash("curl -sS --max-time 10 https://denied.test:" + strconv.Itoa(n.api.Port()) + "/"); !strings.Contains(out, "403 Forbidden") || strings.Contains(out, "UPSTREAM") {
+		t.Errorf("denied host through vak mcp: %q", out)
+	}
+	if out := bash("./probe connect 127.0.0.1:" + strconv.Itoa(n.loCanary.Port()) + " 3s"); !strings.Contains(out, "FAIL") {
+		t.Errorf("the host's loopback through vak mcp: %q", out)
+	}
+	if err := cs.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if got := n.loCanary.Accepted.Load(); got != 0 {
+		t.Errorf("the host's loopback canary got %d connection(s)", got)
 	}
 }
