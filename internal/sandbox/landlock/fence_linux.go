@@ -62,3 +62,15 @@ func startFence(f *FenceSpec) (func(), error) {
 	}
 	return stop, nil
 }
+
+// checkFenceFDs checks, inside the view, that the gateway's sockets are
+// reachable through /proc/self/fd.
+func checkFenceFDs(f *FenceSpec) error {
+	for _, fd := range []int{f.DataFD, f.DNSFD} {
+		fi, err := os.Stat("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("landlock: proxied network: the gateway socket (descriptor %d) is not reachable through /proc/self/fd in the sandbox (is /proc mounted?): %v", fd, err)
+		}
+	}
+	return nil
+}

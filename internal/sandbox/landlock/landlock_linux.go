@@ -207,6 +207,14 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	if err := buildView(p); err != nil {
 		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
 	}
+	if p.Fence != nil {
+		// The forwarder and the relay reach the gateway through
+		// /proc/self/fd of the view: without a /proc there, nothing could
+		// get out; say so rather than run with every connection failing.
+		if err := checkFenceFDs(p.Fence); err != nil {
+			return 0, err
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return 0, err
