@@ -94,7 +94,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
-	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
+	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config; native backend: your on-demand gateway, docker: the workspace's topology) (default from config: none)")
 	return cmd
 }
 

@@ -199,8 +199,8 @@ type Command struct {
 	// protected paths) stay the ones the tripwire and the read-only mounts
 	// protect (fsguard.Plan).
 	Pin []string
-	// Network, if set, attaches a container to a proxied network; nil means
-	// no network at all.
+	// Network, if set, attaches a container to a proxied network (its
+	// Mode); nil means no network at all.
 	Network *NetworkAttachment
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
