@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
+	"vak/internal/egress/admin"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/ondemand"
@@ -209,4 +210,27 @@ func (a *app) stopOnDemandGateway(ctx context.Context) {
 	case stopped:
 		fmt.Fprintf(a.stdio.Out, "stopped the on-demand gateway of native proxied runs: no run uses it\n")
 	}
+}
+
+// proxiedHow says, for vak doctor, how b would attach a proxied network and
+// the state of the on-demand gateway a fence would use.
+func (a *app) proxiedHow(ctx context.Context, b sandbox.Backend) string {
+	kind, err := sandbox.ProxiedNetwork(b)
+	if err != nil {
+		return err.Error()
+	}
+	if kind == sandbox.NetworkTopology {
+		return "the workspace's Docker topology"
+	}
+	state, err := paths.StateDir()
+	if err != nil {
+		return "a fenced namespace toward the on-demand gateway: " + err.Error()
+	}
+	p := ondemand.Layout(state)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := admin.NewClient(p.Admin).Status(ctx); err != nil {
+		return "a fenced namespace toward the on-demand gateway in " + p.Dir + ", not running: the next proxied run starts it"
+	}
+	return "a fenced namespace toward the on-demand gateway in " + p.Dir + ", running"
 }

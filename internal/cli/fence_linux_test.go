@@ -283,6 +283,12 @@ func TestNativeProxiedPlaceholders(t *testing.T) {
 	if code != 0 || !strings.Contains(envOut, "NATIVE_KEY="+ph) || strings.Contains(envOut, nativeSecret) {
 		t.Errorf("vak gateway env: %d %q %q", code, envOut, errs)
 	}
+	// vak doctor shows how the network attaches and that the gateway runs,
+	// and no secret.
+	code, doc, errs := vakMain(t, n.cfg, "doctor", "-w", n.ws, "--backend", "landlock", "--network", "proxied")
+	if code != 0 || !strings.Contains(doc, "a fenced namespace toward the on-demand gateway in "+filepath.Join(n.state, "vak", ondemand.DirName)+", running") || strings.Contains(doc, nativeSecret) || strings.Contains(doc, ph) {
+		t.Errorf("vak doctor: %d\n%s\n%s", code, doc, errs)
+	}
 }
 
 // TestNativeProxiedGatewayDown: a gateway that cannot start means exit 69
