@@ -104,6 +104,8 @@ type Session struct {
 	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
 	// this process dies.
 	lifeline *os.File
+	// tr records Close's phases for vak run --trace (nil: nothing).
+	tr *trace.Trace
 }
 
 // Start starts a worker for opts.
@@ -112,7 +114,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	tr := trace.From(ctx)
 	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
-	s := &Session{opts: opts}
+	s := &Session{opts: opts, tr: tr}
 	for _, p := range cfg.Files.Protected {
 		s.prot = append(s.prot, filepath.Join(opts.Workspace, p))
 	}
@@ -218,22 +220,35 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	// make garbage collection frequent); they never reach commands.
 	cmd.Env = append(cmd.Env, hostEnv([]string{"GOGC", "GODEBUG", "GOMAXPROCS"})...)
 	// The worker blocks on its spec, so whatever onStarted does (joining a
-	// cgroup) happens before the sandbox runs anything.
+	// cgroup) happens before the sandbox runs anything; unless the backend
+	// makes the worker wait for Started by itself (SpecFirst), then the
+	// spec goes first and the worker starts up meanwhile.
+	sendSpec := func() {
+		go func() {
+			w.Write(data)
+			w.Close()
+		}()
+	}
+	specFirst := launch != nil && launch.SpecFirst
 	onStarted := func(pid int) error {
 		r.Close()
 		if lifeR != nil {
 			lifeR.Close()
 		}
+		if specFirst {
+			sendSpec()
+		}
 		if launch != nil && launch.Started != nil {
 			if err := launch.Started(pid); err != nil {
-				w.Close()
+				if !specFirst {
+					w.Close()
+				}
 				return err
 			}
 		}
-		go func() {
-			w.Write(data)
-			w.Close()
-		}()
+		if !specFirst {
+			sendSpec()
+		}
 		return nil
 	}
 	endPrepare()
@@ -428,9 +443,14 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	end := s.tr.Begin("  worker exit")
 	err := s.client.Close(ctx)
+	end()
+	end = s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()
+	end()
 	if s.baseline != nil && s.swept == nil {
+		defer s.tr.Begin("  workspace sweep")()
 		// Every process of the sandbox is gone now (it ended with the
 		// worker): sweep against the workspace as it was before the
 		// session.

@@ -226,6 +226,18 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.gcProxyNets(context.Background())
 		}()
 	}
+	// Leftovers of brokers that were killed (temp dirs, cgroups): removed
+	// while this run starts and runs its command (they belong to dead
+	// processes, never to this one), waited for at the end.
+	staleDone := make(chan struct{})
+	go func() {
+		defer close(staleDone)
+		broker.CleanStale(reg.All()...)
+	}()
+	defer func() {
+		defer tr.Begin("stale cleanup (what is left of it at the end)")()
+		<-staleDone
+	}()
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
 		if errors.Is(err, errclass.Unavailable) {
@@ -239,8 +251,6 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		if sw := sess.Swept(); sw != nil {
 			a.warnTripwire(sw)
 		}
-		// Leftovers of brokers that were killed (temp dirs, cgroups).
-		broker.CleanStale(reg.All()...)
 	}()
 
 	// The workspace's agent network registration lives as long as this
