@@ -61,7 +61,11 @@ func brokerDir(t *testing.T) string {
 func brokerCommand(dir string, n *atomic.Int32) func() (*exec.Cmd, error) {
 	return func() (*exec.Cmd, error) {
 		n.Add(1)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		exe, err := os.Executable() // absolute: the broker runs in its state dir
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), brokerDirEnv+"="+dir)
 		return cmd, nil
 	}
