@@ -41,8 +41,9 @@ func buildTCProbe(t *testing.T, dir string) string {
 // (DOCKER_BUILDKIT=1 with Debian's docker 20.10 CLI, no buildx) whose RUN
 // steps egress through the gateway; docker-compose 1.29 with a two-service
 // stack; a testcontainers-go program against DOCKER_HOST (the guard) with
-// Ryuk disabled; and a container binding the guard's socket, as Ryuk
-// does, that gets the reaper socket.
+// Ryuk disabled, and with Ryuk on (a stand-in image) whose reaper gets the
+// reaper socket and removes what the program left; and a container
+// binding the guard's socket, as Ryuk does, that gets the reaper socket.
 func TestDockerSessionTools(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	if os.Getuid() != 0 {
@@ -253,6 +254,42 @@ services:
 		}
 		if out, err := sexec(id, "docker ps -aq --no-trunc --filter id="+m[1]); err != nil || out != "" {
 			t.Errorf("the terminated container is still there: %v %q", err, out)
+		}
+	})
+
+	t.Run("TestcontainersWithRyuk", func(t *testing.T) {
+		// Ryuk's image is not buildable here: a stand-in speaking its
+		// protocol (tcprobe ryuk), tagged as the image testcontainers-go
+		// runs, built inside the session.
+		rdir := mkdir(t, filepath.Join(ws, "ryuk"))
+		os.Chmod(rdir, 0o777)
+		os.WriteFile(filepath.Join(rdir, "Dockerfile"), []byte("FROM "+base+"\nCOPY tcprobe /tcprobe\nENTRYPOINT [\"/tcprobe\", \"ryuk\"]\n"), 0o644)
+		if out, err := sexec(id, "cp tcprobe ryuk/ && DOCKER_BUILDKIT=0 docker build -q -t testcontainers/ryuk:0.14.0 ryuk"); err != nil {
+			t.Fatalf("build the Ryuk stand-in: %v\n%s", err, out)
+		}
+		// Ryuk on: testcontainers-go starts the reaper with DOCKER_HOST's
+		// path bound at /var/run/docker.sock; the program then exits
+		// without terminating its container, which the reaper must remove.
+		out, err := sexec(id, "RYUK_RECONNECTION_TIMEOUT=20s ./tcprobe leave "+base)
+		t.Logf("tcprobe leave:\n%s", out)
+		m := regexp.MustCompile(`(?m)^container ([0-9a-f]+) endpoint \S+ status 200 body hello-testcontainers$`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("testcontainers-go with Ryuk on: %v", err)
+		}
+		left := m[1]
+		// The reaper got the reaper socket, not the guard's.
+		binds, err := sexec(id, "docker inspect -f '{{json .HostConfig.Binds}}' $(docker ps -q --filter label=org.testcontainers.ryuk=true)")
+		if err != nil || !strings.Contains(binds, taskenv.ContainerReaperSocket+":/var/run/docker.sock") || strings.Contains(binds, taskenv.ContainerDockerSocket+":") {
+			t.Fatalf("the Ryuk container's binds: %v %s", err, binds)
+		}
+		// Control: the container is still there until the reaper acts.
+		if out, err := sexec(id, "docker ps -aq --no-trunc --filter id="+left); err != nil || out == "" {
+			t.Fatalf("control: the container testcontainers left is already gone: %v %q", err, out)
+		}
+		// The reaper removes it through the reaper socket (list by label,
+		// remove), once its client has been gone for 20 s.
+		if out, err := sexec(id, "i=0; while [ $i -lt 600 ]; do [ -z \"$(docker ps -aq --filter id="+left+")\" ] && exit 0; i=$((i+1)); sleep 0.2; done; docker ps -a; exit 1"); err != nil {
+			t.Fatalf("the reaper did not remove the container testcontainers left: %v\n%s", err, out)
 		}
 	})
 
