@@ -204,14 +204,21 @@ services:
     image: `+base+`
     command: ["sh", "-c", "mkdir -p /w && echo hello-compose > /w/index.html && exec httpd -f -p 8080 -h /w"]
   client:
-    image: `+base+`
+    build: ./client
     depends_on: [web]
     command: ["sleep", "600"]
 `), 0o644)
+		// The client is built by compose (docker-py's build: the classic
+		// builder's /build query through the guard).
+		mkdir(t, filepath.Join(cdir, "client"))
+		os.WriteFile(filepath.Join(cdir, "client", "Dockerfile"), []byte("FROM "+base+"\nRUN echo built-by-compose > /built\n"), 0o644)
 		const compose = "cd stack && docker-compose -p vaktc "
 		t.Cleanup(func() { sexec(id, compose+"down -t 1") })
 		if out, err := sexec(id, compose+"up -d"); err != nil {
 			t.Fatalf("docker-compose up -d: %v\n%s", err, out)
+		}
+		if out, err := sexec(id, compose+"exec -T client cat /built"); err != nil || out != "built-by-compose" {
+			t.Errorf("the compose-built client service: %v %q", err, out)
 		}
 		// The client reaches web by its service name (waiting for httpd).
 		out, err := sexec(id, compose+`exec -T client sh -c 'i=0; while [ $i -lt 100 ]; do probe http http://web:8080/ && exit 0; i=$((i+1)); sleep 0.1; done; exit 1'`)
@@ -237,6 +244,13 @@ services:
 			t.Fatalf("docker-compose down: %v\n%s", err, out)
 		}
 		out, err = sexec(id, "docker ps -aq --filter label=com.docker.compose.project=vaktc; docker network ls -q --filter name=vaktc")
+		if err == nil && out == "" {
+			// The built image stays (compose down keeps images): control
+			// that the listing above can see something.
+			if img, e := sexec(id, "docker images -q vaktc_client"); e != nil || img == "" {
+				t.Errorf("control: the compose-built image is not listed: %v %q", e, img)
+			}
+		}
 		if err != nil || out != "" {
 			t.Errorf("docker-compose down left containers or networks: %v %q", err, out)
 		}
