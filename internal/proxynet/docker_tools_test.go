@@ -151,9 +151,9 @@ extra_ca_bundles = [%q]
 	}
 
 	t.Run("BuildKit", func(t *testing.T) {
-		// A RUN step has no CA injected (BuildKit starts its steps without
-		// the Engine API's container create): the Dockerfile brings the CA
-		// from the context, copied from the session's SSL_CERT_FILE.
+		// A RUN step has no CA injected (both builders start their steps
+		// without the Engine API's container create): the Dockerfile brings
+		// the CA from the context, copied from the session's SSL_CERT_FILE.
 		bdir := mkdir(t, filepath.Join(ws, "bk"))
 		os.Chmod(bdir, 0o777)
 		os.WriteFile(filepath.Join(bdir, "Dockerfile"), []byte("FROM "+base+"\n"+
@@ -161,25 +161,32 @@ extra_ca_bundles = [%q]
 			"RUN SSL_CERT_FILE=/ca.pem probe tls https://allowed.test/status/200 > /allowed 2>&1; "+
 			"SSL_CERT_FILE=/ca.pem probe tls https://denied.test/status/200 > /denied 2>&1; "+
 			"probe connect "+canIP+":80 > /canary 2>&1; probe udp "+canIP+":53 >> /canary 2>&1; true\n"), 0o644)
-		out, err := sexec(id, `cp "$SSL_CERT_FILE" bk/ca.pem && DOCKER_BUILDKIT=1 docker build --progress plain -t vaktest-bk bk 2>&1 | tail -5 && `+
-			`docker image inspect -f '{{.Id}}' vaktest-bk && docker run --rm vaktest-bk sh -c 'cat /allowed; echo; cat /denied; echo; cat /canary'`)
-		t.Logf("BuildKit build and its RUN step's results:\n%s", out)
-		if err != nil {
-			t.Fatalf("DOCKER_BUILDKIT=1 docker build inside the session: %v", err)
+		if out, err := sexec(id, `cp "$SSL_CERT_FILE" bk/ca.pem`); err != nil {
+			t.Fatalf("copy the CA into the build context: %v %s", err, out)
 		}
-		// BuildKit, not the classic builder, built it (the classic one
-		// prints "Step 1/3").
-		if strings.Contains(out, "Step 1/") || !strings.Contains(out, "#") {
-			t.Errorf("the build did not run on BuildKit:\n%s", out)
-		}
-		if !regexp.MustCompile(`(?m)^OK 200 .*issuer="vak gateway CA"`).MatchString(out) {
-			t.Errorf("a BuildKit RUN step did not reach the allowed upstream through the gateway (200, vak CA)")
-		}
-		if !strings.Contains(out, "OK 403") {
-			t.Errorf("a BuildKit RUN step was not blocked by the gateway for a denied name (403)")
-		}
-		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
-			t.Errorf("the canary saw a BuildKit RUN step's traffic: %+v", c)
+		for _, b := range []struct{ name, build, tag string }{
+			{"BuildKit", "DOCKER_BUILDKIT=1 docker build --progress plain", "vaktest-bk"},
+			{"classic builder", "DOCKER_BUILDKIT=0 docker build", "vaktest-classic"},
+		} {
+			out, err := sexec(id, b.build+" -t "+b.tag+" bk 2>&1 | tail -5 && "+
+				"docker image inspect -f '{{.Id}}' "+b.tag+" && docker run --rm "+b.tag+" sh -c 'cat /allowed; echo; cat /denied; echo; cat /canary'")
+			t.Logf("%s build and its RUN step's results:\n%s", b.name, out)
+			if err != nil {
+				t.Fatalf("%s build inside the session: %v", b.name, err)
+			}
+			if b.tag == "vaktest-bk" && (strings.Contains(out, "Step 1/") || !strings.Contains(out, "#")) {
+				// The classic builder prints "Step 1/3", BuildKit "#1 ...".
+				t.Errorf("the build did not run on BuildKit:\n%s", out)
+			}
+			if !regexp.MustCompile(`(?m)^OK 200 .*issuer="vak gateway CA"`).MatchString(out) {
+				t.Errorf("a %s RUN step did not reach the allowed upstream through the gateway (200, vak CA)", b.name)
+			}
+			if !strings.Contains(out, "OK 403") {
+				t.Errorf("a %s RUN step was not blocked by the gateway for a denied name (403)", b.name)
+			}
+			if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
+				t.Errorf("the canary saw a %s RUN step's traffic: %+v", b.name, c)
+			}
 		}
 		// The build's network and context rules, through the real CLI.
 		if out, err := sexec(id, "DOCKER_BUILDKIT=1 docker build --network host bk"); err == nil || !strings.Contains(out, "networkmode") {
