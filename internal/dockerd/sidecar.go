@@ -155,11 +155,13 @@ func Start(ctx context.Context, cli *client.Client, s Sidecar, timeout time.Dura
 func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.Duration, socket string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	// One exec polls inside the sidecar for about a second (an exec per
-	// poll costs more than the poll: three API calls and a runc exec);
-	// between rounds, a sidecar that exited is noticed.
+	// One exec waits inside the sidecar for up to about two seconds: for
+	// the raw socket to appear (a file test, no CPU taken from dockerd's
+	// start), then for one `docker info`, which dockerd answers once it
+	// has initialised (it listens before that). Between rounds, a sidecar
+	// that exited is noticed.
 	info := "docker -H " + shq("unix://"+socket) + " info --format '{{.ServerVersion}}'"
-	script := `i=0; while [ $i -lt 20 ]; do ` + info + ` >/dev/null 2>&1 && exit 0; i=$((i+1)); sleep 0.05; done; ` + info
+	script := `i=0; while [ ! -S ` + RawSocket + ` ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i+1)); done; ` + info
 	var last string
 	for {
 		ins, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
