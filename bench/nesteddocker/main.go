@@ -5,7 +5,7 @@
 // raw socket for `docker ps` and `docker run --rm IMAGE true` (also against
 // the raw socket asked for what the guard injects: the trust bind, the CA
 // variable, the DNS server), timed inside the sidecar (Debian's docker
-// 20.10 CLI) and interleaved.
+// 20.10 CLI) and interleaved in a rotating order.
 //
 //	go run ./bench/nesteddocker -n 10 -k 40
 //
@@ -167,7 +167,11 @@ func run(n, k int, img string) error {
 			}
 		}
 		for i := 0; i < k; i++ {
-			for _, p := range cs {
+			// The order rotates: a run leaves the engine cleaning up after
+			// it, which the next call pays, so a fixed order would favour
+			// whichever contender comes after the cheapest.
+			for j := range cs {
+				p := cs[(i+j)%len(cs)]
 				d, err := inside(p.sock, p.args)
 				if err != nil {
 					return err
