@@ -77,24 +77,6 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
 	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
-	if pp.Network != nil {
-		if !ns {
-			return nil, fmt.Errorf("%w: the proxied network needs the sandbox's own network namespace (user namespaces are unavailable)", sandbox.ErrNoNetwork)
-		}
-		// O_PATH descriptors of the gateway's sockets, opened here, on the
-		// host side: the view has no path to them. Stage 1 gets them as fds
-		// 4 and 5 (after the spec on 3) and never passes them on.
-		for _, path := range []string{pp.Network.Fence.DataSocket, pp.Network.Fence.DNSSocket} {
-			f, err := openPath(path)
-			if err != nil {
-				return nil, fmt.Errorf("%w: gateway socket %s: %w", sandbox.ErrNoNetwork, path, err)
-			}
-			fenceFiles = append(fenceFiles, f)
-		}
-		l.ExtraFiles = fenceFiles
-		p.Fence = &FenceSpec{DataFD: 4, DNSFD: 5, TrustDir: pp.Network.Fence.TrustDir}
-		l.Env = append(l.Env, pp.Network.Env...)
-	}
 	var cgroup *Cgroup
 	if NeedCgroup() {
 		// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
@@ -102,7 +84,18 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			return nil, fmt.Errorf("broker: %w (running as root, the process limit needs it; sandbox.allow_weaker accepts running without)", err)
 		}
 	}
-	var supervisor, supRemote *os.File
+	var supervisor, supRemote, goAhead, goAheadRemote *os.File
+	if ns && cgroup != nil {
+		// Stage 1 joins the cgroup while it starts up and builds the view,
+		// and waits for the go-ahead before it starts stage 2.
+		if goAheadRemote, goAhead, err = os.Pipe(); err != nil {
+			cgroup.Remove()
+			return nil, err
+		}
+		p.GoAhead = true
+		l.SpecFirst = true
+		l.ExtraFiles = []*os.File{goAheadRemote}
+	}
 	if !ns {
 		// No stage 1: stage 2 is our child, and we answer its setsid
 		// notifications (see Supervise).
@@ -116,6 +109,37 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 		l.ExtraFiles = []*os.File{supRemote}
 	}
+	if pp.Network != nil {
+		undo := func() {
+			if cgroup != nil {
+				cgroup.Remove()
+			}
+			for _, f := range []*os.File{goAhead, goAheadRemote, supervisor, supRemote} {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+		if !ns {
+			undo()
+			return nil, fmt.Errorf("%w: the proxied network needs the sandbox's own network namespace (user namespaces are unavailable)", sandbox.ErrNoNetwork)
+		}
+		// O_PATH descriptors of the gateway's sockets, opened here, on the
+		// host side: the view has no path to them. Stage 1 gets them after
+		// the spec (fd 3) and the go-ahead, and never passes them on.
+		for _, path := range []string{pp.Network.Fence.DataSocket, pp.Network.Fence.DNSSocket} {
+			f, err := openPath(path)
+			if err != nil {
+				undo()
+				return nil, fmt.Errorf("%w: gateway socket %s: %w", sandbox.ErrNoNetwork, path, err)
+			}
+			fenceFiles = append(fenceFiles, f)
+		}
+		first := 4 + len(l.ExtraFiles)
+		l.ExtraFiles = append(l.ExtraFiles, fenceFiles...)
+		p.Fence = &FenceSpec{DataFD: first, DNSFD: first + 1, TrustDir: pp.Network.Fence.TrustDir}
+		l.Env = append(l.Env, pp.Network.Env...)
+	}
 	if l.Spec, err = json.Marshal(workerSpec{Policy: p, Namespaces: ns}); err != nil {
 		return nil, err
 	}
@@ -125,13 +149,25 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			supRemote.Close()
 			go Supervise(supervisor, pid)
 		}
-		if cgroup != nil {
-			return cgroup.Add(pid)
+		if cgroup == nil {
+			return nil
 		}
-		return nil
+		err := cgroup.Add(pid)
+		if goAhead != nil {
+			goAheadRemote.Close()
+			if err == nil {
+				_, err = goAhead.Write([]byte{goAheadByte})
+			}
+			goAhead.Close()
+		}
+		return err
 	}
 	l.Cleanup = func() {
 		closeFence()
+		if goAhead != nil {
+			goAhead.Close()
+			goAheadRemote.Close()
+		}
 		if cgroup != nil {
 			cgroup.Remove()
 		}
@@ -190,8 +226,8 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
-	desc, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc}, err
+	desc, spawn, err := Stage2(ws.Policy, ws.Namespaces)
+	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn}, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and
