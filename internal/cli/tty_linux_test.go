@@ -200,7 +200,7 @@ while :; do sleep 1; done`
 // terminal does inject (positive control).
 func TestRunTTYNoInjection(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
-		t.Skip("needs perl for the ioctl of the control")
+		t.Skip("needs perl for the native backend's ioctl")
 	}
 	perlInject := `for fd in 0 1 2; do perl -e 'open(my $t, "+<&=", $ARGV[0]) or die; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED fd $ARGV[0]\n" : print "refused fd $ARGV[0]: $!\n"' $fd; done
 perl -e 'open(my $t, "+<", "/dev/tty") or do { print "no /dev/tty: $!\n"; exit }; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED tty\n" : print "refused tty: $!\n"'
