@@ -22,6 +22,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -29,6 +30,9 @@ import (
 
 	"vak/bench/internal/stats"
 )
+
+// baselineName names the container of the docker baseline.
+var baselineName = fmt.Sprintf("vak-bench-pty-%d", os.Getpid())
 
 func main() {
 	n := flag.Int("n", 2000, "keystrokes per round")
@@ -60,7 +64,9 @@ func main() {
 			name string
 			argv []string
 		}{
-			{"docker run -it (no vak)", []string{"docker", "run", "--rm", "-it", "--network", "none", "--label", "vak.bench=pty", *image, "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
+			// Killing the docker CLI leaves its container running: the
+			// round removes it by name (see below).
+			{"docker run -it (no vak)", []string{"docker", "run", "--rm", "-it", "--network", "none", "--label", "vak.bench=pty", "--name", baselineName, *image, "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
 			{"vak run --backend docker -t -- cat", []string{vak, "--config", cfg, "run", "-w", ws, "-t", "--", "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
 		}...)
 	}
@@ -70,7 +76,11 @@ func main() {
 	}
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
-			if err := round(c.argv, *n, samples[i]); err != nil {
+			err := round(c.argv, *n, samples[i])
+			if slices.Contains(c.argv, baselineName) {
+				exec.Command("docker", "rm", "-f", baselineName).Run()
+			}
+			if err != nil {
 				log.Fatalf("%s: %v", c.name, err)
 			}
 		}
