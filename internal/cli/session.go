@@ -356,7 +356,12 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 
 // sessionExecDocker runs docker exec for a terminal or as root.
 func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
+	var tty *taskenv.TTYSize
+	if f.tty {
+		sz := a.termSize()
+		tty = &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}
+	}
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, tty, f.root)
 	if err != nil {
 		return err
 	}
