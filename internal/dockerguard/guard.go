@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Policy is what the guard allows and injects.
@@ -53,6 +54,18 @@ type Policy struct {
 	GuardSocket string
 	// ReaperSocket is the filtered socket for reapers (Ryuk).
 	ReaperSocket string
+	// Env are variables (NAME=value) set in every inner container whose
+	// request does not set NAME: the secret placeholders the trusted
+	// config propagates (session.docker_placeholders). Empty by default:
+	// inner containers get no placeholders.
+	Env []string
+	// StageDir, if set, is where workspace bind sources are staged
+	// (stageBind: opened beneath the workspace and bind-mounted there, so
+	// the engine mounts the object the guard checked). It must be on a
+	// filesystem only the engine and the guard see; the guard needs
+	// CAP_SYS_ADMIN in the engine's mount namespace. Empty: sources are
+	// checked by resolving their symlinks, which the agent can race.
+	StageDir string
 }
 
 // SafeCaps are the capabilities an inner container may add: Docker's
@@ -73,6 +86,7 @@ type Guard struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	reaper bool
+	staged *atomic.Uint64
 }
 
 // New returns the agent-facing guard forwarding to the raw socket.
@@ -87,7 +101,15 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", rawSocket)
 	}}
-	g := &Guard{p: p, client: &http.Client{Transport: tr}}
+	if p.StageDir != "" {
+		if !strings.HasPrefix(p.StageDir, "/") {
+			return nil, fmt.Errorf("dockerguard: stage dir %q must be absolute", p.StageDir)
+		}
+		if err := prepareStage(p.StageDir); err != nil {
+			return nil, err
+		}
+	}
+	g := &Guard{p: p, client: &http.Client{Transport: tr}, staged: new(atomic.Uint64)}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -105,7 +127,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 // Reaper returns the filtered handler for the reaper socket: it shares the
 // upstream but allows only pinging, listing and removing.
 func (g *Guard) Reaper() http.Handler {
-	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true}
+	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, staged: g.staged}
 }
 
 // Denied is a request the guard refuses.

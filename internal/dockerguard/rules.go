@@ -165,7 +165,7 @@ func (g *Guard) checkBind(b string) (string, error) {
 		return b, nil
 	}
 	ro := slices.Contains(strings.Split(opts, ","), "ro")
-	nsrc, err := g.checkSource(src, ro, "HostConfig.Binds")
+	nsrc, err := g.checkSource(src, ro, true, "HostConfig.Binds")
 	if err != nil {
 		return "", err
 	}
@@ -176,7 +176,12 @@ func (g *Guard) checkBind(b string) (string, error) {
 func (g *Guard) checkMount(m *mount.Mount) error {
 	switch m.Type {
 	case mount.TypeBind:
-		src, err := g.checkSource(m.Source, m.ReadOnly, "HostConfig.Mounts")
+		if m.BindOptions != nil && m.BindOptions.NonRecursive {
+			// A non-recursive bind of the workspace drops the session's
+			// read-only protected mounts under it.
+			return deny("HostConfig.Mounts bind %q: BindOptions.NonRecursive is not allowed (it would drop the read-only protected paths)", m.Source)
+		}
+		src, err := g.checkSource(m.Source, m.ReadOnly, false, "HostConfig.Mounts")
 		if err != nil {
 			return err
 		}
@@ -197,8 +202,10 @@ func (g *Guard) checkMount(m *mount.Mount) error {
 
 // checkSource allows bind sources inside the workspace (without symlinks
 // leading out), the trust dir read-only, and the guard socket (rewritten
-// to the reaper socket).
-func (g *Guard) checkSource(src string, ro bool, field string) (string, error) {
+// to the reaper socket). With a stage dir, a workspace source is staged
+// (stageBind; create: a missing source becomes a directory, as the engine
+// does for Binds).
+func (g *Guard) checkSource(src string, ro, create bool, field string) (string, error) {
 	clean := path.Clean(src)
 	if g.p.GuardSocket != "" && clean == path.Clean(g.p.GuardSocket) {
 		if g.p.ReaperSocket == "" {
@@ -214,6 +221,9 @@ func (g *Guard) checkSource(src string, ro bool, field string) (string, error) {
 	}
 	if !within(clean, g.p.Workspace) {
 		return "", deny("%s source %q is outside the workspace %s and the trust dir", field, src, g.p.Workspace)
+	}
+	if g.p.StageDir != "" {
+		return g.stageBind(clean, create, field)
 	}
 	// A symlink inside the workspace may point anywhere in the engine's
 	// filesystem (which holds the raw socket): resolve and check again.
@@ -297,6 +307,12 @@ func (g *Guard) inject(ctx context.Context, c *container.CreateRequest) error {
 		var ins struct{ Config struct{ Env []string } }
 		if err := g.get(ctx, "/images/"+c.Image+"/json", &ins); err == nil {
 			imageEnv = ins.Config.Env
+		}
+	}
+	for _, kv := range g.p.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(c.Env, func(e string) bool { n, _, _ := strings.Cut(e, "="); return n == k }) {
+			c.Env = append(c.Env, kv)
 		}
 	}
 	c.Env = MergeEnv(imageEnv, c.Env, g.p.TrustEnv)
