@@ -246,6 +246,9 @@ func (m *Manager) checkFence(ctx context.Context, cli *client.Client, rec *recor
 		}
 		return apiErr("inspect the netclient", err)
 	}
+	if n := strings.TrimPrefix(ins.Container.Name, "/"); n != "" {
+		nc = n
+	}
 	st := ins.Container.State
 	if st == nil || !st.Running {
 		code := -1
@@ -253,6 +256,9 @@ func (m *Manager) checkFence(ctx context.Context, cli *client.Client, rec *recor
 			code = st.ExitCode
 		}
 		return fail(fmt.Sprintf("is not running (exit %d: it stops when its rules change)", code))
+	}
+	if st.Paused {
+		return fail("is paused (its rules are not being re-verified)")
 	}
 	ncStart, err1 := time.Parse(time.RFC3339Nano, st.StartedAt)
 	scStart, err2 := time.Parse(time.RFC3339Nano, sidecarStarted)
