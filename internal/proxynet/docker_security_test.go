@@ -433,15 +433,19 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 	})
 	nc := "vak-nc-" + e.key
 	// The netclient's own --check with its own fence flags.
-	check := strings.Split(strings.TrimSpace(testenv.Docker(t, "inspect", "-f", "{{range .Config.Cmd}}{{.}}\n{{end}}", nc)), "\n")
-	var fence []string
-	for i, a := range check {
-		if (a == "--gateway" || a == "--nested-pool") && i+1 < len(check) {
-			fence = append(fence, a, check[i+1])
+	fenceFlags := func() []string {
+		check := strings.Split(strings.TrimSpace(testenv.Docker(t, "inspect", "-f", "{{range .Config.Cmd}}{{.}}\n{{end}}", nc)), "\n")
+		var fence []string
+		for i, a := range check {
+			if (a == "--gateway" || a == "--nested-pool") && i+1 < len(check) {
+				fence = append(fence, a, check[i+1])
+			}
 		}
+		return fence
 	}
+	fence := fenceFlags()
 	if len(fence) != 4 {
-		t.Fatalf("cannot read the netclient's fence flags from %q", check)
+		t.Fatalf("cannot read the netclient's fence flags: %q", fence)
 	}
 	// netclient --check run in the namespace (from the sidecar, which
 	// shares it and has the vak binary: the netclient may be paused). Its
@@ -535,6 +539,55 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 		}
 		if code != 69 || !strings.Contains(errs, "fence") || !strings.Contains(errs, nc) || !strings.Contains(errs, "not running") {
 			t.Errorf("exec after the fence is gone: exit %d\n%s%s", code, out, errs)
+		}
+	})
+	t.Run("NewSessionRefusedUntilTheOldOneGoes", func(t *testing.T) {
+		// A new --docker session of the workspace is refused while the
+		// dead fence is still used (exit 69 naming the netclient and the
+		// session using it); the netclient started again by hand does not
+		// revive the old session; once the old session is removed, a new
+		// one gets a fence whose nested --check passes, and works.
+		create := func() (string, string, error) {
+			return e.vakCmd(e.cfgProp, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", "after", "--network", "proxied", "--docker")...)
+		}
+		_, errs, err := create()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 69 || !strings.Contains(errs, "netclient is not running") || !strings.Contains(errs, taskenv.SessionPrefix+id) {
+			t.Fatalf("a new --docker session while the dead fence is in use: exit %d\n%s", code, errs)
+		}
+		// The netclient started again by hand has a new namespace: the old
+		// session's engine is not in it, and its exec stays refused.
+		testenv.Docker(t, "start", nc)
+		if _, errs, err := e.vakCmd(e.cfgProp, "session", "exec", id, "--", "true"); err == nil || !strings.Contains(errs, "started again") {
+			t.Errorf("exec after the netclient was started again: %v %s", err, errs)
+		}
+		if _, errs, err := e.vakCmd(e.cfgProp, append(append([]string{"session", "rm"}, e.labels...), id)...); err != nil {
+			t.Fatalf("session rm of the old session: %v %s", err, errs)
+		}
+		out, errs, err := create()
+		if err != nil {
+			t.Fatalf("a new --docker session after the old one went: %v\n%s", err, errs)
+		}
+		id2 := strings.TrimSpace(out)
+		t.Cleanup(func() {
+			e.vakCmd(e.cfgProp, append(append([]string{"session", "rm"}, e.labels...), id2)...)
+			dockerOut("rm", "-f", taskenv.SidecarPrefix+id2, taskenv.SessionPrefix+id2)
+			dockerOut("volume", "rm", "-f", taskenv.SidecarPrefix+id2+"-lib", taskenv.SidecarPrefix+id2+"-sock")
+		})
+		dockerOut("network", "connect", e.inet, "vak-gw-"+e.key)
+		if f := fenceFlags(); len(f) != 4 {
+			t.Errorf("the new netclient is not in nested mode: %q", f)
+		} else if out, err := dockerOut(append([]string{"exec", nc, "/vak", "netclient", "--check"}, f...)...); err != nil {
+			t.Errorf("the new netclient does not pass its nested --check: %v\n%s", err, out)
+		}
+		if out, err := e.exec(id2, "docker load -i inner.tar >/dev/null && docker run --rm "+e.base+" probe tls https://allowed.test/status/200"); err != nil || !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("the new session's inner egress: %v\n%s", err, out)
+		}
+		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic: %+v", c)
 		}
 	})
 }
