@@ -234,6 +234,32 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 			}
 		})
 	}
+	t.Run("RawHostNetworkIsFenced", func(t *testing.T) {
+		// Past the guard, --net host puts an inner container in the
+		// netclient's namespace: fenced like the agent (TCP to the
+		// gateway, DNS answered by it, nothing else out).
+		for _, tc := range []struct {
+			probe []string
+			ok    bool
+			want  string
+		}{
+			{[]string{"probe", "http", "http://" + e.canIP + "/"}, true, "OK 403"},
+			{[]string{"probe", "http", "http://denied.test/"}, true, "OK 403"},
+			{[]string{"probe", "udp", e.canIP + ":9", "2s"}, false, "FAIL"},
+			{[]string{"probe", "quic", e.canIP + ":443", "2s"}, false, "FAIL"},
+			{[]string{"probe", "ping", e.canIP, "2s"}, false, "FAIL"},
+			{[]string{"probe", "connect", "[fd00::1]:80", "2s"}, false, "FAIL"},
+			{[]string{"probe", "dns", "--type", "A", "allowed.test", e.canIP + ":53"}, true, "A " + e.upIP},
+		} {
+			out, err := e.raw(id, append([]string{"run", "--rm", "--net", "host", e.base}, tc.probe...)...)
+			if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+				t.Errorf("raw --net host %v: %v\n%s", tc.probe, err, out)
+			}
+		}
+		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic from a --net host inner container: %+v", c)
+		}
+	})
 	t.Run("PlaceholdersWithheldByDefault", func(t *testing.T) {
 		out, err := e.exec(id, run+e.base+` sh -c 'echo "TOKEN=${TOKEN:-unset}"'`)
 		if err != nil || !strings.Contains(out, "TOKEN=unset") {
