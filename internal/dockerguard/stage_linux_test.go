@@ -113,6 +113,13 @@ func TestStageBind(t *testing.T) {
 			t.Errorf("%s: %v (%s), want a denial %q", tc.src, err, p, tc.deny)
 		}
 	}
+	// A file source is staged as a file.
+	os.WriteFile(filepath.Join(ws, "conf.json"), []byte("{}"), 0o644)
+	if p, err := g.stageBind(filepath.Join(ws, "conf.json"), true, "HostConfig.Binds"); err != nil {
+		t.Errorf("a file source: %v", err)
+	} else if b, err := os.ReadFile(p); err != nil || string(b) != "{}" {
+		t.Errorf("the staged file source reads %q, %v", b, err)
+	}
 	if _, err := os.Stat(outside); err == nil {
 		os.RemoveAll(outside)
 		t.Errorf("staging created %s outside the workspace", outside)
