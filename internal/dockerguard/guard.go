@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -86,8 +87,25 @@ type Guard struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	reaper bool
-	staged *atomic.Uint64
+	stage  *stageState
 }
+
+// stageState tracks the guard's staged bind sources (stageBind): a counter
+// for their names, and how many requests in flight hold each one (a staged
+// source is swept only when no container uses it and no request holds it).
+type stageState struct {
+	n        atomic.Uint64
+	mu       sync.Mutex
+	inflight map[string]int
+}
+
+func newStageState() *stageState { return &stageState{inflight: map[string]int{}} }
+
+// stagedKey carries a request's *stagedReq in its context.
+type stagedKey struct{}
+
+// stagedReq lists what one request staged.
+type stagedReq struct{ paths []string }
 
 // New returns the agent-facing guard forwarding to the raw socket.
 func New(p Policy, rawSocket string) (*Guard, error) {
@@ -109,7 +127,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 			return nil, err
 		}
 	}
-	g := &Guard{p: p, client: &http.Client{Transport: tr}, staged: new(atomic.Uint64)}
+	g := &Guard{p: p, client: &http.Client{Transport: tr}, stage: newStageState()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -127,7 +145,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 // Reaper returns the filtered handler for the reaper socket: it shares the
 // upstream but allows only pinging, listing and removing.
 func (g *Guard) Reaper() http.Handler {
-	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, staged: g.staged}
+	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, stage: g.stage}
 }
 
 // Denied is a request the guard refuses.
@@ -155,7 +173,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, deny("path %q is not canonical", r.URL.Path).Error())
 		return
 	}
+	if g.p.StageDir != "" && !g.reaper {
+		held := &stagedReq{}
+		r = r.WithContext(context.WithValue(r.Context(), stagedKey{}, held))
+		// Once the engine has answered, what this request staged is
+		// either used by the container it created or swept later.
+		defer g.release(held, false)
+	}
 	if err := g.check(r, path); err != nil {
+		if held, ok := r.Context().Value(stagedKey{}).(*stagedReq); ok {
+			g.release(held, true) // never reached the engine
+		}
 		code := http.StatusForbidden
 		var d *Denied
 		if !errors.As(err, &d) {

@@ -11,25 +11,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stageBind closes the race between the bind-source check and the engine's
-// mount (the agent swapping a workspace directory for a symlink after the
-// check): it opens src beneath the workspace without leaving it through
-// any symlink or magic link (openat2 RESOLVE_BENEATH), bind-mounts exactly
-// the object it opened, recursively (the session's read-only protected
-// paths under it stay read-only), at a new path in the stage directory, and
-// returns that path. What the engine mounts is then the object the guard
-// checked, whatever the agent renames or swaps afterwards. The stage
-// directory is on the sidecar's private tmpfs, which nothing else mounts.
-// A missing source of a Binds entry is created as a directory (as the
-// engine would), beneath the workspace in the same way.
-func (g *Guard) stageBind(src string, create bool, field string) (string, error) {
+// stageBind closes the race between the bind-source check and the
+// engine's mount (the agent swapping a workspace directory for a symlink
+// after the check): it opens src beneath the workspace without leaving it
+// through any symlink or magic link (openat2 RESOLVE_BENEATH), and
+// bind-mounts exactly the object it opened, recursively (the session's
+// read-only protected paths under it stay read-only), at target (a path in
+// the stage directory from reserve), which the caller forwards as the
+// source. What the engine mounts is then the object the guard checked,
+// whatever the agent renames or swaps afterwards. The stage directory is
+// on the sidecar's private tmpfs, which nothing else mounts. A missing
+// source of a Binds entry is created as a directory (as the engine would),
+// beneath the workspace in the same way.
+func (g *Guard) stageBind(target, src string, create bool, field string) error {
 	rel, err := filepath.Rel(g.p.Workspace, src)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", deny("%s source %q is outside the workspace %s", field, src, g.p.Workspace)
+		return deny("%s source %q is outside the workspace %s", field, src, g.p.Workspace)
 	}
 	root, err := unix.Open(g.p.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("dockerguard: open the workspace %s: %w", g.p.Workspace, err)
+		return fmt.Errorf("dockerguard: open the workspace %s: %w", g.p.Workspace, err)
 	}
 	defer unix.Close(root)
 	fd, err := openBeneath(root, rel, false)
@@ -38,31 +39,30 @@ func (g *Guard) stageBind(src string, create bool, field string) (string, error)
 	}
 	switch {
 	case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP):
-		return "", deny("%s source %q leaves the workspace %s through a symlink", field, src, g.p.Workspace)
+		return deny("%s source %q leaves the workspace %s through a symlink", field, src, g.p.Workspace)
 	case errors.Is(err, unix.ENOENT):
-		return "", deny("%s source %q does not exist", field, src)
+		return deny("%s source %q does not exist", field, src)
 	case err != nil:
-		return "", fmt.Errorf("dockerguard: %s source %q: %w", field, src, err)
+		return fmt.Errorf("dockerguard: %s source %q: %w", field, src, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return "", fmt.Errorf("dockerguard: %s source %q: %w", field, src, err)
+		return fmt.Errorf("dockerguard: %s source %q: %w", field, src, err)
 	}
-	target := filepath.Join(g.p.StageDir, "b"+strconv.FormatUint(g.staged.Add(1), 10))
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		err = os.Mkdir(target, 0o700)
 	} else {
 		err = os.WriteFile(target, nil, 0o600)
 	}
 	if err != nil {
-		return "", fmt.Errorf("dockerguard: stage %s source %q: %w", field, src, err)
+		return fmt.Errorf("dockerguard: stage %s source %q: %w", field, src, err)
 	}
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		os.Remove(target)
-		return "", fmt.Errorf("dockerguard: stage %s source %q at %s: %w", field, src, target, err)
+		return fmt.Errorf("dockerguard: stage %s source %q at %s: %w", field, src, target, err)
 	}
-	return target, nil
+	return nil
 }
 
 // openBeneath opens rel (relative to root) as an O_PATH descriptor,
@@ -128,4 +128,10 @@ func prepareStage(dir string) error {
 		return fmt.Errorf("dockerguard: stage dir: %w", err)
 	}
 	return nil
+}
+
+// unstage unmounts a staged source and removes its mount point.
+func unstage(p string) {
+	unix.Unmount(p, unix.MNT_DETACH)
+	os.Remove(p)
 }

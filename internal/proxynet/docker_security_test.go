@@ -374,9 +374,23 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 		if out, err := e.exec(id, swap); err != nil {
 			t.Fatal(out)
 		}
+		// Another create meanwhile sweeps the stage: the created (not yet
+		// started) container's staged source is kept.
+		if out, err := e.exec(id, "mkdir -p other && "+run+"-v "+e.ws+"/other:/y "+e.base+" true"); err != nil {
+			t.Fatalf("a create between: %v\n%s", err, out)
+		}
 		out, err := e.exec(id, "docker start -a vaktest-race; docker rm vaktest-race >/dev/null")
 		if err != nil || !strings.Contains(out, "inside") || strings.Contains(out, "docker.sock") {
 			t.Errorf("the guard's container followed the swapped symlink: %v\n%s", err, out)
+		}
+		// Staged sources of removed containers do not pile up: after three
+		// --rm runs with a bind, only the last one's is left (each create
+		// sweeps what no container uses).
+		if out, err := e.exec(id, "for i in 1 2 3; do "+run+"-v "+e.ws+"/other:/y "+e.base+" true || exit 1; done"); err != nil {
+			t.Fatalf("--rm runs with a bind: %v\n%s", err, out)
+		}
+		if ls, err := dockerOut("exec", taskenv.SidecarPrefix+id, "ls", taskenv.StageDir); err != nil || len(strings.Fields(ls)) != 1 {
+			t.Errorf("staged sources after three --rm runs: %v %q (want the last run's only)", err, ls)
 		}
 		// Control: the raw daemon, same sequence, follows it into the
 		// sidecar's root (the raw socket).
