@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -75,9 +76,9 @@ func DefaultSession() Session {
 	}
 }
 
-var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
-var generationRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var generationRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) })
 
 // applySession validates and applies [session]. Only trusted files reach
 // here with it set (strip removes it from project configs).
@@ -129,7 +130,7 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 		seen := map[string]bool{}
 		var names []string
 		for _, n := range *s.DockerPlaceholders {
-			if !envNameRe.MatchString(n) {
+			if !envNameRe().MatchString(n) {
 				return errf("docker_placeholders", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", n)
 			}
 			if !seen[n] {
@@ -147,7 +148,7 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 		next.Worker = p
 	}
 	if s.PolicyGeneration != nil {
-		if !generationRe.MatchString(*s.PolicyGeneration) {
+		if !generationRe().MatchString(*s.PolicyGeneration) {
 			return errf("policy_generation", "%q must be 1 to 64 of [A-Za-z0-9._-]", *s.PolicyGeneration)
 		}
 		next.PolicyGeneration = *s.PolicyGeneration

@@ -41,7 +41,7 @@ func newDindEnv(t *testing.T) *dindEnv {
 	}
 	e := &dindEnv{t: t}
 	e.base = testenv.TestNetImage(t)
-	e.img = dockerCLIImage(t, e.base)
+	e.img = testenv.DockerCLIImage(t, e.base)
 	e.vak = testenv.Vak(t)
 	certs := testenv.GenCerts(t, "allowed.test", "other.test", "denied.test")
 	e.inet = testenv.CreateNetwork(t, testenv.UniqueName("internet"))
