@@ -532,7 +532,18 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 	// The netclient re-verifies every 2 s and stops on a change; paused,
 	// it cannot, so the probes below see the window between a change and
 	// its noticing (with the uplink still there), deterministically.
-	testenv.Docker(t, "pause", nc)
+	// The freezer can fail transiently ("unable to freeze") on a busy
+	// host: retry until it takes.
+	for i := 0; ; i++ {
+		out, err := dockerOut("pause", nc)
+		if err == nil {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("docker pause %s: %v %s", nc, err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	t.Cleanup(func() { dockerOut("unpause", nc) })
 	t.Run("NestedRulesMissing", func(t *testing.T) {
 		if out, err := nft("flush chain inet vak_filter forward; delete chain inet vak_filter forward"); err != nil {
