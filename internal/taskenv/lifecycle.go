@@ -418,6 +418,9 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkSidecar(ctx, rec); err != nil {
+		return nil, err
+	}
 	user := rec.User
 	if root {
 		if !rec.Install {
