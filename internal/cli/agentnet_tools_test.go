@@ -72,7 +72,7 @@ func TestWorkerToolListAgentNetwork(t *testing.T) {
 	defer tool.Task.Close(context.Background())
 
 	cfg := config.Default()
-	b, _, err := registry(cfg).Resolve(sandbox.Landlock, cfg.Sandbox.Mode)
+	b, _, err := registry(cfg, nil).Resolve(sandbox.Landlock, cfg.Sandbox.Mode)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,13 @@ import (
 	"vak/internal/sandbox/seatbelt"
 )
 
-// registry builds the backends this build provides, configured from cfg.
-func registry(cfg *config.Config) *sandbox.Registry {
+// registry builds the backends this build provides, configured from cfg;
+// labels go on every container the docker backend creates (the hidden
+// --label flag: tests mark what they create with vak.test=1).
+func registry(cfg *config.Config, labels map[string]string) *sandbox.Registry {
 	r := sandbox.NewRegistry()
 	d := docker.New(cfg.Sandbox.Image)
+	d.Labels = labels
 	d.User.Root = cfg.Sandbox.User == config.UserRoot
 	d.Probe = &docker.Probe{}
 	if dir, err := paths.EnsureStateDir(); err == nil {

@@ -376,3 +376,41 @@ func TestDoctorUpstreamRoots(t *testing.T) {
 		t.Fatalf("doctor does not report the upstream roots:\n%s", out)
 	}
 }
+
+// TestRunDockerLabels: the hidden --label reaches the containers a docker
+// run creates (tests rely on it to find and sweep what they leave).
+func TestRunDockerLabels(t *testing.T) {
+	cfg := dockerConfig(t)
+	ws := tempWorkspace(t)
+	lbl := "vak.test.run=" + testenv.UniqueName("lbl")
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := vakMain(t, cfg, "run", "--label", lbl, "-w", ws, "--", "sh", "-c", "while [ ! -e go ]; do sleep 0.1; done")
+		done <- code
+	}()
+	labelled := func() string {
+		out, err := exec.Command("docker", "ps", "-q", "--filter", "label="+lbl).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker ps: %v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for labelled() == "" {
+		if time.Now().After(deadline) {
+			os.WriteFile(filepath.Join(ws, "go"), nil, 0o644)
+			<-done
+			t.Fatalf("no running container carries %s", lbl)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if left := leftovers(t, ws); left != "" {
+		t.Errorf("containers left: %s", left)
+	}
+}

@@ -77,7 +77,7 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		}
 	}
 
-	reg := registry(cfg)
+	reg := registry(cfg, nil)
 	fmt.Fprintln(out, "\nbackends:")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, n := range sandbox.Names {

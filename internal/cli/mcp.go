@@ -94,7 +94,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if f.session != "" && f.sessionNew {
 		return exit(ExitUsage, errors.New("--session and --session-new exclude each other"))
 	}
-	reg := registry(cfg)
+	reg := registry(cfg, a.labels)
 	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))

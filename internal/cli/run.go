@@ -184,7 +184,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return err
 	}
 	end = tr.Begin("backend check")
-	reg := registry(cfg)
+	reg := registry(cfg, a.labels)
 	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))

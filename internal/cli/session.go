@@ -557,7 +557,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	// Private temp dirs (and, as root, cgroups) of native runs whose vak
 	// process is gone, e.g. killed with SIGKILL. Their commands died with
 	// it: the sandbox's init is killed with its parent.
-	for _, p := range broker.CleanStale(registry(config.Default()).All()...) {
+	for _, p := range broker.CleanStale(registry(config.Default(), nil).All()...) {
 		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
 	}
 	a.stopOnDemandGateway(ctx)
