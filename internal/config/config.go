@@ -26,6 +26,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"vak/internal/agenthome"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/errclass"
 	"vak/internal/paths"
@@ -117,6 +118,8 @@ type Sandbox struct {
 	WritePaths []string
 	// Env names extra host environment variables passed into the sandbox.
 	Env []string
+	// Home is the sandbox's home directory (agenthome.Default unless set).
+	Home agenthome.Choice
 }
 
 // Files is the validated [files] section.
@@ -159,6 +162,7 @@ func Default() *Config {
 			Image:   DefaultImage,
 			User:    DefaultUser,
 			Limits:  sandbox.DefaultLimits(),
+			Home:    agenthome.Default,
 		},
 		Files:   Files{Protected: slices.Clone(DefaultProtected)},
 		Session: DefaultSession(),
@@ -313,8 +317,8 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 		}
 	}
 	out := &fileWire{Version: w.Version, raw: w.raw}
-	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil) {
-		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout}
+	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil || w.Sandbox.Home != nil) {
+		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout, Home: w.Sandbox.Home}
 	}
 	if w.Files != nil && w.Files.Protected != nil {
 		out.Files = &filesWire{Protected: w.Files.Protected}
@@ -405,9 +409,9 @@ func keyErrorf(file string) func(key, format string, a ...any) error {
 	}
 }
 
-// applySandbox validates [sandbox]'s backend, mode, image, user and
-// timeout; an untrusted file may only narrow the mode and shorten the
-// timeout.
+// applySandbox validates [sandbox]'s backend, mode, image, user, home and
+// timeout; an untrusted file may only narrow the mode, choose a fresh home
+// and shorten the timeout.
 func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 	errf := keyErrorf(file)
 	if s.Backend != nil {
@@ -442,6 +446,17 @@ func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 			c.Sandbox.User = u
 		default:
 			return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
+		}
+	}
+	if s.Home != nil {
+		h, err := agenthome.Parse(*s.Home)
+		switch {
+		case err != nil:
+			return errf("sandbox.home", "%v", err)
+		case trusted || h.Kind == agenthome.Fresh:
+			c.Sandbox.Home = h
+		default:
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.home = %q: project config may only choose \"fresh\" (effective %s)", file, *s.Home, c.Sandbox.Home))
 		}
 	}
 	if s.Timeout != nil {
