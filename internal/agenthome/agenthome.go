@@ -27,101 +27,38 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"unicode"
 
-	"vak/internal/errclass"
 	"vak/internal/paths"
+	"vak/internal/sandbox"
 )
 
-// Kind is what kind of home a run gets.
-type Kind string
+// The choice of a home is sandbox.HomeChoice (config parses it without
+// this package); these names are the same things.
+type (
+	Kind   = sandbox.HomeKind
+	Choice = sandbox.HomeChoice
+)
 
 // Kinds of home.
 const (
-	Fresh     Kind = "fresh"
-	Workspace Kind = "workspace"
-	Profile   Kind = "profile"
+	Fresh     = sandbox.HomeFresh
+	Workspace = sandbox.HomeWorkspace
+	Profile   = sandbox.HomeProfile
 )
 
-// Default is the home a run gets when neither the trusted config nor the
-// command line names one: agents keep their settings, history and caches
-// between runs in the same workspace, and nothing of the real home.
-var Default = Choice{Kind: Workspace}
+var (
+	// Default is sandbox.DefaultHome.
+	Default = sandbox.DefaultHome
+	// ErrInvalid is sandbox.ErrInvalidHome.
+	ErrInvalid = sandbox.ErrInvalidHome
+	// Parse is sandbox.ParseHome.
+	Parse = sandbox.ParseHome
+	// ValidateName is sandbox.ValidateProfileName.
+	ValidateName = sandbox.ValidateProfileName
+)
 
-// MaxNameLen bounds a profile name.
-const MaxNameLen = 64
-
-// ErrInvalid reports an unusable home choice or profile name.
-var ErrInvalid = errclass.New(errclass.Config, "invalid home")
-
-// Choice is a parsed home choice ("fresh", "workspace", "profile:NAME").
-type Choice struct {
-	Kind Kind
-	// Name is the profile name (Kind Profile only).
-	Name string
-}
-
-// String is the choice as Parse reads it.
-func (c Choice) String() string {
-	if c.Kind == Profile {
-		return string(Profile) + ":" + c.Name
-	}
-	if c.Kind == "" {
-		return Default.String()
-	}
-	return string(c.Kind)
-}
-
-// Persistent says whether the choice keeps a directory between runs.
-func (c Choice) Persistent() bool { return c.Kind == Workspace || c.Kind == Profile }
-
-// Parse reads a home choice: "fresh", "workspace" or "profile:NAME".
-func Parse(s string) (Choice, error) {
-	switch {
-	case s == string(Fresh):
-		return Choice{Kind: Fresh}, nil
-	case s == string(Workspace):
-		return Choice{Kind: Workspace}, nil
-	case strings.HasPrefix(s, string(Profile)+":"):
-		name := s[len(Profile)+1:]
-		if err := ValidateName(name); err != nil {
-			return Choice{}, err
-		}
-		return Choice{Kind: Profile, Name: name}, nil
-	}
-	return Choice{}, fmt.Errorf("%w %q: want fresh, workspace or profile:NAME", ErrInvalid, s)
-}
-
-// ValidateName accepts a profile name of 1 to MaxNameLen letters, digits,
-// '.', '_' and '-' that starts with a letter or digit and holds no "..":
-// it names one directory below homes/profile and nothing else.
-func ValidateName(name string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("%w: profile name %q %s", ErrInvalid, name, why)
-	}
-	switch {
-	case name == "":
-		return bad("is empty")
-	case len(name) > MaxNameLen:
-		return bad(fmt.Sprintf("is longer than %d bytes", MaxNameLen))
-	case strings.Contains(name, ".."):
-		return bad("contains \"..\"")
-	}
-	for i, r := range name {
-		ok := r < unicode.MaxASCII && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || (i > 0 && (r == '.' || r == '_' || r == '-')))
-		if !ok {
-			if r == '/' {
-				return bad("contains '/'")
-			}
-			if unicode.IsControl(r) {
-				return bad("contains a control character")
-			}
-			return bad("may hold only letters, digits, '.', '_' and '-' and must start with a letter or digit")
-		}
-	}
-	return nil
-}
+// MaxNameLen is sandbox.MaxProfileNameLen.
+const MaxNameLen = sandbox.MaxProfileNameLen
 
 // Root is STATE/homes.
 func Root() (string, error) {

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/fsguard"
 	"vak/internal/paths"
@@ -73,6 +74,7 @@ type Session struct {
 	tempDir string
 	wrapper sandbox.Wrapper // command-scoped backends only
 	env     []string        // environment of sandboxed commands
+	home    string          // persistent home of command-scoped backends ("": fresh)
 	prot    []string        // absolute protected paths
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
@@ -122,6 +124,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	var lifeR *os.File
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
+		homeDir, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
+		}
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
@@ -132,6 +138,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			Mode:        cfg.Sandbox.Mode,
 			TempDir:     tmp,
 			Home:        home,
+			HomeDir:     homeDir,
 			ReadPaths:   cfg.Sandbox.ReadPaths,
 			WritePaths:  cfg.Sandbox.WritePaths,
 			Protected:   s.prot,
@@ -156,9 +163,12 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 	case sandbox.Wrapper:
 		s.wrapper = b
+		var err error
+		if s.home, err = agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace); err != nil {
+			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
+		}
 		spec.Env = b.HostEnv()
 		s.env = containerEnv(cfg.Sandbox.Env)
-		var err error
 		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
 		}
@@ -323,6 +333,7 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
 		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
+		Home:      s.home,
 	}
 	argv, err := s.wrapper.Wrap(c)
 	if err != nil {

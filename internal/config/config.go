@@ -26,7 +26,6 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"vak/internal/agenthome"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/errclass"
 	"vak/internal/paths"
@@ -118,8 +117,8 @@ type Sandbox struct {
 	WritePaths []string
 	// Env names extra host environment variables passed into the sandbox.
 	Env []string
-	// Home is the sandbox's home directory (agenthome.Default unless set).
-	Home agenthome.Choice
+	// Home is the sandbox's home directory (sandbox.DefaultHome unless set).
+	Home sandbox.HomeChoice
 }
 
 // Files is the validated [files] section.
@@ -162,7 +161,7 @@ func Default() *Config {
 			Image:   DefaultImage,
 			User:    DefaultUser,
 			Limits:  sandbox.DefaultLimits(),
-			Home:    agenthome.Default,
+			Home:    sandbox.DefaultHome,
 		},
 		Files:   Files{Protected: slices.Clone(DefaultProtected)},
 		Session: DefaultSession(),
@@ -449,11 +448,11 @@ func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 		}
 	}
 	if s.Home != nil {
-		h, err := agenthome.Parse(*s.Home)
+		h, err := sandbox.ParseHome(*s.Home)
 		switch {
 		case err != nil:
 			return errf("sandbox.home", "%v", err)
-		case trusted || h.Kind == agenthome.Fresh:
+		case trusted || h.Kind == sandbox.HomeFresh:
 			c.Sandbox.Home = h
 		default:
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.home = %q: project config may only choose \"fresh\" (effective %s)", file, *s.Home, c.Sandbox.Home))

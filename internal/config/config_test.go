@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"vak/internal/agenthome"
 	"vak/internal/sandbox"
 )
 
@@ -300,11 +299,11 @@ func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
 	user := write(t, filepath.Join(dir, "u.toml"), "version = 1\n[sandbox]\nhome = \"profile:work\"\n")
 	ws := filepath.Join(dir, "ws")
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
-	if err != nil || cfg.Sandbox.Home != (agenthome.Choice{Kind: agenthome.Profile, Name: "work"}) {
+	if err != nil || cfg.Sandbox.Home != (sandbox.HomeChoice{Kind: sandbox.HomeProfile, Name: "work"}) {
 		t.Fatalf("trusted home: %+v %v", cfg.Sandbox.Home, err)
 	}
-	if d := Default().Sandbox.Home; d != agenthome.Default {
-		t.Errorf("default home %v, want %v", d, agenthome.Default)
+	if d := Default().Sandbox.Home; d != sandbox.DefaultHome {
+		t.Errorf("default home %v, want %v", d, sandbox.DefaultHome)
 	}
 	for _, widen := range []string{"workspace", "profile:other"} {
 		write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \""+widen+"\"\n")
@@ -317,7 +316,7 @@ func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
 		}
 	}
 	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \"fresh\"\n")
-	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Home.Kind != agenthome.Fresh || len(cfg.Warnings) != 0 {
+	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Home.Kind != sandbox.HomeFresh || len(cfg.Warnings) != 0 {
 		t.Fatalf("project narrowing to fresh: %+v %v %q", cfg.Sandbox.Home, err, cfg.Warnings)
 	}
 }

@@ -49,6 +49,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		Mode:        pp.Mode,
 		TempDir:     pp.TempDir,
 		Home:        pp.Home,
+		HomeSource:  pp.HomeDir,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
 		Protected:   absAll(pp.Workspace, plan.ReadOnly),
@@ -76,7 +77,11 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if !ns {
 		// No stage 1: stage 2 is our child, and we answer its setsid
 		// notifications (see Supervise).
-		l.Env = commandEnv(pp.Env, pp.TempDir, pp.TempDir)
+		home := pp.TempDir
+		if pp.HomeDir != "" {
+			home = pp.HomeDir
+		}
+		l.Env = commandEnv(pp.Env, home, pp.TempDir)
 		cmd.Args = append(cmd.Args, "--stage", "2")
 		if supervisor, supRemote, err = SupervisorPair(); err != nil {
 			if cgroup != nil {
