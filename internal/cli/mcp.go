@@ -227,7 +227,7 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if a.userConfig != "" {
 		args = append([]string{"--config", a.userConfig}, args...)
 	}
-	for _, fl := range []struct{ name, v string }{{"--backend", f.backend}, {"--mode", f.mode}, {"--network", f.network}, {"--image", f.image}} {
+	for _, fl := range []struct{ name, v string }{{"--backend", f.backend}, {"--mode", f.mode}, {"--network", f.network}, {"--image", f.image}, {"--home", f.home}} {
 		if fl.v != "" {
 			args = append(args, fl.name, fl.v)
 		}
