@@ -48,9 +48,6 @@ func (c HomeChoice) String() string {
 	return string(c.Kind)
 }
 
-// Persistent says whether the choice keeps a directory between runs.
-func (c HomeChoice) Persistent() bool { return c.Kind == HomeWorkspace || c.Kind == HomeProfile }
-
 // ParseHome reads a home choice: "fresh", "workspace" or "profile:NAME".
 func ParseHome(s string) (HomeChoice, error) {
 	switch {
