@@ -249,6 +249,18 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.gcProxyNets(context.Background())
 		}()
 	}
+	// Leftovers of brokers that were killed (temp dirs, cgroups): removed
+	// while this run starts and runs its command (they belong to dead
+	// processes, never to this one), waited for at the end.
+	staleDone := make(chan struct{})
+	go func() {
+		defer close(staleDone)
+		broker.CleanStale(reg.All()...)
+	}()
+	defer func() {
+		defer tr.Begin("stale cleanup (what is left of it at the end)")()
+		<-staleDone
+	}()
 	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
 	if err != nil {
 		if errors.Is(err, errclass.Unavailable) {
@@ -262,8 +274,22 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		if sw := sess.Swept(); sw != nil {
 			a.warnTripwire(sw)
 		}
-		// Leftovers of brokers that were killed (temp dirs, cgroups).
-		broker.CleanStale(reg.All()...)
+	}()
+
+	// The workspace's agent network registration lives as long as this
+	// run (its token stays in this process, never in the sandbox).
+	end = tr.Begin("agent network")
+	anctx, anstop := context.WithCancel(sigctx)
+	task := a.agentNetTask(anctx, cfg, ws)
+	end()
+	defer func() {
+		anstop()
+		if task != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			task.Close(cctx)
+			task.Client.Close()
+		}
 	}()
 
 	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}

@@ -16,7 +16,7 @@ func TestRunTrace(t *testing.T) {
 	phases := []string{"cli start", "config", "backend check", "backend prepare", "worker start (sandbox set-up) to ready",
 		// From the times in the worker's ready event.
 		"  worker process start (landlock: stage 1, view, stage 2 exec)", "  sandbox entry (landlock: stage 2 restrictions)", "  worker files and ready message",
-		"command", "teardown", "total"}
+		"command", "teardown", "  worker exit", "  temp dir and backend cleanup", "stale cleanup (what is left of it at the end)", "total"}
 	tests := []struct {
 		name  string
 		env   string

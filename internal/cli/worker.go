@@ -53,7 +53,7 @@ func runWorker(cmd *cobra.Command, stage int) (int, error) {
 	if err != nil || out.Exited {
 		return out.Code, err
 	}
-	if err := worker.Run(cmd.Context(), spec, out.Description, os.Stdin, os.Stdout); err != nil {
+	if err := worker.Run(cmd.Context(), spec, out, os.Stdin, os.Stdout); err != nil {
 		return 0, err
 	}
 	return 0, nil

@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -529,7 +530,7 @@ func (c *Config) applyHost(file string, s *sandboxWire) error {
 		c.Sandbox.WritePaths = append(c.Sandbox.WritePaths, abs)
 	}
 	for i, n := range s.Env {
-		if !envName.MatchString(n) {
+		if !envName().MatchString(n) {
 			return errf(fmt.Sprintf("sandbox.env[%d]", i), "%q is not an environment variable name", n)
 		}
 		c.Sandbox.Env = append(c.Sandbox.Env, n)
@@ -572,7 +573,7 @@ func (c *Config) applyFiles(file string, f *filesWire) error {
 	return nil
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // hostPath expands a leading "~/" and requires an absolute path that does
 // not contain vak's own config or state (a sandbox must never reach them).

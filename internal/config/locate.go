@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // withLine gives a validation error the line of its key, when the file
@@ -19,8 +20,8 @@ func withLine(err error, data []byte) error {
 }
 
 var (
-	headerRe = regexp.MustCompile(`^\[(\[?)\s*([^\[\]]+?)\s*\]?\]\s*(#.*)?$`)
-	indexRe  = regexp.MustCompile(`\[(\d+)\]`)
+	headerRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\[(\[?)\s*([^\[\]]+?)\s*\]?\]\s*(#.*)?$`) })
+	indexRe  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\[(\d+)\]`) })
 )
 
 // locate returns the 1-based line of the TOML key path key (as config
@@ -53,7 +54,7 @@ func locate(data []byte, key string) int {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		if m := headerRe.FindStringSubmatch(l); m != nil && strings.HasPrefix(l, "[") {
+		if m := headerRe().FindStringSubmatch(l); m != nil && strings.HasPrefix(l, "[") {
 			name := splitKey(m[2])
 			if m[1] == "[" { // [[array of tables]]
 				k := strings.Join(name, ".")
@@ -80,7 +81,7 @@ func normalize(key string) []string {
 	out := splitKey(key)
 	// The last segment's indices are element indices of a plain array.
 	if n := len(out); n > 0 {
-		out[n-1] = indexRe.ReplaceAllString(out[n-1], "")
+		out[n-1] = indexRe().ReplaceAllString(out[n-1], "")
 	}
 	return out
 }

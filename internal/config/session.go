@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -70,7 +71,7 @@ func DefaultSession() Session {
 	}
 }
 
-var generationRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var generationRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) })
 
 // applySession validates and applies [session]. Only trusted files reach
 // here with it set (strip removes it from project configs).
@@ -126,7 +127,7 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 		next.Worker = p
 	}
 	if s.PolicyGeneration != nil {
-		if !generationRe.MatchString(*s.PolicyGeneration) {
+		if !generationRe().MatchString(*s.PolicyGeneration) {
 			return errf("policy_generation", "%q must be 1 to 64 of [A-Za-z0-9._-]", *s.PolicyGeneration)
 		}
 		next.PolicyGeneration = *s.PolicyGeneration

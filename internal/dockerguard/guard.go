@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Policy is what the guard allows and injects.
@@ -121,12 +122,12 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	json.NewEncoder(w).Encode(map[string]string{"message": msg})
 }
 
-var versionPrefix = regexp.MustCompile(`^/v[0-9]+\.[0-9]+(/|$)`)
+var versionPrefix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^/v[0-9]+\.[0-9]+(/|$)`) })
 
 // ServeHTTP checks and forwards one request.
 func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	if m := versionPrefix.FindString(path); m != "" {
+	if m := versionPrefix().FindString(path); m != "" {
 		path = "/" + strings.TrimPrefix(path[len(m):], "/")
 	}
 	if strings.Contains(path, "//") || strings.Contains(path, "/../") || strings.HasSuffix(path, "/..") {
@@ -175,56 +176,60 @@ func noBody(_ *Guard, r *http.Request, _ []string) error {
 	return nil
 }
 
-var routes = []route{
-	rt("GET", "/_ping", noBody, true), rt("HEAD", "/_ping", noBody, true),
-	rt("GET", "/version", noBody, true), rt("GET", "/info", noBody, true),
-	rt("GET", "/events", noBody, false), rt("GET", "/system/df", noBody, false),
+// routes are compiled on first use, not when any vak process starts (every
+// vak process links this package: the worker's start-up is measured).
+var routes = sync.OnceValue(func() []route {
+	return []route{
+		rt("GET", "/_ping", noBody, true), rt("HEAD", "/_ping", noBody, true),
+		rt("GET", "/version", noBody, true), rt("GET", "/info", noBody, true),
+		rt("GET", "/events", noBody, false), rt("GET", "/system/df", noBody, false),
 
-	rt("GET", "/containers/json", noBody, true),
-	rt("POST", "/containers/create", (*Guard).containerCreate, false),
-	rt("GET", "/containers/{id}/(json|logs|top|stats|changes|export|archive)", noBody, true),
-	rt("HEAD", "/containers/{id}/archive", noBody, false),
-	rt("PUT", "/containers/{id}/archive", stream, false),
-	rt("POST", "/containers/{id}/start", noBody, false),
-	rt("POST", "/containers/{id}/(stop|restart|kill|wait|pause|unpause|rename|resize|attach)", noBody, false),
-	rt("POST", "/containers/{id}/update", (*Guard).containerUpdate, false),
-	rt("POST", "/containers/{id}/exec", (*Guard).execCreate, false),
-	rt("DELETE", "/containers/{id}", noBody, true),
-	rt("POST", "/containers/prune", noBody, true),
-	rt("POST", "/exec/{id}/start", (*Guard).execStart, false),
-	rt("POST", "/exec/{id}/resize", noBody, false),
-	rt("GET", "/exec/{id}/json", noBody, false),
+		rt("GET", "/containers/json", noBody, true),
+		rt("POST", "/containers/create", (*Guard).containerCreate, false),
+		rt("GET", "/containers/{id}/(json|logs|top|stats|changes|export|archive)", noBody, true),
+		rt("HEAD", "/containers/{id}/archive", noBody, false),
+		rt("PUT", "/containers/{id}/archive", stream, false),
+		rt("POST", "/containers/{id}/start", noBody, false),
+		rt("POST", "/containers/{id}/(stop|restart|kill|wait|pause|unpause|rename|resize|attach)", noBody, false),
+		rt("POST", "/containers/{id}/update", (*Guard).containerUpdate, false),
+		rt("POST", "/containers/{id}/exec", (*Guard).execCreate, false),
+		rt("DELETE", "/containers/{id}", noBody, true),
+		rt("POST", "/containers/prune", noBody, true),
+		rt("POST", "/exec/{id}/start", (*Guard).execStart, false),
+		rt("POST", "/exec/{id}/resize", noBody, false),
+		rt("GET", "/exec/{id}/json", noBody, false),
 
-	rt("GET", "/images/json", noBody, true),
-	rt("GET", "/images/(.+)/(json|history)", noBody, false),
-	rt("POST", "/images/create", (*Guard).imageCreate, false),
-	rt("POST", "/images/load", stream, false),
-	rt("GET", "/images/get", noBody, false),
-	rt("GET", "/images/(.+)/get", noBody, false),
-	rt("POST", "/images/(.+)/(tag|push)", noBody, false),
-	rt("DELETE", "/images/(.+)", noBody, true),
-	rt("POST", "/images/prune", noBody, true),
-	rt("POST", "/build", (*Guard).build, false),
-	rt("POST", "/build/prune", noBody, true),
-	rt("POST", "/session", noBody, false),
+		rt("GET", "/images/json", noBody, true),
+		rt("GET", "/images/(.+)/(json|history)", noBody, false),
+		rt("POST", "/images/create", (*Guard).imageCreate, false),
+		rt("POST", "/images/load", stream, false),
+		rt("GET", "/images/get", noBody, false),
+		rt("GET", "/images/(.+)/get", noBody, false),
+		rt("POST", "/images/(.+)/(tag|push)", noBody, false),
+		rt("DELETE", "/images/(.+)", noBody, true),
+		rt("POST", "/images/prune", noBody, true),
+		rt("POST", "/build", (*Guard).build, false),
+		rt("POST", "/build/prune", noBody, true),
+		rt("POST", "/session", noBody, false),
 
-	rt("GET", "/networks", noBody, true),
-	rt("GET", "/networks/{id}", noBody, true),
-	rt("POST", "/networks/create", (*Guard).networkCreate, false),
-	rt("POST", "/networks/{id}/connect", (*Guard).networkConnect, false),
-	rt("POST", "/networks/{id}/disconnect", stream, false),
-	rt("DELETE", "/networks/{id}", noBody, true),
-	rt("POST", "/networks/prune", noBody, true),
+		rt("GET", "/networks", noBody, true),
+		rt("GET", "/networks/{id}", noBody, true),
+		rt("POST", "/networks/create", (*Guard).networkCreate, false),
+		rt("POST", "/networks/{id}/connect", (*Guard).networkConnect, false),
+		rt("POST", "/networks/{id}/disconnect", stream, false),
+		rt("DELETE", "/networks/{id}", noBody, true),
+		rt("POST", "/networks/prune", noBody, true),
 
-	rt("GET", "/volumes", noBody, true),
-	rt("GET", "/volumes/{id}", noBody, true),
-	rt("POST", "/volumes/create", (*Guard).volumeCreate, false),
-	rt("DELETE", "/volumes/{id}", noBody, true),
-	rt("POST", "/volumes/prune", noBody, true),
-}
+		rt("GET", "/volumes", noBody, true),
+		rt("GET", "/volumes/{id}", noBody, true),
+		rt("POST", "/volumes/create", (*Guard).volumeCreate, false),
+		rt("DELETE", "/volumes/{id}", noBody, true),
+		rt("POST", "/volumes/prune", noBody, true),
+	}
+})
 
 func (g *Guard) check(r *http.Request, path string) error {
-	for _, rt := range routes {
+	for _, rt := range routes() {
 		if r.Method != rt.method {
 			continue
 		}

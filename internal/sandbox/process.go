@@ -65,6 +65,11 @@ type WorkerLaunch struct {
 	// receives its spec, so nothing sandboxed runs before it returns; an
 	// error kills the worker.
 	Started func(pid int) error
+	// SpecFirst says that the worker waits by itself for Started to finish
+	// before it runs anything sandboxed (Started sends it a go-ahead
+	// through one of ExtraFiles): the broker then sends the spec before it
+	// calls Started, so that Started overlaps the worker's own start-up.
+	SpecFirst bool
 	// Cleanup, if set, releases what PrepareWorker made; it runs once, when
 	// the session ends or its start fails.
 	Cleanup func()
@@ -144,6 +149,11 @@ type WorkerOutcome struct {
 	// Description says what restrictions are in force; the worker then
 	// serves the protocol (sent in its ready event).
 	Description string
+	// Spawn, if set, is how the worker starts every command: it runs
+	// start (which forks and executes it) on the thread the backend
+	// prepared for that (Landlock: the one thread whose capability
+	// bounding set is empty; a child inherits its creator thread's).
+	Spawn func(start func() error) error
 }
 
 // WorkerEntry is a backend's code in the re-executed worker process: it runs

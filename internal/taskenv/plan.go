@@ -112,7 +112,7 @@ func checkSpec(spec Spec) (Spec, error) {
 	if spec.Task == "" {
 		spec.Task = DefaultTask
 	}
-	if !taskRe.MatchString(spec.Task) {
+	if !taskRe().MatchString(spec.Task) {
 		return spec, bad("task %q must match %s", spec.Task, taskRe)
 	}
 	switch spec.Mode {

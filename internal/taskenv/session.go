@@ -359,10 +359,10 @@ func (m *Manager) stateDir() (string, error) {
 	return s, nil
 }
 
-var taskRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`)
+var taskRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$`) })
 
 // idRe matches session IDs (task-HASH); it keeps IDs safe as file names.
-var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}-[0-9a-f]{10}$`)
+var idRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}-[0-9a-f]{10}$`) })
 
 // SessionID is the ID of the session for task in workspace: the task and a
 // hash of both, so one workspace's tasks and one task's workspaces differ.
@@ -372,4 +372,4 @@ func SessionID(task, workspace string) string {
 }
 
 // ValidID reports whether id has the shape of a session ID.
-func ValidID(id string) bool { return idRe.MatchString(id) }
+func ValidID(id string) bool { return idRe().MatchString(id) }

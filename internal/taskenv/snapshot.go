@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"regexp"
 	"strings"
+	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -64,7 +65,7 @@ type ImageRef struct {
 // ErrNoSnapshot reports an unknown snapshot key.
 var ErrNoSnapshot = errclass.New(errclass.Invalid, "no such snapshot")
 
-var keyRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var keyRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 // SnapshotKey is the content address of an environment: the SHA-256 of the
 // base image ID, the canonical manifest and the policy generation, each
@@ -86,7 +87,7 @@ func SnapshotKey(base string, manifest Manifest, policyGeneration string) string
 // "create --from KEY"). It accepts a full key only.
 func SnapshotRef(key string) (string, error) {
 	key = strings.TrimPrefix(key, SnapshotRepo+":")
-	if !keyRe.MatchString(key) {
+	if !keyRe().MatchString(key) {
 		return "", fmt.Errorf("%w: %q is not a snapshot key (64 hex digits)", ErrNoSnapshot, key)
 	}
 	return SnapshotRepo + ":" + key, nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"sync"
 	"time"
 )
@@ -75,7 +76,10 @@ func (t *Trace) Print(w io.Writer) {
 		return
 	}
 	end := time.Now()
-	for _, s := range t.Spans() {
+	spans := t.Spans()
+	// By start: a phase's sub-phases (recorded before it ends) follow it.
+	sort.SliceStable(spans, func(i, j int) bool { return spans[i].Start.Before(spans[j].Start) })
+	for _, s := range spans {
 		fmt.Fprintf(w, "vak trace: %s +%.3fms %.3fms\n", s.Name, ms(s.Start.Sub(t.start)), ms(s.End.Sub(s.Start)))
 	}
 	fmt.Fprintf(w, "vak trace: total +0.000ms %.3fms\n", ms(end.Sub(t.start)))

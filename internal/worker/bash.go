@@ -55,6 +55,9 @@ type Exec struct {
 	// Lifeline, if set, is the stdin of every command instead of the
 	// request's (the docker backend: see Spec.Lifeline).
 	Lifeline *os.File
+	// Spawn, if set, starts every command: it runs start, which forks it,
+	// where the backend needs it forked (sandbox.WorkerOutcome.Spawn).
+	Spawn func(start func() error) error
 
 	// reg, if set, records running commands so that a PID-1 worker reaping
 	// orphans never reaps a command os/exec still waits for.
@@ -68,6 +71,14 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // reservedEnv are variables the worker controls; requests cannot set them.
 var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
+
+// start starts cmd through Spawn, if set.
+func (x *Exec) start(cmd *exec.Cmd) error {
+	if x.Spawn == nil {
+		return x.reg.start(cmd)
+	}
+	return x.Spawn(func() error { return x.reg.start(cmd) })
+}
 
 // Bash implements Shell.
 func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
@@ -155,7 +166,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	start := time.Now()
 	var proc process = cmdProcess{cmd}
 	if relay != nil {
-		err := x.reg.start(cmd)
+		err := x.start(cmd)
 		relay.started()
 		if err != nil {
 			relay.finish()
@@ -166,7 +177,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 		}
-	} else if err := x.reg.start(cmd); err != nil {
+	} else if err := x.start(cmd); err != nil {
 		return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 	}
 	defer x.reg.done(proc.cmd())

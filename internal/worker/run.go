@@ -13,17 +13,18 @@ import (
 	"vak/internal/worker/wire"
 )
 
-// Run serves the protocol for spec on in/out until in is closed. sandbox
-// describes the restrictions in force (sent in the ready event).
+// Run serves the protocol for spec on in/out until in is closed. entry is
+// what the backend's worker entry returned: the restrictions in force (sent
+// in the ready event) and how commands are started.
 //
 // Where the platform has no safe file tools (fsguard is Linux-only), the
 // worker still starts: bash works and every file tool answers with code
 // unsupported. Any other failure to open the workspace fails the start.
-func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer) error {
+func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Reader, out io.Writer) error {
 	// Run is called once the backend's worker entry has returned: the
 	// restrictions are in force from here on.
 	restricted := time.Now()
-	return run(ctx, spec, sandboxDesc, in, out, func() (Files, io.Closer, error) {
+	return run(ctx, spec, entry.Description, entry.Spawn, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
 		if err != nil {
 			return nil, nil, err
@@ -37,8 +38,8 @@ func Run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 var processStart = time.Now()
 
 // run serves; restricted is when the restrictions came into force (zero:
-// unknown).
-func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
+// unknown); spawn, if set, starts every command (Exec.Spawn).
+func run(ctx context.Context, spec *Spec, sandboxDesc string, spawn func(func() error) error, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
 	files, closer, err := open()
 	switch {
 	case errors.Is(err, fsguard.ErrUnsupported):
@@ -65,6 +66,7 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, in io.Reader, out 
 			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
+			Spawn:          spawn,
 		},
 		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid(), Started: processStart.UnixNano()},
 	}

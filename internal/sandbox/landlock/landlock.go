@@ -95,7 +95,19 @@ type Policy struct {
 	AllowWeaker bool
 	// UID and GID are the invoking user's, restored inside stage 2.
 	UID, GID int
+	// GoAhead makes stage 1 wait for one byte on GoAheadFD before it
+	// starts stage 2: the broker sends it once stage 1 is in the session's
+	// cgroup (as root), so that joining the cgroup overlaps stage 1's
+	// start-up and the view, and nothing sandboxed runs outside it.
+	GoAhead bool `json:",omitempty"`
 }
+
+// GoAheadFD is the descriptor on which stage 1 waits for its go-ahead
+// (Policy.GoAhead): the extra file after the spec.
+const GoAheadFD = 4
+
+// goAheadByte is the go-ahead's content.
+const goAheadByte = 'G'
 
 // Status describes what the kernel offers (for vak doctor).
 type Status struct {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,6 +224,11 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		// it drops everything (dropCapabilities).
 		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 	}
+	if p.GoAhead {
+		if err := awaitGoAhead(); err != nil {
+			return 0, err
+		}
+	}
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -262,41 +268,65 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	}
 }
 
+// awaitGoAhead reads stage 1's go-ahead (Policy.GoAhead): one byte that
+// the broker writes once this process is in the session's cgroup. End of
+// file without it means the broker failed to place it there.
+func awaitGoAhead() error {
+	f := os.NewFile(GoAheadFD, "go-ahead")
+	if f == nil {
+		return fmt.Errorf("landlock: no go-ahead descriptor %d", GoAheadFD)
+	}
+	return readGoAhead(f)
+}
+
+// readGoAhead reads the go-ahead from f and closes it.
+func readGoAhead(f *os.File) error {
+	defer f.Close()
+	var b [1]byte
+	if n, err := f.Read(b[:]); n != 1 || b[0] != goAheadByte {
+		return fmt.Errorf("landlock: the broker did not confirm the sandbox's cgroup (go-ahead on fd %d: %d bytes, %v); stage 2 not started", GoAheadFD, n, err)
+	}
+	return nil
+}
+
 // Stage2 restricts the calling process for good: capabilities, rlimits,
 // no_new_privs, Landlock and seccomp, in that order. It returns a summary of
-// what is in force.
-func Stage2(p Policy, namespaces bool) (string, error) {
+// what is in force, and spawn: the worker must start every command through
+// it (sandbox.WorkerOutcome.Spawn), on the one thread whose capability
+// bounding set is empty.
+func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) error, err error) {
 	st := Status{Seccomp: true, UserNS: namespaces}
 	st.ABI, _ = llsys.LandlockGetABIVersion()
 	if st.ABI < 1 && !p.AllowWeaker {
-		return "", fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
+		return "", nil, fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
 	}
-	if err := dropCapabilities(); err != nil {
-		return "", fmt.Errorf("landlock: drop capabilities: %w", err)
+	sp := newSpawner()
+	if err := dropCapabilities(sp); err != nil {
+		return "", nil, fmt.Errorf("landlock: drop capabilities: %w", err)
 	}
 	if err := setRlimits(p.Limits.WithDefaults()); err != nil {
-		return "", fmt.Errorf("landlock: rlimits: %w", err)
+		return "", nil, fmt.Errorf("landlock: rlimits: %w", err)
 	}
 	if err := llsys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "", fmt.Errorf("landlock: no_new_privs: %w", err)
+		return "", nil, fmt.Errorf("landlock: no_new_privs: %w", err)
 	}
 	if st.ABI >= 1 {
 		if err := restrictLandlock(p, namespaces); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	listener, err := installSeccomp()
 	if err != nil {
-		return "", fmt.Errorf("landlock: seccomp: %w", err)
+		return "", nil, fmt.Errorf("landlock: seccomp: %w", err)
 	}
 	if err := handOver(listener); err != nil {
-		return "", fmt.Errorf("landlock: %w", err)
+		return "", nil, fmt.Errorf("landlock: %w", err)
 	}
 	// Commands get only 0-2: whatever else this process inherited (from
 	// stage 1, or from vak's invoker without namespaces) closes on exec.
 	// Every descriptor Go opens later is close-on-exec already.
 	if err := closeInherited(); err != nil {
-		return "", fmt.Errorf("landlock: %w", err)
+		return "", nil, fmt.Errorf("landlock: %w", err)
 	}
 	s := summary(st)
 	if !namespaces {
@@ -305,7 +335,7 @@ func Stage2(p Policy, namespaces bool) (string, error) {
 	if st.ABI < 1 {
 		s += " (weaker: no landlock; allowed by sandbox.allow_weaker)"
 	}
-	return s, nil
+	return s, sp.do, nil
 }
 
 // restrictLandlock applies the filesystem, network and scope rules.
@@ -385,11 +415,17 @@ func existing(ps []string) []string {
 // user namespace regains nothing on execve.
 //
 // Capabilities belong to threads, not processes, and the Go runtime runs
-// this process on several threads already; a command is forked by whichever
-// thread happens to run the worker's goroutine. So every step goes through
-// psx, which runs the syscall on all threads of the process at once (with
-// or without cgo); threads started later are cloned from restricted ones.
-func dropCapabilities() error {
+// this process on several threads already. Ambient, inheritable,
+// permitted and effective sets, and the securebits, are changed on all
+// threads at once through psx (one stop-the-world call each); threads
+// started later are cloned from restricted ones. The bounding set takes one
+// call per capability, which would be 41 such calls: it is emptied on the
+// spawner's thread only, the one thread that forks every command (a child
+// inherits the sets of the thread that created it). On the other threads
+// it stays full and cannot be used: nothing is left in any of their other
+// sets, no_new_privs is set and the securebits forbid regaining
+// capabilities as root.
+func dropCapabilities(sp *spawner) error {
 	// Bounding set and securebits need CAP_SETPCAP. Stage 1 raises it as an
 	// ambient capability of stage 2 (see Stage1), so that a stage 2 that is
 	// not uid 0 in its namespace still holds it here and can empty the
@@ -401,10 +437,8 @@ func dropCapabilities() error {
 		return err
 	}
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
-		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-			if err := llsys.AllThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-				return fmt.Errorf("drop bounding cap %d: %w", c, err)
-			}
+		if err := sp.do(dropBoundingSet); err != nil {
+			return err
 		}
 		const secbits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<6 | 1<<7 // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE (+locks)
 		if err := llsys.AllThreadsPrctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
@@ -419,6 +453,43 @@ func dropCapabilities() error {
 		return fmt.Errorf("capset: %w", e)
 	}
 	return nil
+}
+
+// dropBoundingSet empties the calling thread's bounding set (the spawner's:
+// see dropCapabilities). Capabilities the kernel does not know fail with
+// EINVAL.
+func dropBoundingSet() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop bounding cap %d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// spawner runs functions on one OS thread of its own: its goroutine locks
+// the thread and never unlocks it, so no other goroutine ever runs there,
+// and the Go runtime creates new threads from its template thread, never
+// from a locked one. Whatever that thread forks inherits its capability
+// sets.
+type spawner struct{ reqs chan func() }
+
+func newSpawner() *spawner {
+	sp := &spawner{reqs: make(chan func())}
+	go func() {
+		runtime.LockOSThread() // for good: the thread ends with the process
+		for f := range sp.reqs {
+			f()
+		}
+	}()
+	return sp
+}
+
+// do runs f on the spawner's thread and returns its error.
+func (sp *spawner) do(f func() error) error {
+	done := make(chan error, 1)
+	sp.reqs <- func() { done <- f() }
+	return <-done
 }
 
 // closeInherited marks every descriptor above 2 close-on-exec

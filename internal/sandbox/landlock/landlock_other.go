@@ -38,7 +38,9 @@ func Configure(*exec.Cmd, Status) (bool, error) { return false, ErrUnsupported }
 func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
 
 // Stage2 is unsupported here.
-func Stage2(Policy, bool) (string, error) { return "", ErrUnsupported }
+func Stage2(Policy, bool) (string, func(func() error) error, error) {
+	return "", nil, ErrUnsupported
+}
 
 // Cgroup is unsupported here.
 type Cgroup struct{}

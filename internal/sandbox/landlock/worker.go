@@ -73,7 +73,18 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			return nil, fmt.Errorf("broker: %w (running as root, the process limit needs it; sandbox.allow_weaker accepts running without)", err)
 		}
 	}
-	var supervisor, supRemote *os.File
+	var supervisor, supRemote, goAhead, goAheadRemote *os.File
+	if ns && cgroup != nil {
+		// Stage 1 joins the cgroup while it starts up and builds the view,
+		// and waits for the go-ahead before it starts stage 2.
+		if goAheadRemote, goAhead, err = os.Pipe(); err != nil {
+			cgroup.Remove()
+			return nil, err
+		}
+		p.GoAhead = true
+		l.SpecFirst = true
+		l.ExtraFiles = []*os.File{goAheadRemote}
+	}
 	if !ns {
 		// No stage 1: stage 2 is our child, and we answer its setsid
 		// notifications (see Supervise).
@@ -99,12 +110,24 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			supRemote.Close()
 			go Supervise(supervisor, pid)
 		}
-		if cgroup != nil {
-			return cgroup.Add(pid)
+		if cgroup == nil {
+			return nil
 		}
-		return nil
+		err := cgroup.Add(pid)
+		if goAhead != nil {
+			goAheadRemote.Close()
+			if err == nil {
+				_, err = goAhead.Write([]byte{goAheadByte})
+			}
+			goAhead.Close()
+		}
+		return err
 	}
 	l.Cleanup = func() {
+		if goAhead != nil {
+			goAhead.Close()
+			goAheadRemote.Close()
+		}
 		if cgroup != nil {
 			cgroup.Remove()
 		}
@@ -163,8 +186,8 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
-	desc, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc}, err
+	desc, spawn, err := Stage2(ws.Policy, ws.Namespaces)
+	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn}, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and

@@ -218,3 +218,104 @@ func testViewMounts(t *testing.T, home sandbox.HomeKind) {
 		}
 	}
 }
+
+// As root the process and memory limits come from the session's cgroup,
+// which stage 1 joins while it starts up (the broker's go-ahead gates stage
+// 2): every command, and the worker itself, must be in it. Control: this
+// test process is in none of vak's cgroups.
+func TestLandlockCommandsInSessionCgroup(t *testing.T) {
+	if !landlock.NeedCgroup() {
+		t.Skip("limits come from a cgroup only as root")
+	}
+	host, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skipf("no /proc/self/cgroup: %v", err)
+	}
+	if strings.Contains(string(host), "/vak-") {
+		t.Fatalf("control: this test already runs in a vak cgroup:\n%s", host)
+	}
+	// The hierarchy the limit lives in: cgroup v1's pids controller where
+	// there is one, else the unified hierarchy.
+	limitLines := func(text string) []string {
+		var v1, v2 []string
+		for _, l := range strings.Split(text, "\n") {
+			f := strings.SplitN(l, ":", 3)
+			switch {
+			case len(f) != 3:
+			case slices.Contains(strings.Split(f[1], ","), "pids"):
+				v1 = append(v1, f[2])
+			case f[0] == "0" && f[1] == "":
+				v2 = append(v2, f[2])
+			}
+		}
+		if len(v1) > 0 {
+			return v1
+		}
+		return v2
+	}
+	if len(limitLines(string(host))) != 1 {
+		t.Skipf("control: no single pids or unified cgroup line in this process's cgroups:\n%s", host)
+	}
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	for i := 0; i < 20; i++ {
+		r := Sh(t, s, "cat /proc/self/cgroup /proc/$PPID/cgroup")
+		pids := limitLines(r.Stdout)
+		if len(pids) != 2 {
+			t.Fatalf("command %d: want the cgroup lines of the command and its worker, got %q (%q)", i, r.Stdout, r.Stderr)
+		}
+		for _, p := range pids {
+			if !strings.Contains(p, "/vak-") {
+				t.Fatalf("command %d (or its worker) runs outside the session cgroup: %q", i, r.Stdout)
+			}
+		}
+	}
+}
+
+// The worker's capability bounding set is emptied on the one thread that
+// forks commands (the hardening suite checks 200 commands); every other
+// thread of the worker must still hold nothing it could use: empty
+// inheritable, permitted, effective and ambient sets, no_new_privs and the
+// seccomp filter. Control: stage 1 (PID 1, root of the outer namespace)
+// holds capabilities in the same listing, so the check can fail.
+func TestLandlockWorkerThreadsHoldNothing(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := Sh(t, s, `for p in /proc/[0-9]*; do
+  c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
+  case "$c" in *__worker*) for t in $p/task/*; do echo "== ${p#/proc/} ${t##*/} $c"; cat $t/status; done;; esac
+done`)
+	type thread struct {
+		stage2 bool
+		status map[string]string
+	}
+	var threads []thread
+	for _, block := range strings.Split(r.Stdout, "== ")[1:] {
+		head, body, _ := strings.Cut(block, "\n")
+		threads = append(threads, thread{strings.Contains(head, "--stage 2"), procStatus(body)})
+	}
+	var stage1, stage2 int
+	for _, th := range threads {
+		if !th.stage2 {
+			if th.status["CapEff"] != "0000000000000000" {
+				stage1++
+			}
+			continue
+		}
+		stage2++
+		for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+			if th.status[f] != "0000000000000000" {
+				t.Errorf("a worker thread holds %s=%s", f, th.status[f])
+			}
+		}
+		if th.status["NoNewPrivs"] != "1" || th.status["Seccomp"] != "2" {
+			t.Errorf("a worker thread lacks no_new_privs or the seccomp filter: NoNewPrivs=%s Seccomp=%s", th.status["NoNewPrivs"], th.status["Seccomp"])
+		}
+	}
+	if stage1 == 0 {
+		t.Fatalf("control: no stage 1 thread with capabilities in the listing:\n%s", truncate(r.Stdout))
+	}
+	if stage2 < 2 {
+		t.Fatalf("found %d worker threads, want the Go runtime's several:\n%s", stage2, truncate(r.Stdout))
+	}
+}
