@@ -153,18 +153,19 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		s.tempDir = tmp
 		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
-			Workspace:   opts.Workspace,
-			Mode:        cfg.Sandbox.Mode,
-			TempDir:     tmp,
-			Home:        home,
-			HomeDir:     homeDir,
-			ReadPaths:   cfg.Sandbox.ReadPaths,
-			WritePaths:  cfg.Sandbox.WritePaths,
-			Protected:   s.prot,
-			Limits:      cfg.Sandbox.Limits,
-			Env:         hostCommandEnv(cfg.Sandbox.Env),
-			AllowWeaker: cfg.Sandbox.AllowWeaker,
-			Network:     opts.Network,
+			Workspace:    opts.Workspace,
+			Mode:         cfg.Sandbox.Mode,
+			TempDir:      tmp,
+			Home:         home,
+			HomeDir:      homeDir,
+			HomeFallback: !cfg.Sandbox.HomeSet,
+			ReadPaths:    cfg.Sandbox.ReadPaths,
+			WritePaths:   cfg.Sandbox.WritePaths,
+			Protected:    s.prot,
+			Limits:       cfg.Sandbox.Limits,
+			Env:          hostCommandEnv(cfg.Sandbox.Env),
+			AllowWeaker:  cfg.Sandbox.AllowWeaker,
+			Network:      opts.Network,
 		}, cmd)
 		if err != nil {
 			s.cleanup()

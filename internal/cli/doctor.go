@@ -17,6 +17,7 @@ import (
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/sandbox/landlock"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -168,6 +169,15 @@ func describeHome(cfg *config.Config, ws string, b sandbox.Name) string {
 		return "fresh (an empty private home for each run)"
 	case ws == "" && h.Kind == agenthome.Workspace:
 		return h.String() + " (no usable workspace)"
+	}
+	if b == sandbox.Landlock {
+		home, _ := os.UserHomeDir()
+		if err := landlock.CheckHomeTarget(home); err != nil {
+			if !cfg.Sandbox.HomeSet {
+				return fmt.Sprintf("fresh (the default %s home cannot be placed: HOME is %q, one of the sandbox's own directories)", h, home)
+			}
+			return fmt.Sprintf("%s: runs fail: %v", h, err)
+		}
 	}
 	dir, err := agenthome.Dir(h, ws)
 	if err != nil {

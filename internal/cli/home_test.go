@@ -267,3 +267,32 @@ func TestRunDockerHome(t *testing.T) {
 func fmtQ(s string) string { return strconv.Quote(s) }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// HOME=/tmp (a service account, some CI containers) cannot hold a
+// persistent home on the native backend, where the sandbox has its own
+// /tmp: the default home falls back to a fresh one (and doctor says so); a
+// home chosen explicitly fails closed, naming HOME and the way out.
+func TestRunHomeOnSandboxDir(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n")
+	t.Setenv("HOME", "/tmp")
+	for i := 0; i < 2; i++ {
+		code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--", "sh", "-c", `echo "$HOME"; cat ~/.kept 2>/dev/null; echo x > ~/.kept`)
+		if code != 0 || out != "/tmp\n" {
+			t.Fatalf("default home with HOME=/tmp, run %d: exit %d: %q %q", i, code, out, errs)
+		}
+	}
+	if _, out, _ := vakMain(t, cfg, "doctor", "-w", ws); !strings.Contains(out, `home: fresh (the default workspace home cannot be placed: HOME is "/tmp"`) {
+		t.Errorf("doctor: %s", out)
+	}
+	for _, h := range []string{"workspace", "profile:p"} {
+		code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--home", h, "--", "sh", "-c", "echo ran > ran")
+		if code != ExitUnavailable || !strings.Contains(errs, `HOME is "/tmp"`) || !strings.Contains(errs, "--home fresh") || !strings.Contains(errs, "nothing was run") {
+			t.Fatalf("--home %s: exit %d: %q %q", h, code, out, errs)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+			t.Fatalf("--home %s: the command ran", h)
+		}
+	}
+}

@@ -145,7 +145,7 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 		if err != nil {
 			return fmt.Errorf("--home: %w", err)
 		}
-		cfg.Sandbox.Home = h
+		cfg.Sandbox.Home, cfg.Sandbox.HomeSet = h, true
 	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout: must not be negative")

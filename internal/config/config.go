@@ -120,6 +120,10 @@ type Sandbox struct {
 	Env []string
 	// Home is the sandbox's home directory (sandbox.DefaultHome unless set).
 	Home sandbox.HomeChoice
+	// HomeSet says a config file or a flag chose Home: a default home may
+	// fall back to a fresh one where a backend cannot place it, a chosen
+	// one fails instead.
+	HomeSet bool
 }
 
 // Files is the validated [files] section.
@@ -454,7 +458,7 @@ func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 		case err != nil:
 			return errf("sandbox.home", "%v", err)
 		case trusted || h.Kind == sandbox.HomeFresh:
-			c.Sandbox.Home = h
+			c.Sandbox.Home, c.Sandbox.HomeSet = h, true
 		default:
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.home = %q: project config may only choose \"fresh\" (effective %s)", file, *s.Home, c.Sandbox.Home))
 		}

@@ -302,8 +302,11 @@ func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
 	if err != nil || cfg.Sandbox.Home != (sandbox.HomeChoice{Kind: sandbox.HomeProfile, Name: "work"}) {
 		t.Fatalf("trusted home: %+v %v", cfg.Sandbox.Home, err)
 	}
-	if d := Default().Sandbox.Home; d != sandbox.DefaultHome {
-		t.Errorf("default home %v, want %v", d, sandbox.DefaultHome)
+	if d := Default().Sandbox; d.Home != sandbox.DefaultHome || d.HomeSet {
+		t.Errorf("default home %v (set %v), want %v, not set", d.Home, d.HomeSet, sandbox.DefaultHome)
+	}
+	if !cfg.Sandbox.HomeSet {
+		t.Error("a home from the user config is not marked as chosen")
 	}
 	for _, widen := range []string{"workspace", "profile:other"} {
 		write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \""+widen+"\"\n")

@@ -33,6 +33,9 @@ type ProcessPolicy struct {
 	// directory the sandbox gets read-write as its HOME. Empty means a
 	// fresh, empty home for this session only.
 	HomeDir string
+	// HomeFallback says HomeDir is only the default: a backend that cannot
+	// place it (see landlock) gives a fresh home instead of failing.
+	HomeFallback bool
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string
