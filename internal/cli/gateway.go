@@ -84,6 +84,7 @@ Listener flags override the config; "-" disables a listener.`,
 		a.newGatewayCACmd(),
 		a.newImportSandcatCmd(),
 		a.newGatewayPresetsCmd(),
+		a.newGatewayServeNativeCmd(),
 	)
 	return cmd
 }

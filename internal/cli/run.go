@@ -105,7 +105,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
-	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
+	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config; native backend: your on-demand gateway, docker: the workspace's topology) (default from config: none)")
 	homeFlag(fl, &f.home)
 	return cmd
 }
@@ -222,10 +222,23 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		if err := sandbox.CheckNetwork(b); err != nil {
+	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
+	if proxied {
+		kind, err := sandbox.ProxiedNetwork(b)
+		if err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
+		if kind == sandbox.NetworkFence {
+			end = tr.Begin("proxied network: on-demand gateway")
+			var release func()
+			if attach, release, err = a.fenceNet(sigctx); err != nil {
+				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
+			}
+			end()
+			defer release()
+		}
+	}
+	if proxied && attach == nil {
 		acquire, release := a.proxyNet(cfg, a.labels)
 		idle := cfg.Session.RunNetworkIdle
 		if idle > 0 {

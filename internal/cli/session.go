@@ -549,6 +549,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	for _, p := range broker.CleanStale(registry(config.Default()).All()...) {
 		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
 	}
+	a.stopOnDemandGateway(ctx)
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err
@@ -644,7 +645,8 @@ ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
 touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
-cgroups of native (landlock) runs whose vak process is gone.
+cgroups of native (landlock) runs whose vak process is gone, and stops the
+on-demand gateway of native proxied runs when no run uses it.
 
 Persistent agent homes (vak run --home) are removed only when asked, and then
 nothing else is: --homes removes every home (each workspace's and each

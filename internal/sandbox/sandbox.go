@@ -199,8 +199,8 @@ type Command struct {
 	// protected paths) stay the ones the tripwire and the read-only mounts
 	// protect (fsguard.Plan).
 	Pin []string
-	// Network, if set, attaches a container to a proxied network; nil means
-	// no network at all.
+	// Network, if set, attaches a container to a proxied network (its
+	// Mode); nil means no network at all.
 	Network *NetworkAttachment
 	// Home, if set, is the persistent private home (agenthome): a host
 	// directory bound read-write at the container's HOME. Empty means the
@@ -231,6 +231,27 @@ type NetworkAttachment struct {
 	// TrustEnv the CA trust variables alone (no placeholders).
 	TrustCA  string
 	TrustEnv []string
+	// Fence, set instead of Mode, asks a process-scoped backend to fence
+	// the sandbox's own network namespace (NetworkFence); Env then holds
+	// the trust variables (pointing into FenceTrustDir) and the secret
+	// placeholders.
+	Fence *Fence
+}
+
+// FenceTrustDir is where a fenced sandbox sees Fence.TrustDir (read-only).
+const FenceTrustDir = "/run/vak/trust"
+
+// Fence is the host side of a fenced network namespace: the on-demand
+// gateway's sockets, opened by the trusted stage before the sandboxed
+// command starts (docs/gateway.md "Native proxied").
+type Fence struct {
+	// DataSocket is the gateway's transparent listener (PROXY v2 streams).
+	DataSocket string
+	// DNSSocket is its resolver (DNS over TCP framing).
+	DNSSocket string
+	// TrustDir is a host directory of public trust files (the gateway CA,
+	// the bundle with the system roots), bound read-only at FenceTrustDir.
+	TrustDir string
 }
 
 // Backend is a sandboxing mechanism.

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -107,6 +108,12 @@ type Gateway struct {
 	closeOnce sync.Once
 	done      chan struct{}
 }
+
+// UnixPrefix marks a listener address that is a unix socket path
+// ("unix:/path"): the transparent listener then takes PROXY v2 streams and
+// the DNS listener DNS over TCP framing, both 0600 and checked for the
+// peer's uid like the admin socket (the native fence, docs/gateway.md).
+const UnixPrefix = "unix:"
 
 // Addrs are the bound listener addresses ("" when disabled).
 type Addrs struct {
@@ -225,17 +232,31 @@ func New(opts Options) (_ *Gateway, err error) {
 		}
 	}
 	if addr := pick(opts.TransparentListen, gc.TransparentListen, ""); addr != "" && addr != "-" {
-		if g.transparentL, err = net.Listen("tcp", addr); err != nil {
+		if path, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+			// A unix socket (the native fence's forwarders): 0600, peers
+			// of this uid only, like the admin socket.
+			if g.transparentL, err = admin.Listen(path); err != nil {
+				return nil, fmt.Errorf("gateway: transparent listener: %w", err)
+			}
+		} else if g.transparentL, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("gateway: transparent listener: %w", err)
 		}
 	}
 	if addr := pick(opts.DNSListen, gc.DNSListen, ""); addr != "" && addr != "-" {
-		if g.dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
+		if path, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+			// DNS over TCP framing on a unix socket (the native fence's
+			// DNS relays), checked like the admin socket.
+			if g.dnsTCP, err = admin.Listen(path); err != nil {
+				return nil, fmt.Errorf("gateway: DNS listener: %w", err)
+			}
+		} else if g.dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
 			return nil, fmt.Errorf("gateway: DNS listener: %w", err)
 		}
 		// TCP on the same port as UDP.
-		if g.dnsTCP, err = net.Listen("tcp", g.dnsUDP.LocalAddr().String()); err != nil {
-			return nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
+		if g.dnsUDP != nil {
+			if g.dnsTCP, err = net.Listen("tcp", g.dnsUDP.LocalAddr().String()); err != nil {
+				return nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
+			}
 		}
 	}
 	g.adminPath = pick(opts.AdminSocket, gc.AdminSocket, DefaultAdminSocket(opts.StateDir))
@@ -313,9 +334,14 @@ func (g *Gateway) Addrs() Addrs {
 	}
 	if g.transparentL != nil {
 		a.Transparent = g.transparentL.Addr().String()
+		if g.transparentL.Addr().Network() == "unix" {
+			a.Transparent = UnixPrefix + a.Transparent
+		}
 	}
 	if g.dnsUDP != nil {
 		a.DNS = g.dnsUDP.LocalAddr().String()
+	} else if g.dnsTCP != nil {
+		a.DNS = UnixPrefix + g.dnsTCP.Addr().String()
 	}
 	if g.adminL != nil {
 		a.Admin = g.adminPath
@@ -343,7 +369,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if g.dnsUDP != nil {
+	if g.dnsUDP != nil || g.dnsTCP != nil {
 		g.dnsSrv = &dns.Server{
 			Policy:   g.pol.Load,
 			Resolver: resolverFunc(g.resolver.Load),
