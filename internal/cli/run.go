@@ -66,9 +66,11 @@ terminal is then in raw mode: every key, Ctrl-C included, goes to the command
 (Ctrl-C interrupts the command, not vak), window-size changes follow, and your
 terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
 sent to vak itself still kill the command. The command never holds a
-descriptor of your terminal, only of its own. The native backend runs
-interactive commands; the docker backend does not yet (-i/-t fail with status 2
-there, and the automatic -t stays off).
+descriptor of your terminal, only of its own. Both backends run interactive
+commands: the native one allocates the terminal in the sandbox's own devpts,
+docker in the container (the command joins its container through docker exec;
+the container's init keeps reading vak's lifeline, so a killed vak still takes
+the command down).
 
 --home says what the command sees as HOME (never your real home): fresh, an
 empty private home gone after the run; workspace (the default), a private home
@@ -87,6 +89,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
   vak run --backend docker --workspace ~/src/app -- sh -c 'id; touch f'
   vak run --mode read-only --timeout 30s -- ls -la
   vak run -- sh                 # an interactive shell (terminal inside the sandbox)
+  vak run --backend docker -- sh  # the same in a container
   git diff | vak run -i -- wc -l`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

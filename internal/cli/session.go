@@ -198,12 +198,18 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	spec.NetworkPolicy = cfg.Network
 	spec.Docker = f.docker || cfg.Session.Docker
 	if spec.Docker {
+		spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
+	}
+	if spec.Docker {
 		if spec.NetworkPolicy != taskenv.NetworkProxied {
 			return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
 		}
 		eng, err := taskenv.NewEngine()
 		if err != nil {
 			return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+		}
+		if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
+			return err
 		}
 		if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
 			return err
@@ -356,7 +362,12 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 
 // sessionExecDocker runs docker exec for a terminal or as root.
 func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
+	var tty *taskenv.TTYSize
+	if f.tty {
+		sz := a.termSize()
+		tty = &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}
+	}
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, tty, f.root)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -463,9 +464,11 @@ type Status struct {
 	ReceiptsKey    string      `json:"receipts_key"`
 	ReceiptsPubKey string      `json:"receipts_pubkey_file"`
 	Proxy          proxy.Stats `json:"proxy"`
-	Reloads        int         `json:"reloads"`
-	LastReload     *time.Time  `json:"last_reload,omitempty"`
-	LastError      string      `json:"last_reload_error,omitempty"`
+	// Procs is the process's GOMAXPROCS (see SetProcs).
+	Procs      int        `json:"procs"`
+	Reloads    int        `json:"reloads"`
+	LastReload *time.Time `json:"last_reload,omitempty"`
+	LastError  string     `json:"last_reload_error,omitempty"`
 }
 
 // Status reports the gateway's state (no secret values).
@@ -494,6 +497,7 @@ func (g *Gateway) Status() any {
 		ReceiptsKey:    g.receiptsKey,
 		ReceiptsPubKey: filepath.Join(ReceiptsKeyDir(g.opts.StateDir), receipts.PubKeyFile),
 		Proxy:          g.proxy.Stats(),
+		Procs:          runtime.GOMAXPROCS(0),
 		Reloads:        g.reloads,
 		LastError:      g.lastErr,
 	}
