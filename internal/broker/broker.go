@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/fsguard"
 	"vak/internal/paths"
@@ -90,6 +91,7 @@ type Session struct {
 	tempDir string
 	wrapper sandbox.Wrapper // command-scoped backends only
 	env     []string        // environment of sandboxed commands
+	home    string          // persistent home of command-scoped backends ("": fresh)
 	prot    []string        // absolute protected paths
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
@@ -141,23 +143,29 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	var lifeR *os.File
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
+		homeDir, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
+		}
 		tmp, err := os.MkdirTemp("", TempPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
 		s.tempDir = tmp
 		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
-			Workspace:   opts.Workspace,
-			Mode:        cfg.Sandbox.Mode,
-			TempDir:     tmp,
-			Home:        home,
-			ReadPaths:   cfg.Sandbox.ReadPaths,
-			WritePaths:  cfg.Sandbox.WritePaths,
-			Protected:   s.prot,
-			Limits:      cfg.Sandbox.Limits,
-			Env:         hostCommandEnv(cfg.Sandbox.Env),
-			AllowWeaker: cfg.Sandbox.AllowWeaker,
-			Network:     opts.Network,
+			Workspace:    opts.Workspace,
+			Mode:         cfg.Sandbox.Mode,
+			TempDir:      tmp,
+			Home:         home,
+			HomeDir:      homeDir,
+			HomeFallback: !cfg.Sandbox.HomeSet,
+			ReadPaths:    cfg.Sandbox.ReadPaths,
+			WritePaths:   cfg.Sandbox.WritePaths,
+			Protected:    s.prot,
+			Limits:       cfg.Sandbox.Limits,
+			Env:          hostCommandEnv(cfg.Sandbox.Env),
+			AllowWeaker:  cfg.Sandbox.AllowWeaker,
+			Network:      opts.Network,
 		}, cmd)
 		if err != nil {
 			s.cleanup()
@@ -175,9 +183,12 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 	case sandbox.Wrapper:
 		s.wrapper = b
+		var err error
+		if s.home, err = agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace); err != nil {
+			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
+		}
 		spec.Env = b.HostEnv()
 		s.env = containerEnv(cfg.Sandbox.Env)
-		var err error
 		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
 		}
@@ -395,6 +406,7 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
 		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
+		Home:      s.home,
 	}
 	var argv []string
 	if a.Interactive {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vak/internal/paths"
+	"vak/internal/sandbox/docker"
 	"vak/internal/testenv"
 )
 
@@ -26,6 +27,16 @@ func TestMain(m *testing.M) {
 
 func testMainWithVak(m *testing.M) int {
 	workerExecutable = testenv.Vak(tb{})
+	// Runs keep a persistent home per workspace in the state dir by
+	// default: keep the tests' homes out of the real one.
+	if os.Getenv(paths.EnvStateHome) == "" {
+		state, err := os.MkdirTemp("", "vak-cli-state-")
+		if err != nil {
+			panic(err)
+		}
+		defer os.RemoveAll(state)
+		os.Setenv(paths.EnvStateHome, state)
+	}
 	return m.Run()
 }
 
@@ -87,7 +98,7 @@ func TestRunDockerIDAndTouch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
-	if !strings.Contains(out, "quote's /tmp") || !strings.HasPrefix(out, strconv.Itoa(os.Getuid())) {
+	if !strings.Contains(out, "quote's "+docker.PersistentHome) || !strings.HasPrefix(out, strconv.Itoa(os.Getuid())) {
 		t.Fatalf("output %q", out)
 	}
 	fi, err := os.Stat(filepath.Join(ws, "f"))

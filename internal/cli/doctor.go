@@ -2,15 +2,22 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/agenthome"
+	"vak/internal/config"
+	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
+	"vak/internal/sandbox/landlock"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -33,6 +40,7 @@ config file is invalid.`,
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode to resolve for")
 	fl.StringVar(&f.backend, "backend", "", "backend to resolve")
 	fl.StringVar(&f.network, "network", "", "network policy to show (none or proxied)")
+	homeFlag(fl, &f.home)
 	return cmd
 }
 
@@ -122,6 +130,7 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
 	fmt.Fprintf(out, "protected paths: %v\n", cfg.Files.Protected)
+	fmt.Fprintf(out, "home: %s\n", describeHome(cfg, ws, res.Effective))
 	{
 		switch netPolicy := cfg.Network; {
 		case cfg.Sandbox.Mode == sandbox.FullAccess:
@@ -147,4 +156,61 @@ func scopeOf(b sandbox.Backend) string {
 		return "-"
 	}
 	return b.Scope().String()
+}
+
+// describeHome says which HOME a run would get: the choice, where it lives
+// on the host and what it holds (nothing is created to say so).
+func describeHome(cfg *config.Config, ws string, b sandbox.Name) string {
+	h := cfg.Sandbox.Home
+	switch {
+	case !cfg.Sandbox.Mode.Restricted() || b == sandbox.None:
+		return "your real home (mode full-access: nothing is sandboxed)"
+	case h.Kind == agenthome.Fresh:
+		return "fresh (an empty private home for each run)"
+	case ws == "" && h.Kind == agenthome.Workspace:
+		return h.String() + " (no usable workspace)"
+	}
+	if b == sandbox.Landlock {
+		home, _ := os.UserHomeDir()
+		if err := landlock.CheckHomeTarget(home); err != nil {
+			if !cfg.Sandbox.HomeSet {
+				return fmt.Sprintf("fresh (the default %s home cannot be placed: HOME is %q, one of the sandbox's own directories)", h, home)
+			}
+			return fmt.Sprintf("%s: runs fail: %v", h, err)
+		}
+	}
+	dir, err := agenthome.Dir(h, ws)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", h, err)
+	}
+	seen := ""
+	if b == sandbox.Docker {
+		seen = ", seen as " + docker.PersistentHome + " in the container"
+	}
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Sprintf("%s, kept in %s (not created yet%s)", h, dir, seen)
+	case err != nil:
+		return fmt.Sprintf("%s, kept in %s: %v", h, dir, err)
+	case !fi.IsDir():
+		return fmt.Sprintf("%s, kept in %s: not a directory (runs fail until it is removed)", h, dir)
+	}
+	u, err := (agenthome.Home{Choice: h, Dir: dir}).Usage()
+	if err != nil {
+		return fmt.Sprintf("%s, kept in %s (size unknown: %v%s)", h, dir, err, seen)
+	}
+	return fmt.Sprintf("%s, kept in %s (%s in %d entries%s)", h, dir, humanSize(u), u.Entries, seen)
+}
+
+// humanSize formats a home's usage.
+func humanSize(u fsguard.Usage) string {
+	s := fmt.Sprintf("%.1f MiB", float64(u.Bytes)/(1<<20))
+	if u.Bytes < 1<<20 {
+		s = fmt.Sprintf("%d KiB", u.Bytes>>10)
+	}
+	if u.Truncated {
+		s = "more than " + s
+	}
+	return s
 }

@@ -74,6 +74,7 @@ refused (403).`,
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "the longest a bash call may run (default from config: none; a call without a timeout gets 2m)")
 	fl.StringVar(&f.network, "network", "", "network policy: none or proxied (default from config: none)")
+	homeFlag(fl, &f.home)
 	fl.StringVar(&f.listen, "listen", "", "serve streamable HTTP instead of stdio: a loopback HOST:PORT (a bearer token is generated and printed) or unix:PATH (only your uid may connect)")
 	fl.StringVar(&f.session, "session", "", "run bash in this task-environment session (vak session create); the file tools stay on the host")
 	fl.BoolVar(&f.sessionNew, "session-new", false, "create a task-environment session for this server, run bash in it, and remove it when the server exits")
@@ -237,7 +238,7 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if a.userConfig != "" {
 		args = append([]string{"--config", a.userConfig}, args...)
 	}
-	for _, fl := range []struct{ name, v string }{{"--backend", f.backend}, {"--mode", f.mode}, {"--network", f.network}, {"--image", f.image}} {
+	for _, fl := range []struct{ name, v string }{{"--backend", f.backend}, {"--mode", f.mode}, {"--network", f.network}, {"--image", f.image}, {"--home", f.home}} {
 		if fl.v != "" {
 			args = append(args, fl.name, fl.v)
 		}

@@ -89,7 +89,7 @@ func TestMCPPrintConfig(t *testing.T) {
 	ws := tempWorkspace(t)
 	for _, client := range mcpClients {
 		t.Run(client, func(t *testing.T) {
-			code, out, errs := vakMain(t, "", "mcp", "--workspace", ws, "--mode", "read-only", "--print-config", client)
+			code, out, errs := vakMain(t, "", "mcp", "--workspace", ws, "--mode", "read-only", "--home", "profile:mcp", "--print-config", client)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -117,7 +117,7 @@ func TestMCPPrintConfig(t *testing.T) {
 				}
 				json.Unmarshal(c.MCPServers["vak"], &server)
 			}
-			want := []string{"mcp", "--workspace", ws, "--mode", "read-only"}
+			want := []string{"mcp", "--workspace", ws, "--mode", "read-only", "--home", "profile:mcp"}
 			if !filepath.IsAbs(server.Command) || !slices.Equal(server.Args, want) {
 				t.Fatalf("server = %+v, want an absolute command with args %v", server, want)
 			}

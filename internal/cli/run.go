@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"vak/internal/agenthome"
 	"vak/internal/agentnet"
 	"vak/internal/broker"
 	"vak/internal/config"
@@ -39,6 +41,7 @@ type runFlags struct {
 	image     string
 	timeout   time.Duration
 	network   string
+	home      string
 	stdin     stdinFlags
 	labels    []string // hidden: extra labels on what vak creates (tests set vak.test=1)
 	trace     bool
@@ -68,6 +71,13 @@ commands: the native one allocates the terminal in the sandbox's own devpts,
 docker in the container (the command joins its container through docker exec;
 the container's init keeps reading vak's lifeline, so a killed vak still takes
 the command down).
+
+--home says what the command sees as HOME (never your real home): fresh, an
+empty private home gone after the run; workspace (the default), a private home
+kept for this workspace in vak's state dir, so an agent finds its settings,
+history and login again next run; profile:NAME, a kept home shared by every
+workspace that names it. vak doctor shows the path and size; vak gc --homes
+removes them. See docs/agents.md.
 
 Exit status: the command's own status (128+N if it died of signal N), or
   69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
@@ -99,7 +109,13 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config; native backend: your on-demand gateway, docker: the workspace's topology) (default from config: none)")
+	homeFlag(fl, &f.home)
 	return cmd
+}
+
+// homeFlag adds --home.
+func homeFlag(fl *pflag.FlagSet, v *string) {
+	fl.StringVar(v, "home", "", "the sandbox's HOME: fresh (empty, per run), workspace (kept per workspace in vak's state dir) or profile:NAME (kept, shared by workspaces) (default from config: "+agenthome.Default.String()+")")
 }
 
 // applyFlags overrides cfg with command-line flags, which are trusted.
@@ -127,6 +143,13 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 			return fmt.Errorf("--network: %w", err)
 		}
 		cfg.Network = n
+	}
+	if f.home != "" {
+		h, err := agenthome.Parse(f.home)
+		if err != nil {
+			return fmt.Errorf("--home: %w", err)
+		}
+		cfg.Sandbox.Home, cfg.Sandbox.HomeSet = h, true
 	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout: must not be negative")

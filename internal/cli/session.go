@@ -647,6 +647,7 @@ func orDot(s string) string {
 
 func (a *app) newGCCmd() *cobra.Command {
 	var sf sessionFlags
+	var hf gcHomeFlags
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what vak left behind: sessions that are over (same as 'vak session gc')",
@@ -656,12 +657,30 @@ the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
 touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
 cgroups of native (landlock) runs whose vak process is gone, and stops the
-on-demand gateway of native proxied runs when no run uses it.`,
+on-demand gateway of native proxied runs when no run uses it.
+
+Persistent agent homes (vak run --home) are removed only when asked, and then
+nothing else is: --homes removes every home (each workspace's and each
+profile's), --home workspace (with --workspace, default the current directory)
+or --home profile:NAME removes that one. Each removed home is printed with its
+size; --dry-run prints the list and removes nothing. Links an agent planted
+in a home are removed as links, never followed.`,
+		Example: `  vak gc
+  vak gc --homes --dry-run
+  vak gc --home profile:work
+  vak gc --home workspace -w ~/src/app`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hf.all || hf.one != "" || hf.dryRun {
+				return a.gcHomes(hf)
+			}
 			return a.gc(cmd.Context(), &sf)
 		},
 	}
+	cmd.Flags().BoolVar(&hf.all, "homes", false, "remove every persistent agent home (and nothing else)")
+	cmd.Flags().StringVar(&hf.one, "home", "", "remove one persistent home: workspace (of --workspace) or profile:NAME (and nothing else)")
+	cmd.Flags().StringVarP(&hf.workspace, "workspace", "w", "", "the workspace of --home workspace (default: current directory)")
+	cmd.Flags().BoolVar(&hf.dryRun, "dry-run", false, "with --homes or --home: list what would be removed, remove nothing")
 	cmd.Flags().StringArrayVar(&sf.labels, "label", nil, "only objects with label KEY=VALUE")
 	cmd.Flags().MarkHidden("label")
 	return cmd

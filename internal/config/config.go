@@ -118,6 +118,12 @@ type Sandbox struct {
 	WritePaths []string
 	// Env names extra host environment variables passed into the sandbox.
 	Env []string
+	// Home is the sandbox's home directory (sandbox.DefaultHome unless set).
+	Home sandbox.HomeChoice
+	// HomeSet says a config file or a flag chose Home: a default home may
+	// fall back to a fresh one where a backend cannot place it, a chosen
+	// one fails instead.
+	HomeSet bool
 }
 
 // Files is the validated [files] section.
@@ -160,6 +166,7 @@ func Default() *Config {
 			Image:   DefaultImage,
 			User:    DefaultUser,
 			Limits:  sandbox.DefaultLimits(),
+			Home:    sandbox.DefaultHome,
 		},
 		Files:   Files{Protected: slices.Clone(DefaultProtected)},
 		Session: DefaultSession(),
@@ -314,8 +321,8 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 		}
 	}
 	out := &fileWire{Version: w.Version, raw: w.raw}
-	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil) {
-		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout}
+	if w.Sandbox != nil && (w.Sandbox.Mode != nil || w.Sandbox.Timeout != nil || w.Sandbox.Home != nil) {
+		out.Sandbox = &sandboxWire{Mode: w.Sandbox.Mode, Timeout: w.Sandbox.Timeout, Home: w.Sandbox.Home}
 	}
 	if w.Files != nil && w.Files.Protected != nil {
 		out.Files = &filesWire{Protected: w.Files.Protected}
@@ -406,9 +413,9 @@ func keyErrorf(file string) func(key, format string, a ...any) error {
 	}
 }
 
-// applySandbox validates [sandbox]'s backend, mode, image, user and
-// timeout; an untrusted file may only narrow the mode and shorten the
-// timeout.
+// applySandbox validates [sandbox]'s backend, mode, image, user, home and
+// timeout; an untrusted file may only narrow the mode, choose a fresh home
+// and shorten the timeout.
 func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 	errf := keyErrorf(file)
 	if s.Backend != nil {
@@ -443,6 +450,17 @@ func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 			c.Sandbox.User = u
 		default:
 			return errf("sandbox.user", "unknown user %q (want %q or %q)", *s.User, UserHost, UserRoot)
+		}
+	}
+	if s.Home != nil {
+		h, err := sandbox.ParseHome(*s.Home)
+		switch {
+		case err != nil:
+			return errf("sandbox.home", "%v", err)
+		case trusted || h.Kind == sandbox.HomeFresh:
+			c.Sandbox.Home, c.Sandbox.HomeSet = h, true
+		default:
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring sandbox.home = %q: project config may only choose \"fresh\" (effective %s)", file, *s.Home, c.Sandbox.Home))
 		}
 	}
 	if s.Timeout != nil {

@@ -176,6 +176,8 @@ func TestStrictErrorsNameFileLineKey(t *testing.T) {
 		{"bad image", "version = 1\n[sandbox]\nimage = \"--privileged\"\n", []string{"sandbox.image"}},
 		{"escaping protected", "version = 1\n[files]\nprotected = [\"ok\", \"../x\"]\n", []string{"files.protected[1]"}},
 		{"absolute protected", "version = 1\n[files]\nprotected = [\"/etc\"]\n", []string{"files.protected[0]"}},
+		{"bad home", "version = 1\n[sandbox]\nhome = \"~/agent\"\n", []string{":3:", "sandbox.home", `"~/agent"`}},
+		{"bad profile", "version = 1\n[sandbox]\nhome = \"profile:../x\"\n", []string{"sandbox.home", `"../x"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := write(t, filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".toml"), tc.body)
@@ -287,5 +289,37 @@ func TestSandboxPathsAndEnv(t *testing.T) {
 	}
 	if cfg.Sandbox.AllowWeaker || cfg.Sandbox.ReadPaths != nil || cfg.Sandbox.WritePaths != nil || cfg.Sandbox.Env != nil || len(cfg.Warnings) != 4 {
 		t.Fatalf("project config widened the sandbox: %+v %q", cfg.Sandbox, cfg.Warnings)
+	}
+}
+
+// The trusted config chooses the home; a project config may only narrow it
+// to fresh (anything else is ignored with a warning naming the key).
+func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
+	dir := t.TempDir()
+	user := write(t, filepath.Join(dir, "u.toml"), "version = 1\n[sandbox]\nhome = \"profile:work\"\n")
+	ws := filepath.Join(dir, "ws")
+	cfg, err := Load(Options{UserFile: user, Workspace: ws})
+	if err != nil || cfg.Sandbox.Home != (sandbox.HomeChoice{Kind: sandbox.HomeProfile, Name: "work"}) {
+		t.Fatalf("trusted home: %+v %v", cfg.Sandbox.Home, err)
+	}
+	if d := Default().Sandbox; d.Home != sandbox.DefaultHome || d.HomeSet {
+		t.Errorf("default home %v (set %v), want %v, not set", d.Home, d.HomeSet, sandbox.DefaultHome)
+	}
+	if !cfg.Sandbox.HomeSet {
+		t.Error("a home from the user config is not marked as chosen")
+	}
+	for _, widen := range []string{"workspace", "profile:other"} {
+		write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \""+widen+"\"\n")
+		cfg, err := Load(Options{UserFile: user, Workspace: ws})
+		if err != nil || cfg.Sandbox.Home.Name != "work" {
+			t.Fatalf("project home %q: %+v %v", widen, cfg.Sandbox.Home, err)
+		}
+		if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "sandbox.home") {
+			t.Errorf("project home %q: warnings %q", widen, cfg.Warnings)
+		}
+	}
+	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \"fresh\"\n")
+	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Home.Kind != sandbox.HomeFresh || len(cfg.Warnings) != 0 {
+		t.Fatalf("project narrowing to fresh: %+v %v %q", cfg.Sandbox.Home, err, cfg.Warnings)
 	}
 }

@@ -39,6 +39,9 @@ type sandboxWire struct {
 	// Env names host environment variables passed into the sandbox on top
 	// of the built-in allowlist.
 	Env []string `toml:"env"`
+	// Home is the sandbox's home: "fresh", "workspace" or "profile:NAME"
+	// (agenthome). A project config may only set "fresh".
+	Home *string `toml:"home"`
 }
 
 type limitsWire struct {
@@ -75,6 +78,8 @@ var projectKeys = map[string]bool{
 	"version":         true,
 	"sandbox.mode":    true,
 	"sandbox.timeout": true,
+	// sandbox.home may only be "fresh" (narrow); see applySandbox.
+	"sandbox.home":    true,
 	"files.protected": true,
 	// agent_network.enabled may only be false (disable); see agentnet.go.
 	"agent_network.enabled": true,

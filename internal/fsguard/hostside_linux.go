@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -171,7 +172,7 @@ func removeAt(dfd int, name string, depth int) error {
 	if depth >= MaxWalkDepth {
 		return fmt.Errorf("deeper than %d levels", MaxWalkDepth)
 	}
-	fd, oerr := openat2(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0, strictResolve|unix.RESOLVE_NO_XDEV)
+	fd, oerr := openDirForRemoval(dfd, name)
 	if oerr != nil {
 		if errors.Is(oerr, unix.ENOTDIR) {
 			return err // not a directory after all: the unlink's own error
@@ -196,6 +197,79 @@ func removeAt(dfd int, name string, depth int) error {
 		return first
 	}
 	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+}
+
+// openDirForRemoval opens the directory name in dfd for reading, without
+// following a link or crossing a mount, and makes it writable and
+// searchable by its owner (a tree written by tools such as Go's module
+// cache holds read-only directories, whose entries cannot be unlinked
+// otherwise). The mode is changed through the descriptor, never by path: a
+// directory swapped for a link in the meantime fails to open instead.
+func openDirForRemoval(dfd int, name string) (int, error) {
+	how := uint64(strictResolve | unix.RESOLVE_NO_XDEV)
+	fd, err := openat2(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0, how)
+	if errors.Is(err, unix.EACCES) {
+		// Not even readable (mode 0): fix it through an O_PATH descriptor
+		// of the very directory (its /proc magic link names the inode the
+		// descriptor holds, not a path that could be swapped).
+		pfd, perr := openat2(dfd, name, unix.O_PATH|unix.O_DIRECTORY, 0, how)
+		if perr != nil {
+			return -1, perr
+		}
+		var st unix.Stat_t
+		if unix.Fstat(pfd, &st) == nil && int(st.Uid) == unix.Geteuid() {
+			unix.Chmod("/proc/self/fd/"+strconv.Itoa(pfd), (st.Mode&0o7777)|0o700)
+		}
+		unix.Close(pfd)
+		fd, err = openat2(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0, how)
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&0o300 != 0o300 && int(st.Uid) == unix.Geteuid() {
+		unix.Fchmod(fd, (st.Mode&0o7777)|0o700)
+	}
+	return fd, nil
+}
+
+// Usage is what a tree holds, counted without following links.
+type Usage struct {
+	// Bytes is the space the entries take on disk (st_blocks * 512).
+	Bytes int64
+	// Entries counts files, directories, links and special files.
+	Entries int
+	// Truncated says the walk stopped at MaxWalkEntries or MaxWalkDepth.
+	Truncated bool
+}
+
+// Usage walks the whole tree without following links (a link counts as
+// itself) and adds up what its entries take on disk.
+func (t *Tree) Usage() (Usage, error) {
+	fd, err := openat2(t.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0, strictResolve)
+	if err != nil {
+		return Usage{}, fail("usage", t.path, err)
+	}
+	defer unix.Close(fd)
+	var u Usage
+	add := func(dirfd int, name string) {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			u.Bytes += st.Blocks * 512
+			u.Entries++
+		}
+	}
+	w := &walker{
+		enter: func([]string) bool { return true },
+		visit: func(dirfd int, name string, _ []string, _ uint8) bool {
+			add(dirfd, name)
+			return false
+		},
+		onDir: func(dirfd int, name string, _ []string) { add(dirfd, name) },
+	}
+	w.dir(fd, nil, 0)
+	u.Truncated = w.truncated
+	return u, nil
 }
 
 // Scan walks the workspace without following links or entering .git

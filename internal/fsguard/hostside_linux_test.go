@@ -239,3 +239,69 @@ func TestTreePlan(t *testing.T) {
 		}
 	}
 }
+
+// Remove empties directories that a tool left read-only (Go's module cache
+// makes its directories 0555) or unreadable (mode 0), fixing their modes
+// through descriptors only: a link in the tree to a read-only host
+// directory leaves that directory's mode and contents alone. (As root the
+// modes do not stop anything; the non-root leg exercises them.)
+func TestTreeRemoveReadOnlyDirs(t *testing.T) {
+	w := newHostWorld(t)
+	hostRO := filepath.Join(w.home, "ro")
+	os.MkdirAll(hostRO, 0o755)
+	writeFile(t, filepath.Join(hostRO, "keep"), "CANARY\n")
+	os.Chmod(hostRO, 0o555)
+	t.Cleanup(func() { os.Chmod(hostRO, 0o755) })
+	mod := filepath.Join(w.ws, "cache", "mod", "example.com@v1")
+	os.MkdirAll(mod, 0o755)
+	writeFile(t, filepath.Join(mod, "go.mod"), "module example.com\n")
+	os.Symlink(hostRO, filepath.Join(mod, "link"))
+	locked := filepath.Join(w.ws, "cache", "locked")
+	os.MkdirAll(filepath.Join(locked, "inner"), 0o755)
+	writeFile(t, filepath.Join(locked, "inner", "f"), "x")
+	os.Chmod(filepath.Join(locked, "inner"), 0)
+	os.Chmod(locked, 0)
+	os.Chmod(mod, 0o555)
+	os.Chmod(filepath.Dir(mod), 0o555)
+	if err := w.tree.Remove("cache"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(w.ws, "cache")); !os.IsNotExist(err) {
+		t.Fatalf("cache survived: %v", err)
+	}
+	fi, err := os.Stat(hostRO)
+	if err != nil || fi.Mode().Perm() != 0o555 {
+		t.Errorf("the linked host directory changed: %v %v", fi.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(hostRO, "keep")); err != nil {
+		t.Errorf("the linked host directory lost its file: %v", err)
+	}
+	w.outsideIntact(t)
+}
+
+// Usage counts what the tree holds without following links: a link to a
+// large host file counts as the link, not as the file.
+func TestTreeUsage(t *testing.T) {
+	w := newHostWorld(t)
+	big := filepath.Join(w.home, "big")
+	if err := os.WriteFile(big, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(w.ws, "a", "b"), 0o755)
+	if err := os.WriteFile(filepath.Join(w.ws, "a", "b", "f"), make([]byte, 256<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(big, filepath.Join(w.ws, "big-link"))
+	os.Symlink(w.home, filepath.Join(w.ws, "a", "home-link"))
+	u, err := w.tree.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a, a/b, a/b/f, a/home-link, big-link
+	if u.Entries != 5 || u.Truncated {
+		t.Errorf("usage = %+v, want 5 entries", u)
+	}
+	if u.Bytes < 256<<10 || u.Bytes >= 4<<20 {
+		t.Errorf("usage = %d bytes: want the 256 KiB file counted and the linked 4 MiB host file not", u.Bytes)
+	}
+}

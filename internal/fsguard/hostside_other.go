@@ -20,6 +20,16 @@ func (t *Tree) Stat(rel string) (Entry, error) { return Entry{}, errUnsupported 
 // Remove fails with ErrUnsupported.
 func (t *Tree) Remove(rel string) error { return errUnsupported }
 
+// Usage is what a tree holds, counted without following links.
+type Usage struct {
+	Bytes     int64
+	Entries   int
+	Truncated bool
+}
+
+// Usage fails with ErrUnsupported.
+func (t *Tree) Usage() (Usage, error) { return Usage{}, errUnsupported }
+
 // Scan fails with ErrUnsupported.
 func (t *Tree) Scan(setuid bool) (Scan, error) { return Scan{}, errUnsupported }
 

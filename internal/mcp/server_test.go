@@ -51,6 +51,7 @@ func newFixture(t testing.TB, mode sandbox.Mode, mut func(*Options)) *fixture {
 	}
 	cfg := config.Default()
 	cfg.Sandbox.Mode = mode
+	t.Setenv(paths.EnvStateHome, t.TempDir()) // the workspace's persistent home
 	vak := testenv.Vak(t)
 	f := &fixture{ws: ws}
 	o := Options{

@@ -7,7 +7,8 @@
 //	  --security-opt seccomp=PROFILE [--read-only] \
 //	  -v WS:WS[:ro] [-v PIN:PIN ...] [-v PROTECTED:PROTECTED:ro ...] \
 //	  --tmpfs /tmp:rw,nosuid,nodev,exec,size=N -w DIR \
-//	  --user UID:GID -e HOME=/tmp -e TMPDIR=/tmp --name vak-run-ID --label ... \
+//	  --user UID:GID [-v HOMEDIR:/home/vak] -e HOME=/tmp|/home/vak -e TMPDIR=/tmp \
+//	  --name vak-run-ID --label ... \
 //	  IMAGE sh -c LIFELINE vak-run 'COMMAND'
 //
 // The workspace is bind-mounted at its own canonical absolute path, so the
@@ -47,6 +48,11 @@ const DefaultImage = "alpine:3.20"
 // ContainerHome is HOME inside the container: on the private tmpfs, so it is
 // writable in every mode and vanishes with the container.
 const ContainerHome = "/tmp"
+
+// PersistentHome is HOME inside the container when the command has a
+// persistent home (sandbox.Command.Home): that host directory is bound
+// here read-write, in every mode. A workspace at or below it is refused.
+const PersistentHome = "/home/vak"
 
 // Labels every vak container carries.
 const (
@@ -149,6 +155,16 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 	if !within(ws, dir) {
 		return nil, fmt.Errorf("docker wrap: %w: %q not in %q", ErrDirOutside, dir, ws)
 	}
+	home := ContainerHome
+	if c.Home != "" {
+		if !filepath.IsAbs(c.Home) || filepath.Clean(c.Home) != c.Home || strings.ContainsAny(c.Home, ":,\x00\n") {
+			return nil, fmt.Errorf("docker wrap: %w: home %q", ErrInvalidMountPath, c.Home)
+		}
+		if within(PersistentHome, ws) || within(ws, PersistentHome) {
+			return nil, fmt.Errorf("docker wrap: %w: the workspace %q overlaps the container's home %s", ErrInvalidMountPath, ws, PersistentHome)
+		}
+		home = PersistentHome
+	}
 	lim := c.Limits.WithDefaults()
 	image := b.Image
 	if image == "" {
@@ -218,7 +234,10 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 			args = append(args, "-v", bind)
 		}
 	}
-	args = append(args, "-e", "HOME="+ContainerHome, "-e", "TMPDIR=/tmp")
+	if c.Home != "" {
+		args = append(args, "-v", c.Home+":"+PersistentHome)
+	}
+	args = append(args, "-e", "HOME="+home, "-e", "TMPDIR=/tmp")
 	if c.Network != nil {
 		for _, kv := range c.Network.Env {
 			args = append(args, "-e", kv)

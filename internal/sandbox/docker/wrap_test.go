@@ -167,6 +167,42 @@ func TestWrapPinsAndProtected(t *testing.T) {
 	}
 }
 
+// A persistent home is bound read-write at PersistentHome (in read-only
+// mode too) and becomes HOME; a home path that cannot be bound, or a
+// workspace that overlaps the container's home, is refused.
+func TestWrapPersistentHome(t *testing.T) {
+	b := &Backend{}
+	for _, mode := range []sandbox.Mode{sandbox.WorkspaceWrite, sandbox.ReadOnly} {
+		c := sandbox.Command{ID: "x", Shell: "true", Workspace: "/w", Mode: mode, Home: "/state/vak/homes/workspace/abc"}
+		got, err := b.Wrap(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined := strings.Join(got, " ")
+		if !strings.Contains(joined, "-v /state/vak/homes/workspace/abc:"+PersistentHome+" -e HOME="+PersistentHome+" ") {
+			t.Errorf("%s: wrap %q lacks the home bind and HOME", mode, joined)
+		}
+		if strings.Contains(joined, "HOME=/tmp") {
+			t.Errorf("%s: wrap %q still sets HOME=/tmp", mode, joined)
+		}
+	}
+	for _, tc := range []struct{ home, ws string }{
+		{"relative/home", "/w"},
+		{"/a/../b", "/w"},
+		{"/h:/etc", "/w"},
+		{"/h,x", "/w"},
+		{"/h\n", "/w"},
+		{"/h", PersistentHome},
+		{"/h", PersistentHome + "/src"},
+		{"/h", "/home"},
+	} {
+		_, err := b.Wrap(sandbox.Command{ID: "x", Shell: "true", Workspace: tc.ws, Mode: sandbox.WorkspaceWrite, Home: tc.home})
+		if !errors.Is(err, ErrInvalidMountPath) {
+			t.Errorf("home %q workspace %q: %v, want ErrInvalidMountPath", tc.home, tc.ws, err)
+		}
+	}
+}
+
 // TestWrapInteractive: the interactive argv is the host script, the
 // container's name, the exec flags and the command, then Wrap's docker run
 // argv with the keeper as the init instead of the command (the keeper's

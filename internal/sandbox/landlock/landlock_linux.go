@@ -374,6 +374,9 @@ func restrictLandlock(p Policy, namespaces bool) error {
 		rules = append(rules, ll.RODirs(sandbox.FenceTrustDir).IgnoreIfMissing())
 	}
 	rw := []string{p.TempDir}
+	if p.HomeSource != "" {
+		rw = append(rw, p.HomeSource)
+	}
 	if namespaces {
 		// In the view /tmp is the private temp dir and HOME a private tmpfs.
 		rw = []string{"/tmp", "/dev/shm"}

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"vak/internal/paths"
 	"vak/internal/sandbox"
 )
 
@@ -63,9 +65,12 @@ func buildView(p Policy) error {
 		// that the masked /etc/vak stays empty.
 		specs = append(specs, &mountSpec{target: sandbox.FenceTrustDir, source: p.Fence.TrustDir, ro: true})
 	}
-	// HOME is an empty private tmpfs; a workspace below it is mounted into it.
+	// HOME is an empty private tmpfs, or the persistent home (HomeSource);
+	// a workspace below it is mounted into it.
 	if p.Home != "" && p.Home != "/" {
-		specs = append(specs, &mountSpec{target: p.Home})
+		specs = append(specs, &mountSpec{target: p.Home, source: p.HomeSource})
+	} else if p.HomeSource != "" {
+		return fmt.Errorf("a persistent home needs a home directory other than / (HOME is %q)", p.Home)
 	}
 	specs = append(specs,
 		&mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite},
@@ -131,8 +136,23 @@ func buildView(p Policy) error {
 	slices.SortStableFunc(specs, func(a, b *mountSpec) int {
 		return strings.Count(a.target, "/") - strings.Count(b.target, "/")
 	})
+	var homeFD = -1 // the view's home, once mounted (HomeSource only)
+	defer func() {
+		if homeFD >= 0 {
+			unix.Close(homeFD)
+		}
+	}()
 	for _, s := range specs {
 		dst := filepath.Join(root, s.target)
+		if homeFD >= 0 && s.target != p.Home && paths.Within(p.Home, s.target) {
+			// Below the persistent home: its directories are the
+			// sandbox's from earlier runs, so a link there must not move
+			// this mount (or a directory it creates) onto a host path.
+			if err := mountBeneath(homeFD, p.Home, s, p.Limits); err != nil {
+				return err
+			}
+			continue
+		}
 		if s.file {
 			if err := makeFileMountPoint(dst); err != nil {
 				return fmt.Errorf("create mount point %s: %w", s.target, err)
@@ -166,6 +186,13 @@ func buildView(p Policy) error {
 		}
 		unix.Close(s.fd)
 		s.fd = 0
+		if s.target == p.Home && p.HomeSource != "" {
+			fd, err := unix.Open(dst, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open the view's home: %w", err)
+			}
+			homeFD = fd
+		}
 	}
 	for _, l := range links {
 		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil && !errors.Is(err, os.ErrExist) {
@@ -206,6 +233,69 @@ func buildView(p Policy) error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// mountBeneath creates s's mount point below the view's persistent home
+// (homeFD, at home in the view) one component at a time without following
+// any link, and mounts s on the directory it opened, never by path.
+func mountBeneath(homeFD int, home string, s *mountSpec, lim sandbox.Limits) error {
+	if s.file {
+		return fmt.Errorf("mount %s: a file mount inside the persistent home is not supported", s.target)
+	}
+	rel, err := filepath.Rel(home, s.target)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("mount %s: not below the home %s", s.target, home)
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	cur, err := unix.Dup(homeFD)
+	if err != nil {
+		return err
+	}
+	defer func() { unix.Close(cur) }()
+	for _, c := range strings.Split(rel, "/") {
+		next, err := -1, error(nil)
+		for try := 0; try < 2; try++ {
+			if err = unix.Mkdirat(cur, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("create mount point %s in the persistent home: %w", s.target, err)
+			}
+			if next, err = unix.Openat2(cur, c, &how); err == nil || try > 0 {
+				break
+			}
+			if !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
+				break
+			}
+			// A link or a file where a mount point belongs (left by an
+			// earlier run): remove that entry itself (unlinkat never
+			// follows it) and make the directory.
+			if uerr := unix.Unlinkat(cur, c, 0); uerr != nil && !errors.Is(uerr, unix.ENOENT) {
+				return fmt.Errorf("create mount point %s in the persistent home: remove the %s in the way: %w", s.target, c, uerr)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create mount point %s in the persistent home: %w", s.target, err)
+		}
+		unix.Close(cur)
+		cur = next
+	}
+	if s.source == "" {
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		opts := "mode=0755,size=" + fmt.Sprint(lim.WithDefaults().TmpfsSize)
+		if s.ro {
+			flags |= unix.MS_RDONLY
+			opts = "mode=0755,size=4k"
+		}
+		// The magic link names the directory cur holds, not a path.
+		if err := unix.Mount("vak-tmp", "/proc/self/fd/"+strconv.Itoa(cur), "tmpfs", flags, opts); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", s.target, err)
+		}
+		return nil
+	}
+	if err := unix.MoveMount(s.fd, "", cur, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", s.source, s.target, err)
+	}
+	unix.Close(s.fd)
+	s.fd = 0
+	return nil
 }
 
 // mountProtected binds the pinned directories onto themselves read-write

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"vak/internal/errclass"
 	"vak/internal/fsguard"
+	"vak/internal/paths"
 	"vak/internal/sandbox"
 )
 
@@ -52,6 +54,12 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	// What the view mounts to protect the workspace: existing protected
 	// paths read-only, .git and parents of protected paths pinned, nested
 	// repositories included (fsguard.Plan, made without following links).
+	if err := CheckHomeTarget(pp.Home); err != nil && pp.HomeDir != "" {
+		if !pp.HomeFallback {
+			return nil, err
+		}
+		pp.HomeDir = "" // the default home: a fresh one here
+	}
 	plan, err := protectionPlan(pp.Workspace, pp.Protected)
 	if err != nil {
 		return nil, err
@@ -61,6 +69,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		Mode:        pp.Mode,
 		TempDir:     pp.TempDir,
 		Home:        pp.Home,
+		HomeSource:  pp.HomeDir,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
 		Protected:   absAll(pp.Workspace, plan.ReadOnly),
@@ -99,7 +108,11 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if !ns {
 		// No stage 1: stage 2 is our child, and we answer its setsid
 		// notifications (see Supervise).
-		l.Env = commandEnv(pp.Env, pp.TempDir, pp.TempDir)
+		home := pp.TempDir
+		if pp.HomeDir != "" {
+			home = pp.HomeDir
+		}
+		l.Env = commandEnv(pp.Env, home, pp.TempDir)
 		cmd.Args = append(cmd.Args, "--stage", "2")
 		if supervisor, supRemote, err = SupervisorPair(); err != nil {
 			if cgroup != nil {
@@ -173,6 +186,26 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 	}
 	return l, nil
+}
+
+// ErrHomeTarget reports a HOME where the view cannot place a persistent
+// home: the view's own /tmp, /dev or /proc, or a system directory.
+var ErrHomeTarget = errclass.New(errclass.Config, "HOME cannot hold a persistent home")
+
+// CheckHomeTarget says whether the view can place a persistent home at
+// home (the user's HOME): not on one of its own mounts (HOME=/tmp is the
+// sandbox's private /tmp), where it would be hidden or hide them. A fresh
+// home there is a tmpfs like the rest and stays possible.
+func CheckHomeTarget(home string) error {
+	bad := home == "" || home == "/" || home == "/tmp" || home == "/dev/shm" ||
+		paths.Within("/dev", home) || paths.Within("/proc", home)
+	for _, sys := range DefaultSystemPaths {
+		bad = bad || paths.Within(sys, home)
+	}
+	if bad {
+		return fmt.Errorf("landlock: %w: HOME is %q, where the sandbox has its own directories; use --home fresh (or [sandbox] home = \"fresh\")", ErrHomeTarget, home)
+	}
+	return nil
 }
 
 // protectionPlan walks the workspace for fsguard.Plan; protected are

@@ -96,13 +96,16 @@ func testCapabilities(t *testing.T, b Backend) {
 	}
 }
 
-// The writable places outside the workspace (/tmp, TMPDIR, HOME) are
-// bounded by sandbox.limits.tmpfs: writing more than the limit fails and
-// leaves at most the limit; writing less succeeds (control).
+// The scratch places outside the workspace (/tmp, TMPDIR, and HOME with
+// --home fresh) are bounded by sandbox.limits.tmpfs: writing more than the
+// limit fails and leaves at most the limit; writing less succeeds
+// (control). A persistent home is a directory on disk, bounded like the
+// workspace (by the disk), not by this limit.
 func testTmpBounded(t *testing.T, b Backend) {
 	const limit = 16 << 20
 	e := NewEnv(t, b)
 	e.Config.Sandbox.Limits.TmpfsSize = limit
+	e.Config.Sandbox.Home = sandbox.HomeChoice{Kind: sandbox.HomeFresh}
 	s := e.Start(sandbox.WorkspaceWrite)
 	for _, dir := range []string{"/tmp", "$TMPDIR", "$HOME"} {
 		r := Sh(t, s, fmt.Sprintf(`d=%s; dd if=/dev/zero of="$d/vak-small" bs=1M count=4 2>/dev/null && echo SMALL-OK; rm -f "$d/vak-small"

@@ -160,13 +160,21 @@ func TestLandlockManyCommandsUnderGC(t *testing.T) {
 // (/etc/shadow is 0640 root:shadow) are empty placeholders, never a reason
 // to fail. The workspace and the writable tmpfs mounts are nosuid, and /tmp
 // is a tmpfs (bounded by sandbox.limits.tmpfs, see Hardening/TmpBounded),
-// not the host's disk.
+// not the host's disk. HOME is a tmpfs with --home fresh, and the
+// persistent home (a nosuid, nodev bind of its directory) otherwise.
 func TestLandlockViewMounts(t *testing.T) {
 	fi, err := os.Stat("/etc/shadow")
 	if err != nil || fi.Size() == 0 {
 		t.Skip("control impossible: no non-empty /etc/shadow on this host")
 	}
+	for _, home := range []sandbox.HomeKind{sandbox.HomeFresh, sandbox.HomeWorkspace} {
+		t.Run(string(home), func(t *testing.T) { testViewMounts(t, home) })
+	}
+}
+
+func testViewMounts(t *testing.T, home sandbox.HomeKind) {
 	e := NewEnv(t, landlockBackend(t))
+	e.Config.Sandbox.Home = sandbox.HomeChoice{Kind: home}
 	s := e.Start(sandbox.WorkspaceWrite)
 	r := Sh(t, s, `wc -c < /etc/shadow; cat /proc/self/mountinfo`)
 	lines := strings.SplitN(r.Stdout, "\n", 2)
@@ -185,11 +193,18 @@ func TestLandlockViewMounts(t *testing.T) {
 		}
 		mounts[f[4]] = append(strings.Split(f[5], ","), "type="+f[sep+1])
 	}
+	homeWant := []string{"nosuid", "nodev", "rw", "type=tmpfs"}
+	if home != sandbox.HomeFresh {
+		homeWant = []string{"nosuid", "nodev", "rw"}
+		if slices.Contains(mounts[e.Home], "type=tmpfs") {
+			t.Errorf("the persistent home is a tmpfs: %v", mounts[e.Home])
+		}
+	}
 	for mp, want := range map[string][]string{
 		e.Workspace: {"nosuid", "rw"},
 		"/tmp":      {"nosuid", "type=tmpfs"},
 		"/dev/shm":  {"nosuid", "type=tmpfs"},
-		e.Home:      {"nosuid", "type=tmpfs"},
+		e.Home:      homeWant,
 	} {
 		opts, ok := mounts[mp]
 		if !ok {

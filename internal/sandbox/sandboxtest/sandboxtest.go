@@ -68,6 +68,10 @@ func NewEnv(t *testing.T, b Backend) *Env {
 	os.WriteFile(e.Secret, []byte(e.Marker+"\n"), 0o600)
 	os.WriteFile(filepath.Join(e.Home, ".aws", "credentials"), []byte("aws_secret_access_key="+e.Marker+"\n"), 0o600)
 	t.Setenv("HOME", e.Home)
+	// vak's state dir in its default place, inside the home: persistent
+	// homes (the default --home) are kept there, and the sandbox must see
+	// only its own.
+	t.Setenv(paths.EnvStateHome, filepath.Join(e.Home, ".local", "state"))
 	if e.Workspace, err = paths.CanonicalWorkspace(ws); err != nil {
 		t.Fatal(err)
 	}

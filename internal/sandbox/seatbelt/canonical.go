@@ -32,6 +32,14 @@ func Canonicalize(p Policy) (Policy, error) {
 	one(&p.Workspace)
 	one(&p.TempDir)
 	one(&p.Home)
+	if p.HomeDir != "" {
+		one(&p.HomeDir)
+	}
+	if p.Proxy != nil {
+		x := *p.Proxy
+		one(&x.TrustDir)
+		p.Proxy = &x
+	}
 	p.ReadPaths = many(p.ReadPaths)
 	p.WritePaths = many(p.WritePaths)
 	deny := many(p.Deny)

@@ -31,6 +31,8 @@ func TestCanonicalize(t *testing.T) {
 		WritePaths: []string{"relative/is/left"},
 		Protected:  []string{".git/hooks"},
 		Deny:       []string{link + "/state"},
+		HomeDir:    link + "/homes/w",
+		Proxy:      &Proxy{Port: 1, TrustDir: link + "/trust/"},
 	}
 	got, err := Canonicalize(p)
 	if err != nil {
@@ -50,6 +52,12 @@ func TestCanonicalize(t *testing.T) {
 		!slices.Equal(got.ReadPaths, want.ReadPaths) || !slices.Equal(got.WritePaths, want.WritePaths) ||
 		!slices.Equal(got.Protected, want.Protected) || !slices.Equal(got.Deny, want.Deny) {
 		t.Fatalf("Canonicalize =\n%+v\nwant\n%+v", got, want)
+	}
+	if got.HomeDir != real+"/homes/w" || got.Proxy.TrustDir != real+"/trust" {
+		t.Errorf("Canonicalize: HomeDir %q, Proxy.TrustDir %q", got.HomeDir, got.Proxy.TrustDir)
+	}
+	if p.Proxy.TrustDir != link+"/trust/" {
+		t.Fatal("Canonicalize modified its argument's Proxy")
 	}
 	if p.ReadPaths[0] != link+"/ws/../ro" {
 		t.Fatal("Canonicalize modified its argument's slices")

@@ -20,9 +20,11 @@
 //     the remaining grants, plus metadata of their ancestors for traversal;
 //     no hard links anywhere;
 //  6. unix-domain sockets only in the temp dir; IP networking (loopback
-//     included) denied unless AllowNetwork;
+//     included) denied unless AllowNetwork, or, with Proxy, only TCP to the
+//     local gateway's port on loopback;
 //  7. protected workspace paths closed for writing, whatever their case;
-//  8. Deny paths closed for everything.
+//  8. Deny paths closed for everything;
+//  9. the persistent home (HomeDir) opened, although it lies in a Deny path.
 //
 // docs/seatbelt.md explains each rule and what was verified where.
 package seatbelt

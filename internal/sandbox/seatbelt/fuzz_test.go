@@ -38,19 +38,30 @@ func splitList(s string) []string {
 //     input-derived path, up to letter case where folding was asked for.
 func FuzzProfile(f *testing.F) {
 	for _, p := range goldenPolicies() {
+		trust, port := "", 0
+		if p.Proxy != nil {
+			trust, port = p.Proxy.TrustDir, p.Proxy.Port
+		}
 		f.Add(p.Workspace, p.Home, p.TempDir, strings.Join(p.ReadPaths, listSep), strings.Join(p.WritePaths, listSep),
-			strings.Join(p.Protected, listSep), strings.Join(p.Deny, listSep), p.Mode == sandbox.WorkspaceWrite, p.AllowNetwork)
+			strings.Join(p.Protected, listSep), strings.Join(p.Deny, listSep), p.Mode == sandbox.WorkspaceWrite, p.AllowNetwork,
+			p.HomeDir, trust, port)
 	}
-	f.Add(`/a"b`, `/a`, `/t\"`, `/r)(allow default)(x "`, "/w\\", `x"y`, `/d\\"`, true, false)
-	f.Add("/ws", "/h", "/t", "/\x1e/h/ok", "/h/a/b", "a/b/c\x1e.git", "/", false, true)
-	f.Fuzz(func(t *testing.T, ws, home, temp, read, write, prot, deny string, wsWrite, network bool) {
+	f.Add(`/a"b`, `/a`, `/t\"`, `/r)(allow default)(x "`, "/w\\", `x"y`, `/d\\"`, true, false, `/s/h")(allow default`, `/t"r`, 1)
+	f.Add("/ws", "/h", "/t", "/\x1e/h/ok", "/h/a/b", "a/b/c\x1e.git", "/", false, true, "", "", 0)
+	f.Fuzz(func(t *testing.T, ws, home, temp, read, write, prot, deny string, wsWrite, network bool, homeDir, trust string, port int) {
 		mode := sandbox.ReadOnly
 		if wsWrite {
 			mode = sandbox.WorkspaceWrite
 		}
+		var proxy, absProxy *Proxy
+		if trust != "" || port != 0 {
+			proxy = &Proxy{Port: port, TrustDir: trust}
+			absProxy = &Proxy{Port: port, TrustDir: path.Clean("/" + trust)}
+		}
 		p := Policy{
 			Workspace: ws, Home: home, TempDir: temp, Mode: mode, AllowNetwork: network,
 			ReadPaths: splitList(read), WritePaths: splitList(write), Protected: splitList(prot), Deny: splitList(deny),
+			HomeDir: homeDir, Proxy: proxy,
 		}
 		checkStructure(t, p)
 		// The same inputs made absolute and clean, so that the checks below run
@@ -73,6 +84,10 @@ func FuzzProfile(f *testing.F) {
 		q := Policy{
 			Workspace: abs(ws), Home: abs(home), TempDir: abs(temp), Mode: mode, AllowNetwork: network,
 			ReadPaths: absAll(p.ReadPaths), WritePaths: absAll(p.WritePaths), Protected: relAll(p.Protected), Deny: absAll(p.Deny),
+			Proxy: absProxy,
+		}
+		if homeDir != "" {
+			q.HomeDir = abs(homeDir)
 		}
 		checkStructure(t, q)
 	})
@@ -146,6 +161,12 @@ func inputPaths(p Policy) []string {
 	in = append(in, p.ReadPaths...)
 	in = append(in, p.WritePaths...)
 	in = append(in, p.Deny...)
+	if p.HomeDir != "" {
+		in = append(in, p.HomeDir)
+	}
+	if p.Proxy != nil {
+		in = append(in, p.Proxy.TrustDir)
+	}
 	for _, r := range append(slices.Clone(AlwaysProtected), p.Protected...) {
 		in = append(in, p.Workspace+"/"+r)
 	}
@@ -234,6 +255,12 @@ func benign(p Policy) (Policy, map[string]string) {
 	b := p
 	b.Workspace, b.Home, b.TempDir = renamePath(p.Workspace, names), renamePath(p.Home, names), renamePath(p.TempDir, names)
 	b.ReadPaths, b.WritePaths, b.Deny, b.Protected = ren(p.ReadPaths), ren(p.WritePaths), ren(p.Deny), ren(p.Protected)
+	if p.HomeDir != "" {
+		b.HomeDir = renamePath(p.HomeDir, names)
+	}
+	if p.Proxy != nil {
+		b.Proxy = &Proxy{Port: p.Proxy.Port, TrustDir: renamePath(p.Proxy.TrustDir, names)}
+	}
 	return b, names
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -70,8 +71,32 @@ type Policy struct {
 	// directories, for example. They are applied last.
 	Deny []string
 	// AllowNetwork allows IP networking. It is false in restricted modes;
-	// then every IP socket operation (loopback included) is denied.
+	// then every IP socket operation (loopback included) is denied, unless
+	// Proxy is set.
 	AllowNetwork bool
+	// HomeDir, if set, is the persistent private home (agenthome) the
+	// launcher exports as HOME: readable and writable, granted after Deny
+	// (it lies in vak's state directory, whose rest stays closed). It may
+	// not be, or contain, Home or a Deny path.
+	HomeDir string
+	// Proxy, if set, is the proxied network (--network proxied): the only
+	// IP operation allowed is a TCP connection to the local gateway's port
+	// on loopback, and its trust files are readable. It excludes
+	// AllowNetwork.
+	Proxy *Proxy
+}
+
+// Proxy is the local egress gateway a proxied profile lets the sandbox
+// reach, and what its commands need to use it (Proxy.Env).
+type Proxy struct {
+	// Port is the TCP port of the gateway's explicit proxy (HTTP CONNECT)
+	// on the loopback interface.
+	Port int
+	// TrustDir is the canonical host directory holding the gateway's
+	// public trust files (TrustCAFile, TrustBundleFile,
+	// TrustStoreFile): readable, not writable, in the sandbox. It may not
+	// be, or contain, Home, and may not lie in a Deny path.
+	TrustDir string
 }
 
 // plan is a validated Policy, sorted into the groups the profile emits.
@@ -114,13 +139,48 @@ func (p Policy) plan() (*plan, error) {
 		}
 	}
 
+	if p.HomeDir != "" {
+		if err := checkAbs("HomeDir", p.HomeDir); err != nil {
+			return nil, err
+		}
+		if contains(p.HomeDir, p.Home) {
+			return nil, fmt.Errorf("%w: HomeDir %q is or contains Home %q", ErrHomeExposed, p.HomeDir, p.Home)
+		}
+		for _, d := range append(slices.Clone(p.Deny), alwaysDeny...) {
+			if contains(p.HomeDir, d) {
+				return nil, fmt.Errorf("%w: HomeDir %q is or contains the denied %q", ErrPath, p.HomeDir, d)
+			}
+		}
+	}
+	reads := p.ReadPaths
+	if x := p.Proxy; x != nil {
+		if p.AllowNetwork {
+			return nil, fmt.Errorf("%w: Proxy and AllowNetwork exclude each other", ErrInvalidPolicy)
+		}
+		if x.Port < 1 || x.Port > 65535 {
+			return nil, fmt.Errorf("%w: Proxy.Port %d is not a TCP port", ErrInvalidPolicy, x.Port)
+		}
+		if err := checkAbs("Proxy.TrustDir", x.TrustDir); err != nil {
+			return nil, err
+		}
+		for _, d := range p.Deny {
+			if contains(d, x.TrustDir) {
+				return nil, fmt.Errorf("%w: Proxy.TrustDir %q lies in the denied %q; the sandbox could not read it", ErrPath, x.TrustDir, d)
+			}
+		}
+		if x.TrustDir == p.Home || contains(x.TrustDir, p.Home) {
+			return nil, fmt.Errorf("%w: Proxy.TrustDir %q is or contains Home %q", ErrHomeExposed, x.TrustDir, p.Home)
+		}
+		reads = append(slices.Clone(reads), x.TrustDir)
+	}
+
 	pl := &plan{p: p}
 	for _, g := range []struct {
 		name         string
 		vals         []string
 		broad, plain *[]string
 	}{
-		{"ReadPaths", p.ReadPaths, &pl.broadRead, &pl.read},
+		{"ReadPaths", reads, &pl.broadRead, &pl.read},
 		{"WritePaths", p.WritePaths, &pl.broadWrite, &pl.write},
 	} {
 		for i, v := range g.vals {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 )
 
@@ -47,6 +49,14 @@ func goldenPolicies() map[string]Policy {
 	network := basePolicy(sandbox.WorkspaceWrite)
 	network.AllowNetwork = true
 
+	persistent := basePolicy(sandbox.WorkspaceWrite)
+	persistent.Deny = []string{"/Users/alice/.config/vak", "/Users/alice/.local/state/vak"}
+	persistent.HomeDir = homeDir
+
+	proxied := basePolicy(sandbox.WorkspaceWrite)
+	proxied.Proxy = &Proxy{Port: proxyPort, TrustDir: trustDir}
+	proxied.Deny = []string{"/Users/alice/.config/vak", "/Users/alice/.local/state/vak"}
+
 	return map[string]Policy{
 		"read-only":       basePolicy(sandbox.ReadOnly),
 		"workspace-write": basePolicy(sandbox.WorkspaceWrite),
@@ -54,6 +64,8 @@ func goldenPolicies() map[string]Policy {
 		"protected":       prot,
 		"awkward-paths":   awkward,
 		"network":         network,
+		"proxied":         proxied,
+		"persistent-home": persistent,
 	}
 }
 
@@ -428,6 +440,125 @@ func TestProfileDeterministic(t *testing.T) {
 			if b, _ := Profile(p); a != b {
 				t.Fatalf("%s: Profile is not deterministic", name)
 			}
+		}
+	}
+}
+
+const (
+	proxyPort = 18443
+	trustDir  = "/private/var/folders/xy/abc123/T/vak-trust-s1"
+)
+
+// --network proxied: the only IP operation allowed is a TCP connection to
+// the gateway's port on loopback. Every other destination, port, protocol,
+// bind or accept, DNS and the certificate services are denied; the trust
+// files are readable and not writable. Positive controls: the same
+// queries under AllowNetwork are allowed (TestModelNetwork), and the
+// gateway's own port is allowed here.
+func TestModelProxied(t *testing.T) {
+	p := goldenPolicies()["proxied"]
+	gw := "localhost:" + strconv.Itoa(proxyPort)
+	out := func(addr string) query { return query{op: "network-outbound", ip: true, addr: addr} }
+	checkAccess(t, p, []access{
+		allow(out(gw)),
+		deny(query{op: "network-outbound", ip: true, addr: gw, udp: true}),
+		deny(out("localhost:" + strconv.Itoa(proxyPort+1))), deny(out("localhost:22")), deny(out("localhost:53")),
+		deny(out("140.82.112.3:443")), deny(out("10.0.0.1:" + strconv.Itoa(proxyPort))), deny(out("[::1]:443")),
+		deny(tcpOut), deny(tcpBind), deny(tcpIn),
+		deny(query{op: "network-bind", ip: true, addr: gw}), deny(query{op: "network-inbound", ip: true, addr: gw}),
+		deny(query{op: "mach-lookup", name: "com.apple.dnssd.service"}),
+		deny(query{op: "mach-lookup", name: "com.apple.trustd"}),
+		deny(query{op: "mach-lookup", name: "com.apple.SystemConfiguration.configd"}),
+		deny(sock("/private/var/run/mDNSResponder")), deny(sock("/private/var/run/docker.sock")),
+		allow(sock(tmp + "/ipc.sock")),
+		allow(rd(trustDir + "/" + TrustBundleFile)), allow(rd(trustDir + "/" + TrustCAFile)),
+		deny(wr(trustDir + "/" + TrustBundleFile)), deny(wr(trustDir + "/new.pem")),
+		deny(rd("/Users/alice/.local/state/vak/ca/key.pem")),
+	})
+}
+
+// The proxy variables point at the gateway in both spellings, nothing
+// bypasses it, and the trust variables are the docker path's (proxynet).
+func TestProxyEnv(t *testing.T) {
+	env := Proxy{Port: proxyPort, TrustDir: trustDir}.Env()
+	got := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	u := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"} {
+		if got[k] != u {
+			t.Errorf("%s=%q, want %q", k, got[k], u)
+		}
+	}
+	for _, k := range []string{"NO_PROXY", "no_proxy"} {
+		if v, ok := got[k]; !ok || v != "" {
+			t.Errorf("%s=%q (set %v), want set and empty", k, v, ok)
+		}
+	}
+	for _, kv := range proxynet.TrustEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		want := strings.ReplaceAll(v, proxynet.TrustDir, trustDir)
+		if got[k] != want {
+			t.Errorf("%s=%q, want %q (as proxynet sets it, in the trust dir)", k, got[k], want)
+		}
+	}
+	for _, f := range []struct{ ours, theirs string }{{TrustCAFile, proxynet.CAFile}, {TrustBundleFile, proxynet.BundleFile}, {TrustStoreFile, proxynet.TrustStoreFile}} {
+		if f.ours != f.theirs {
+			t.Errorf("trust file %q, proxynet writes %q", f.ours, f.theirs)
+		}
+	}
+}
+
+// A proxied policy is refused when it cannot be what it says.
+func TestProxyPolicyErrors(t *testing.T) {
+	for name, mut := range map[string]func(p *Policy){
+		"with AllowNetwork": func(p *Policy) { p.AllowNetwork = true },
+		"port 0":            func(p *Policy) { p.Proxy.Port = 0 },
+		"port 65536":        func(p *Policy) { p.Proxy.Port = 65536 },
+		"relative trust":    func(p *Policy) { p.Proxy.TrustDir = "trust" },
+		"unclean trust":     func(p *Policy) { p.Proxy.TrustDir = trustDir + "/../x" },
+		"trust in deny":     func(p *Policy) { p.Proxy.TrustDir = "/Users/alice/.local/state/vak/trust" },
+		"trust is home":     func(p *Policy) { p.Proxy.TrustDir = home },
+		"trust holds home":  func(p *Policy) { p.Proxy.TrustDir = "/Users" },
+	} {
+		p := goldenPolicies()["proxied"]
+		x := *p.Proxy
+		p.Proxy = &x
+		mut(&p)
+		if _, err := Profile(p); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("%s: %v, want ErrInvalidPolicy", name, err)
+		}
+	}
+}
+
+const homeDir = "/Users/alice/.local/state/vak/homes/workspace/0123456789abcdef01234567"
+
+// A persistent home is readable and writable although it lies in the
+// denied state dir and the closed home; the rest of both stays closed.
+func TestModelPersistentHome(t *testing.T) {
+	p := goldenPolicies()["persistent-home"]
+	checkAccess(t, p, []access{
+		allow(rd(homeDir + "/.claude/settings.json")), allow(wr(homeDir + "/.claude/settings.json")),
+		allow(wr(homeDir + "/new")),
+		deny(rd("/Users/alice/.local/state/vak/ca/key.pem")), deny(wr("/Users/alice/.local/state/vak/homes/profile/x/f")),
+		deny(rd("/Users/alice/.local/state/vak/homes/workspace/other/f")),
+		deny(rd(home + "/.ssh/id_ed25519")), deny(wr(home + "/.zshrc")),
+		deny(rd("/System/Volumes/Data" + homeDir + "/f")),
+	})
+	for name, mut := range map[string]func(p *Policy){
+		"home is Home":        func(p *Policy) { p.HomeDir = home },
+		"home holds Home":     func(p *Policy) { p.HomeDir = "/Users" },
+		"home is the state":   func(p *Policy) { p.HomeDir = "/Users/alice/.local/state/vak" },
+		"home holds the deny": func(p *Policy) { p.HomeDir = "/Users/alice/.local" },
+		"home relative":       func(p *Policy) { p.HomeDir = "homes/x" },
+		"home keychains":      func(p *Policy) { p.HomeDir = "/Library" },
+	} {
+		q := goldenPolicies()["persistent-home"]
+		mut(&q)
+		if _, err := Profile(q); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("%s: %v, want ErrInvalidPolicy", name, err)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func init() {
 		ipc-posix-shm-read* ipc-posix-name ipc-posix-sem pseudo-tty
 		file-read* file-write* file-write-data file-read-metadata file-map-executable
 		file-ioctl file-link literal subpath regex require-all extension
-		network-bind network-outbound network-inbound remote local ip system-socket`) {
+		network-bind network-outbound network-inbound remote local ip tcp system-socket`) {
 		vocabulary[s] = true
 	}
 }
@@ -217,6 +217,8 @@ type query struct {
 	path string // for file operations and unix-domain sockets
 	name string // sysctl or Mach service name
 	ip   bool   // an IP (not unix-domain) socket operation
+	addr string // its other end, "HOST:PORT" (HOST "localhost" for loopback); "" matches only "*:*"
+	udp  bool   // a UDP (not TCP) IP socket
 	ext  string // a sandbox extension the path carries
 }
 
@@ -274,7 +276,16 @@ func filterMatches(f *sexpr, q query) bool {
 	case "sysctl-name", "global-name", "ipc-posix-name":
 		return q.name != "" && q.name == arg(1)
 	case "remote", "local":
-		return q.ip
+		// (remote ip|tcp "HOST:PORT"): "*" matches any host or port.
+		if !q.ip || len(f.list) != 3 || f.list[1].isStr || f.list[1].isList {
+			return false
+		}
+		if f.list[1].sym == "tcp" && q.udp {
+			return false
+		}
+		wantHost, wantPort, _ := strings.Cut(arg(2), ":")
+		host, port, _ := strings.Cut(q.addr, ":")
+		return (wantHost == "*" || (host == wantHost && host != "")) && (wantPort == "*" || (port == wantPort && port != ""))
 	case "target":
 		return false // the model asks about no other process
 	}

@@ -23,7 +23,8 @@ var _ sandbox.ProcessBackend = (*Backend)(nil)
 
 // PrepareWorker implements sandbox.ProcessBackend: cmd becomes sandbox-exec
 // running the worker under the profile for pp, with vak's config and state
-// directories denied and an empty private HOME inside the temp dir.
+// directories denied and, as HOME, an empty private directory inside the
+// temp dir or the persistent home (pp.HomeDir).
 func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, cmd *exec.Cmd) (*sandbox.WorkerLaunch, error) {
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
@@ -50,6 +51,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		WritePaths: pp.WritePaths,
 		Protected:  prot,
 		Deny:       deny,
+		HomeDir:    pp.HomeDir,
 	}
 	sb, err := Command(context.Background(), p, cmd.Args)
 	if err != nil {
@@ -57,6 +59,9 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	}
 	cmd.Path, cmd.Args = sb.Path, sb.Args
 	home := filepath.Join(pp.TempDir, PrivateHome)
+	if pp.HomeDir != "" {
+		home = pp.HomeDir
+	}
 	env := append(append([]string(nil), pp.Env...), "HOME="+home, "TMPDIR="+pp.TempDir)
 	return &sandbox.WorkerLaunch{Env: env}, nil
 }
