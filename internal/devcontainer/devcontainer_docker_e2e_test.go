@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"vak/internal/devcontainer"
+	"vak/internal/dockerd"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/testenv"
@@ -216,6 +217,41 @@ hosts = ["allowed.test"]
 				t.Errorf("docker run %s was allowed: %s", a, out)
 			}
 		}
+	})
+	t.Run("BindSymlinkSwapAfterCheck", func(t *testing.T) {
+		// The agent creates a container binding a workspace directory,
+		// then swaps the directory for a symlink to / before starting it:
+		// the guard staged the directory it checked, so the container
+		// still sees that directory, not dockerd's root.
+		show := "cat /x/marker 2>&1; ls /x" + dockerd.RawSocketDir + " 2>&1; true"
+		swap := "mv race race.old && ln -s / race"
+		unswap := "rm race && mv race.old race"
+		if out, err := sb("mkdir -p race && echo inside > race/marker"); err != nil {
+			t.Fatal(out)
+		}
+		if out, err := sb("docker create --name vakrace -v " + ws + "/race:/x " + base + " sh -c '" + show + "'"); err != nil {
+			t.Fatalf("docker create: %v\n%s", err, out)
+		}
+		if out, err := sb(swap); err != nil {
+			t.Fatal(out)
+		}
+		out, err := sb("docker start -a vakrace; docker rm vakrace >/dev/null")
+		if err != nil || !strings.Contains(out, "inside") || strings.Contains(out, "docker.sock") {
+			t.Errorf("the guard's container followed the swapped symlink: %v\n%s", err, out)
+		}
+		// Control: the raw daemon, same sequence, follows the symlink
+		// into dockerd's root (where the raw socket is).
+		sb(unswap)
+		raw := "DOCKER_HOST=unix://" + dockerd.RawSocket + " docker "
+		if out, code := testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"create --name vakrace-raw -v "+ws+"/race:/x "+base+" sh -c '"+show+"'"); code != 0 {
+			t.Fatalf("raw create: %s", out)
+		}
+		sb(swap)
+		out, _ = testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"start -a vakrace-raw; "+raw+"rm -f vakrace-raw >/dev/null")
+		if !strings.Contains(out, "docker.sock") {
+			t.Errorf("control: the raw daemon did not follow the swapped symlink (the test shows nothing)\n%s", out)
+		}
+		sb(unswap)
 	})
 	t.Run("GuardSocketsNotReplaceable", func(t *testing.T) {
 		// A reaper.sock replaced by a link to the raw socket would be

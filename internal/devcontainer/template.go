@@ -464,6 +464,10 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 		Workspace: t.Workspace, TrustDir: proxynet.TrustDir, TrustEnv: proxynet.TrustEnv(),
 		Pool: pool, DNS: gw, Labels: map[string]string{LabelKey: t.Key},
 		GuardSocket: DockerSocket, ReaperSocket: ReaperSocket,
+		// Workspace bind sources are staged on the sidecar's private
+		// tmpfs, so a source swapped for a symlink after the check is
+		// not followed (as in sessions: taskenv.StageDir).
+		StageDir: dockerd.RawSocketDir + "/binds",
 	}
 	s := dockerd.Sidecar{
 		Name: "dockerd", Image: DockerdImage, NetworkMode: "container:netclient",
