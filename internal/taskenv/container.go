@@ -124,7 +124,11 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		// The guard's sockets only (the raw daemon socket is on a tmpfs
 		// of the sidecar's own).
 		_, _, sockVol := sidecarNames(session)
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sockVol, Target: ContainerDockerDir})
+		// Read-only: a command that may write the volume root (an exec
+		// with --root) could otherwise replace reaper.sock with a link to
+		// the raw socket, which dockerd would then bind into a
+		// container (sockets connect fine on a read-only mount).
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: sockVol, Target: ContainerDockerDir, ReadOnly: true})
 	}
 	if p.net != nil {
 		// Join the netclient's namespace: no capability is added, so
