@@ -2,6 +2,8 @@ package agentnet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,6 +180,9 @@ type Broker struct {
 	ttl      time.Duration
 	now      func() time.Time
 	key      []byte
+	// instance names this broker process's run: registrations live in
+	// memory, so a client that sees another instance re-registers.
+	instance string
 
 	mu         sync.Mutex
 	policies   map[string]Policy    // by canonical workspace path
@@ -212,6 +217,11 @@ func New(opts Options) (*Broker, error) {
 		tasks: map[string]*task{}, revoked: map[string]bool{}, queues: map[edgeKey]*queue{},
 		waiters: map[*waiter]bool{}, up: map[[2]string]bool{}, pending: map[string]string{}, pendTo: map[string]string{}, pendTopics: map[string]string{}, rr: map[string]int{},
 	}
+	var inst [8]byte
+	if _, err := rand.Read(inst[:]); err != nil {
+		return nil, fmt.Errorf("agentnet: %w", err)
+	}
+	b.instance = hex.EncodeToString(inst[:])
 	if b.audience == "" {
 		b.audience = DefaultAudience
 	}
@@ -226,6 +236,9 @@ func New(opts Options) (*Broker, error) {
 	}
 	return b, nil
 }
+
+// Instance names this broker's run (a new one at every start).
+func (b *Broker) Instance() string { return b.instance }
 
 func (b *Broker) identFile() string { return filepath.Join(b.dir, "identities.json") }
 
@@ -467,7 +480,7 @@ func (b *Broker) authLocked(op, tok string) (*task, error) {
 		case c.Audience != b.audience:
 			err = fmt.Errorf("%w: token is for audience %q, not %q", ErrToken, c.Audience, b.audience)
 		case b.revoked[c.Task]:
-			err = fmt.Errorf("%w: task %s was revoked", ErrToken, c.Task)
+			err = fmt.Errorf("%w: task %s was %w", ErrToken, c.Task, ErrRevoked)
 		case !b.now().Before(time.Unix(c.Expiry, 0)):
 			err = fmt.Errorf("%w: token expired", ErrToken)
 		case t == nil || t.ident.ID != c.Identity:

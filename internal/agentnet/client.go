@@ -8,67 +8,188 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 )
 
-// Client talks to a broker over its socket, one connection per call. It
-// holds no token: callers (the trusted process serving the tool) do.
+// Client talks to a broker over its socket. It keeps the connections of
+// finished calls open and reuses them (a call takes an idle connection or
+// dials a new one, so concurrent calls, such as a blocking receive next to
+// a send, each have their own). A reused connection that turns out dead (a
+// restarted broker) is replaced by a fresh dial once. It holds no token:
+// callers (the trusted process serving the tool) do.
 type Client struct {
 	// Socket is the broker socket path.
 	Socket string
+
+	mu   sync.Mutex
+	idle []*clientConn
+}
+
+// maxIdle bounds the idle connections a Client keeps.
+const maxIdle = 4
+
+type clientConn struct {
+	net.Conn
+	r *bufio.Reader
 }
 
 // NewClient returns a client of the broker whose state dir is dir.
 func NewClient(dir string) *Client { return &Client{Socket: filepath.Join(dir, SocketName)} }
 
+// Close closes the idle connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cc := range idle {
+		cc.Close()
+	}
+	return nil
+}
+
+func (c *Client) get() *clientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.idle); n > 0 {
+		cc := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		return cc
+	}
+	return nil
+}
+
+func (c *Client) put(cc *clientConn) {
+	c.mu.Lock()
+	if len(c.idle) < maxIdle {
+		c.idle = append(c.idle, cc)
+		cc = nil
+	}
+	c.mu.Unlock()
+	if cc != nil {
+		cc.Close()
+	}
+}
+
 func (c *Client) call(ctx context.Context, req request) (response, error) {
+	line, err := json.Marshal(req)
+	if err != nil {
+		return response{}, fmt.Errorf("agentnet: request: %w", err)
+	}
+	line = append(line, '\n')
+	if cc := c.get(); cc != nil {
+		data, err := c.roundTrip(ctx, cc, line)
+		if err == nil || !errors.Is(err, errStale) {
+			return decode(data, err)
+		}
+		// The broker closed this idle connection (it restarted, or
+		// refused the connection): dial once more.
+	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.Socket)
 	if err != nil {
 		return response{}, fmt.Errorf("agentnet: broker at %s: %w", c.Socket, err)
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
-	defer stop()
-	line, _ := json.Marshal(req)
+	data, err := c.roundTrip(ctx, &clientConn{Conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}, line)
+	if errors.Is(err, errStale) {
+		err = fmt.Errorf("agentnet: broker closed the connection: %w", err)
+	}
+	return decode(data, err)
+}
+
+// errStale is a connection the broker closed before answering.
+var errStale = fmt.Errorf("no response: %w", net.ErrClosed)
+
+// roundTrip writes one request line and reads the response line on cc;
+// cc goes back to the idle list after a complete exchange, and is closed
+// otherwise.
+func (c *Client) roundTrip(ctx context.Context, cc *clientConn, line []byte) ([]byte, error) {
+	stop := context.AfterFunc(ctx, func() { cc.SetDeadline(time.Now()) })
 	// A write error is reported only if no response follows: a broker
 	// that refuses the connection answers and closes before reading.
-	_, werr := conn.Write(append(line, '\n'))
-	sc := bufio.NewScanner(conn)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	if !sc.Scan() {
+	_, werr := cc.Write(line)
+	data, rerr := readLine(cc.r, maxLine)
+	if !stop() || rerr != nil {
+		cc.Close()
 		if ctx.Err() != nil {
-			return response{}, ctx.Err()
+			return nil, ctx.Err()
 		}
-		return response{}, fmt.Errorf("agentnet: broker closed the connection: %w", errors.Join(werr, sc.Err(), net.ErrClosed))
+		return nil, fmt.Errorf("%w: %w", errStale, errors.Join(werr, rerr))
+	}
+	// data aliases the reader's buffer only until the next read: copy it
+	// before the connection is shared again.
+	data = append([]byte(nil), data...)
+	c.put(cc)
+	return data, nil
+}
+
+// readLine reads one \n-terminated line of at most max bytes.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err == nil {
+		return line, nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, err
+	}
+	buf := append([]byte(nil), line...)
+	for {
+		line, err = r.ReadSlice('\n')
+		buf = append(buf, line...)
+		if len(buf) > max {
+			return nil, fmt.Errorf("agentnet: response exceeds %d bytes", max)
+		}
+		if err == nil {
+			return buf, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+func decode(data []byte, err error) (response, error) {
+	if err != nil {
+		return response{}, err
 	}
 	var resp response
-	if err := json.Unmarshal(sc.Bytes(), &resp); err != nil {
+	if err := json.Unmarshal(data, &resp); err != nil {
 		return response{}, fmt.Errorf("agentnet: broker response: %w", err)
 	}
 	if resp.Error != "" {
-		if s, ok := kinds[resp.Kind]; ok {
-			return resp, &remoteError{msg: resp.Error, kind: s}
+		var ks []error
+		for _, k := range strings.Split(resp.Kind, ",") {
+			if s, ok := kinds[k]; ok {
+				ks = append(ks, s)
+			}
+		}
+		if len(ks) > 0 {
+			return resp, &remoteError{msg: resp.Error, kinds: ks}
 		}
 		return resp, errors.New(resp.Error)
 	}
 	return resp, nil
 }
 
-// remoteError is a broker error that still matches its sentinel.
+// remoteError is a broker error that still matches its sentinels.
 type remoteError struct {
-	msg  string
-	kind error
+	msg   string
+	kinds []error
 }
 
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.kind }
+func (e *remoteError) Error() string   { return e.msg }
+func (e *remoteError) Unwrap() []error { return e.kinds }
 
 // Register registers a task for workspace and returns its token.
 func (c *Client) Register(ctx context.Context, workspace string) (string, Identity, error) {
 	r, err := c.call(ctx, request{Op: "register", Workspace: workspace})
 	if err != nil {
 		return "", Identity{}, err
+	}
+	if r.Identity == nil {
+		return "", Identity{}, fmt.Errorf("agentnet: register: the broker returned no identity")
 	}
 	return r.Token, *r.Identity, nil
 }
@@ -116,6 +237,18 @@ func (c *Client) Receive(ctx context.Context, tok, topic, correlation string, wa
 		return Message{}, err
 	}
 	return *r.Message, nil
+}
+
+// Ping checks that a broker answers on the socket.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.instance(ctx)
+	return err
+}
+
+// instance is the answering broker's instance (Broker.Instance).
+func (c *Client) instance(ctx context.Context) (string, error) {
+	r, err := c.call(ctx, request{Op: "ping"})
+	return r.Instance, err
 }
 
 // Live reports whether the task is live with at least one live edge.

@@ -3,7 +3,9 @@ package agentnet
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 
 	"vak/internal/receipts"
 )
@@ -19,6 +21,13 @@ func ReceiptsFile(dir string) string { return filepath.Join(dir, "receipts.jsonl
 // ReceiptsKeyDir holds the Ed25519 key that signs the receipts (and its
 // public half, receipts.PubKeyFile, for `vak receipts verify --key`).
 func ReceiptsKeyDir(dir string) string { return filepath.Join(dir, "receipts-key") }
+
+// PIDFile holds the running broker's process id (written once it
+// listens, removed when it stops).
+func PIDFile(dir string) string { return filepath.Join(dir, "broker.pid") }
+
+// LogFile receives the output of a broker started on demand (Ensure).
+func LogFile(dir string) string { return filepath.Join(dir, "broker.log") }
 
 // RunOptions configure Run.
 type RunOptions struct {
@@ -64,6 +73,10 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err := reload(); err != nil {
 		return err
 	}
+	if err := os.WriteFile(PIDFile(o.Dir), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return fmt.Errorf("agentnet: %w", err)
+	}
+	defer os.Remove(PIDFile(o.Dir))
 	if o.Ready != nil {
 		o.Ready(l.Addr().String())
 	}

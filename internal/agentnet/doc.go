@@ -19,4 +19,12 @@
 // Revocation (Revoke, Unregister, or a policy reload that drops an edge)
 // acts at once: receives waiting on a closed edge fail with ErrRevoked and
 // messages queued on it are dropped and receipted.
+//
+// Around the core: Run serves a Broker on a 0600 unix socket (Listen holds
+// the one-broker-per-state-dir lock); Ensure starts that daemon on demand,
+// detached, for the first client that needs it; Client speaks to it over
+// reused connections; Task is one running task's registration, kept by the
+// trusted process that serves it (renewal, re-registration with a
+// restarted broker; the token never leaves it); Tool serves the
+// agent_network tool for a Task next to a worker's tools.
 package agentnet

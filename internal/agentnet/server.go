@@ -9,7 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +52,7 @@ type response struct {
 	Edges       []EdgeStatus `json:"edges,omitempty"`
 	Live        bool         `json:"live,omitempty"`
 	N           int          `json:"n,omitempty"`
+	Instance    string       `json:"instance,omitempty"`
 }
 
 var kinds = map[string]error{
@@ -56,17 +60,31 @@ var kinds = map[string]error{
 	"revoked": ErrRevoked, "timeout": ErrTimeout, "register": ErrRegister, "bad-request": ErrBadRequest,
 }
 
+// kindOf names every sentinel err matches, comma-separated in a fixed
+// order (a revoked task's token error is "revoked,token").
 func kindOf(err error) string {
+	var ks []string
 	for k, s := range kinds {
 		if errors.Is(err, s) {
-			return k
+			ks = append(ks, k)
 		}
 	}
-	return ""
+	sort.Strings(ks)
+	return strings.Join(ks, ",")
 }
 
-// Listen creates the broker socket in dir (0700) with mode 0600. A stale
-// socket (no one listening) is replaced; a live one is an error.
+// LockName is the lock a listening broker holds for its whole life (one
+// broker per state dir); StartLockName serializes the clients that start
+// one on demand (Ensure).
+const (
+	LockName      = "broker.lock"
+	StartLockName = "start.lock"
+)
+
+// Listen creates the broker socket in dir (0700) with mode 0600, holding
+// the broker lock (LockName) until the listener closes: a second broker
+// for the same dir fails while the first lives. Under the lock, a socket
+// file left by a broker that died is stale and is replaced.
 func Listen(dir string) (net.Listener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("agentnet: %w", err)
@@ -75,20 +93,43 @@ func Listen(dir string) (net.Listener, error) {
 		return nil, fmt.Errorf("agentnet: %w", err)
 	}
 	path := filepath.Join(dir, SocketName)
+	unlock, ok, err := tryLock(filepath.Join(dir, LockName))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("agentnet: a broker is already running for %s (it holds %s)", dir, filepath.Join(dir, LockName))
+	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
+		unlock()
 		return nil, fmt.Errorf("agentnet: a broker is already listening on %s", path)
 	}
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("agentnet: listen: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
+		unlock()
 		return nil, fmt.Errorf("agentnet: %w", err)
 	}
-	return l, nil
+	return &lockedListener{Listener: l, unlock: unlock}, nil
+}
+
+// lockedListener releases the broker lock when it closes.
+type lockedListener struct {
+	net.Listener
+	once   sync.Once
+	unlock func()
+}
+
+func (l *lockedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(l.unlock)
+	return err
 }
 
 // Server serves a Broker on a listener.
@@ -131,6 +172,9 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Clients keep their connections open between calls: a stopping
+	// broker closes them.
+	context.AfterFunc(ctx, func() { c.Close() })
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	enc := json.NewEncoder(c)
@@ -139,6 +183,11 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		var resp response
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			resp = response{Error: fmt.Sprintf("%v: %v", ErrBadRequest, err), Kind: "bad-request"}
+		} else if req.Op == "receive" {
+			var ok bool
+			if resp, ok = s.receive(ctx, c, req, uid); !ok {
+				return
+			}
 		} else {
 			resp = s.do(ctx, req, uid)
 		}
@@ -146,6 +195,34 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
+}
+
+// receive serves a receive, which may wait, while watching its connection:
+// a client that goes away (a canceled tool call closes its connection)
+// cancels the wait, so no message is taken off a queue for a reader that
+// is gone. A connection carries one request at a time: bytes that arrive
+// while a receive waits end the connection (ok = false).
+func (s *Server) receive(ctx context.Context, c net.Conn, req request, uid int) (resp response, ok bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var extra atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var b [1]byte
+		n, err := c.Read(b[:])
+		if n > 0 {
+			extra.Store(true)
+			cancel()
+		} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			cancel() // the client is gone
+		}
+	}()
+	resp = s.do(ctx, req, uid)
+	c.SetReadDeadline(time.Now())
+	<-watched
+	c.SetReadDeadline(time.Time{})
+	return resp, !extra.Load()
 }
 
 func (s *Server) do(ctx context.Context, req request, uid int) response {
@@ -157,6 +234,7 @@ func (s *Server) do(ctx context.Context, req request, uid int) response {
 		var id Identity
 		resp.Token, id, err = b.Register(req.Workspace, uid)
 		resp.Identity = &id
+		resp.Instance = b.Instance()
 	case "renew":
 		resp.Token, err = b.Renew(req.Token)
 	case "unregister":
@@ -176,6 +254,8 @@ func (s *Server) do(ctx context.Context, req request, uid int) response {
 		if err == nil {
 			resp.Message = &m
 		}
+	case "ping":
+		resp.Instance = b.Instance()
 	case "live":
 		resp.Live = b.Live(req.Token)
 	case "edges":

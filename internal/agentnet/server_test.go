@@ -114,10 +114,48 @@ func TestServerRefusesOtherUID(t *testing.T) {
 	}
 }
 
+// TestListenRefusesLiveSocket: a second broker for the same dir fails on
+// the broker lock while the first listens.
 func TestListenRefusesLiveSocket(t *testing.T) {
 	e := newEnv(t)
 	c := serve(t, e, os.Getuid())
-	if _, err := Listen(filepath.Dir(c.Socket)); err == nil || !strings.Contains(err.Error(), "already listening") {
+	if _, err := Listen(filepath.Dir(c.Socket)); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second listen: %v", err)
+	}
+}
+
+// TestCanceledReceiveTakesNothing: a client that gives up a waiting
+// receive (its context ends: the connection closes) stops the broker's
+// wait at once, so a message sent afterwards stays queued for the next
+// receive instead of being taken for a reader that is gone.
+func TestCanceledReceiveTakesNothing(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	e.b.uid = os.Getuid()
+	e.b.SetPolicies([]Policy{e.policy("a", true, Quota{}, "b"), e.policy("b", true, Quota{}, "a")})
+	c := serve(t, e, os.Getuid())
+	ctx := context.Background()
+	ta, _, err := c.Register(ctx, e.ws["a"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _, err := c.Register(ctx, e.ws["b"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() { _, err := c.Receive(rctx, tb, "t", "", time.Minute); gave <- err }()
+	waitFor(t, func() bool { return e.b.Waiting() == 1 })
+	cancel()
+	if err := <-gave; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled receive: %v", err)
+	}
+	waitFor(t, func() bool { return e.b.Waiting() == 0 })
+	if _, err := c.Send(ctx, ta, e.ws["b"], "t", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Receive(ctx, tb, "t", "", 0)
+	if err != nil || string(m.Body) != "kept" {
+		t.Fatalf("the message sent after the canceled receive: %+v, %v", m, err)
 	}
 }

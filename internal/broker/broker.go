@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,22 @@ type Options struct {
 	// (command-scoped backends only; the others refuse it); nil means no
 	// network.
 	Network *sandbox.NetworkAttachment
+	// HostTools are tools this trusted process serves next to the
+	// worker's (the agent network, whose token must not enter the
+	// sandbox): Tools lists each while it is Listed, CallHostTool serves
+	// it; the worker never sees their calls.
+	HostTools []HostTool
+}
+
+// HostTool is a tool the trusted side serves next to the worker's
+// (agentnet.Tool serves wire.ToolAgentNetwork).
+type HostTool interface {
+	// Name is the tool's name in the tool list.
+	Name() string
+	// Listed reports whether the tool is offered now.
+	Listed() bool
+	// Call serves one call with the protocol's JSON arguments.
+	Call(ctx context.Context, args json.RawMessage) (any, error)
 }
 
 // Session is a running worker for one workspace.
@@ -280,6 +297,46 @@ func (s *Session) Ready() wire.Event { return s.client.Ready() }
 
 // Client is the raw protocol client (file tools).
 func (s *Session) Client() *wire.Client { return s.client }
+
+// Tools is the session's tool list: the worker's (the protocol's tools
+// op), then every host tool that is listed now. A host tool that is not
+// listed is absent, not marked.
+func (s *Session) Tools(ctx context.Context) ([]string, error) {
+	tools, err := s.client.Tools(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("broker: tool list: %w", err)
+	}
+	for _, h := range s.opts.HostTools {
+		if h.Listed() && !slices.Contains(tools, h.Name()) {
+			tools = append(tools, h.Name())
+		}
+	}
+	return tools, nil
+}
+
+// CallHostTool serves a call of the host tool name (Options.HostTools) in
+// this process. A tool that is not listed now, or not a host tool, is
+// refused with wire.CodeProtocol, as a worker refuses an unknown op; the
+// worker's own tools are called through Bash and Client.
+func (s *Session) CallHostTool(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
+	for _, h := range s.opts.HostTools {
+		if h.Name() != name {
+			continue
+		}
+		if !h.Listed() {
+			return nil, wire.Errorf(wire.CodeProtocol, "tool %q is not offered now", name)
+		}
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		res, err := h.Call(ctx, args)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(res)
+	}
+	return nil, wire.Errorf(wire.CodeProtocol, "no host tool %q", name)
+}
 
 // Bash runs a command in the sandbox.
 func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {

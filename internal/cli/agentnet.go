@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"text/tabwriter"
@@ -40,7 +42,12 @@ func (a *app) newAgentnetCmd() *cobra.Command {
 Policies come from [agent_network] in the trusted user config; SIGHUP or
 'vak agentnet reload' re-reads them and closes edges that went down.
 Receipts go to <state>/agentnet/receipts.jsonl, signed with the key in
-<state>/agentnet/receipts-key.`,
+<state>/agentnet/receipts-key.
+
+You rarely run it yourself: vak mcp and vak run in a workspace with an
+enabled policy start it on demand (detached, output in
+<state>/agentnet/broker.log, pid in <state>/agentnet/broker.pid). One broker
+runs per user: a second one exits with "already running".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := a.agentnetDir()
@@ -133,19 +140,81 @@ Receipts go to <state>/agentnet/receipts.jsonl, signed with the key in
 // registration (token renewal, edges coming up or going down).
 const agentNetRefresh = 2 * time.Second
 
-// attachAgentNet registers the MCP server's workspace with the running
-// agentnet broker when the trusted config has a policy for it and the
-// project config did not disable it. Without a broker the server runs
-// without the agent_network tool (a warning says why).
+// agentNetPolicy reports whether the trusted config has an enabled policy
+// for ws and the project config did not disable it.
+func agentNetPolicy(cfg *config.Config, ws string) bool {
+	if cfg.AgentNetwork.ProjectDisabled {
+		return false
+	}
+	return slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
+		c, err := agentnet.Canonical(w.Path)
+		return err == nil && c == ws && w.Enabled
+	})
+}
+
+// agentNetEnsure returns the function that starts the broker on demand:
+// this vak binary as `vak agentnet serve` (with the same --config),
+// detached, logging to <state>/agentnet/broker.log.
+func (a *app) agentNetEnsure(dir string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := agentnet.Ensure(ctx, dir, func() (*exec.Cmd, error) {
+			bin := workerExecutable
+			if bin == "" {
+				var err error
+				if bin, err = os.Executable(); err != nil {
+					return nil, fmt.Errorf("agentnet: find the vak binary: %w", err)
+				}
+			}
+			var args []string
+			if a.userConfig != "" {
+				// Absolute: the broker runs in its state dir.
+				cf, err := filepath.Abs(a.userConfig)
+				if err != nil {
+					return nil, fmt.Errorf("agentnet: --config %s: %w", a.userConfig, err)
+				}
+				args = append(args, "--config", cf)
+			}
+			return exec.Command(bin, append(args, "agentnet", "serve")...), nil
+		})
+		return err
+	}
+}
+
+// agentNetTask registers a task of ws with the broker (started on demand)
+// when the trusted config has an enabled policy for it and the project
+// config did not disable it, and keeps it registered (token renewal,
+// re-registration with a restarted broker) until ctx ends. It returns nil
+// otherwise, or, warning why, when the broker cannot be reached. The token
+// stays in this process: nothing of it reaches the sandbox.
+func (a *app) agentNetTask(ctx context.Context, cfg *config.Config, ws string) *agentnet.Task {
+	if !agentNetPolicy(cfg, ws) {
+		return nil
+	}
+	dir, err := a.agentnetDir()
+	if err != nil {
+		a.warnf("agent network unavailable: %v", err)
+		return nil
+	}
+	t := &agentnet.Task{Client: agentnet.NewClient(dir), Workspace: ws, Ensure: a.agentNetEnsure(dir)}
+	if _, err := t.Register(ctx); err != nil {
+		t.Client.Close()
+		a.warnf("agent network unavailable: %v", err)
+		return nil
+	}
+	go t.Watch(ctx, agentNetRefresh, nil, nil)
+	return t
+}
+
+// attachAgentNet registers the MCP server's workspace with the agentnet
+// broker (started on demand) when the trusted config has an enabled policy
+// for it and the project config did not disable it. Without a broker the
+// server runs without the agent_network tool (a warning says why).
 func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.Config, ws string, log *slog.Logger) {
 	if cfg.AgentNetwork.ProjectDisabled {
 		log.Info("agent network disabled by the project config")
 		return
 	}
-	if !slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
-		c, err := agentnet.Canonical(w.Path)
-		return err == nil && c == ws && w.Enabled
-	}) {
+	if !agentNetPolicy(cfg, ws) {
 		return
 	}
 	dir, err := a.agentnetDir()
@@ -153,8 +222,8 @@ func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.C
 		log.Warn("agent network unavailable", "err", err)
 		return
 	}
-	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir)); err != nil {
-		log.Warn("agent network unavailable (is `vak agentnet serve` running?)", "err", err)
+	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir), a.agentNetEnsure(dir)); err != nil {
+		log.Warn("agent network unavailable", "err", err)
 		return
 	}
 	go srv.WatchAgentNet(ctx, agentNetRefresh)

@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"vak/internal/agentnet"
 	"vak/internal/receipts"
@@ -134,4 +136,116 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestAgentnetMCPStartsBroker: with no broker running, two real `vak mcp`
+// servers (subprocesses) in two workspaces whose policies name each other
+// start one on demand (detached, in a session of its own, logging to
+// <state>/agentnet/broker.log) and both list agent_network. When that
+// broker dies (SIGKILL: socket and pid file left behind), the servers
+// start a new one and register again: the tool comes back and a message
+// crosses it.
+func TestAgentnetMCPStartsBroker(t *testing.T) {
+	testenv.RequireLandlock(t)
+	state, err := os.MkdirTemp("", "vso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := agentnet.Dir(filepath.Join(state, "vak"))
+	t.Cleanup(func() {
+		stopBrokerByPID(t, dir)
+		os.RemoveAll(state)
+	})
+	env := append(os.Environ(), "XDG_STATE_HOME="+state)
+	wa, wb := tempWorkspace(t), tempWorkspace(t)
+	cfg := writeConfig(t, fmt.Sprintf("version = 1\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n[[agent_network.workspace]]\npath = %q\npeers = [%q]\n", wa, wb, wb, wa))
+	c := agentnet.NewClient(dir)
+	defer c.Close()
+	if err := c.Ping(context.Background()); err == nil {
+		t.Fatal("control: a broker answers before any client started one")
+	}
+	ctx := context.Background()
+	var servers []*sdk.ClientSession
+	for _, ws := range []string{wa, wb} {
+		stderr := wire.NewTailBuffer(64 << 10)
+		cmd := exec.Command(workerExecutable, "--config", cfg, "mcp", "--workspace", ws)
+		cmd.Env, cmd.Stderr = env, stderr
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("connect: %v\n%s", err, stderr.String())
+		}
+		t.Cleanup(func() { cs.Close() })
+		servers = append(servers, cs)
+	}
+	hasTool := func(cs *sdk.ClientSession) bool {
+		res, err := cs.ListTools(ctx, nil)
+		return err == nil && slices.ContainsFunc(res.Tools, func(tl *sdk.Tool) bool { return tl.Name == "agent_network" })
+	}
+	both := func() bool { return hasTool(servers[0]) && hasTool(servers[1]) }
+	waitUntil(t, "both servers list agent_network (a broker was started)", both)
+	pid := brokerPIDFile(t, dir)
+	if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+		t.Fatalf("the broker (pid %d) is in session %d (%v), not its own", pid, sid, err)
+	}
+	if st, err := os.Stat(agentnet.LogFile(dir)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("broker log: %v %v", st, err)
+	}
+	if es, err := c.Edges(ctx); err != nil || len(es) != 1 || !es[0].Up {
+		t.Fatalf("edges: %+v %v", es, err)
+	}
+
+	// The broker dies; the servers notice within their refresh, start a
+	// new one and register again.
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a new broker runs", func() bool {
+		data, err := os.ReadFile(agentnet.PIDFile(dir))
+		return err == nil && strings.TrimSpace(string(data)) != strconv.Itoa(pid) && c.Ping(ctx) == nil
+	})
+	waitUntil(t, "both servers list agent_network again", func() bool {
+		es, err := c.Edges(ctx)
+		return err == nil && len(es) == 1 && es[0].Up && both()
+	})
+	res, err := servers[0].CallTool(ctx, &sdk.CallToolParams{Name: "agent_network", Arguments: map[string]any{"op": "send", "peer": wb, "topic": "t", "message": "after restart"}})
+	if err != nil || res.IsError {
+		t.Fatalf("send through the restarted broker: %v %+v", err, res)
+	}
+	res, err = servers[1].CallTool(ctx, &sdk.CallToolParams{Name: "agent_network", Arguments: map[string]any{"op": "receive", "topic": "t", "wait_seconds": 10}})
+	if err != nil || res.IsError {
+		t.Fatalf("receive through the restarted broker: %v %+v", err, res)
+	}
+	data, _ := json.Marshal(res)
+	if !strings.Contains(string(data), "after restart") || strings.Contains(string(data), "vakan1.") {
+		t.Fatalf("receive: %s", data)
+	}
+}
+
+// brokerPIDFile is the running broker's pid.
+func brokerPIDFile(t *testing.T, dir string) int {
+	t.Helper()
+	data, err := os.ReadFile(agentnet.PIDFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// stopBrokerByPID ends a broker a test caused to be started, by the pid it
+// wrote, and waits for it to exit.
+func stopBrokerByPID(t *testing.T, dir string) {
+	data, err := os.ReadFile(agentnet.PIDFile(dir))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	unix.Kill(pid, unix.SIGTERM)
+	waitUntil(t, "the broker exits", func() bool { return unix.Kill(pid, 0) != nil })
 }

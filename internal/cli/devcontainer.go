@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -60,7 +61,7 @@ func (a *app) newDevcontainerInitCmd() *cobra.Command {
 	var f devcontainerFlags
 	var image, vakPath, fromSandcat string
 	var nets []string
-	var force bool
+	var force, withDocker bool
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write .devcontainer/devcontainer.json and compose.yml for the workspace",
@@ -73,7 +74,14 @@ config on the host before compose starts. .devcontainer/ and .vscode/ are
 mounted read-only in the agent's container, and so are the protected paths
 of the trusted config (.git/hooks, .git/config, .envrc, ...) that exist when
 init runs (their parent directories, such as .git, are bound onto
-themselves so that they cannot be renamed).`,
+themselves so that they cannot be renamed).
+
+With --docker, a nested Docker engine too: a dockerd service (the sidecar of
+vak session create --docker: the same capabilities, seccomp profile, limits
+and private cgroup namespace) in the netclient's namespace (netfence nested
+mode), vak's Docker API guard in front of it, and DOCKER_HOST in the agent's
+container pointing at the guard. Its state (images) is on a named volume
+that survives Rebuild Container. See docs/devcontainer.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ws, labels, err := f.resolve()
@@ -108,6 +116,12 @@ themselves so that they cannot be renamed).`,
 				return exitFor(err)
 			}
 			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath}
+			if withDocker {
+				t.Docker, t.StateDir, t.CgroupPrivate = true, state, devcontainer.ComposeV2(cmd.Context())
+				if err := devcontainer.WriteSeccomp(state, key); err != nil {
+					return exitFor(err)
+				}
+			}
 			t.Protected, t.Pinned = devcontainer.ExistingProtected(ws, cfg.Files.Protected)
 			if sc != nil {
 				t.Env = sc.Env
@@ -119,6 +133,9 @@ themselves so that they cannot be renamed).`,
 			for _, p := range written {
 				fmt.Fprintf(a.stdio.Out, "wrote %s\n", p)
 			}
+			if !slices.Contains(cfg.EgressSections.Network.Presets, "vscode") {
+				fmt.Fprintf(a.stdio.Err, "vak: note: VS Code's server and extension downloads are refused by the gateway unless %s names the preset: presets = [\"vscode\"] under [network] (docs/devcontainer.md)\n", trustedFile(cfg))
+			}
 			return nil
 		},
 	}
@@ -126,6 +143,7 @@ themselves so that they cannot be renamed).`,
 	cmd.Flags().StringVar(&image, "image", "", "the agent container's image (default "+devcontainer.DefaultImage+")")
 	cmd.Flags().StringArrayVar(&nets, "gateway-network", nil, "an existing Docker network the gateway also joins (repeatable)")
 	cmd.Flags().StringVar(&vakPath, "vak", "", "the vak the host runs as initializeCommand (default: this executable)")
+	cmd.Flags().BoolVar(&withDocker, "docker", false, "add a nested Docker engine (dockerd service, API guard, DOCKER_HOST in the agent's container)")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite an existing devcontainer.json and compose.yml")
 	cmd.Flags().StringVar(&fromSandcat, "from-sandcat", "", "convert the sandcat project DIR's settings (user, .sandcat/settings.json, settings.local.json) first")
 	return cmd

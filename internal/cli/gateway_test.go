@@ -105,7 +105,7 @@ func TestGatewayPresets(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, name := range []string{"anthropic", "openai", "github", "npm", "pypi", "go-modules", "debian"} {
+	for _, name := range []string{"anthropic", "openai", "github", "npm", "pypi", "go-modules", "debian", "vscode"} {
 		if !strings.Contains(out, "\n"+name+"\t") && !strings.HasPrefix(out, name+"\t") {
 			t.Errorf("preset %s not listed:\n%s", name, out)
 		}

@@ -30,6 +30,7 @@ func (a *app) newNetclientCmd() *cobra.Command {
 		gateway string
 		nested  string
 		check   bool
+		joined  bool
 		every   time.Duration
 		c       = netfence.Config{
 			TransparentPort: netfence.DefaultTransparentPort,
@@ -54,7 +55,11 @@ prerouting NAT chain, a forward chain that lets nothing but DNS out, and a
 drop of outside packets to 127.0.0.0/8). See docs/nested-docker.md.
 
 With --check, only verify the rules and readiness (for health checks); give it
-the same --nested-pool/--uplink as the running netclient.`,
+the same --nested-pool/--uplink as the running netclient. With --check
+--joined, check from another container that joined the netclient's namespace
+(a dev container's dockerd): the rules verify, the uplink is up with an
+address, and the gateway's DNS port accepts a TCP connection; this fails in a
+namespace whose netclient is gone (no uplink left).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			addr, err := netip.ParseAddr(gateway)
@@ -70,9 +75,18 @@ the same --nested-pool/--uplink as the running netclient.`,
 			if err := c.Validate(); err != nil {
 				return exit(ExitUsage, err)
 			}
+			if joined && !check {
+				return exit(ExitUsage, errors.New("--joined needs --check"))
+			}
 			if check {
 				if err := netfence.Verify(c); err != nil {
 					return exit(ExitFailure, err)
+				}
+				if joined {
+					if err := netfence.CheckJoined(c, 3*time.Second); err != nil {
+						return exit(ExitFailure, err)
+					}
+					return nil
 				}
 				if _, err := os.Stat(ReadyFile); err != nil {
 					return exit(ExitFailure, errors.New("netclient not ready"))
@@ -94,6 +108,7 @@ the same --nested-pool/--uplink as the running netclient.`,
 	fl.StringVar(&nested, "nested-pool", "", "nested mode: the inner Docker engine's IPv4 address pool (e.g. "+netfence.DefaultNestedPool.String()+")")
 	fl.StringVar(&c.Uplink, "uplink", netfence.DefaultUplink, "nested mode: the interface toward the sandbox network")
 	fl.BoolVar(&check, "check", false, "only verify that the fence is in place")
+	fl.BoolVar(&joined, "joined", false, "with --check: from a container that joined the namespace (no ready file; the uplink and the gateway must answer)")
 	fl.DurationVar(&every, "verify-interval", DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")
 	cmd.AddCommand(a.newUnfenceCmd(), a.newSelfTestCmd())

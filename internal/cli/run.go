@@ -253,6 +253,22 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		}
 	}()
 
+	// The workspace's agent network registration lives as long as this
+	// run (its token stays in this process, never in the sandbox).
+	end = tr.Begin("agent network")
+	anctx, anstop := context.WithCancel(sigctx)
+	task := a.agentNetTask(anctx, cfg, ws)
+	end()
+	defer func() {
+		anstop()
+		if task != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			task.Close(cctx)
+			task.Client.Close()
+		}
+	}()
+
 	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()

@@ -78,7 +78,7 @@ extra_ca_bundles = [%q]
 value = %q
 hosts = ["allowed.test"]
 `, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
-	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, "ws")))
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, testenv.UniqueName("ws"))))
 	if err != nil {
 		t.Fatal(err)
 	}

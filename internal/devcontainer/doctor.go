@@ -14,19 +14,39 @@ import (
 	"vak/internal/proxynet"
 )
 
-// Services of the template, in start order.
-var Services = []string{"gateway", "netclient", "app"}
+// Services of the template, in start order (DockerServices: --docker).
+var (
+	Services       = []string{"gateway", "netclient", "app"}
+	DockerServices = []string{"gateway", "netclient", "dockerd", "app"}
+)
 
 // Status is the state of a workspace's dev-container services.
 type Status struct {
 	Key      string
+	Docker   bool                          // the --docker variant
 	Services map[string]*container.Summary // nil entries: no container
 	Health   map[string]string             // service -> health ("" = none)
 	App      *container.Summary
-	// AppStale is set when the agent's container joined a netclient that
-	// is no longer the running one (only loopback is left in it).
-	AppStale   bool
-	AppProblem string
+	// Stale names the services (dockerd, app) whose container joined a
+	// netclient namespace that is no longer the running one (only
+	// loopback is left in it), with the reason.
+	Stale map[string]string
+}
+
+// services are st's services, in start order.
+func (st *Status) services() []string {
+	if st.Docker {
+		return DockerServices
+	}
+	return Services
+}
+
+// joiners are the services that join the netclient's namespace.
+func (st *Status) joiners() []string {
+	if st.Docker {
+		return []string{"dockerd", "app"}
+	}
+	return []string{"app"}
 }
 
 func serviceContainer(ctx context.Context, cli *client.Client, key, svc string) (*container.Summary, error) {
@@ -44,8 +64,8 @@ func serviceContainer(ctx context.Context, cli *client.Client, key, svc string) 
 
 // Inspect reads the state of the workspace's services.
 func Inspect(ctx context.Context, cli *client.Client, ws string) (*Status, error) {
-	st := &Status{Key: proxynet.Key(ws), Services: map[string]*container.Summary{}, Health: map[string]string{}}
-	for _, svc := range Services {
+	st := &Status{Key: proxynet.Key(ws), Docker: hasDockerd(ws), Services: map[string]*container.Summary{}, Health: map[string]string{}, Stale: map[string]string{}}
+	for _, svc := range st.services() {
 		c, err := serviceContainer(ctx, cli, st.Key, svc)
 		if err != nil {
 			if strings.Contains(err.Error(), "no "+svc) {
@@ -59,43 +79,58 @@ func Inspect(ctx context.Context, cli *client.Client, ws string) (*Status, error
 			st.Health[svc] = string(ins.Container.State.Health.Status)
 		}
 	}
-	st.App = st.Services["app"]
-	if st.App != nil {
-		ins, err := cli.ContainerInspect(ctx, st.App.ID, client.ContainerInspectOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("devcontainer: inspect app: %w", err)
+	for _, svc := range st.joiners() {
+		if st.Services[svc] == nil {
+			continue
 		}
-		mode := string(ins.Container.HostConfig.NetworkMode)
-		joined, _ := strings.CutPrefix(mode, "container:")
-		nc := st.Services["netclient"]
-		switch {
-		case !strings.HasPrefix(mode, "container:"):
-			st.AppStale, st.AppProblem = true, "network mode "+mode+", not the netclient's namespace"
-		case nc == nil:
-			st.AppStale, st.AppProblem = true, "its netclient "+short(joined)+" is gone"
-		case joined != nc.ID:
-			st.AppStale, st.AppProblem = true, "it joined netclient "+short(joined)+", the running one is "+short(nc.ID)
-		case nc.State != container.StateRunning:
-			st.AppStale, st.AppProblem = true, "its netclient "+short(nc.ID)+" is "+string(nc.State)
-		default:
-			// A netclient that stopped and started again has a new
-			// namespace; the app still holds the old one.
-			if nci, err := cli.ContainerInspect(ctx, nc.ID, client.ContainerInspectOptions{}); err == nil && nci.Container.State != nil && ins.Container.State != nil {
-				ncStart, e1 := time.Parse(time.RFC3339Nano, nci.Container.State.StartedAt)
-				appStart, e2 := time.Parse(time.RFC3339Nano, ins.Container.State.StartedAt)
-				if e1 == nil && e2 == nil && ncStart.After(appStart) {
-					st.AppStale, st.AppProblem = true, "its netclient "+short(nc.ID)+" restarted after it"
-				}
-			}
+		problem, err := st.staleness(ctx, cli, st.Services[svc])
+		if err != nil {
+			return nil, fmt.Errorf("devcontainer: inspect %s: %w", svc, err)
+		}
+		if problem != "" {
+			st.Stale[svc] = problem
 		}
 	}
+	st.App = st.Services["app"]
 	return st, nil
+}
+
+// staleness says why c is not in the running netclient's namespace ("" if
+// it is).
+func (st *Status) staleness(ctx context.Context, cli *client.Client, c *container.Summary) (string, error) {
+	ins, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", err
+	}
+	mode := string(ins.Container.HostConfig.NetworkMode)
+	joined, _ := strings.CutPrefix(mode, "container:")
+	nc := st.Services["netclient"]
+	switch {
+	case !strings.HasPrefix(mode, "container:"):
+		return "network mode " + mode + ", not the netclient's namespace", nil
+	case nc == nil:
+		return "its netclient " + short(joined) + " is gone", nil
+	case joined != nc.ID:
+		return "it joined netclient " + short(joined) + ", the running one is " + short(nc.ID), nil
+	case nc.State != container.StateRunning:
+		return "its netclient " + short(nc.ID) + " is " + string(nc.State), nil
+	}
+	// A netclient that stopped and started again has a new namespace; the
+	// container still holds the old one.
+	if nci, err := cli.ContainerInspect(ctx, nc.ID, client.ContainerInspectOptions{}); err == nil && nci.Container.State != nil && ins.Container.State != nil {
+		ncStart, e1 := time.Parse(time.RFC3339Nano, nci.Container.State.StartedAt)
+		start, e2 := time.Parse(time.RFC3339Nano, ins.Container.State.StartedAt)
+		if e1 == nil && e2 == nil && ncStart.After(start) {
+			return "its netclient " + short(nc.ID) + " restarted after it", nil
+		}
+	}
+	return "", nil
 }
 
 // Problems lists what is wrong, one line each (empty: all healthy).
 func (st *Status) Problems() []string {
 	var p []string
-	for _, svc := range Services {
+	for _, svc := range st.services() {
 		c := st.Services[svc]
 		switch {
 		case c == nil:
@@ -106,8 +141,10 @@ func (st *Status) Problems() []string {
 			p = append(p, fmt.Sprintf("%s: health %s", svc, st.Health[svc]))
 		}
 	}
-	if st.AppStale {
-		p = append(p, "app: in a dead network namespace ("+st.AppProblem+"): the next devcontainer up (Reopen in Container / Rebuild) recreates it")
+	for _, svc := range st.joiners() {
+		if problem := st.Stale[svc]; problem != "" {
+			p = append(p, svc+": in a dead network namespace ("+problem+"): the next devcontainer up (Reopen in Container / Rebuild) recreates it")
+		}
 	}
 	return p
 }
@@ -115,7 +152,7 @@ func (st *Status) Problems() []string {
 // Report writes one line per service and the problems.
 func (st *Status) Report(w io.Writer) {
 	fmt.Fprintf(w, "dev container %s: gateway %s, sandbox subnet %s\n", st.Key, GatewayIP(st.Key), Subnet(st.Key))
-	for _, svc := range Services {
+	for _, svc := range st.services() {
 		c := st.Services[svc]
 		if c == nil {
 			fmt.Fprintf(w, "  %-9s absent\n", svc)

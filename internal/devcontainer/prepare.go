@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/dockerd"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/secrets"
@@ -136,7 +137,11 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 	}
 	labels := map[string]string{docker.LabelManaged: "true", LabelKey: key, docker.LabelWorkspace: o.Workspace}
 	maps.Copy(labels, o.Labels)
-	for _, v := range []string{GatewayVolume(key), TrustVolume(key)} {
+	vols := []string{GatewayVolume(key), TrustVolume(key)}
+	if hasDockerd(o.Workspace) {
+		vols = append(vols, BinVolume(key), DockerVolume(key), SocketVolume(key))
+	}
+	for _, v := range vols {
 		if _, err := cli.VolumeInspect(ctx, v, client.VolumeInspectOptions{}); err == nil {
 			continue
 		} else if !cerrdefs.IsNotFound(err) {
@@ -158,8 +163,27 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 	sum := sha256.Sum256(payload)
 	digest := fmt.Sprintf("%x", sum)
 	old, _ := os.ReadFile(digestFile)
-	if err := fill(ctx, cli, tag, labels, key, payload, trust); err != nil {
+	fills := []volumeFill{{GatewayVolume(key), proxynet.GatewayDataDir, payload}, {TrustVolume(key), "/trust", trust}}
+	docker := hasDockerd(o.Workspace)
+	binDigestFile := filepath.Join(o.StateDir, "devcontainer", key, "bin.digest")
+	var binDigest string
+	if docker {
+		bin, sum, err := o.dockerPrepare(ctx, key, labels, binDigestFile)
+		if err != nil {
+			return err
+		}
+		if bin != nil {
+			fills = append(fills, volumeFill{BinVolume(key), VakDir, bin})
+			binDigest = sum
+		}
+	}
+	if err := fill(ctx, cli, tag, labels, fills); err != nil {
 		return err
+	}
+	if binDigest != "" {
+		if err := os.WriteFile(binDigestFile, []byte(binDigest), 0o600); err != nil {
+			return fmt.Errorf("devcontainer: %w", err)
+		}
 	}
 	if string(old) != digest {
 		// A running gateway read the old config: restart it in place (same
@@ -185,10 +209,12 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 	if err != nil {
 		return err
 	}
-	if st.AppStale && st.App != nil {
-		o.progressf("the agent's container %s is in a dead network namespace (%s): removing it so that compose recreates it", short(st.App.ID), st.AppProblem)
-		if _, err := cli.ContainerRemove(ctx, st.App.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-			return fmt.Errorf("devcontainer: remove stale agent container: %w", err)
+	for _, svc := range st.joiners() {
+		if c, problem := st.Services[svc], st.Stale[svc]; c != nil && problem != "" {
+			o.progressf("the %s container %s is in a dead network namespace (%s): removing it so that compose recreates it", svc, short(c.ID), problem)
+			if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+				return fmt.Errorf("devcontainer: remove the stale %s container: %w", svc, err)
+			}
 		}
 	}
 	o.progressf("dev container prepared (gateway %s on %s)", GatewayIP(key), Subnet(key))
@@ -231,25 +257,96 @@ func checkSubnet(ctx context.Context, cli *client.Client, key string) error {
 	return nil
 }
 
-// fill copies the payloads into the two volumes through a created, never
-// started, container of the vak-net image.
-func fill(ctx context.Context, cli *client.Client, image string, labels map[string]string, key string, gateway, trust []byte) error {
+type volumeFill struct {
+	volume, target string
+	tar            []byte
+}
+
+// fill copies tar payloads into volumes through a created, never started,
+// container of the vak-net image.
+func fill(ctx context.Context, cli *client.Client, image string, labels map[string]string, fills []volumeFill) error {
+	var mounts []mount.Mount
+	for _, f := range fills {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: f.volume, Target: f.target})
+	}
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: image, Labels: labels, Cmd: []string{"version"}},
-		HostConfig: &container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{
-			{Type: mount.TypeVolume, Source: GatewayVolume(key), Target: proxynet.GatewayDataDir},
-			{Type: mount.TypeVolume, Source: TrustVolume(key), Target: "/trust"},
-		}},
+		Config:     &container.Config{Image: image, Labels: labels, Cmd: []string{"version"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Mounts: mounts},
 	})
 	if err != nil {
 		return fmt.Errorf("devcontainer: create the volume filler: %w", err)
 	}
 	defer cli.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true})
-	if _, err := cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: proxynet.GatewayDataDir, Content: bytes.NewReader(gateway)}); err != nil {
-		return fmt.Errorf("devcontainer: fill %s: %w", GatewayVolume(key), err)
+	for _, f := range fills {
+		if _, err := cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: f.target, Content: bytes.NewReader(f.tar)}); err != nil {
+			return fmt.Errorf("devcontainer: fill %s: %w", f.volume, err)
+		}
 	}
-	if _, err := cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: "/trust", Content: bytes.NewReader(trust)}); err != nil {
-		return fmt.Errorf("devcontainer: fill %s: %w", TrustVolume(key), err)
+	return nil
+}
+
+// hasDockerd reports whether the workspace's template is the --docker
+// variant (its compose project has the dockerd service).
+func hasDockerd(ws string) bool {
+	data, err := os.ReadFile(filepath.Join(ws, Dir, ComposeFile))
+	return err == nil && bytes.Contains(data, []byte(`"dockerd": {`))
+}
+
+// dockerPrepare readies the --docker variant: the sidecar image (built or
+// found, tagged DockerdImage), dockerd's seccomp profile in the state dir,
+// and the vak binary for dockerd's volume when it changed (nil otherwise;
+// sum is its digest for digestFile).
+func (o *PrepareOptions) dockerPrepare(ctx context.Context, key string, labels map[string]string, digestFile string) (binTar []byte, sum string, err error) {
+	tag, err := dockerd.EnsureImage(ctx, o.Engine, dockerd.DefaultRecipe, o.Progress)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := o.Engine.ImageTag(ctx, client.ImageTagOptions{Source: tag, Target: DockerdImage}); err != nil {
+		return nil, "", fmt.Errorf("devcontainer: tag %s as %s: %w", tag, DockerdImage, err)
+	}
+	if err := WriteSeccomp(o.StateDir, key); err != nil {
+		return nil, "", err
+	}
+	bin, err := os.ReadFile(o.Binary)
+	if err != nil {
+		return nil, "", fmt.Errorf("devcontainer: the vak binary for dockerd: %w", err)
+	}
+	h := sha256.Sum256(bin)
+	sum = fmt.Sprintf("%x", h)
+	if old, _ := os.ReadFile(digestFile); string(old) == sum {
+		if _, err := o.Engine.VolumeInspect(ctx, BinVolume(key), client.VolumeInspectOptions{}); err == nil {
+			return nil, "", nil
+		}
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "vak", Mode: 0o755, Size: int64(len(bin))})
+	tw.Write(bin)
+	if err := tw.Close(); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), sum, nil
+}
+
+// WriteSeccomp writes dockerd's seccomp profile (dockerd.SeccompProfile)
+// to SeccompFile; compose reads it from there.
+func WriteSeccomp(stateDir, key string) error {
+	prof, err := dockerd.SeccompProfile()
+	if err != nil {
+		return err
+	}
+	p := SeccompFile(stateDir, key)
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, prof) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("devcontainer: %w", err)
+	}
+	if err := os.WriteFile(p+".tmp", prof, 0o644); err != nil {
+		return fmt.Errorf("devcontainer: %w", err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("devcontainer: %w", err)
 	}
 	return nil
 }

@@ -115,3 +115,56 @@ func TestInitFromSandcat(t *testing.T) {
 		t.Errorf("sandcat-import.toml: %v", err)
 	}
 }
+
+// `vak devcontainer init` as the user would run it, without Docker: the
+// vscode preset note when the config lacks it (not with it), and --docker
+// writing the dockerd service with its seccomp profile in the state dir,
+// never in the workspace.
+func TestInitDockerAndVSCodeNote(t *testing.T) {
+	vak := testenv.Vak(t)
+	for _, tc := range []struct {
+		name, presets string
+		docker, note  bool
+	}{
+		{"plain without the preset", ``, false, true},
+		{"docker with the preset", `presets = ["vscode"]`, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			ws := filepath.Join(base, "ws")
+			os.MkdirAll(ws, 0o755)
+			cfgHome, state := filepath.Join(base, "config"), filepath.Join(base, "state")
+			writeFile(t, filepath.Join(cfgHome, "vak", "config.toml"), "version = 1\n[network]\npolicy = \"proxied\"\n"+tc.presets+"\n[[network.rules]]\nname = \"x\"\nhosts = [\"example.com\"]\n")
+			args := []string{"devcontainer", "init", "-w", ws}
+			if tc.docker {
+				args = append(args, "--docker")
+			}
+			cmd := exec.Command(vak, args...)
+			cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+cfgHome, "XDG_STATE_HOME="+state, "HOME="+base)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("init: %v\n%s", err, out)
+			}
+			if got := strings.Contains(string(out), `presets = ["vscode"]`); got != tc.note {
+				t.Errorf("vscode note printed: %v, want %v\n%s", got, tc.note, out)
+			}
+			compose, _ := os.ReadFile(filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile))
+			if got := strings.Contains(string(compose), `"dockerd": {`); got != tc.docker {
+				t.Errorf("dockerd service: %v, want %v", got, tc.docker)
+			}
+			profiles, _ := filepath.Glob(filepath.Join(state, "vak", "devcontainer", "*", "dockerd-seccomp.json"))
+			if (len(profiles) == 1) != tc.docker {
+				t.Errorf("seccomp profiles in the state dir: %v", profiles)
+			}
+			filepath.Walk(ws, func(p string, fi os.FileInfo, err error) error {
+				if err == nil && strings.Contains(p, "seccomp") {
+					t.Errorf("%s: a seccomp profile in the workspace", p)
+				}
+				return nil
+			})
+			if tc.docker && len(profiles) == 1 && !strings.Contains(string(compose), "seccomp:"+profiles[0]) {
+				t.Errorf("compose.yml does not name the profile %s", profiles[0])
+			}
+		})
+	}
+}

@@ -10,17 +10,21 @@ package devcontainer
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"vak/internal/dockerd"
+	"vak/internal/dockerguard"
 	"vak/internal/netfence"
 	"vak/internal/proxynet"
 )
@@ -32,6 +36,7 @@ const (
 	ComposeFile    = "compose.yml"
 	VSCodeDir      = ".vscode"
 	NetImage       = proxynet.ImageRepo + ":devcontainer" // the alias prepare keeps on the current vak-net image
+	DockerdImage   = dockerd.ImageRepo + ":devcontainer"  // the alias prepare keeps on the current sidecar image
 	DefaultImage   = "debian:bookworm-slim"
 	LabelKey       = "vak.devcontainer" // the workspace's key on every service, network and volume
 	gatewayHostNum = 200                // the gateway's fixed address in the sandbox /24 (dynamic ones stay below 128)
@@ -71,6 +76,52 @@ type Template struct {
 	// Pinned are workspace-relative directories bound onto themselves
 	// read-write (mount points cannot be renamed or replaced).
 	Pinned []string
+	// Docker adds the nested Docker engine: a dockerd service (the
+	// sidecar of sessions' --docker, dockerd.Sidecar.Spec) in the
+	// netclient's namespace with vak's API guard in front of it, the
+	// netclient in netfence nested mode, and DOCKER_HOST in the app.
+	Docker bool
+	// StateDir is vak's state dir on the host (Docker only: the seccomp
+	// profile prepare writes there, SeccompFile).
+	StateDir string
+	// CgroupPrivate sets Compose v2's `cgroup: private` on dockerd (Debian's
+	// docker-compose 1.29 rejects the key; the entrypoint creates and
+	// verifies a private cgroup namespace either way).
+	CgroupPrivate bool
+}
+
+// Paths of the --docker variant, the same in dockerd and the agent's
+// container (so a bind of DOCKER_HOST's path is recognised by the guard).
+const (
+	// DockerDir holds the guard's sockets (a volume only dockerd and the
+	// agent's container mount; the raw socket stays in
+	// dockerd.RawSocketDir, a tmpfs of dockerd's own).
+	DockerDir = "/run/vak/docker"
+	// DockerSocket is the guarded Engine API socket (DOCKER_HOST).
+	DockerSocket = DockerDir + "/docker.sock"
+	// ReaperSocket is the guard's reaper-only socket.
+	ReaperSocket = DockerDir + "/reaper.sock"
+	// VakDir is where dockerd mounts the volume holding the static vak
+	// binary (the guard and the health check).
+	VakDir = "/opt/vak"
+	// VakBinary is that binary.
+	VakBinary = VakDir + "/vak"
+)
+
+// Pool is the --docker variant's inner address pool.
+var Pool = netfence.DefaultNestedPool
+
+// BinVolume holds the static vak binary for dockerd, DockerVolume dockerd's
+// state (images survive a Rebuild and dockerd's recreation), SocketVolume
+// the guard's sockets.
+func BinVolume(key string) string    { return "vak-dc-" + key + "-bin" }
+func DockerVolume(key string) string { return "vak-dc-" + key + "-dockerd" }
+func SocketVolume(key string) string { return "vak-dc-" + key + "-docker-sock" }
+
+// SeccompFile is where prepare writes dockerd's seccomp profile (in vak's
+// state dir, not the workspace: the agent must not be able to widen it).
+func SeccompFile(stateDir, key string) string {
+	return filepath.Join(stateDir, "devcontainer", key, "dockerd-seccomp.json")
 }
 
 // ExistingProtected returns the entries of protected (workspace-relative)
@@ -149,6 +200,8 @@ type service struct {
 	PidsLimit   int                    `json:"pids_limit,omitempty"`
 	Volumes     []string               `json:"volumes,omitempty"`
 	Healthcheck *healthcheck           `json:"healthcheck,omitempty"`
+	Entrypoint  []string               `json:"entrypoint,omitempty"`
+	Cgroup      string                 `json:"cgroup,omitempty"`
 	Restart     string                 `json:"restart,omitempty"`
 	Labels      map[string]string      `json:"labels"`
 	Init        bool                   `json:"init,omitempty"`
@@ -211,6 +264,13 @@ func (t *Template) Compose() ([]byte, error) {
 	health := func(cmd []string) *healthcheck {
 		return &healthcheck{Test: append([]string{"CMD"}, cmd...), Interval: "1s", Timeout: "5s", Retries: 3}
 	}
+	var pool netip.Prefix
+	if t.Docker {
+		pool = Pool
+		if pool.Overlaps(sub) {
+			return nil, fmt.Errorf("devcontainer: the inner pool %s overlaps the sandbox subnet %s", pool, sub)
+		}
+	}
 	gwNets := map[string]*serviceNet{"egress": {}, "sandbox": {IPv4Address: gw.String()}}
 	nets := map[string]*network{
 		"egress": {Labels: t.labels()},
@@ -249,6 +309,16 @@ func (t *Template) Compose() ([]byte, error) {
 		vols = append(vols, p+":"+p+":ro")
 	}
 	vols = append(vols, "vak-trust:"+proxynet.TrustDir+":ro")
+	// dockerd sees the workspace as the agent does (inner binds resolve
+	// there, so an inner container gets no more than the agent).
+	dockerdVols := slices.Clone(vols)
+	if t.Docker {
+		// Read-only: connecting to a socket needs no write access, and an
+		// agent that could replace reaper.sock with a link to the raw
+		// socket would have dockerd bind that into an inner container.
+		vols = append(vols, SocketVolume(t.Key)+":"+DockerDir+":ro")
+		env = append(env, "DOCKER_HOST=unix://"+DockerSocket)
+	}
 	p := composeProject{
 		Version: "2.4",
 		Services: map[string]*service{
@@ -270,7 +340,7 @@ func (t *Template) Compose() ([]byte, error) {
 			},
 			"netclient": {
 				Image: NetImage, User: "0:0",
-				Command:   proxynet.NetclientCommand(gw),
+				Command:   proxynet.NetclientCommand(gw, pool),
 				Networks:  map[string]*serviceNet{"sandbox": {}},
 				DependsOn: map[string]dependency{"gateway": {Condition: "service_healthy"}},
 				CapDrop:   []string{"ALL"}, CapAdd: []string{"NET_ADMIN"},
@@ -278,7 +348,7 @@ func (t *Template) Compose() ([]byte, error) {
 				Tmpfs:    []string{"/run:rw,nosuid,nodev,noexec,size=1m"},
 				Sysctls:  netfence.Sysctls,
 				MemLimit: "128m", PidsLimit: 128,
-				Healthcheck: health(proxynet.NetclientHealthCommand(gw)),
+				Healthcheck: health(proxynet.NetclientHealthCommand(gw, pool)),
 				Labels:      t.labels(),
 			},
 			"app": {
@@ -301,6 +371,27 @@ func (t *Template) Compose() ([]byte, error) {
 			"vak-gateway": {External: true, Name: GatewayVolume(t.Key)},
 			"vak-trust":   {External: true, Name: TrustVolume(t.Key)},
 		},
+	}
+	if t.Docker {
+		d, err := t.dockerdService(gw, pool, dockerdVols)
+		if err != nil {
+			return nil, err
+		}
+		p.Services["dockerd"] = d
+		p.Services["app"].DependsOn = map[string]dependency{"dockerd": {Condition: "service_healthy"}}
+		for _, v := range []string{BinVolume(t.Key), DockerVolume(t.Key), SocketVolume(t.Key)} {
+			p.Volumes[v] = &volume{External: true, Name: v}
+		}
+	}
+	// Compose interpolates ${VAR} in every value; none is meant, so each
+	// $ is escaped ($$).
+	for _, svc := range p.Services {
+		for _, l := range [][]string{svc.Command, svc.Entrypoint, svc.Environment} {
+			escapeDollar(l)
+		}
+		if svc.Healthcheck != nil {
+			escapeDollar(svc.Healthcheck.Test)
+		}
 	}
 	var b bytes.Buffer
 	b.WriteString("# Generated by `vak devcontainer init` (see docs/devcontainer.md). No secret\n# is written here: the gateway's config comes from the host's trusted\n# config, placed by `vak devcontainer prepare` (the initializeCommand).\n")
@@ -335,7 +426,7 @@ func (t *Template) DevcontainerJSON() ([]byte, error) {
 		Name:              "vak: " + filepath.Base(t.Workspace),
 		DockerComposeFile: []string{ComposeFile},
 		Service:           "app",
-		RunServices:       []string{"gateway", "netclient", "app"},
+		RunServices:       t.services(),
 		WorkspaceFolder:   t.Workspace,
 		InitializeCommand: prep,
 		OverrideCommand:   false,
@@ -348,6 +439,97 @@ func (t *Template) DevcontainerJSON() ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// services are the template's services, in start order.
+func (t *Template) services() []string {
+	if t.Docker {
+		return []string{"gateway", "netclient", "dockerd", "app"}
+	}
+	return []string{"gateway", "netclient", "app"}
+}
+
+// dockerdService is the nested engine, derived from dockerd.Sidecar.Spec
+// (the same capabilities, seccomp profile, limits and entrypoint as a
+// session's sidecar) and translated to compose: the seccomp profile by
+// path (SeccompFile), mounts by volume name, and the entrypoint prefixed
+// with dockerd.UnshareCgroup, since compose 1.29 cannot ask for a private
+// cgroup namespace (the entrypoint then verifies it and refuses to start
+// otherwise).
+func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []string) (*service, error) {
+	if !filepath.IsAbs(t.StateDir) {
+		return nil, errors.New("devcontainer: the --docker template needs vak's state dir (the seccomp profile)")
+	}
+	policy := dockerguard.Policy{
+		Workspace: t.Workspace, TrustDir: proxynet.TrustDir, TrustEnv: proxynet.TrustEnv(),
+		Pool: pool, DNS: gw, Labels: map[string]string{LabelKey: t.Key},
+		GuardSocket: DockerSocket, ReaperSocket: ReaperSocket,
+	}
+	s := dockerd.Sidecar{
+		Name: "dockerd", Image: DockerdImage, NetworkMode: "container:netclient",
+		Daemon:      dockerd.Daemon{Pool: pool, Gateway: gw},
+		TrustCA:     proxynet.TrustDir + "/" + proxynet.CAFile,
+		DataVolume:  DockerVolume(t.Key),
+		Guard:       append([]string{VakBinary}, dockerguard.Args(policy, dockerd.RawSocket)...),
+		GuardSocket: DockerSocket,
+	}
+	cfg, host, err := s.Spec()
+	if err != nil {
+		return nil, err
+	}
+	var secOpt []string
+	for _, o := range host.SecurityOpt {
+		if strings.HasPrefix(o, "seccomp=") {
+			o = "seccomp:" + SeccompFile(t.StateDir, t.Key)
+		}
+		secOpt = append(secOpt, o)
+	}
+	var tmpfs []string
+	for _, dir := range slices.Sorted(maps.Keys(host.Tmpfs)) {
+		tmpfs = append(tmpfs, dir+":"+host.Tmpfs[dir])
+	}
+	var mounts []string
+	for _, m := range host.Mounts {
+		mounts = append(mounts, m.Source+":"+m.Target)
+	}
+	mounts = append(mounts, vols...)
+	mounts = append(mounts, BinVolume(t.Key)+":"+VakDir+":ro", SocketVolume(t.Key)+":"+DockerDir)
+	check := strings.Join(append(shellQuote(proxynet.JoinedHealthCommand(VakBinary, gw, pool)),
+		"&&", "docker", "-H", "unix://"+DockerSocket, "version", "--format", "'{{.Server.Version}}'", ">/dev/null"), " ")
+	var cgroup string
+	if t.CgroupPrivate && host.CgroupnsMode.IsPrivate() {
+		cgroup = "private"
+	}
+	return &service{
+		Image: cfg.Image, User: cfg.User,
+		Entrypoint:  append(slices.Clone(dockerd.UnshareCgroup), cfg.Entrypoint...),
+		Command:     cfg.Cmd,
+		NetworkMode: "service:netclient",
+		DependsOn:   map[string]dependency{"netclient": {Condition: "service_healthy"}},
+		CapDrop:     host.CapDrop, CapAdd: host.CapAdd,
+		SecurityOpt: secOpt,
+		Cgroup:      cgroup,
+		Tmpfs:       tmpfs,
+		MemLimit:    strconv.FormatInt(host.Memory, 10),
+		PidsLimit:   int(*host.PidsLimit),
+		Volumes:     mounts,
+		Healthcheck: &healthcheck{Test: []string{"CMD-SHELL", check}, Interval: "2s", Timeout: "10s", Retries: 3},
+		Labels:      t.labels(),
+	}, nil
+}
+
+func escapeDollar(l []string) {
+	for i := range l {
+		l[i] = strings.ReplaceAll(l[i], "$", "$$")
+	}
+}
+
+func shellQuote(args []string) []string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return q
 }
 
 // Write writes the template into the workspace (and creates .vscode, so
@@ -391,6 +573,13 @@ func (t *Template) Write(force bool) ([]string, error) {
 // the same ones.
 func PlaceholderFile(stateDir, key string) string {
 	return filepath.Join(stateDir, "devcontainer", key, "placeholders.json")
+}
+
+// ComposeV2 reports whether the host's docker CLI has the Compose v2
+// plugin (`docker compose`), which the dev-containers CLI prefers over
+// docker-compose and which takes `cgroup: private`.
+func ComposeV2(ctx context.Context) bool {
+	return exec.CommandContext(ctx, "docker", "compose", "version").Run() == nil
 }
 
 // validName reports whether s is usable as an environment variable name.

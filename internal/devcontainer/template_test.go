@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/moby/moby/api/types/container"
+
+	"vak/internal/dockerd"
 )
 
 func testTemplate(t *testing.T) *Template {
@@ -175,7 +177,10 @@ func TestStatusProblems(t *testing.T) {
 		{"healthy", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{"gateway": "healthy", "netclient": "healthy"}}, ""},
 		{"app absent", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n")}, Health: map[string]string{}}, "app: no container"},
 		{"netclient unhealthy", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{"netclient": "unhealthy"}}, "netclient: health unhealthy"},
-		{"stale app", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{}, AppStale: true, AppProblem: "x"}, "dead network namespace"},
+		{"stale app", Status{Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{}, Stale: map[string]string{"app": "x"}}, "app: in a dead network namespace"},
+		{"stale dockerd", Status{Docker: true, Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "dockerd": run("d"), "app": run("a")}, Health: map[string]string{}, Stale: map[string]string{"dockerd": "x"}}, "dockerd: in a dead network namespace"},
+		{"dockerd absent", Status{Docker: true, Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "app": run("a")}, Health: map[string]string{}}, "dockerd: no container"},
+		{"dockerd unhealthy", Status{Docker: true, Services: map[string]*container.Summary{"gateway": run("g"), "netclient": run("n"), "dockerd": run("d"), "app": run("a")}, Health: map[string]string{"dockerd": "unhealthy"}}, "dockerd: health unhealthy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := strings.Join(tc.st.Problems(), "\n")
@@ -183,5 +188,75 @@ func TestStatusProblems(t *testing.T) {
 				t.Errorf("problems = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestComposeDocker(t *testing.T) {
+	tp := testTemplate(t)
+	tp.Docker = true
+	if _, err := tp.Compose(); err == nil {
+		t.Fatal("a --docker template without the state dir was written")
+	}
+	tp.StateDir = filepath.Join(t.TempDir(), "state")
+	data, err := tp.Compose()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p composeProject
+	if err := json.Unmarshal(data[strings.Index(string(data), "{"):], &p); err != nil {
+		t.Fatal(err)
+	}
+	d, app, nc := p.Services["dockerd"], p.Services["app"], p.Services["netclient"]
+	if d == nil {
+		t.Fatalf("no dockerd service:\n%s", data)
+	}
+	_, host, err := (dockerd.Sidecar{Name: "x", Image: "x", NetworkMode: "container:x", DataVolume: "x", Daemon: dockerd.Daemon{Pool: Pool, Gateway: GatewayIP(tp.Key)}, TrustCA: "/x"}).Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(l []string) string { return strings.Join(l, " ") }
+	mountsRaw := func(s *service) bool {
+		for _, v := range append(s.Volumes, s.Tmpfs...) {
+			if strings.Contains(v, dockerd.RawSocketDir) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"dockerd has exactly the sidecar's capabilities", all(d.CapDrop) == "ALL" && all(d.CapAdd) == all(host.CapAdd) && all(d.CapAdd) == all(dockerd.Capabilities)},
+		{"dockerd's seccomp profile from the state dir", all(d.SecurityOpt) == "seccomp:"+SeccompFile(tp.StateDir, tp.Key)+" apparmor=unconfined" && !strings.HasPrefix(SeccompFile(tp.StateDir, tp.Key), tp.Workspace)},
+		{"dockerd's limits are the sidecar's", d.MemLimit == "4294967296" && d.PidsLimit == int(*host.PidsLimit)},
+		{"dockerd creates its cgroup namespace", all(d.Entrypoint[:3]) == all(dockerd.UnshareCgroup) && strings.Contains(all(d.Command), "refusing to start")},
+		{"no cgroup key for compose 1.29", d.Cgroup == ""},
+		{"dockerd joins the netclient once healthy", d.NetworkMode == "service:netclient" && d.DependsOn["netclient"].Condition == "service_healthy"},
+		{"dockerd's state on its named volume", strings.Contains(all(d.Volumes), DockerVolume(tp.Key)+":"+dockerd.DataDir) && p.Volumes[DockerVolume(tp.Key)].External},
+		{"dockerd starts the guard", strings.Contains(all(d.Command), "'dockerguard' '--listen' '"+DockerSocket+"'") && strings.Contains(all(d.Command), "'--pool' '"+Pool.String()+"'")},
+		{"dockerd's health check proves the namespace live", strings.Contains(all(d.Healthcheck.Test), "'--joined'") && strings.Contains(all(d.Healthcheck.Test), "unix://"+DockerSocket)},
+		{"the raw socket only on dockerd's own tmpfs", mountsRaw(d) && !mountsRaw(app) && !mountsRaw(nc) && !mountsRaw(p.Services["gateway"])},
+		{"the app has the guard's socket, not the binary or daemon state", strings.Contains(all(app.Volumes), SocketVolume(tp.Key)+":"+DockerDir+":ro") && !strings.Contains(all(app.Volumes), BinVolume(tp.Key)) && !strings.Contains(all(app.Volumes), DockerVolume(tp.Key))},
+		{"only dockerd and the app share the socket volume", !strings.Contains(all(nc.Volumes)+all(p.Services["gateway"].Volumes), SocketVolume(tp.Key))},
+		{"DOCKER_HOST in the app", strings.Contains(all(app.Environment), "DOCKER_HOST=unix://"+DockerSocket)},
+		{"the app waits for a healthy dockerd", app.DependsOn["dockerd"].Condition == "service_healthy"},
+		{"the app still drops everything", all(app.CapDrop) == "ALL" && len(app.CapAdd) == 0},
+		{"the netclient in nested mode", strings.Contains(all(nc.Command), "--nested-pool "+Pool.String()) && strings.Contains(all(nc.Healthcheck.Test), "--nested-pool "+Pool.String())},
+		{"no compose interpolation left", !strings.Contains(strings.ReplaceAll(string(data), "$$", ""), "$")},
+	} {
+		if !tc.ok {
+			t.Errorf("%s: no\n%s", tc.name, data)
+		}
+	}
+	tp.CgroupPrivate = true
+	data, _ = tp.Compose()
+	json.Unmarshal(data[strings.Index(string(data), "{"):], &p)
+	if p.Services["dockerd"].Cgroup != "private" {
+		t.Errorf("Compose v2: no cgroup: private")
+	}
+	cfg, _ := tp.DevcontainerJSON()
+	if !strings.Contains(string(cfg), `"dockerd"`) {
+		t.Errorf("devcontainer.json does not run dockerd: %s", cfg)
 	}
 }

@@ -148,6 +148,14 @@ func (d Daemon) Entrypoint(trustCA string, guard ...string) ([]string, error) {
 	return []string{"/bin/sh", "-c", script}, nil
 }
 
+// UnshareCgroup prefixes the entrypoint where the container runtime cannot
+// be asked for a private cgroup namespace (Debian's docker-compose 1.29 has
+// no `cgroup:` key): the entrypoint's process moves into a new cgroup
+// namespace before the script's check runs, and docker exec (health
+// checks) joins that namespace. If unshare fails the container exits; if
+// it did not take effect the check refuses to start dockerd.
+var UnshareCgroup = []string{"unshare", "--cgroup", "--"}
+
 // ErrCgroupnsNotPrivate is returned when the sidecar would run, or runs, in
 // a cgroup namespace that is not its own.
 var ErrCgroupnsNotPrivate = errors.New("dockerd: the sidecar's cgroup namespace is not private")

@@ -2,52 +2,49 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"vak/internal/agentnet"
+	"vak/internal/worker/wire"
 )
 
 // AgentNetToolName is the brokered workspace network's tool.
 const AgentNetToolName = "agent_network"
 
-// maxReceiveWait bounds an agent_network receive (the tool call blocks).
-const maxReceiveWait = 60 * time.Second
-
 // agentNet is the server's registration with the agentnet broker. The
-// task token lives here, in the trusted server process: no tool result,
+// task token lives in task, in the trusted server process: no tool result,
 // error or log line carries it.
 type agentNet struct {
-	client *agentnet.Client
+	task   *agentnet.Task
 	mu     sync.Mutex
-	token  string
-	renew  time.Time // when to renew the token
 	listed bool
 }
 
 // AttachAgentNet registers the server's workspace with the broker behind
-// client and lists the agent_network tool while the registration is live
-// with at least one live edge. Call RefreshAgentNet (the caller's loop, or
-// after a policy change) to re-check; Close unregisters.
-func (s *Server) AttachAgentNet(ctx context.Context, client *agentnet.Client) error {
-	tok, _, err := client.Register(ctx, s.opts.Workspace)
-	if err != nil {
+// client (started on demand through ensure, if set) and lists the
+// agent_network tool while the registration is live with at least one
+// live edge. Call RefreshAgentNet (WatchAgentNet, or after a policy
+// change) to re-check; Close unregisters.
+func (s *Server) AttachAgentNet(ctx context.Context, client *agentnet.Client, ensure func(context.Context) error) error {
+	task := &agentnet.Task{Client: client, Workspace: s.opts.Workspace, Ensure: ensure}
+	if _, err := task.Register(ctx); err != nil {
 		return fmt.Errorf("agent network: %w", err)
 	}
-	s.an = &agentNet{client: client, token: tok, renew: time.Now().Add(agentnet.DefaultTokenTTL / 2)}
-	_, err = s.RefreshAgentNet(ctx)
+	s.an = &agentNet{task: task}
+	_, err := s.RefreshAgentNet(ctx)
 	return err
 }
 
-// RefreshAgentNet renews the task token when it is due and adds or removes
-// the agent_network tool to match the broker's view (the SDK tells clients
-// that the tool list changed). It reports whether the tool is listed.
+// RefreshAgentNet renews the token when it is due (registering again with
+// a restarted broker, which ensure starts when none answers) and adds or
+// removes the agent_network tool to match the broker's view (the SDK tells
+// clients that the tool list changed). It reports whether the tool is
+// listed.
 func (s *Server) RefreshAgentNet(ctx context.Context) (bool, error) {
 	an := s.an
 	if an == nil {
@@ -55,13 +52,7 @@ func (s *Server) RefreshAgentNet(ctx context.Context) (bool, error) {
 	}
 	an.mu.Lock()
 	defer an.mu.Unlock()
-	if time.Now().After(an.renew) {
-		tok, err := an.client.Renew(ctx, an.token)
-		if err == nil {
-			an.token, an.renew = tok, time.Now().Add(agentnet.DefaultTokenTTL/2)
-		}
-	}
-	live, err := an.client.Live(ctx, an.token)
+	live, err := an.task.Refresh(ctx)
 	if err != nil {
 		live = false
 	}
@@ -96,6 +87,12 @@ func (s *Server) WatchAgentNet(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// AgentNetLeaks reports whether data carries the server's task token or a
+// part of it (tests scan every tool result with it).
+func (s *Server) AgentNetLeaks(data []byte) bool {
+	return s.an != nil && s.an.task.Leaks(data)
+}
+
 // closeAgentNet unregisters (the token is revoked at the broker).
 func (s *Server) closeAgentNet() {
 	if s.an == nil {
@@ -103,9 +100,7 @@ func (s *Server) closeAgentNet() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.an.mu.Lock()
-	defer s.an.mu.Unlock()
-	_ = s.an.client.Unregister(ctx, s.an.token)
+	_ = s.an.task.Close(ctx)
 }
 
 // AgentNetInput are agent_network's arguments.
@@ -158,47 +153,16 @@ func (s *Server) addAgentNet() {
 }
 
 func (s *Server) agentNetCall(ctx context.Context, in AgentNetInput) (AgentNetOutput, error) {
-	var out AgentNetOutput
-	an := s.an
-	an.mu.Lock()
-	tok := an.token
-	an.mu.Unlock()
-	if !utf8.ValidString(in.Message) {
-		return out, errors.New("agent_network: message must be UTF-8 text")
-	}
-	c := an.client
-	var err error
-	switch in.Op {
-	case "peers":
-		var ps []agentnet.Peer
-		ps, err = c.Peers(ctx, tok)
-		for _, p := range ps {
-			out.Peers = append(out.Peers, AgentNetPeer{ID: p.ID, Workspace: p.Workspace})
-		}
-	case "send":
-		out.ID, err = c.Send(ctx, tok, in.Peer, in.Topic, []byte(in.Message))
-	case "request":
-		out.Correlation, err = c.Request(ctx, tok, in.Peer, in.Topic, []byte(in.Message))
-	case "reply":
-		err = c.Reply(ctx, tok, in.Correlation, []byte(in.Message))
-	case "receive":
-		if in.WaitSeconds < 0 || time.Duration(in.WaitSeconds)*time.Second > maxReceiveWait {
-			return out, fmt.Errorf("agent_network: wait_seconds must be 0..%d", int(maxReceiveWait/time.Second))
-		}
-		var m agentnet.Message
-		m, err = c.Receive(ctx, tok, in.Topic, in.Correlation, time.Duration(in.WaitSeconds)*time.Second)
-		if errors.Is(err, agentnet.ErrTimeout) {
-			return AgentNetOutput{TimedOut: true}, nil
-		}
-		if err == nil {
-			out.Message = &AgentNetMessage{ID: m.ID, From: m.From, Topic: m.Topic, Kind: m.Kind, Correlation: m.Correlation, Message: string(m.Body)}
-		}
-	default:
-		return out, fmt.Errorf("agent_network: unknown op %q (peers, send, receive, request, reply)", in.Op)
-	}
+	r, err := s.an.task.Do(ctx, wire.AgentNetworkArgs{Op: in.Op, Peer: in.Peer, Topic: in.Topic, Message: in.Message, Correlation: in.Correlation, WaitSeconds: in.WaitSeconds})
 	if err != nil {
-		// Broker errors name workspaces, ids and reasons, never a token.
-		return AgentNetOutput{}, fmt.Errorf("agent_network %s refused: %w", in.Op, err)
+		return AgentNetOutput{}, err
+	}
+	out := AgentNetOutput{ID: r.ID, Correlation: r.Correlation, TimedOut: r.TimedOut}
+	for _, p := range r.Peers {
+		out.Peers = append(out.Peers, AgentNetPeer{ID: p.ID, Workspace: p.Workspace})
+	}
+	if m := r.Message; m != nil {
+		out.Message = &AgentNetMessage{ID: m.ID, From: m.From, Topic: m.Topic, Kind: m.Kind, Correlation: m.Correlation, Message: m.Message}
 	}
 	return out, nil
 }

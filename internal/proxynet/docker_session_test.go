@@ -3,8 +3,6 @@ package proxynet
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,39 +14,6 @@ import (
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
-
-// dockerCLIImage is base plus the host's static docker CLI (removed at the
-// end of the test); it skips t when the host has none.
-func dockerCLIImage(t *testing.T, base string) string {
-	t.Helper()
-	p, err := exec.LookPath("docker")
-	if err != nil {
-		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session test needs a docker CLI on the host")
-	}
-	if out, _ := exec.Command("file", "-L", p).Output(); len(out) > 0 && !bytes.Contains(out, []byte("statically linked")) {
-		testenv.Missing(t, testenv.EnvRequireDocker, "the host's docker CLI is not static: "+strings.TrimSpace(string(out)))
-	}
-	ctxDir := t.TempDir()
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(ctxDir, "root", "bin"), 0o755)
-	if err := os.WriteFile(filepath.Join(ctxDir, "root", "bin", "docker"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+base+"\nCOPY root/ /\n"), 0o644)
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	tag := "vaktest-dockercli:" + hex.EncodeToString(rnd[:])
-	cmd := exec.Command("docker", append([]string{"build", "-q", "-t", tag}, append(testenv.LabelArgs(t), ctxDir)...)...)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", tag, err, out)
-	}
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
-	return tag
-}
 
 // Nested Docker through vak's own path: `vak session create --docker`,
 // then `vak session exec` runs the docker CLI against DOCKER_HOST (the
@@ -66,7 +31,7 @@ func TestDockerSession(t *testing.T) {
 		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session test needs root (sidecar image)")
 	}
 	base := testenv.TestNetImage(t)
-	img := dockerCLIImage(t, base)
+	img := testenv.DockerCLIImage(t, base)
 	vak := testenv.Vak(t)
 	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
 	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))

@@ -35,12 +35,24 @@ func GatewayHealthCommand() []string {
 // GatewayEnv is the gateway container's environment (no secret).
 func GatewayEnv() []string { return []string{"XDG_STATE_HOME=" + gatewayData} }
 
-// NetclientCommand is the netclient's command for a gateway at gw.
-func NetclientCommand(gw netip.Addr) []string { return (&Options{}).netclientCmd(gw) }
+// NetclientCommand is the netclient's command for a gateway at gw; a valid
+// pool turns on netfence nested mode (a Docker engine joins the namespace).
+func NetclientCommand(gw netip.Addr, pool netip.Prefix) []string {
+	return (&Options{NestedPool: pool}).netclientCmd(gw)
+}
 
-// NetclientHealthCommand is the netclient's health check (exec form).
-func NetclientHealthCommand(gw netip.Addr) []string {
-	return []string{"/vak", "netclient", "--check", "--gateway", gw.String()}
+// NetclientHealthCommand is the netclient's health check (exec form), with
+// the same fence flags as NetclientCommand.
+func NetclientHealthCommand(gw netip.Addr, pool netip.Prefix) []string {
+	return append([]string{"/vak", "netclient", "--check"}, (&Options{NestedPool: pool}).fenceFlags(gw)...)
+}
+
+// JoinedHealthCommand is the health check of a container that joined a
+// netclient's namespace (the dev container's dockerd), run with the vak
+// binary at vak: the fence verifies, the uplink is up and the gateway
+// answers, so it fails in a namespace whose netclient is gone.
+func JoinedHealthCommand(vak string, gw netip.Addr, pool netip.Prefix) []string {
+	return append([]string{vak, "netclient", "--check", "--joined"}, (&Options{NestedPool: pool}).fenceFlags(gw)...)
 }
 
 // GatewayPayload is the tar unpacked into a gateway's volume (config with

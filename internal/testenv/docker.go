@@ -209,3 +209,36 @@ func short(id string) string {
 	}
 	return id
 }
+
+// DockerCLIImage is base plus the host's static docker CLI (removed at the
+// end of the test); it skips t when the host has none.
+func DockerCLIImage(t testing.TB, base string) string {
+	t.Helper()
+	p, err := exec.LookPath("docker")
+	if err != nil {
+		Missing(t, EnvRequireDocker, "a docker CLI on the host (for an agent image with the docker CLI)")
+	}
+	if out, _ := exec.Command("file", "-L", p).Output(); len(out) > 0 && !bytes.Contains(out, []byte("statically linked")) {
+		Missing(t, EnvRequireDocker, "a static docker CLI on the host; this one is not: "+strings.TrimSpace(string(out)))
+	}
+	ctxDir := t.TempDir()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(ctxDir, "root", "bin"), 0o755)
+	if err := os.WriteFile(filepath.Join(ctxDir, "root", "bin", "docker"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+base+"\nCOPY root/ /\n"), 0o644)
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	tag := "vaktest-dockercli:" + hex.EncodeToString(rnd[:])
+	cmd := exec.Command("docker", append([]string{"build", "-q", "-t", tag}, append(LabelArgs(t), ctxDir)...)...)
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", tag, err, out)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
+	return tag
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,6 +80,10 @@ func TestRunWithoutFileTools(t *testing.T) {
 			t.Errorf("%s without file tools: err = %v, want code %s", tc.op, err, wire.CodeUnsupported)
 		}
 	}
+	// The tool list says so: bash only.
+	if tools, err := c.Tools(ctx); err != nil || !slices.Equal(tools, []string{wire.OpBash}) {
+		t.Fatalf("tools without file tools = %v, %v; want [bash]", tools, err)
+	}
 }
 
 // TestRunFileToolsOpenFails: any other failure to open the workspace still
@@ -106,5 +111,17 @@ func TestRunFileToolsOpenFails(t *testing.T) {
 	var r wire.ReadResult
 	if err := c.Call(ctx, wire.OpRead, wire.ReadArgs{Path: "f"}, &r); err != nil || r.Content != "x" {
 		t.Fatalf("read with file tools = %+v, %v", r, err)
+	}
+	// The tool list names them, and never the agent network (served by the
+	// trusted side, not by a worker); unknown arguments are refused.
+	want := []string{wire.OpBash, wire.OpRead, wire.OpWrite, wire.OpEdit, wire.OpGlob, wire.OpGrep}
+	if tools, err := c.Tools(ctx); err != nil || !slices.Equal(tools, want) {
+		t.Fatalf("tools = %v, %v; want %v", tools, err, want)
+	}
+	if err := c.Call(ctx, wire.OpTools, map[string]any{"x": 1}, &wire.ToolsResult{}); !errors.Is(err, &wire.Error{Code: wire.CodeProtocol}) {
+		t.Fatalf("tools with an unknown argument: %v", err)
+	}
+	if err := c.Call(ctx, wire.ToolAgentNetwork, wire.AgentNetworkArgs{Op: "peers"}, &wire.AgentNetworkResult{}); !errors.Is(err, &wire.Error{Code: wire.CodeProtocol}) {
+		t.Fatalf("agent_network sent to a worker: %v, want %s (unknown op)", err, wire.CodeProtocol)
 	}
 }

@@ -54,6 +54,15 @@ type Server struct {
 	sem      chan struct{}
 }
 
+// tools are the tools this server serves: bash, and the file tools unless
+// they are unavailable here (every call would answer unsupported).
+func (s *Server) tools() []string {
+	if _, ok := s.Files.(unavailableFiles); ok || s.Files == nil {
+		return []string{wire.OpBash}
+	}
+	return []string{wire.OpBash, wire.OpRead, wire.OpWrite, wire.OpEdit, wire.OpGlob, wire.OpGrep}
+}
+
 // Serve reads requests from r and writes responses and events to w until r
 // reaches EOF; then it waits for requests in flight and returns. ctx cancels
 // everything in flight.
@@ -141,6 +150,13 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		return
 	case wire.OpPing:
 		s.result(req.ID, struct{}{})
+		return
+	case wire.OpTools:
+		if err := strictArgs(req.Args, &struct{}{}); err != nil {
+			s.reply(wire.Response{ID: req.ID, Error: err})
+			return
+		}
+		s.result(req.ID, wire.ToolsResult{Tools: s.tools()})
 		return
 	case wire.OpInput:
 		var a wire.InputArgs

@@ -16,7 +16,7 @@ func TestPresetsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"anthropic", "debian", "github", "go-modules", "npm", "openai", "pypi"}
+	want := []string{"anthropic", "debian", "github", "go-modules", "npm", "openai", "pypi", "vscode"}
 	var names []string
 	for _, p := range ps {
 		names = append(names, p.Name)
@@ -91,6 +91,54 @@ func TestPresetDecisions(t *testing.T) {
 		d := cfg.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: h, Port: 443, Method: tc.method, Path: tc.path})
 		if d.Allow != tc.allow {
 			t.Errorf("%s %s%s: allow %v (%s), want %v", tc.method, tc.host, tc.path, d.Allow, d.Reason, tc.allow)
+		}
+	}
+}
+
+// The vscode preset (docs/devcontainer.md) allows the server and
+// extension downloads and the gallery query, nothing else; without it
+// (the default) none of them is allowed.
+func TestPresetVSCode(t *testing.T) {
+	t.Parallel()
+	allow := "allow"
+	name := "other"
+	on, err := Validate("test", &Sections{Network: &Network{Presets: []string{"vscode"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := Validate("test", &Sections{Network: &Network{Rules: []Rule{{Name: &name, Action: &allow, Hosts: []string{"example.com"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		host, method, path string
+		allow              bool
+	}{
+		{"update.code.visualstudio.com", "GET", "/commit:abc/server-linux-x64/stable", true},
+		{"vscode.download.prss.microsoft.com", "GET", "/dbazure/download/stable/abc/vscode-server-linux-x64.tar.gz", true},
+		{"main.vscode-cdn.net", "GET", "/x", true},
+		{"marketplace.visualstudio.com", "POST", "/_apis/public/gallery/extensionquery", true},
+		{"ms-python.gallerycdn.vsassets.io", "GET", "/extensions/ms-python/python/1/Microsoft.VisualStudio.Services.VSIXPackage", true},
+		{"marketplace.visualstudio.com", "POST", "/_apis/public/gallery/publishers/x/extensions", false}, // publishing
+		{"marketplace.visualstudio.com", "PUT", "/_apis/public/gallery/extensionquery", false},
+		{"update.code.visualstudio.com", "POST", "/api/update", false},
+		{"x.rel.tunnels.api.visualstudio.com", "GET", "/", false},
+		{"global.rel.tunnels.api.visualstudio.com", "GET", "/", false},
+		{"mobile.events.data.microsoft.com", "POST", "/OneCollector/1.0", false},
+		{"vscode-sync.trafficmanager.net", "GET", "/", false},
+		{"attacker.blob.core.windows.net", "GET", "/", false},
+		{"vscode-cdn.net.evil.example", "GET", "/", false},
+	} {
+		h, err := policy.NormalizeHost(tc.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := policy.Request{Proto: policy.ProtoHTTP, Host: h, Port: 443, Method: tc.method, Path: tc.path}
+		if d := on.Policy.Decide(req); d.Allow != tc.allow {
+			t.Errorf("with the preset, %s %s%s: allow %v (%s), want %v", tc.method, tc.host, tc.path, d.Allow, d.Reason, tc.allow)
+		}
+		if d := off.Policy.Decide(req); d.Allow {
+			t.Errorf("without the preset, %s %s%s is allowed (%s)", tc.method, tc.host, tc.path, d.Reason)
 		}
 	}
 }

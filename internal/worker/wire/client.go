@@ -212,6 +212,15 @@ func (c *Client) Call(ctx context.Context, op string, args, result any) error {
 	return c.call(ctx, op, args, result, nil, nil)
 }
 
+// Tools lists the tools the worker serves (the tools op).
+func (c *Client) Tools(ctx context.Context) ([]string, error) {
+	var r ToolsResult
+	if err := c.call(ctx, OpTools, struct{}{}, &r, nil, nil); err != nil {
+		return nil, err
+	}
+	return r.Tools, nil
+}
+
 // Bash runs a command; with a.Stream set, output is delivered to onOutput
 // as it arrives.
 func (c *Client) Bash(ctx context.Context, a BashArgs, onOutput func(stream string, data []byte)) (*BashResult, error) {

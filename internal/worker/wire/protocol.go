@@ -48,7 +48,57 @@ const (
 	OpPing   = "ping"
 	OpInput  = "input"
 	OpResize = "resize"
+	// OpTools lists the tools the worker serves (ToolsResult).
+	OpTools = "tools"
 )
+
+// ToolAgentNetwork is the brokered workspace network's tool. No worker
+// serves it: the trusted side does (broker.Session.CallTool), and lists it
+// next to the worker's tools (broker.Session.Tools) only while the
+// workspace has a live edge. Its arguments and result are
+// AgentNetworkArgs and AgentNetworkResult.
+const ToolAgentNetwork = "agent_network"
+
+// ToolsResult lists the tools a worker serves, in a stable order.
+type ToolsResult struct {
+	Tools []string `json:"tools"`
+}
+
+// AgentNetworkArgs are agent_network's arguments (docs/agent-network.md).
+type AgentNetworkArgs struct {
+	// Op is peers, send, receive, request or reply.
+	Op          string `json:"op"`
+	Peer        string `json:"peer,omitempty"`
+	Topic       string `json:"topic,omitempty"`
+	Message     string `json:"message,omitempty"`
+	Correlation string `json:"correlation,omitempty"`
+	WaitSeconds int    `json:"wait_seconds,omitempty"`
+}
+
+// AgentNetworkPeer is one reachable workspace.
+type AgentNetworkPeer struct {
+	ID        string `json:"id"`
+	Workspace string `json:"workspace"`
+}
+
+// AgentNetworkMessage is a received message.
+type AgentNetworkMessage struct {
+	ID          string `json:"id"`
+	From        string `json:"from"`
+	Topic       string `json:"topic"`
+	Kind        string `json:"kind"`
+	Correlation string `json:"correlation,omitempty"`
+	Message     string `json:"message"`
+}
+
+// AgentNetworkResult is agent_network's result.
+type AgentNetworkResult struct {
+	Peers       []AgentNetworkPeer   `json:"peers,omitempty"`
+	ID          string               `json:"id,omitempty"`
+	Correlation string               `json:"correlation,omitempty"`
+	Message     *AgentNetworkMessage `json:"message,omitempty"`
+	TimedOut    bool                 `json:"timed_out,omitempty"`
+}
 
 // Request is one line from the broker.
 type Request struct {

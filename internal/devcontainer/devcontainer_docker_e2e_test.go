@@ -1,0 +1,339 @@
+package devcontainer_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/devcontainer"
+	"vak/internal/paths"
+	"vak/internal/proxynet"
+	"vak/internal/testenv"
+)
+
+// The --docker template brought up by the real dev-containers CLI: the
+// agent's container drives the nested engine through DOCKER_HOST (the
+// guard) with `devcontainer exec`: docker load and run of a local image, two
+// inner containers on a user network, an inner container's egress through
+// the gateway (allowed with the CA, denied blocked, canary 0), the guard's
+// refusals; dockerd's private cgroup namespace (the release_agent escape);
+// Rebuild keeps the daemon's images and the receipts chain; a
+// netclient-only recreate fails dockerd's health check, doctor names it,
+// and the next up repairs it.
+func TestDevcontainerDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	if os.Getuid() != 0 {
+		// prepare may have to build the sidecar image (debootstrap).
+		testenv.Missing(t, testenv.EnvRequireDocker, "the --docker dev-container test needs root (sidecar image)")
+	}
+	dc := devcontainerCLI(t)
+	base := testenv.TestNetImage(t)
+	img := testenv.DockerCLIImage(t, base)
+	vak := testenv.Vak(t)
+	id := testenv.TestID(t)
+	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
+	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	t.Cleanup(func() { removeLabelled(id) })
+	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
+	canID, canIP := testenv.RunContainer(t, "", inet, base, "testnet", "canary")
+	testenv.WaitReady(t, upID)
+	testenv.WaitReady(t, canID)
+
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	secret := "real-secret-" + hex.EncodeToString(rnd[:])
+	base0, _ := filepath.EvalSymlinks(t.TempDir())
+	xdgState, xdgConfig := filepath.Join(base0, "state"), filepath.Join(base0, "config")
+	os.MkdirAll(filepath.Join(xdgConfig, "vak"), 0o700)
+	os.WriteFile(filepath.Join(xdgConfig, "vak", "config.toml"), []byte(fmt.Sprintf(`version = 1
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "test upstream"
+action = "allow"
+hosts = ["allowed.test"]
+cidrs = ["%s/32"]
+[network.dns.overrides]
+"allowed.test" = [%q]
+"denied.test" = [%q]
+"canary.test" = [%q]
+[gateway]
+extra_ca_bundles = [%q]
+[secrets.TOKEN]
+value = %q
+hosts = ["allowed.test"]
+`, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base0, testenv.UniqueName("ws"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The inner image, saved into the workspace and loaded through the
+	// guard (no registry).
+	if out, err := exec.Command("docker", "save", "-o", filepath.Join(ws, "inner.tar"), base).CombinedOutput(); err != nil {
+		t.Fatalf("docker save: %v %s", err, out)
+	}
+	env := append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig)
+	run := func(name string, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		cmd.Dir = ws
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	mustRun := func(name string, args ...string) string {
+		t.Helper()
+		out, err := run(name, args...)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	key := proxynet.Key(ws)
+	svc := func(name string) string {
+		return testenv.Docker(t, "ps", "-aq", "--filter", "label="+devcontainer.LabelKey+"="+key, "--filter", "label=com.docker.compose.service="+name)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if d := svc("dockerd"); d != "" {
+				out, _ := exec.Command("docker", "logs", "--tail", "30", d).CombinedOutput()
+				t.Logf("dockerd log:\n%s", out)
+			}
+		}
+	})
+	mustRun(vak, "devcontainer", "init", "--docker", "-w", ws, "--image", img, "--gateway-network", inet,
+		"--label", testenv.TestLabel+"=1", "--label", testenv.TestIDLabel+"="+id)
+
+	t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
+		filepath.Walk(filepath.Join(ws, devcontainer.Dir), func(p string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() {
+				if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
+					t.Errorf("%s holds a secret", p)
+				}
+			}
+			return nil
+		})
+		// The seccomp profile is in the state dir, not the workspace.
+		if _, err := os.Stat(devcontainer.SeccompFile(filepath.Join(xdgState, "vak"), key)); err != nil {
+			t.Errorf("the seccomp profile: %v", err)
+		}
+		out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
+		if !strings.Contains(out, `"runServices":["gateway","netclient","dockerd","app"]`) {
+			t.Errorf("read-configuration: %s", out)
+		}
+	})
+
+	t0 := time.Now()
+	mustRun(dc, "up", "--workspace-folder", ws)
+	sb := func(cmd string) (string, error) {
+		t.Helper()
+		out, err := run(dc, "exec", "--workspace-folder", ws, "sh", "-c", cmd)
+		return strings.TrimSpace(out), err
+	}
+	if out, err := sb("docker version --format '{{.Server.Version}}'"); err != nil {
+		t.Fatalf("docker through the guard after devcontainer up: %v\n%s", err, out)
+	}
+	t.Logf("benchmark: devcontainer up (--docker) to a working docker exec: %v", time.Since(t0).Round(100*time.Millisecond))
+	if out, _ := sb("echo $DOCKER_HOST"); lastLine(out) != "unix://"+devcontainer.DockerSocket {
+		t.Errorf("DOCKER_HOST = %q", out)
+	}
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") || !strings.Contains(out, "dockerd") {
+		t.Errorf("doctor after up: %v\n%s", err, out)
+	}
+	if out, err := sb("docker load -i inner.tar"); err != nil || !strings.Contains(out, "Loaded image") {
+		t.Fatalf("docker load through the guard: %v\n%s", err, out)
+	}
+	// Control for the canary: it counts a connection from outside.
+	if out, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--network", inet, base, "probe", "connect", canIP+":80", "3s")...).CombinedOutput(); !strings.Contains(string(out), "OK") {
+		t.Fatalf("control: canary unreachable: %s", out)
+	}
+	if c := testenv.ResetCanary(t, canIP); c.TCP == 0 {
+		t.Fatalf("control: the canary did not count a connection: %+v", c)
+	}
+	inner := func(args string) string {
+		t.Helper()
+		out, _ := sb("docker run --rm " + base + " " + args)
+		return lastLine(out)
+	}
+
+	t.Run("InnerEgressThroughTheGateway", func(t *testing.T) {
+		if out := inner("probe tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+			t.Fatalf("inner HTTPS to the allowed upstream: %s", out)
+		}
+		if out := inner("probe tls https://denied.test/status/200"); !strings.Contains(out, "OK 403") {
+			t.Errorf("inner HTTPS to a denied name: %s", out)
+		}
+		for _, c := range []string{"probe connect canary.test:80 3s", "probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":53 2s", "probe tls https://" + canIP + "/ 3s"} {
+			if out := inner(c); strings.Contains(out, "OK 200") || strings.Contains(out, "canary") {
+				t.Errorf("inner %s: %s", c, out)
+			}
+		}
+		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
+			t.Errorf("the canary saw inner traffic: %+v", c)
+		}
+	})
+	t.Run("TwoContainersOnAUserNetwork", func(t *testing.T) {
+		out, err := sb("docker network create vakinner && docker run -d --name srv --network vakinner " + base + " testnet canary")
+		if err != nil {
+			t.Fatalf("inner network and server: %v\n%s", err, out)
+		}
+		var last string
+		for i := 0; i < 50; i++ {
+			if last, _ = sb("docker run --rm --network vakinner " + base + " probe connect srv:80 2s"); strings.HasPrefix(lastLine(last), "OK") {
+				break
+			}
+		}
+		if !strings.HasPrefix(lastLine(last), "OK") {
+			t.Errorf("inner container to inner container by name: %s", last)
+		}
+		sb("docker rm -f srv; docker network rm vakinner")
+	})
+	t.Run("GuardRefusesEscalation", func(t *testing.T) {
+		// Control: a plain run works.
+		if out, err := sb("docker run --rm " + base + " true"); err != nil {
+			t.Fatalf("control: plain docker run: %v\n%s", err, out)
+		}
+		for _, a := range []string{
+			"--privileged",
+			"--cap-add SYS_ADMIN",
+			"--cap-add ALL",
+			"--security-opt seccomp=unconfined",
+			"--pid host",
+			"--network host",
+			"-v /:/host",
+			"-v /var/run:/x",
+			"--device /dev/kmsg",
+			"--cgroupns host",
+		} {
+			if out, err := sb("docker run --rm " + a + " " + base + " true"); err == nil {
+				t.Errorf("docker run %s was allowed: %s", a, out)
+			}
+		}
+	})
+	t.Run("GuardSocketsNotReplaceable", func(t *testing.T) {
+		// A reaper.sock replaced by a link to the raw socket would be
+		// bound into an inner container by dockerd: the agent's view of
+		// the socket directory is read-only.
+		for _, a := range []string{
+			"rm -f " + devcontainer.ReaperSocket,
+			"ln -sf /run/vak-dockerd/docker.sock " + devcontainer.DockerDir + "/evil.sock",
+			"mv " + devcontainer.ReaperSocket + " " + devcontainer.DockerDir + "/moved",
+			"touch " + devcontainer.DockerDir + "/x",
+		} {
+			sb(a)
+		}
+		if out, err := testenv.Exec(t, svc("dockerd"), "sh", "-c", "ls -la "+devcontainer.DockerDir); err != 0 || !strings.Contains(out, "reaper.sock") || strings.Contains(out, "evil") || strings.Contains(out, "moved") || strings.Contains(out, " x\n") {
+			t.Errorf("the agent changed the guard's socket directory:\n%s", out)
+		}
+		if out, err := sb("docker version --format '{{.Server.Version}}'"); err != nil {
+			t.Errorf("control: docker through the guard: %v\n%s", err, out)
+		}
+		// Control: the directory is writable where it is not mounted
+		// read-only (dockerd), so the attempts above could succeed.
+		if out, code := testenv.Exec(t, svc("dockerd"), "sh", "-c", "touch "+devcontainer.DockerDir+"/control && rm "+devcontainer.DockerDir+"/control"); code != 0 {
+			t.Errorf("control: the socket directory is not writable in dockerd: %s", out)
+		}
+	})
+	t.Run("DockerdCgroupNamespacePrivate", func(t *testing.T) {
+		d := svc("dockerd")
+		// The release_agent escape needs the root of a cgroup v1
+		// hierarchy: in the cgroup namespace of dockerd's process tree
+		// (PID 1 after the entrypoint's unshare; everything the daemon
+		// starts inherits it) a fresh v1 mount has none. (A docker exec
+		// from the host does not join that namespace: see
+		// docs/devcontainer.md.)
+		probe := "mkdir -p /tmp/cg && mount -t cgroup -o pids none /tmp/cg && ls /tmp/cg/release_agent"
+		if out, code := testenv.Exec(t, d, "nsenter", "--target", "1", "--cgroup", "--", "sh", "-c", probe); code == 0 || strings.Contains(out, "/tmp/cg/release_agent") && !strings.Contains(out, "No such file") {
+			t.Errorf("dockerd's process tree reached a cgroup v1 root (release_agent): %s", out)
+		} else {
+			t.Logf("probe in dockerd's cgroup namespace: %s", out)
+		}
+		// dockerd (PID 1) is in a cgroup namespace other than the one
+		// compose created the container in (which a docker exec joins).
+		if out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup"); len(strings.Fields(out)) != 2 || strings.Fields(out)[0] == strings.Fields(out)[1] {
+			t.Errorf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
+		}
+		// Control: the same probe with the same capability in the host's
+		// cgroup namespace finds it (so the probe can fail).
+		out, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--entrypoint", "sh", devcontainer.DockerdImage, "-c", probe)...).CombinedOutput()
+		if !strings.Contains(string(out), "/tmp/cg/release_agent") || strings.Contains(string(out), "No such file") {
+			t.Errorf("control: the probe did not find release_agent in the host's cgroup namespace: %s", out)
+		}
+	})
+
+	dockerdOf, appOf, gatewayOf := func() string { return svc("dockerd") }, func() string { return svc("app") }, func() string { return svc("gateway") }
+	t.Run("RebuildKeepsImagesAndReceipts", func(t *testing.T) {
+		d, app, gw := dockerdOf(), appOf(), gatewayOf()
+		t0 := time.Now()
+		mustRun(dc, "up", "--workspace-folder", ws, "--remove-existing-container")
+		if out, err := sb("docker image inspect --format '{{.Id}}' " + base); err != nil {
+			t.Fatalf("after Rebuild, the inner image is gone: %v\n%s", err, out)
+		}
+		t.Logf("benchmark: rebuild (--docker) to a working docker exec: %v", time.Since(t0).Round(100*time.Millisecond))
+		if appOf() == app || dockerdOf() != d || gatewayOf() != gw {
+			t.Errorf("Rebuild: app %s -> %s (want new), dockerd %s -> %s and gateway %s -> %s (want same)", app, appOf(), d, dockerdOf(), gw, gatewayOf())
+		}
+		if out := inner("probe tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("inner HTTPS after Rebuild: %s", out)
+		}
+		dir := filepath.Join(base0, "receipts")
+		testenv.Docker(t, "cp", gw+":"+paths.GatewayReceiptsDir(proxynet.GatewayStateDir), dir)
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+		if len(logs) != 1 {
+			t.Fatalf("receipts logs: %v", logs)
+		}
+		data, _ := os.ReadFile(logs[0])
+		if n := strings.Count(string(data), "allowed.test"); n < 2 || strings.Contains(string(data), secret) {
+			t.Errorf("receipts: %d records for allowed.test (want those before and after the rebuild), secret present: %v", n, strings.Contains(string(data), secret))
+		}
+		if out, err := run(vak, "receipts", "verify", logs[0]); err != nil {
+			t.Errorf("receipts verify: %v\n%s", err, out)
+		}
+	})
+	t.Run("NetclientOnlyRecreateDetectedAndRepaired", func(t *testing.T) {
+		project := strings.ToLower(filepath.Base(ws)) + "_devcontainer"
+		d := dockerdOf()
+		mustRun("docker-compose", "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "up", "-d", "--no-deps", "--force-recreate", "netclient")
+		// dockerd's health check fails in the dead namespace.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		for {
+			if h := testenv.Docker(t, "inspect", "--format", "{{.State.Health.Status}}", d); h == "unhealthy" {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("dockerd in the dead namespace did not become unhealthy")
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		out, err := run(vak, "devcontainer", "doctor", "-w", ws)
+		if err == nil || !strings.Contains(out, "dockerd: in a dead network namespace") || !strings.Contains(out, "app: in a dead network namespace") {
+			t.Errorf("doctor did not report the dead namespace: %v\n%s", err, out)
+		}
+		if out := lastLine(inner("probe tls https://allowed.test/status/200 3s")); strings.HasPrefix(out, "OK 200") {
+			t.Errorf("in the dead namespace: %s", out)
+		}
+		if out := mustRun(dc, "up", "--workspace-folder", ws); !strings.Contains(out, "dead network namespace") {
+			t.Errorf("prepare did not report the stale containers:\n%s", out)
+		}
+		if dockerdOf() == d {
+			t.Errorf("dockerd %s was not recreated", d)
+		}
+		if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+			t.Errorf("doctor after the repairing up: %v\n%s", err, out)
+		}
+		if out := inner("probe tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("inner HTTPS after the repairing up (the image from before): %s", out)
+		}
+		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic: %+v", c)
+		}
+	})
+}
