@@ -17,7 +17,7 @@ fi
 command -v debootstrap >/dev/null || { echo "build-debian-test-image: need debootstrap (apt-get install -y debootstrap)" >&2; exit 1; }
 # The archive apt is configured with (deb822 sources first, then sources.list).
 mirror=${DEBIAN_MIRROR:-$( { awk '/^URIs:/ {print $2}' /etc/apt/sources.list.d/*.sources 2>/dev/null
-	awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null; } | grep -v -- '-security' | head -1)}
+	awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null; } | grep -v -- '-security' | head -1 || true)}
 [ -n "$mirror" ] || { echo "build-debian-test-image: no Debian archive configured for apt; set DEBIAN_MIRROR" >&2; exit 1; }
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT

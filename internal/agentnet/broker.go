@@ -237,6 +237,19 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
+// Expire closes the edges of workspaces whose last registration expired
+// (an edge-down receipt each; receives waiting on them fail). Every
+// operation does this too; Run calls it every ExpireInterval so that an
+// edge goes down without traffic.
+func (b *Broker) Expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recomputeLocked("registration expired")
+}
+
+// ExpireInterval is how often Run calls Expire.
+const ExpireInterval = 10 * time.Second
+
 // Instance names this broker's run (a new one at every start).
 func (b *Broker) Instance() string { return b.instance }
 

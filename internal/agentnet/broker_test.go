@@ -611,3 +611,31 @@ func TestRevokeOneTaskOfTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExpireWithoutTraffic: registrations that expire take their edges
+// down at the next Expire (Run's timer) with no operation on the broker:
+// an edge-down receipt is written and a waiting receive fails.
+func TestExpireWithoutTraffic(t *testing.T) {
+	e := newEnv(t, "a", "b")
+	e.b.SetPolicies([]Policy{e.policy("a", true, Quota{}, "b"), e.policy("b", true, Quota{}, "a")})
+	e.register(t, "a")
+	tb, _ := e.register(t, "b")
+	if es := e.b.Edges(); len(es) != 1 || !es[0].Up {
+		t.Fatalf("edges: %+v", es)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := e.b.Receive(context.Background(), tb, "t", "", time.Hour); got <- err }()
+	waitFor(t, func() bool { return e.b.Waiting() == 1 })
+	e.clk.add(2 * DefaultTokenTTL)
+	e.b.Expire()
+	if err := <-got; !errors.Is(err, ErrRevoked) {
+		t.Fatalf("waiting receive after expiry: %v", err)
+	}
+	down := false
+	for _, r := range e.records(t) {
+		down = down || r.Method == "edge-down" && strings.Contains(r.Reason, "expired")
+	}
+	if !down {
+		t.Fatal("no edge-down receipt for the expiry")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"vak/internal/receipts"
 )
@@ -77,6 +78,18 @@ func Run(ctx context.Context, o RunOptions) error {
 		return fmt.Errorf("agentnet: %w", err)
 	}
 	defer os.Remove(PIDFile(o.Dir))
+	go func() {
+		t := time.NewTicker(ExpireInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				b.Expire()
+			}
+		}
+	}()
 	if o.Ready != nil {
 		o.Ready(l.Addr().String())
 	}

@@ -145,6 +145,9 @@ type Server struct {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Closed (and the broker lock released) before Serve returns, not
+	// only by the goroutine below.
+	defer l.Close()
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
 		c, err := l.Accept()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -83,7 +84,15 @@ func Ensure(ctx context.Context, dir string, command func() (*exec.Cmd, error)) 
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf
 	if cmd.Dir == "" {
 		// Not the starter's directory (often a workspace): the broker
-		// outlives it.
+		// outlives it. A relative program path would now resolve
+		// against dir: make it absolute first.
+		if !filepath.IsAbs(cmd.Path) && strings.ContainsRune(cmd.Path, filepath.Separator) {
+			p, err := filepath.Abs(cmd.Path)
+			if err != nil {
+				return false, fmt.Errorf("agentnet: start the broker: %w", err)
+			}
+			cmd.Path = p
+		}
 		cmd.Dir = dir
 	}
 	if err := detach(cmd); err != nil {

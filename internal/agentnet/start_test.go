@@ -61,7 +61,11 @@ func brokerDir(t *testing.T) string {
 func brokerCommand(dir string, n *atomic.Int32) func() (*exec.Cmd, error) {
 	return func() (*exec.Cmd, error) {
 		n.Add(1)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		exe, err := os.Executable() // absolute: the broker runs in its state dir
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), brokerDirEnv+"="+dir)
 		return cmd, nil
 	}
@@ -228,6 +232,16 @@ func TestEnsureBrokerFailsToStart(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "bad key x") || !strings.Contains(err.Error(), LogFile(dir)) {
 		t.Fatalf("Ensure with a failing broker: %v", err)
+	}
+	// A relative program path is the starter's, not the state dir's.
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "broker.sh"), []byte("#!/bin/sh\necho 'ran from a relative path' >&2; exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(bin)
+	_, err = Ensure(context.Background(), dir, func() (*exec.Cmd, error) { return exec.Command("./broker.sh"), nil })
+	if err == nil || !strings.Contains(err.Error(), "ran from a relative path") {
+		t.Fatalf("Ensure with a relative program path: %v", err)
 	}
 	_, err = Ensure(context.Background(), dir, func() (*exec.Cmd, error) { return nil, errors.New("no vak binary") })
 	if err == nil || !strings.Contains(err.Error(), "no vak binary") {

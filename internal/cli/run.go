@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"vak/internal/agentnet"
 	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/errclass"
@@ -255,10 +256,13 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 
 	// The workspace's agent network registration lives as long as this
 	// run (its token stays in this process, never in the sandbox).
-	end = tr.Begin("agent network")
 	anctx, anstop := context.WithCancel(sigctx)
-	task := a.agentNetTask(anctx, cfg, ws)
-	end()
+	var task *agentnet.Task
+	if agentNetPolicy(cfg, ws) {
+		end = tr.Begin("agent network")
+		task = a.agentNetTask(anctx, cfg, ws)
+		end()
+	}
 	defer func() {
 		anstop()
 		if task != nil {

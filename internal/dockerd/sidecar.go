@@ -135,13 +135,16 @@ func Start(ctx context.Context, cli *client.Client, s Sidecar, timeout time.Dura
 	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		return fail(fmt.Errorf("dockerd: start sidecar %s: %w", s.Name, err))
 	}
-	if err := WaitReady(ctx, cli, res.ID, timeout, RawSocket); err != nil {
-		return fail(err)
-	}
+	// With a guard, `docker info` through it is the one wait: the guard
+	// forwards it to the raw socket, so an answer means both serve.
 	if s.GuardSocket != "" {
 		if err := WaitReady(ctx, cli, res.ID, timeout, s.GuardSocket); err != nil {
-			return fail(fmt.Errorf("dockerd: the guard: %w", err))
+			return fail(fmt.Errorf("dockerd: the guard (in front of the raw socket): %w", err))
 		}
+		return res.ID, nil
+	}
+	if err := WaitReady(ctx, cli, res.ID, timeout, RawSocket); err != nil {
+		return fail(err)
 	}
 	return res.ID, nil
 }
@@ -152,6 +155,13 @@ func Start(ctx context.Context, cli *client.Client, s Sidecar, timeout time.Dura
 func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.Duration, socket string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// One exec waits inside the sidecar for up to about two seconds: for
+	// the raw socket to appear (a file test, no CPU taken from dockerd's
+	// start), then for one `docker info`, which dockerd answers once it
+	// has initialised (it listens before that). Between rounds, a sidecar
+	// that exited is noticed.
+	info := "docker -H " + shq("unix://"+socket) + " info --format '{{.ServerVersion}}'"
+	script := `i=0; while [ ! -S ` + RawSocket + ` ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i+1)); done; ` + info
 	var last string
 	for {
 		ins, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
@@ -161,15 +171,17 @@ func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.
 		if st := ins.Container.State; st == nil || !st.Running {
 			return fmt.Errorf("dockerd: the sidecar %s is not running (exit %d): %s", strings.TrimPrefix(ins.Container.Name, "/"), exitCode(ins), logTail(ctx, cli, id))
 		}
-		out, err := Exec(ctx, cli, id, "docker", "-H", "unix://"+socket, "info", "--format", "{{.ServerVersion}}")
+		out, err := Exec(ctx, cli, id, "sh", "-c", script)
 		if err == nil {
 			return nil
 		}
-		last = strings.TrimSpace(out)
+		if o := strings.TrimSpace(out); o != "" {
+			last = o
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("dockerd: the nested daemon did not answer within %v: %s: %s", timeout, last, logTail(context.WithoutCancel(ctx), cli, id))
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("dockerd: the nested daemon did not answer on %s within %v: %s: %s", socket, timeout, last, logTail(context.WithoutCancel(ctx), cli, id))
+		case <-time.After(50 * time.Millisecond): // an exec that failed at once
 		}
 	}
 }

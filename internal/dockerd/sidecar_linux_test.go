@@ -144,9 +144,12 @@ func TestSidecar(t *testing.T) {
 	})
 
 	t.Run("the CA is in the sidecar's system store", func(t *testing.T) {
-		out, err := Exec(context.Background(), cli, id, "sh", "-c", "grep -c 'BEGIN CERTIFICATE' "+CAStoreFile+"; ls -l /etc/ssl/certs/vak-gateway.pem")
-		if err != nil {
-			t.Fatalf("vak CA not installed: %v %s", err, out)
+		// Every line of the CA is in the system bundle, once (the
+		// entrypoint appends it).
+		script := "grep -c 'BEGIN CERTIFICATE' " + CAStoreFile + " && grep -v -e '^$' -e '^-----' " + CAStoreFile + " | while read -r l; do grep -cxF \"$l\" " + CABundle + "; done | sort -u"
+		out, err := Exec(context.Background(), cli, id, "sh", "-c", script)
+		if err != nil || strings.TrimSpace(out) != "1\n1" {
+			t.Fatalf("vak CA not in %s exactly once: %v %q", CABundle, err, out)
 		}
 	})
 

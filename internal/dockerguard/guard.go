@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Policy is what the guard allows and injects.
@@ -84,18 +85,24 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 	if !p.Pool.IsValid() || !p.DNS.IsValid() {
 		return nil, errors.New("dockerguard: the policy needs the inner pool and the DNS server")
 	}
+	// Connections to the raw socket are kept for reuse (the default keeps
+	// two per host: a compose or Testcontainers burst would dial anew).
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", rawSocket)
-	}}
+	}, MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	g := &Guard{p: p, client: &http.Client{Transport: tr}}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
 			r.Out.Host = "docker"
 		},
-		Transport:     tr,
-		FlushInterval: -1,
+		Transport: tr,
+		// No periodic flushing: a response with a length goes out in one
+		// write; streams (logs -f, events, pull and build progress: no
+		// Content-Length) and upgraded connections are flushed on every
+		// write by ReverseProxy itself.
+		FlushInterval: 0,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "vak dockerguard: the nested Docker engine is not answering: "+err.Error())
 		},
@@ -165,6 +172,12 @@ func stream(*Guard, *http.Request, []string) error { return nil }
 
 // noBody: the endpoint takes no configuration body.
 func noBody(_ *Guard, r *http.Request, _ []string) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		// net/http gives a request without a body (no framing, or
+		// Content-Length: 0) NoBody: bytes after it are the next request
+		// on the connection, parsed and checked as such.
+		return nil
+	}
 	b, err := readBody(r)
 	if err != nil {
 		return err
