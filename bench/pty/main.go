@@ -5,7 +5,13 @@
 // terminal, cat). Each sample writes one byte to the outer terminal and
 // waits until its echo comes back; contenders alternate by round.
 //
+// With -docker IMAGE it also measures the docker backend: `vak run
+// --backend docker -t` (the docker CLI relays a terminal of the container,
+// the command joined through docker exec) against `docker run -it` of the
+// same image without vak.
+//
 //	go run ./bench/pty -n 2000 -rounds 5
+//	go run ./bench/pty -n 2000 -rounds 5 -docker vak-test:latest
 package main
 
 import (
@@ -16,6 +22,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -24,9 +31,13 @@ import (
 	"vak/bench/internal/stats"
 )
 
+// baselineName names the container of the docker baseline.
+var baselineName = fmt.Sprintf("vak-bench-pty-%d", os.Getpid())
+
 func main() {
 	n := flag.Int("n", 2000, "keystrokes per round")
 	rounds := flag.Int("rounds", 5, "rounds per contender")
+	image := flag.String("docker", "", "also measure the docker backend with this image")
 	flag.Parse()
 	vak, err := stats.BuildVak()
 	if err != nil {
@@ -44,18 +55,41 @@ func main() {
 		{"script -c cat (no vak)", []string{"script", "-qfc", "stty raw -echo; echo READY; cat", "/dev/null"}},
 		{"vak run -t -- cat", []string{vak, "run", "-w", ws, "-t", "--", "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
 	}
+	if *image != "" {
+		cfg := ws + "/docker.toml"
+		if err := os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+*image+"\"\n"), 0o600); err != nil {
+			log.Fatal(err)
+		}
+		contenders = append(contenders, []struct {
+			name string
+			argv []string
+		}{
+			// Killing the docker CLI leaves its container running: the
+			// round removes it by name (see below).
+			{"docker run -it (no vak)", []string{"docker", "run", "--rm", "-it", "--network", "none", "--label", "vak.bench=pty", "--name", baselineName, *image, "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
+			{"vak run --backend docker -t -- cat", []string{vak, "--config", cfg, "run", "-w", ws, "-t", "--", "sh", "-c", "stty raw -echo; echo READY; exec cat"}},
+		}...)
+	}
 	samples := make([]*stats.Sample, len(contenders))
 	for i := range samples {
 		samples[i] = &stats.Sample{Name: contenders[i].name}
 	}
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
-			if err := round(c.argv, *n, samples[i]); err != nil {
+			err := round(c.argv, *n, samples[i])
+			if slices.Contains(c.argv, baselineName) {
+				exec.Command("docker", "rm", "-f", baselineName).Run()
+			}
+			if err != nil {
 				log.Fatalf("%s: %v", c.name, err)
 			}
 		}
 	}
-	fmt.Print(stats.Table(samples[0], samples[1:]...))
+	fmt.Print(stats.Table(samples[0], samples[1:2]...))
+	if len(samples) > 2 {
+		fmt.Println()
+		fmt.Print(stats.Table(samples[2], samples[3:]...))
+	}
 }
 
 // round starts argv on a new terminal and times n keystroke echoes.

@@ -411,7 +411,16 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Pin:       absAll(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
 	}
-	argv, err := s.wrapper.Wrap(c)
+	var argv []string
+	if a.Interactive {
+		iw, ok := s.wrapper.(sandbox.InteractiveWrapper)
+		if !ok {
+			return nil, sandbox.CheckInteractive(s.opts.Backend)
+		}
+		argv, err = iw.WrapInteractive(c, a.TTY != nil)
+	} else {
+		argv, err = s.wrapper.Wrap(c)
+	}
 	if err != nil {
 		return nil, err
 	}

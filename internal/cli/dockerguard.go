@@ -19,6 +19,7 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 		p               dockerguard.Policy
 		raw, pool, dns  string
 		labels, trustEv []string
+		env             []string
 	)
 	cmd := &cobra.Command{
 		Use:    "dockerguard --listen SOCK --upstream RAW --workspace DIR --trust-dir DIR --pool CIDR --dns IP",
@@ -42,6 +43,12 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 				p.Labels[k] = v
 			}
 			p.TrustEnv = trustEv
+			for _, kv := range env {
+				if _, _, ok := cutEq(kv); !ok {
+					return exit(ExitUsage, fmt.Errorf("--env: want NAME=VALUE, got a value without a name or '='"))
+				}
+			}
+			p.Env = env
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			err = dockerguard.Serve(ctx, p, raw, func() {
@@ -63,6 +70,8 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 	fl.StringVar(&dns, "dns", "", "DNS server for inner containers (the gateway)")
 	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE label put on every created object (repeatable)")
 	fl.StringArrayVar(&trustEv, "trust-env", nil, "NAME=VALUE CA variable set in every container (repeatable)")
+	fl.StringArrayVar(&env, "env", nil, "NAME=VALUE set in every container whose request does not set NAME (propagated secret placeholders; repeatable)")
+	fl.StringVar(&p.StageDir, "stage-binds", "", "stage workspace bind sources here (opened beneath the workspace, bind-mounted; needs CAP_SYS_ADMIN in the engine's mount namespace)")
 	for _, f := range []string{"listen", "upstream", "workspace", "trust-dir", "pool", "dns"} {
 		cmd.MarkFlagRequired(f)
 	}

@@ -127,7 +127,7 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		case cfg.Sandbox.Mode == sandbox.FullAccess:
 			fmt.Fprintln(out, "network: unrestricted (mode full-access)")
 		case netPolicy == sandbox.NetworkProxied && cfg.Egress != nil:
-			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); docker backend only)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets))
+			fmt.Fprintf(out, "network: proxied through vak's gateway (%d rule(s), %d secret(s); %s)\n", cfg.Egress.Policy.Len(), len(cfg.Egress.Secrets), a.proxiedHow(ctx, b))
 			fmt.Fprintf(out, "gateway upstream roots: %s\n", proxynet.UpstreamRoots("", cfg.Egress.Gateway.ExtraCABundles))
 		case netPolicy == sandbox.NetworkProxied:
 			fmt.Fprintln(out, "network: proxied requested, but the user config has no [network] rules: proxied commands fail")

@@ -34,6 +34,8 @@ type gatewayFlags struct {
 	noForwarding bool
 	// canary is the fence self-test canary's address (proxied topology).
 	canary string
+	// procs is the gateway process's GOMAXPROCS (0: the runtime's).
+	procs int
 }
 
 // CanaryFile, in the gateway's state dir, records what reached the fence
@@ -75,6 +77,7 @@ Listener flags override the config; "-" disables a listener.`,
 	fl.BoolVar(&f.noForwarding, "require-no-forwarding", false, "refuse to start unless IP forwarding is off in this network namespace")
 	fl.StringVar(&f.canary, "canary", "", "fence self-test canary address (TCP and UDP; arrivals are recorded in <state>/"+CanaryFile+")")
 	fl.MarkHidden("canary")
+	fl.IntVar(&f.procs, "procs", gateway.DefaultProcs, "threads running Go code (GOMAXPROCS; 0: one per CPU); the GOMAXPROCS environment variable wins")
 	a.socketFlag(cmd, &f.socket)
 	cmd.AddCommand(
 		a.newGatewayAdminCmd("reload", "Reload the running gateway's configuration (connections stay up)", &f.socket),
@@ -84,6 +87,7 @@ Listener flags override the config; "-" disables a listener.`,
 		a.newGatewayCACmd(),
 		a.newImportSandcatCmd(),
 		a.newGatewayPresetsCmd(),
+		a.newGatewayServeNativeCmd(),
 	)
 	return cmd
 }
@@ -137,6 +141,9 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 	default:
 		return exit(ExitUsage, fmt.Errorf("--transparent-mode %q: want proxy or redirect", f.mode))
 	}
+	if f.procs < 0 {
+		return exit(ExitUsage, fmt.Errorf("--procs %d: want 0 (one per CPU) or a positive number", f.procs))
+	}
 	state, err := paths.EnsureStateDir()
 	if err != nil {
 		return exit(ExitInternal, err)
@@ -171,6 +178,10 @@ func (a *app) gatewayRun(ctx context.Context, f gatewayFlags) error {
 			return exit(ExitConfig, err)
 		}
 		return exit(ExitUnavailable, err)
+	}
+	if _, err := gateway.SetProcs(f.procs); err != nil {
+		g.Close()
+		return exit(ExitUsage, err)
 	}
 	st := g.Status().(gateway.Status)
 	ad := g.Addrs()

@@ -22,6 +22,14 @@ func TestGatewayConfigErrorsExit78(t *testing.T) {
 	}
 }
 
+func TestGatewayNegativeProcsIsAUsageError(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	code, _, stderr := vakMain(t, "", "gateway", "--procs", "-1", "--listen", "127.0.0.1:0", "--socket", "-")
+	if code != ExitUsage || !strings.Contains(stderr, "--procs -1") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
 func TestImportSandcatCommand(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "settings.json")

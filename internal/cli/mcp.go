@@ -106,10 +106,21 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	sessionMode := f.session != "" || f.sessionNew
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() && !sessionMode {
-		if err := sandbox.CheckNetwork(b); err != nil {
+	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() && !sessionMode
+	if proxied {
+		kind, err := sandbox.ProxiedNetwork(b)
+		if err != nil {
 			return exit(ExitUnavailable, err)
 		}
+		if kind == sandbox.NetworkFence {
+			var release func()
+			if attach, release, err = a.fenceNet(sigctx); err != nil {
+				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))
+			}
+			defer release()
+		}
+	}
+	if proxied && attach == nil {
 		acquire, release := a.proxyNet(cfg, a.labels)
 		if attach, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))

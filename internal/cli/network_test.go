@@ -67,23 +67,6 @@ func TestProxiedGatewayDownExits69(t *testing.T) {
 	}
 }
 
-// TestProxiedNeedsCommandBackend: a process-scoped sandbox has no network at
-// all, so asking it for the proxied one fails closed (69) before any
-// network comes up, and nothing runs; --network none runs (the control).
-func TestProxiedNeedsCommandBackend(t *testing.T) {
-	testenv.RequireLandlock(t)
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
-	ws := tempWorkspace(t)
-	cfg := writeConfig(t, "version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"example.com\"]\n")
-	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--", "sh", "-c", "echo ran")
-	if code != ExitUnavailable || strings.Contains(out, "ran") || !strings.Contains(errs, "needs the docker backend") {
-		t.Fatalf("proxied on landlock: exit %d, want %d; stdout %q; stderr %q", code, ExitUnavailable, out, errs)
-	}
-	if code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "none", "--", "sh", "-c", "echo ran"); code != 0 || out != "ran\n" {
-		t.Fatalf("control with --network none: %d %q %q", code, out, errs)
-	}
-}
-
 // TestRunProxiedWarm: vak run keeps its workspace's proxied network warm
 // for session.run_network_idle, so the next run reuses the same gateway; vak
 // gc removes it once that time has passed; with "0" each run removes it.

@@ -63,9 +63,11 @@ terminal is then in raw mode: every key, Ctrl-C included, goes to the command
 (Ctrl-C interrupts the command, not vak), window-size changes follow, and your
 terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
 sent to vak itself still kill the command. The command never holds a
-descriptor of your terminal, only of its own. The native backend runs
-interactive commands; the docker backend does not yet (-i/-t fail with status 2
-there, and the automatic -t stays off).
+descriptor of your terminal, only of its own. Both backends run interactive
+commands: the native one allocates the terminal in the sandbox's own devpts,
+docker in the container (the command joins its container through docker exec;
+the container's init keeps reading vak's lifeline, so a killed vak still takes
+the command down).
 
 Exit status: the command's own status (128+N if it died of signal N), or
   69  the sandbox backend is unavailable (e.g. Docker daemon unreachable,
@@ -77,6 +79,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
   vak run --backend docker --workspace ~/src/app -- sh -c 'id; touch f'
   vak run --mode read-only --timeout 30s -- ls -la
   vak run -- sh                 # an interactive shell (terminal inside the sandbox)
+  vak run --backend docker -- sh  # the same in a container
   git diff | vak run -i -- wc -l`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -95,7 +98,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
-	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (docker backend: egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
+	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config; native backend: your on-demand gateway, docker: the workspace's topology) (default from config: none)")
 	return cmd
 }
 
@@ -199,10 +202,23 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		if err := sandbox.CheckNetwork(b); err != nil {
+	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
+	if proxied {
+		kind, err := sandbox.ProxiedNetwork(b)
+		if err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
 		}
+		if kind == sandbox.NetworkFence {
+			end = tr.Begin("proxied network: on-demand gateway")
+			var release func()
+			if attach, release, err = a.fenceNet(sigctx); err != nil {
+				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
+			}
+			end()
+			defer release()
+		}
+	}
+	if proxied && attach == nil {
 		acquire, release := a.proxyNet(cfg, a.labels)
 		idle := cfg.Session.RunNetworkIdle
 		if idle > 0 {

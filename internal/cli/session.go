@@ -198,12 +198,18 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	spec.NetworkPolicy = cfg.Network
 	spec.Docker = f.docker || cfg.Session.Docker
 	if spec.Docker {
+		spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
+	}
+	if spec.Docker {
 		if spec.NetworkPolicy != taskenv.NetworkProxied {
 			return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
 		}
 		eng, err := taskenv.NewEngine()
 		if err != nil {
 			return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+		}
+		if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
+			return err
 		}
 		if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
 			return err
@@ -356,7 +362,12 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 
 // sessionExecDocker runs docker exec for a terminal or as root.
 func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, f.tty, f.root)
+	var tty *taskenv.TTYSize
+	if f.tty {
+		sz := a.termSize()
+		tty = &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}
+	}
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, tty, f.root)
 	if err != nil {
 		return err
 	}
@@ -549,6 +560,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	for _, p := range broker.CleanStale(registry(config.Default()).All()...) {
 		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
 	}
+	a.stopOnDemandGateway(ctx)
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err
@@ -643,7 +655,8 @@ ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
 touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
-cgroups of native (landlock) runs whose vak process is gone.`,
+cgroups of native (landlock) runs whose vak process is gone, and stops the
+on-demand gateway of native proxied runs when no run uses it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.gc(cmd.Context(), &sf)

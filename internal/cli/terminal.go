@@ -33,6 +33,19 @@ func termFd(f any) (int, bool) {
 	return fd, term.IsTerminal(fd)
 }
 
+// termSize is the size of vak's terminal (its stdout's, else its
+// stdin's), or defaultTTYSize when neither is one.
+func (a *app) termSize() wire.TTYSize {
+	for _, f := range []any{a.stdio.Out, a.stdio.In} {
+		if fd, ok := termFd(f); ok {
+			if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
+				return wire.TTYSize{Rows: uint16(h), Cols: uint16(w)}
+			}
+		}
+	}
+	return defaultTTYSize
+}
+
 // interactiveBash runs req as an interactive command when -i or -t ask for
 // it (-t by default when stdin and stdout are terminals, like docker run
 // -it): stdin is forwarded, and on a terminal the user's terminal is put in
@@ -43,7 +56,7 @@ func termFd(f any) (int, bool) {
 // commands); the caller then runs req as before.
 func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
 	inFd, inTerm := termFd(a.stdio.In)
-	outFd, outTerm := termFd(a.stdio.Out)
+	_, outTerm := termFd(a.stdio.Out)
 	tty := inTerm && outTerm && sandbox.CheckInteractive(b) == nil
 	if f.ttySet {
 		tty = f.tty
@@ -58,20 +71,7 @@ func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *brok
 	// it runs), not a shell around it that would die of SIGINT first.
 	req.Command = "exec " + req.Command
 	if tty {
-		size := func() wire.TTYSize {
-			for _, fd := range []struct {
-				fd int
-				ok bool
-			}{{outFd, outTerm}, {inFd, inTerm}} {
-				if !fd.ok {
-					continue
-				}
-				if w, h, err := term.GetSize(fd.fd); err == nil && w > 0 && h > 0 {
-					return wire.TTYSize{Rows: uint16(h), Cols: uint16(w)}
-				}
-			}
-			return defaultTTYSize
-		}
+		size := a.termSize
 		sz := size()
 		req.TTY = &sz
 		if inTerm {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,14 +109,33 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-// TestRunTTY drives `vak run` through a real terminal: the command gets a
-// terminal of its own inside the sandbox (on by default, as stdin and
-// stdout are terminals), sees the size and its changes, reads typed input,
-// gets Ctrl-C itself, and the user's terminal mode is restored.
+// ttyBackends are the backends whose interactive runs the terminal tests
+// drive: each returns the user config, or skips.
+var ttyBackends = []struct {
+	name   string
+	docker bool
+	config func(t *testing.T) string
+}{
+	{"landlock", false, func(t *testing.T) string {
+		testenv.RequireLandlock(t)
+		return writeConfig(t, "version = 1\n")
+	}},
+	{"docker", true, dockerConfig},
+}
+
+// TestRunTTY drives `vak run` through a real terminal, on the native
+// backend and on docker: the command gets a terminal of its own inside the
+// sandbox (on by default, as stdin and stdout are terminals), sees the size
+// and its changes, reads typed input, gets Ctrl-C itself, its exit status
+// is vak's, and the user's terminal mode is restored.
 func TestRunTTY(t *testing.T) {
-	testenv.RequireLandlock(t)
+	for _, b := range ttyBackends {
+		t.Run(b.name, func(t *testing.T) { testRunTTY(t, b.config(t), b.docker) })
+	}
+}
+
+func testRunTTY(t *testing.T, cfg string, docker bool) {
 	ws := tempWorkspace(t)
-	cfg := writeConfig(t, "version = 1\n")
 	o := newOuterTerm(t)
 	before := o.termios(t)
 	script := `tty; stty size; echo READY
@@ -144,7 +165,8 @@ while :; do sleep 1; done`
 		t.Fatal(err)
 	}
 	// The resize travels asynchronously (SIGWINCH to vak, a resize request
-	// to the worker): ask until the command sees it.
+	// to the worker, on docker SIGWINCH to the docker CLI and a resize
+	// request to the daemon): ask until the command sees it.
 	waitFor(t, "the command to see the new size", func() bool {
 		o.master.WriteString("size\r")
 		time.Sleep(50 * time.Millisecond)
@@ -162,24 +184,52 @@ while :; do sleep 1; done`
 	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag || after.Cflag != before.Cflag {
 		t.Errorf("the outer terminal's mode was not restored: before %+v after %+v", before, after)
 	}
+	if docker {
+		if l := leftovers(t, ws); l != "" {
+			t.Errorf("containers left: %s", l)
+		}
+	}
 }
 
 // TestRunTTYNoInjection tries TIOCSTI from the sandboxed command on every
 // terminal it could reach (its stdin, stdout, stderr and /dev/tty), with a
-// terminal inside the sandbox and with -i only: nothing reaches the user's
-// terminal. The same ioctl from a process that holds the user's terminal
-// does inject (positive control).
+// terminal inside the sandbox and with -i only, on the native backend and
+// on docker: nothing reaches the user's terminal. (On docker the command's
+// terminal is the container's own, and injecting into it only feeds the
+// command itself.) The same ioctl from a process that holds the user's
+// terminal does inject (positive control).
 func TestRunTTYNoInjection(t *testing.T) {
-	testenv.RequireLandlock(t)
 	if _, err := exec.LookPath("perl"); err != nil {
-		t.Skip("needs perl for the ioctl")
+		t.Skip("needs perl for the native backend's ioctl")
 	}
-	ws := tempWorkspace(t)
-	cfg := writeConfig(t, "version = 1\n")
-	inject := `for fd in 0 1 2; do perl -e 'open(my $t, "+<&=", $ARGV[0]) or die; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED fd $ARGV[0]\n" : print "refused fd $ARGV[0]: $!\n"' $fd; done
+	perlInject := `for fd in 0 1 2; do perl -e 'open(my $t, "+<&=", $ARGV[0]) or die; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED fd $ARGV[0]\n" : print "refused fd $ARGV[0]: $!\n"' $fd; done
 perl -e 'open(my $t, "+<", "/dev/tty") or do { print "no /dev/tty: $!\n"; exit }; ioctl($t, 0x5412, my $c = "Z") ? print "INJECTED tty\n" : print "refused tty: $!\n"'
 echo DONE`
+	// The test image has no perl: the static probe, from the workspace.
+	probeInject := `for fd in 0 1 2; do ./probe attempt tiocsti <&$fd && echo "own terminal fd $fd" || echo "refused fd $fd"; done
+./probe attempt tiocsti </dev/tty && echo "own terminal /dev/tty" || echo "refused /dev/tty"
+echo DONE`
+	for _, b := range ttyBackends {
+		t.Run(b.name, func(t *testing.T) {
+			cfg := b.config(t)
+			ws := tempWorkspace(t)
+			inject := perlInject
+			if b.docker {
+				data, err := os.ReadFile(probeBinary(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(ws+"/probe", data, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				inject = probeInject
+			}
+			testRunTTYNoInjection(t, cfg, ws, inject, b.docker)
+		})
+	}
+}
 
+func testRunTTYNoInjection(t *testing.T, cfg, ws, inject string, docker bool) {
 	o := newOuterTerm(t)
 	// Non-canonical, so that TIOCINQ counts an injected byte without a
 	// line end.
@@ -188,19 +238,7 @@ echo DONE`
 	if err := unix.IoctlSetTermios(int(o.slave.Fd()), unix.TCSETS, tio); err != nil {
 		t.Fatal(err)
 	}
-	// Positive control: a process holding the outer terminal injects.
-	ctl := exec.Command("perl", "-e", `ioctl(STDIN, 0x5412, my $c = "Z") or die "TIOCSTI: $!\n"`)
-	ctl.Stdin = o.slave
-	// Its controlling terminal, as vak's is below (TIOCSTI without
-	// CAP_SYS_ADMIN needs that).
-	ctl.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if out, err := ctl.CombinedOutput(); err != nil {
-		t.Skipf("control: TIOCSTI on the outer terminal fails here (%v: %s), nothing to defend", err, out)
-	}
-	if n := o.pendingInput(t); n != 1 {
-		t.Fatalf("control: %d bytes pending after TIOCSTI, want 1", n)
-	}
-	unix.IoctlSetInt(int(o.slave.Fd()), unix.TCFLSH, unix.TCIFLUSH)
+	injectControl(t, o)
 
 	for _, mode := range []string{"-t", "-i"} {
 		t.Run(mode, func(t *testing.T) {
@@ -212,7 +250,9 @@ echo DONE`
 			if code := exitCode(t, cmd); code != 0 {
 				t.Fatalf("vak exited %d: %s", code, o.output())
 			}
-			if strings.Contains(o.output(), "INJECTED") || !strings.Contains(o.output(), "DONE") {
+			// The terminal's output may still be on its way to the reader.
+			o.waitOutput(t, "the end of the command's output", regexp.MustCompile(`DONE`))
+			if strings.Contains(o.output(), "INJECTED") {
 				t.Fatalf("output:\n%s", o.output())
 			}
 			if n := o.pendingInput(t); n != 0 {
@@ -220,63 +260,138 @@ echo DONE`
 			}
 		})
 	}
+	if docker {
+		if l := leftovers(t, ws); l != "" {
+			t.Errorf("containers left: %s", l)
+		}
+	}
 	t.Logf("output:\n%s", o.output())
 }
 
 // TestRunStdin: -i streams stdin (more than a pipe buffer, in order) to the
 // command and ends it with EOF; without -i (stdin no terminal) the command
-// reads nothing.
+// reads nothing. Native and docker.
 func TestRunStdin(t *testing.T) {
-	testenv.RequireLandlock(t)
-	ws := tempWorkspace(t)
-	cfg := writeConfig(t, "version = 1\n")
-	data := strings.Repeat("0123456789abcdef\n", 20000) // 340 KB
-	run := func(args ...string) (int, string) {
-		cmd := exec.Command(workerExecutable, append([]string{"--config", cfg, "run", "-w", ws}, args...)...)
-		cmd.Stdin = strings.NewReader(data)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.Run()
-		return cmd.ProcessState.ExitCode(), out.String()
-	}
-	code, out := run("-i", "--", "sh", "-c", "wc -c; echo end")
-	if code != 0 || strings.Fields(out)[0] != "340000" || !strings.Contains(out, "end") {
-		t.Errorf("-i: exit %d, output %q", code, out)
-	}
-	code, out = run("--", "sh", "-c", "wc -c")
-	if code != 0 || strings.TrimSpace(out) != "0" {
-		t.Errorf("without -i: exit %d, output %q (want 0 bytes read)", code, out)
+	for _, b := range ttyBackends {
+		t.Run(b.name, func(t *testing.T) {
+			cfg := b.config(t)
+			ws := tempWorkspace(t)
+			data := strings.Repeat("0123456789abcdef\n", 20000) // 340 KB
+			run := func(args ...string) (int, string) {
+				cmd := exec.Command(workerExecutable, append([]string{"--config", cfg, "run", "-w", ws}, args...)...)
+				cmd.Stdin = strings.NewReader(data)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.Run()
+				return cmd.ProcessState.ExitCode(), out.String()
+			}
+			code, out := run("-i", "--", "sh", "-c", "wc -c; echo end; exit 5")
+			if f := strings.Fields(out); code != 5 || len(f) == 0 || f[0] != "340000" || !strings.Contains(out, "end") {
+				t.Errorf("-i: exit %d, output %q", code, out)
+			}
+			code, out = run("--", "sh", "-c", "wc -c")
+			if code != 0 || strings.TrimSpace(out) != "0" {
+				t.Errorf("without -i: exit %d, output %q (want 0 bytes read)", code, out)
+			}
+			if b.docker {
+				if l := leftovers(t, ws); l != "" {
+					t.Errorf("containers left: %s", l)
+				}
+			}
+		})
 	}
 }
 
-// TestRunTTYDocker: the docker backend runs no interactive commands yet
-// (a container's stdin is the broker's lifeline): -i or -t fail closed
-// before anything runs (exit 2), and on a terminal without them the command
-// runs as before, with no terminal and no stdin.
-func TestRunTTYDocker(t *testing.T) {
-	testenv.RequireDocker(t)
-	ws := tempWorkspace(t)
+// TestRunTTYDockerEnds: an interactive docker run ends with nothing left
+// running however vak ends. SIGKILL (no cleanup runs in vak): the
+// keeper's lifeline ends and it kills the command and ends the container.
+// SIGTERM: vak tears the command down, exits 130 and restores the
+// user's terminal. Control: the command was running in its container
+// before the signal.
+func TestRunTTYDockerEnds(t *testing.T) {
 	cfg := dockerConfig(t)
-	for _, flag := range []string{"-t", "-i"} {
-		o := newOuterTerm(t)
-		cmd := o.start(t, "--config", cfg, "run", "-w", ws, flag, "--", "touch", "ran")
-		if code := exitCode(t, cmd); code != ExitUsage {
-			t.Errorf("%s on docker: exit %d, output %q", flag, code, o.output())
-		}
-		// vak has exited; its message may still be on its way through the
-		// terminal to the reader.
-		o.waitOutput(t, flag+" on docker: the refusal", regexp.MustCompile("not supported by this backend"))
-		if _, err := os.Stat(ws + "/ran"); err == nil {
-			t.Fatalf("%s on docker ran the command", flag)
-		}
-	}
-	o := newOuterTerm(t)
-	cmd := o.start(t, "--config", cfg, "run", "-w", ws, "--", "sh", "-c", "test -t 0 || echo no-tty; cat; echo done")
-	if code := exitCode(t, cmd); code != 0 {
-		t.Errorf("docker on a terminal without -t: exit %d, output %q", code, o.output())
-	}
-	o.waitOutput(t, "docker on a terminal without -t: no terminal, and the end of input", regexp.MustCompile(`(?s)no-tty.*done`))
-	if l := leftovers(t, ws); l != "" {
-		t.Errorf("containers left: %s", l)
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ws := tempWorkspace(t)
+			o := newOuterTerm(t)
+			before := o.termios(t)
+			cmd := o.start(t, "--config", cfg, "run", "-w", ws, "-t", "--", "sh", "-c", "touch started; echo RUNNING; sleep 300")
+			o.waitOutput(t, "the command to run", regexp.MustCompile(`RUNNING`))
+			if _, err := os.Stat(ws + "/started"); err != nil || leftovers(t, ws) == "" {
+				t.Fatalf("control: the command is not running in a container (%v)", err)
+			}
+			out, err := exec.Command("docker", "ps", "--filter", "label=vak.workspace="+ws, "--format", "{{.Names}}").Output()
+			name := strings.TrimSpace(string(out))
+			if err != nil || name == "" {
+				t.Fatalf("docker ps: %v %q", err, out)
+			}
+			// The host side: the docker CLIs and the wrapper name the
+			// workspace or the container.
+			host := func() []int { return hostProcs(ws, name) }
+			if !slices.ContainsFunc(host(), func(pid int) bool { return pid != cmd.Process.Pid }) {
+				t.Fatal("control: no host process but vak names the run")
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			code := exitCode(t, cmd)
+			waitFor(t, "the container to go", func() bool { return leftovers(t, ws) == "" })
+			waitFor(t, "the host processes of the run to go", func() bool { return len(host()) == 0 })
+			if sig == syscall.SIGKILL {
+				return
+			}
+			if code != ExitInterrupted {
+				t.Errorf("vak exited %d after SIGTERM, want %d; output:\n%s", code, ExitInterrupted, o.output())
+			}
+			after := o.termios(t)
+			if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
+				t.Errorf("the outer terminal's mode was not restored: before %+v after %+v", before, after)
+			}
+		})
 	}
 }
+
+// hostProcs returns the pids of processes whose argv contains one of subs.
+func hostProcs(subs ...string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		argv, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, s := range subs {
+			if bytes.Contains(argv, []byte(s)) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// injectControl is the positive control of the TIOCSTI tests: a process
+// holding the outer terminal o (non-canonical) injects into it. The
+// injected byte is flushed again.
+func injectControl(t *testing.T, o *outerTerm) {
+	t.Helper()
+	ctl := exec.Command(probeBinary(t), "attempt", "tiocsti")
+	ctl.Stdin = o.slave
+	// Its controlling terminal, as vak's is in the tests (TIOCSTI without
+	// CAP_SYS_ADMIN needs that).
+	ctl.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if out, err := ctl.CombinedOutput(); err != nil {
+		t.Skipf("control: TIOCSTI on the outer terminal fails here (%v: %s), nothing to defend", err, out)
+	}
+	if n := o.pendingInput(t); n != 1 {
+		t.Fatalf("control: %d bytes pending after TIOCSTI, want 1", n)
+	}
+	unix.IoctlSetInt(int(o.slave.Fd()), unix.TCFLSH, unix.TCIFLUSH)
+}
+
+// probeBinary is the static probe (scripts/probe).
+func probeBinary(t *testing.T) string { return testenv.Probe(t) }

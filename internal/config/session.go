@@ -22,6 +22,7 @@ import (
 //	policy_generation = "1"    # bump to invalidate every snapshot
 //	run_network_idle = "10m"   # vak run's proxied network stays up this long after the last run ("0": removed after each run)
 //	docker = false             # nested Docker in every session (as --docker)
+//	docker_placeholders = []   # secret placeholders set in inner containers (none by default)
 
 // Limits of the [session] values.
 const (
@@ -48,6 +49,10 @@ type Session struct {
 	// Docker gives sessions a nested Docker engine (as `vak session create
 	// --docker`; docs/nested-docker.md).
 	Docker bool
+	// DockerPlaceholders names the secret placeholders ([secrets] names)
+	// the nested Docker guard sets in every inner container; empty (the
+	// default) gives inner containers none.
+	DockerPlaceholders []string
 }
 
 // Defaults of [session]: the session manager's own defaults
@@ -70,6 +75,8 @@ func DefaultSession() Session {
 		RunNetworkIdle:   DefaultRunNetworkIdle,
 	}
 }
+
+var envNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 var generationRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) })
 
@@ -118,6 +125,20 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 	}
 	if s.Docker != nil {
 		next.Docker = *s.Docker
+	}
+	if s.DockerPlaceholders != nil {
+		seen := map[string]bool{}
+		var names []string
+		for _, n := range *s.DockerPlaceholders {
+			if !envNameRe().MatchString(n) {
+				return errf("docker_placeholders", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", n)
+			}
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+		next.DockerPlaceholders = names
 	}
 	if s.Worker != nil {
 		p, err := hostPath(*s.Worker)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,12 +38,13 @@ worker = "/opt/vak/vak"
 policy_generation = "2025-01.b"
 run_network_idle = "0"
 docker = true
+docker_placeholders = ["TOKEN", "B_2", "TOKEN"]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true}
-	if cfg.Session != want {
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true, DockerPlaceholders: []string{"TOKEN", "B_2"}}
+	if !reflect.DeepEqual(cfg.Session, want) {
 		t.Fatalf("session = %+v", cfg.Session)
 	}
 }
@@ -64,6 +66,9 @@ func TestSessionConfigInvalid(t *testing.T) {
 		{`allow_install = "yes"`, "session.allow_install"},
 		{`run_network_idle = "-1m"`, "session.run_network_idle"},
 		{`run_network_idle = "later"`, "session.run_network_idle"},
+		{`docker_placeholders = ["A-B"]`, "session.docker_placeholders"},
+		{`docker_placeholders = [""]`, "session.docker_placeholders"},
+		{`docker_placeholders = "TOKEN"`, "session.docker_placeholders"},
 	} {
 		_, err := Parse("user.toml", []byte("version = 1\n[session]\n"+tc.body+"\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "user.toml") {
@@ -87,6 +92,7 @@ worker = "/tmp/evil"
 policy_generation = "0"
 run_network_idle = "100h"
 docker = true
+docker_placeholders = ["TOKEN"]
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -94,11 +100,11 @@ docker = true
 	}
 	want := DefaultSession()
 	want.PoolSize = 1
-	if cfg.Session != want {
+	if !reflect.DeepEqual(cfg.Session, want) {
 		t.Fatalf("project config changed [session]: %+v", cfg.Session)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle", "docker"} {
+	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle", "docker", "docker_placeholders"} {
 		if !strings.Contains(warn, "ignoring session."+k+":") {
 			t.Errorf("no warning for session.%s:\n%s", k, warn)
 		}

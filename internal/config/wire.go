@@ -63,6 +63,8 @@ type sessionWire struct {
 	PolicyGeneration *string `toml:"policy_generation"`
 	RunNetworkIdle   *string `toml:"run_network_idle"`
 	Docker           *bool   `toml:"docker"`
+	// DockerPlaceholders: see Session.DockerPlaceholders.
+	DockerPlaceholders *[]string `toml:"docker_placeholders"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can

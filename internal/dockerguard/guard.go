@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,6 +56,18 @@ type Policy struct {
 	GuardSocket string
 	// ReaperSocket is the filtered socket for reapers (Ryuk).
 	ReaperSocket string
+	// Env are variables (NAME=value) set in every inner container whose
+	// request does not set NAME: the secret placeholders the trusted
+	// config propagates (session.docker_placeholders). Empty by default:
+	// inner containers get no placeholders.
+	Env []string
+	// StageDir, if set, is where workspace bind sources are staged
+	// (stageBind: opened beneath the workspace and bind-mounted there, so
+	// the engine mounts the object the guard checked). It must be on a
+	// filesystem only the engine and the guard see; the guard needs
+	// CAP_SYS_ADMIN in the engine's mount namespace. Empty: sources are
+	// checked by resolving their symlinks, which the agent can race.
+	StageDir string
 }
 
 // SafeCaps are the capabilities an inner container may add: Docker's
@@ -75,7 +88,25 @@ type Guard struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	reaper bool
+	stage  *stageState
 }
+
+// stageState tracks the guard's staged bind sources (stageBind): a counter
+// for their names, and how many requests in flight hold each one (a staged
+// source is swept only when no container uses it and no request holds it).
+type stageState struct {
+	n        atomic.Uint64
+	mu       sync.Mutex
+	inflight map[string]int
+}
+
+func newStageState() *stageState { return &stageState{inflight: map[string]int{}} }
+
+// stagedKey carries a request's *stagedReq in its context.
+type stagedKey struct{}
+
+// stagedReq lists what one request staged.
+type stagedReq struct{ paths []string }
 
 // New returns the agent-facing guard forwarding to the raw socket.
 func New(p Policy, rawSocket string) (*Guard, error) {
@@ -91,7 +122,15 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", rawSocket)
 	}, MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	g := &Guard{p: p, client: &http.Client{Transport: tr}}
+	if p.StageDir != "" {
+		if !strings.HasPrefix(p.StageDir, "/") {
+			return nil, fmt.Errorf("dockerguard: stage dir %q must be absolute", p.StageDir)
+		}
+		if err := prepareStage(p.StageDir); err != nil {
+			return nil, err
+		}
+	}
+	g := &Guard{p: p, client: &http.Client{Transport: tr}, stage: newStageState()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -113,7 +152,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 // Reaper returns the filtered handler for the reaper socket: it shares the
 // upstream but allows only pinging, listing and removing.
 func (g *Guard) Reaper() http.Handler {
-	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true}
+	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, stage: g.stage}
 }
 
 // Denied is a request the guard refuses.
@@ -141,7 +180,17 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, deny("path %q is not canonical", r.URL.Path).Error())
 		return
 	}
+	if g.p.StageDir != "" && !g.reaper {
+		held := &stagedReq{}
+		r = r.WithContext(context.WithValue(r.Context(), stagedKey{}, held))
+		// Once the engine has answered, what this request staged is
+		// either used by the container it created or swept later.
+		defer g.release(held, false)
+	}
 	if err := g.check(r, path); err != nil {
+		if held, ok := r.Context().Value(stagedKey{}).(*stagedReq); ok {
+			g.release(held, true) // never reached the engine
+		}
 		code := http.StatusForbidden
 		var d *Denied
 		if !errors.As(err, &d) {

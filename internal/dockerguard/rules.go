@@ -33,6 +33,9 @@ func (g *Guard) containerCreate(r *http.Request, _ []string) error {
 		if c.HostConfig == nil {
 			c.HostConfig = &container.HostConfig{}
 		}
+		if g.p.StageDir != "" {
+			g.sweepStage(r.Context())
+		}
 		if err := g.checkHost(r.Context(), c.HostConfig); err != nil {
 			return err
 		}
@@ -118,14 +121,14 @@ func (g *Guard) checkHost(ctx context.Context, h *container.HostConfig) error {
 		return deny("HostConfig.ContainerIDFile is not allowed")
 	}
 	for i, b := range h.Binds {
-		nb, err := g.checkBind(b)
+		nb, err := g.checkBind(ctx, b)
 		if err != nil {
 			return err
 		}
 		h.Binds[i] = nb
 	}
 	for i := range h.Mounts {
-		if err := g.checkMount(&h.Mounts[i]); err != nil {
+		if err := g.checkMount(ctx, &h.Mounts[i]); err != nil {
 			return err
 		}
 	}
@@ -150,7 +153,7 @@ func checkResources(r *container.Resources, where string) error {
 
 // checkBind checks a "src:dst[:opts]" bind and returns it, rewritten when
 // its source is the guard's own socket.
-func (g *Guard) checkBind(b string) (string, error) {
+func (g *Guard) checkBind(ctx context.Context, b string) (string, error) {
 	parts := strings.Split(b, ":")
 	if len(parts) < 2 || len(parts) > 3 {
 		return "", deny("HostConfig.Binds %q is not SRC:DST[:OPTS]", b)
@@ -165,7 +168,7 @@ func (g *Guard) checkBind(b string) (string, error) {
 		return b, nil
 	}
 	ro := slices.Contains(strings.Split(opts, ","), "ro")
-	nsrc, err := g.checkSource(src, ro, "HostConfig.Binds")
+	nsrc, err := g.checkSource(ctx, src, ro, true, "HostConfig.Binds")
 	if err != nil {
 		return "", err
 	}
@@ -173,10 +176,15 @@ func (g *Guard) checkBind(b string) (string, error) {
 	return strings.Join(parts, ":"), nil
 }
 
-func (g *Guard) checkMount(m *mount.Mount) error {
+func (g *Guard) checkMount(ctx context.Context, m *mount.Mount) error {
 	switch m.Type {
 	case mount.TypeBind:
-		src, err := g.checkSource(m.Source, m.ReadOnly, "HostConfig.Mounts")
+		if m.BindOptions != nil && m.BindOptions.NonRecursive {
+			// A non-recursive bind of the workspace drops the session's
+			// read-only protected mounts under it.
+			return deny("HostConfig.Mounts bind %q: BindOptions.NonRecursive is not allowed (it would drop the read-only protected paths)", m.Source)
+		}
+		src, err := g.checkSource(ctx, m.Source, m.ReadOnly, false, "HostConfig.Mounts")
 		if err != nil {
 			return err
 		}
@@ -197,8 +205,10 @@ func (g *Guard) checkMount(m *mount.Mount) error {
 
 // checkSource allows bind sources inside the workspace (without symlinks
 // leading out), the trust dir read-only, and the guard socket (rewritten
-// to the reaper socket).
-func (g *Guard) checkSource(src string, ro bool, field string) (string, error) {
+// to the reaper socket). With a stage dir, a workspace source is staged
+// (stageBind; create: a missing source becomes a directory, as the engine
+// does for Binds).
+func (g *Guard) checkSource(ctx context.Context, src string, ro, create bool, field string) (string, error) {
 	clean := path.Clean(src)
 	if g.p.GuardSocket != "" && clean == path.Clean(g.p.GuardSocket) {
 		if g.p.ReaperSocket == "" {
@@ -214,6 +224,13 @@ func (g *Guard) checkSource(src string, ro bool, field string) (string, error) {
 	}
 	if !within(clean, g.p.Workspace) {
 		return "", deny("%s source %q is outside the workspace %s and the trust dir", field, src, g.p.Workspace)
+	}
+	if g.p.StageDir != "" {
+		target := g.reserve(ctx)
+		if err := g.stageBind(target, clean, create, field); err != nil {
+			return "", err
+		}
+		return target, nil
 	}
 	// A symlink inside the workspace may point anywhere in the engine's
 	// filesystem (which holds the raw socket): resolve and check again.
@@ -297,6 +314,12 @@ func (g *Guard) inject(ctx context.Context, c *container.CreateRequest) error {
 		var ins struct{ Config struct{ Env []string } }
 		if err := g.get(ctx, "/images/"+c.Image+"/json", &ins); err == nil {
 			imageEnv = ins.Config.Env
+		}
+	}
+	for _, kv := range g.p.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(c.Env, func(e string) bool { n, _, _ := strings.Cut(e, "="); return n == k }) {
+			c.Env = append(c.Env, kv)
 		}
 	}
 	c.Env = MergeEnv(imageEnv, c.Env, g.p.TrustEnv)

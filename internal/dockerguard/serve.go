@@ -88,5 +88,11 @@ func Args(p Policy, rawSocket string) []string {
 	for _, kv := range p.TrustEnv {
 		args = append(args, "--trust-env", kv)
 	}
+	for _, kv := range p.Env {
+		args = append(args, "--env", kv)
+	}
+	if p.StageDir != "" {
+		args = append(args, "--stage-binds", p.StageDir)
+	}
 	return args
 }

@@ -32,6 +32,12 @@ type Forwarder struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ErrorLog receives per-connection errors; nil means log.Default.
 	ErrorLog *log.Logger
+	// Loopback relays redirected connections to loopback destinations
+	// too (the native fence: the namespace's own 127.0.0.1 is never
+	// redirected, so another loopback address is the host's, and the
+	// gateway decides it by its rules' cidrs like any address). A
+	// connection made straight to the forwarder is refused either way.
+	Loopback bool
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -111,7 +117,7 @@ func (f *Forwarder) relay(c net.Conn) error {
 		return err
 	}
 	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
-	if dst == local || dst.Addr().IsLoopback() || dst.Addr().IsUnspecified() {
+	if dst == local || (dst.Addr().IsLoopback() && !f.Loopback) || dst.Addr().IsUnspecified() {
 		return ErrLoop
 	}
 	src, err := netip.ParseAddrPort(c.RemoteAddr().String())

@@ -13,6 +13,11 @@
 // The rules are only half of the fence. The sandbox network is Docker
 // --internal with inhibit_ipv4, so a process that gains NET_ADMIN and flushes
 // them still reaches nothing but the gateway, which speaks only policy.
+//
+// LocalConfig is the same fence for a namespace with no interface but its
+// loopback (the landlock backend's proxied network): the forwarder and a DNS
+// relay run inside the namespace and reach the gateway over unix sockets
+// (ServeLocal).
 package netfence
 
 import (

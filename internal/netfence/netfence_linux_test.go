@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	case "inner":
 		innerRole()
 		return
+	case "local":
+		localRole()
+		return
 	case "verify":
 		if err := Verify(testConfig(os.Getenv("VAK_NETFENCE_NET"))); err != nil {
 			fmt.Println("VERIFY-FAILED", err)

@@ -253,6 +253,15 @@ func Apply(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if err := program(build(c)); err != nil {
+		return err
+	}
+	return Verify(c)
+}
+
+// program sets route_localnet (the redirected connections and DNS reach
+// 127.0.0.1) and replaces vak's tables with r.
+func program(r *ruleset) error {
 	for _, f := range []string{"/proc/sys/net/ipv4/conf/all/route_localnet", "/proc/sys/net/ipv4/conf/default/route_localnet"} {
 		if err := ensureSysctl(f, "1"); err != nil {
 			return err
@@ -262,7 +271,6 @@ func Apply(c Config) error {
 	if err != nil {
 		return fmt.Errorf("netfence: netlink: %w", err)
 	}
-	r := build(c)
 	// Remove any previous version of our tables (ignore "not found").
 	for _, t := range []*nftables.Table{r.nat, r.filter} {
 		conn.DelTable(t)
@@ -279,17 +287,22 @@ func Apply(c Config) error {
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("netfence: program nftables: %w", err)
 	}
-	return Verify(c)
+	return nil
 }
 
 // Verify reads the namespace's ruleset back and checks that vak's chains
 // and rules are exactly as built, with the filter chain's policy drop.
 func Verify(c Config) error {
+	return verify(build(c), !c.Nested())
+}
+
+// verify checks r's chains; with noNested, the chains only nested mode
+// has must be absent.
+func verify(r *ruleset, noNested bool) error {
 	conn, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("netfence: netlink: %w", err)
 	}
-	r := build(c)
 	check := func(t *nftables.Table, want *nftables.Chain, rules [][]expr.Any) error {
 		ch, err := conn.ListChain(t, want.Name)
 		if err != nil {
@@ -320,7 +333,7 @@ func Verify(c Config) error {
 			return err
 		}
 	}
-	if !c.Nested() {
+	if noNested {
 		// A nested-mode chain left over (or added by someone else) would
 		// change what this namespace lets through.
 		for _, extra := range []struct {

@@ -2,7 +2,12 @@
 
 package netfence
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"log"
+	"net"
+)
 
 // ErrUnsupported: nftables exists only on Linux.
 var ErrUnsupported = errors.New("netfence: only available on Linux")
@@ -18,3 +23,20 @@ func DisableIPv6() error { return ErrUnsupported }
 
 // Unfence is unsupported here.
 func Unfence() error { return ErrUnsupported }
+
+// ApplyLocal is unsupported here.
+func ApplyLocal(LocalConfig) error { return ErrUnsupported }
+
+// VerifyLocal is unsupported here.
+func VerifyLocal(LocalConfig) error { return ErrUnsupported }
+
+// Local is a running native fence; there is none here.
+type Local struct{}
+
+// ServeLocal is unsupported here.
+func ServeLocal(LocalConfig, func(context.Context) (net.Conn, error), func(context.Context) (net.Conn, error), *log.Logger) (*Local, error) {
+	return nil, ErrUnsupported
+}
+
+// Close does nothing here.
+func (*Local) Close() {}

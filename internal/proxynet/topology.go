@@ -384,14 +384,13 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
 		n.NetclientID = ins.Container.ID
 	}
-	n.Env = TrustEnv()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && k != "" {
 			n.Placeholders[k] = v
-			n.Env = append(n.Env, k+"="+v)
 		}
 	}
+	n.Env = SandboxEnv(TrustDir, n.Placeholders)
 	return n, nil
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
 )
@@ -35,18 +37,33 @@ var SystemRootFiles = []string{
 
 // TrustEnv returns the environment variables common runtimes read to find
 // extra or replacement CA roots, pointing at TrustDir.
-func TrustEnv() []string {
-	bundle := filepath.Join(TrustDir, BundleFile)
+func TrustEnv() []string { return TrustEnvAt(TrustDir) }
+
+// TrustEnvAt is TrustEnv for trust files that the sandbox sees in dir (the
+// native fence's sandbox.FenceTrustDir).
+func TrustEnvAt(dir string) []string {
+	bundle := filepath.Join(dir, BundleFile)
 	return []string{
 		"SSL_CERT_FILE=" + bundle,
-		"NODE_EXTRA_CA_CERTS=" + filepath.Join(TrustDir, CAFile),
+		"NODE_EXTRA_CA_CERTS=" + filepath.Join(dir, CAFile),
 		"REQUESTS_CA_BUNDLE=" + bundle,
 		"CURL_CA_BUNDLE=" + bundle,
 		"GIT_SSL_CAINFO=" + bundle,
 		"PIP_CERT=" + bundle,
-		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + filepath.Join(TrustDir, TrustStoreFile) +
+		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + filepath.Join(dir, TrustStoreFile) +
 			" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + TrustStorePass,
 	}
+}
+
+// SandboxEnv is the environment every proxied sandbox gets, on every
+// backend: the trust variables for trust files seen in dir, and the secret
+// placeholders (NAME=placeholder, sorted by name; never a real value).
+func SandboxEnv(dir string, placeholders map[string]string) []string {
+	env := TrustEnvAt(dir)
+	for _, k := range slices.Sorted(maps.Keys(placeholders)) {
+		env = append(env, k+"="+placeholders[k])
+	}
+	return env
 }
 
 // WriteTrust writes the trust files for caPEM into dir (created 0755; files

@@ -112,30 +112,57 @@ func hashLine(line []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Log appends records to a file. Append is safe for concurrent use; a single
-// writer goroutine serialises records, computes the chain and writes them in
-// batches (one write per batch), so appends do not wait for the disk.
+// Log appends records to a file. Append is safe for concurrent use. There
+// is no writer goroutine: the appender that finds nobody writing writes
+// (combining): it takes every queued record, computes the chain and writes
+// them in one write, and keeps going while others queued more meanwhile;
+// an appender that finds a write in progress queues its record and
+// returns, and the writer takes it with the next batch. So records
+// arriving one by one are written by their own request's goroutine (no
+// hand-off to another thread, which costs a thread wake-up per record on a
+// small machine), and records arriving together are written in batches.
+// Checkpoints and head rewrites that are not yet due are done by a timer.
 type Log struct {
 	path string
 	f    *os.File
 	// key signs checkpoints into sigf (nil: unsigned log).
 	key  ed25519.PrivateKey
 	sigf *os.File
-	ch   chan *Record
-	done chan struct{}
-	// sendMu is held (shared) by Append while it sends on ch and
-	// (exclusively) by Close while it closes ch.
-	sendMu sync.RWMutex
 
 	mu      sync.Mutex
 	head    Head
 	err     error // sticky write error
 	closed  bool
 	flushed *sync.Cond
+	// queue holds appended records no writer has taken yet; spare is the
+	// other buffer (queue and the batch being written alternate).
+	queue []Record
+	spare []Record
+	// pending counts appended records not yet written (queued or in the
+	// batch being written).
 	pending int
+	// writing is set while one goroutine (an Append, a timer or Close)
+	// writes; the fields below up to now are used only by it.
+	writing bool
+	// kick asks the goroutine that is writing to look at the checkpoint
+	// and head again (a timer fired meanwhile).
+	kick bool
 	// unsigned is set while written records wait for their checkpoint
 	// (at most SignInterval).
 	unsigned bool
+	// signArmed and headArmed are set while signTimer and headTimer run.
+	signArmed, headArmed bool
+	signTimer, headTimer *time.Timer
+
+	buf bytes.Buffer
+	// signHead is the head the next checkpoint signs; lastSign is when
+	// the last one was written.
+	signHead Head
+	lastSign time.Time
+	// dirty is set when the head sidecar is behind; lastHead is when it
+	// was last written.
+	dirty    bool
+	lastHead time.Time
 	// Now is the clock (tests); nil means time.Now.
 	now func() time.Time
 }
@@ -181,14 +208,13 @@ func open(path string, key ed25519.PrivateKey) (*Log, error) {
 		}
 	}
 	l := &Log{
-		path: path,
-		f:    f,
-		key:  key,
-		sigf: sigf,
-		ch:   make(chan *Record, queueLen),
-		done: make(chan struct{}),
-		head: head,
-		now:  time.Now,
+		path:     path,
+		f:        f,
+		key:      key,
+		sigf:     sigf,
+		head:     head,
+		now:      time.Now,
+		lastHead: time.Now(),
 	}
 	l.flushed = sync.NewCond(&l.mu)
 	if err := l.writeHead(); err != nil {
@@ -198,7 +224,10 @@ func open(path string, key ed25519.PrivateKey) (*Log, error) {
 		}
 		return nil, err
 	}
-	go l.writer()
+	l.signTimer = time.AfterFunc(time.Hour, func() { l.timerFired(&l.signArmed) })
+	l.signTimer.Stop()
+	l.headTimer = time.AfterFunc(time.Hour, func() { l.timerFired(&l.headArmed) })
+	l.headTimer.Stop()
 	return l, nil
 }
 
@@ -240,30 +269,191 @@ func lastHead(f *os.File) (Head, error) {
 // Path is the log file path.
 func (l *Log) Path() string { return l.path }
 
-// Append queues r. It fills in Seq, Prev and (if zero) Time. It returns the
-// sticky error of an earlier failed write, in which case the gateway must
-// stop allowing traffic.
+// Append adds r to the log. It fills in Seq, Prev and (if zero) Time. When
+// no other Append is writing, it writes r (and whatever others queued
+// meanwhile) before it returns; otherwise it queues r for the one that is.
+// It returns the sticky error of an earlier failed write, in which case the
+// gateway must stop allowing traffic.
 func (l *Log) Append(r Record) error {
-	// sendMu keeps Close from closing the channel under a pending send.
-	l.sendMu.RLock()
-	defer l.sendMu.RUnlock()
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		return err
-	}
-	l.pending++
-	l.mu.Unlock()
 	if r.Time.IsZero() {
 		r.Time = l.now()
 	}
-	l.ch <- &r
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if l.closed {
+			return ErrClosed
+		}
+		if l.err != nil {
+			return l.err
+		}
+		if len(l.queue) < queueLen {
+			break
+		}
+		l.flushed.Wait()
+	}
+	l.queue = append(l.queue, r)
+	l.pending++
+	if l.writing {
+		return nil
+	}
+	l.writing = true
+	l.runLocked(appendRounds)
 	return nil
+}
+
+// appendRounds bounds the batches an Append writes for others: under a
+// steady stream of records the rest is handed to a goroutine, so no
+// request waits on the log for long.
+const appendRounds = 2
+
+// timerFired runs when the checkpoint or head timer is up: it does what is
+// due, or leaves it to the goroutine writing at the time.
+func (l *Log) timerFired(armed *bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*armed = false
+	if l.closed {
+		return
+	}
+	if l.writing {
+		l.kick = true
+		return
+	}
+	l.writing = true
+	l.runLocked(0)
+}
+
+// runLocked is the writer: called with l.mu held and l.writing set, it
+// writes the queued records, signs and rewrites the head when due (or arms
+// their timers), until nothing is left, then clears l.writing. It releases
+// l.mu around file writes. After rounds batches (0: no limit) it hands
+// what is left to a new goroutine, which keeps l.writing.
+func (l *Log) runLocked(rounds int) {
+	for n := 1; ; n++ {
+		if rounds > 0 && n > rounds && len(l.queue) > 0 {
+			go func() {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.runLocked(0)
+			}()
+			return
+		}
+		l.writeQueuedLocked()
+		l.kick = false
+		if l.key != nil && l.unsigned && l.err == nil {
+			if wait := SignInterval - time.Since(l.lastSign); wait <= 0 {
+				l.signLocked()
+			} else if !l.signArmed {
+				l.signArmed = true
+				l.signTimer.Reset(wait)
+			}
+		}
+		if l.dirty {
+			if since := time.Since(l.lastHead); since >= HeadInterval {
+				l.flushHeadLocked()
+			} else if !l.headArmed {
+				l.headArmed = true
+				l.headTimer.Reset(HeadInterval - since)
+			}
+		}
+		if len(l.queue) == 0 && !l.kick {
+			break
+		}
+	}
+	l.writing = false
+	l.flushed.Broadcast()
+}
+
+// writeQueuedLocked writes the queued records as one batch (one write).
+func (l *Log) writeQueuedLocked() {
+	if len(l.queue) > 0 {
+		batch := l.queue
+		l.queue = l.spare[:0]
+		head, failed := l.head, l.err != nil
+		l.mu.Unlock()
+		var werr error
+		if !failed {
+			l.buf.Reset()
+			for i := range batch {
+				head = l.encode(&batch[i], head)
+			}
+			_, werr = l.f.Write(l.buf.Bytes())
+		}
+		clear(batch)
+		l.mu.Lock()
+		l.spare = batch[:0]
+		l.pending -= len(batch)
+		switch {
+		case failed:
+			// After a failed write nothing more is written: the chain on
+			// disk would not continue where the in-memory head says.
+		case werr != nil:
+			if l.err == nil {
+				l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
+			}
+		default:
+			l.head = head
+			l.dirty = true
+			if l.key != nil {
+				l.unsigned = true
+				l.signHead = head
+			}
+		}
+		l.flushed.Broadcast()
+	}
+}
+
+// encode appends r's line to l.buf, chained to head, and returns the new
+// head.
+func (l *Log) encode(r *Record, head Head) Head {
+	if head.Records > 0 {
+		r.Seq = head.Seq + 1
+	} else {
+		r.Seq = 0
+	}
+	r.Prev = head.Hash
+	line, err := json.Marshal(r)
+	if err != nil {
+		// Cannot happen for Record; keep the chain intact anyway.
+		line = []byte(`{"seq":` + fmt.Sprint(r.Seq) + `,"protocol":"internal","rule":-1,"decision":"deny","reason":"unencodable record","bytes_out":0,"bytes_in":0,"prev":"` + r.Prev + `"}`)
+	}
+	l.buf.Write(line)
+	l.buf.WriteByte('\n')
+	return Head{Seq: r.Seq, Hash: hashLine(line), Records: head.Records + 1}
+}
+
+// signLocked writes a checkpoint for the last written record (it
+// authenticates everything before it through the chain).
+func (l *Log) signLocked() {
+	if !l.unsigned || l.err != nil {
+		return
+	}
+	l.lastSign = time.Now()
+	h := l.signHead
+	l.mu.Unlock()
+	cp := Checkpoint{Seq: h.Seq, Records: h.Records, Hash: h.Hash}
+	cp.Key, cp.Sig = sign(l.key, cp.Seq, cp.Records, cp.Hash)
+	line, _ := json.Marshal(cp)
+	_, err := l.sigf.Write(append(line, '\n'))
+	l.mu.Lock()
+	if err != nil && l.err == nil {
+		l.err = fmt.Errorf("receipts: write %s: signature file: %w", l.path, err)
+	}
+	l.unsigned = false
+	l.flushed.Broadcast()
+}
+
+// flushHeadLocked rewrites the head sidecar.
+func (l *Log) flushHeadLocked() {
+	l.dirty = false
+	l.lastHead = time.Now()
+	l.mu.Unlock()
+	err := l.writeHead()
+	l.mu.Lock()
+	if err != nil && l.err == nil {
+		l.err = err
+	}
 }
 
 // Err is the sticky write error, or nil.
@@ -280,7 +470,8 @@ func (l *Log) Head() Head {
 	return l.head
 }
 
-// Sync waits until every record appended before the call is written.
+// Sync waits until every record appended before the call is written and
+// covered by a checkpoint (signed logs).
 func (l *Log) Sync() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -290,21 +481,33 @@ func (l *Log) Sync() error {
 	return l.err
 }
 
-// Close writes the queued records and closes the file.
+// Close writes what is queued, signs it, rewrites the head and closes the
+// files.
 func (l *Log) Close() error {
-	l.sendMu.Lock()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.sendMu.Unlock()
 		return nil
 	}
 	l.closed = true
-	l.mu.Unlock()
-	close(l.ch)
-	l.sendMu.Unlock()
-	<-l.done
-	l.mu.Lock()
+	for l.writing {
+		l.flushed.Wait()
+	}
+	l.writing = true
+	for len(l.queue) > 0 {
+		l.writeQueuedLocked()
+	}
+	l.signTimer.Stop()
+	l.headTimer.Stop()
+	l.signArmed, l.headArmed = false, false
+	if l.key != nil {
+		l.signLocked()
+	}
+	if l.dirty {
+		l.flushHeadLocked()
+	}
+	l.writing = false
+	l.flushed.Broadcast()
 	err := l.err
 	l.mu.Unlock()
 	err = errors.Join(err, l.f.Close())
@@ -329,176 +532,6 @@ const HeadInterval = 250 * time.Millisecond
 // reports such a tail, as it did for a crash between a batch's two writes
 // before.
 const SignInterval = 5 * time.Millisecond
-
-func (l *Log) writer() {
-	defer close(l.done)
-	var buf bytes.Buffer
-	ticker := time.NewTicker(HeadInterval)
-	defer ticker.Stop()
-	dirty := false
-	lastHead := time.Now()
-	// Deferred checkpoint: signHead is the last written record's head
-	// while l.unsigned; signC fires when the checkpoint is due.
-	var lastSign time.Time
-	var signHead Head
-	var signTimer *time.Timer
-	var signC <-chan time.Time
-	signNow := func() {
-		signC = nil
-		l.mu.Lock()
-		due := l.unsigned && l.err == nil
-		l.mu.Unlock()
-		if !due {
-			return
-		}
-		lastSign = time.Now()
-		// Sign the last written record: it authenticates everything
-		// before it through the chain.
-		cp := Checkpoint{Seq: signHead.Seq, Records: signHead.Records, Hash: signHead.Hash}
-		cp.Key, cp.Sig = sign(l.key, cp.Seq, cp.Records, cp.Hash)
-		line, _ := json.Marshal(cp)
-		_, err := l.sigf.Write(append(line, '\n'))
-		l.mu.Lock()
-		if err != nil && l.err == nil {
-			l.err = fmt.Errorf("receipts: write %s: signature file: %w", l.path, err)
-		}
-		l.unsigned = false
-		l.mu.Unlock()
-		l.flushed.Broadcast()
-	}
-	defer func() {
-		if signTimer != nil {
-			signTimer.Stop()
-		}
-	}()
-	flushHead := func() {
-		if !dirty {
-			return
-		}
-		dirty = false
-		lastHead = time.Now()
-		if err := l.writeHead(); err != nil {
-			l.mu.Lock()
-			if l.err == nil {
-				l.err = err
-			}
-			l.mu.Unlock()
-		}
-	}
-	for {
-		var r *Record
-		select {
-		case rr, ok := <-l.ch:
-			if !ok {
-				signNow()
-				flushHead()
-				return
-			}
-			r = rr
-		case <-ticker.C:
-			flushHead()
-			continue
-		case <-signC:
-			signNow()
-			continue
-		}
-		buf.Reset()
-		l.mu.Lock()
-		head, failed := l.head, l.err != nil
-		l.mu.Unlock()
-		if failed {
-			// After a failed write nothing more is written: the chain on
-			// disk would not continue where the in-memory head says.
-			l.mu.Lock()
-			l.pending--
-			l.flushed.Broadcast()
-			l.mu.Unlock()
-			continue
-		}
-		n := 0
-		encode := func(r *Record) {
-			if head.Records > 0 {
-				r.Seq = head.Seq + 1
-			} else {
-				r.Seq = 0
-			}
-			r.Prev = head.Hash
-			line, err := json.Marshal(r)
-			if err != nil {
-				// Cannot happen for Record; keep the chain intact anyway.
-				line = []byte(`{"seq":` + fmt.Sprint(r.Seq) + `,"protocol":"internal","rule":-1,"decision":"deny","reason":"unencodable record","bytes_out":0,"bytes_in":0,"prev":"` + r.Prev + `"}`)
-			}
-			buf.Write(line)
-			buf.WriteByte('\n')
-			head = Head{Seq: r.Seq, Hash: hashLine(line), Records: head.Records + 1}
-			n++
-		}
-		encode(r)
-		// Batch whatever else is already queued.
-	drain:
-		for n < maxBatch {
-			select {
-			case r2, ok := <-l.ch:
-				if !ok {
-					break drain
-				}
-				encode(r2)
-			default:
-				break drain
-			}
-		}
-		_, werr := l.f.Write(buf.Bytes())
-		l.mu.Lock()
-		if werr != nil && l.err == nil {
-			l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
-		}
-		if werr == nil {
-			l.head = head
-			dirty = true
-			if l.key != nil {
-				l.unsigned = true
-			}
-		}
-		l.pending -= n
-		l.mu.Unlock()
-		if werr == nil && l.key != nil {
-			signHead = head
-			if wait := SignInterval - time.Since(lastSign); wait <= 0 {
-				signNow()
-			} else if signC == nil {
-				if signTimer == nil {
-					signTimer = time.NewTimer(wait)
-				} else {
-					signTimer.Reset(wait)
-				}
-				signC = signTimer.C
-			}
-		}
-		if time.Since(lastHead) >= HeadInterval {
-			flushHead()
-		}
-		l.mu.Lock()
-		l.flushed.Broadcast()
-		l.mu.Unlock()
-		if n < maxBatch {
-			// Let the next records queue up instead of being woken for
-			// each: a send to the buffered channel wakes nobody while the
-			// writer sleeps (see BatchDelay).
-			time.Sleep(BatchDelay)
-		}
-	}
-}
-
-// BatchDelay is how long the writer waits after writing a batch before
-// taking the next one, so records that arrive one by one (a client making
-// one request at a time) are written a few at a time instead of each
-// waking the writer (a thread wake-up per request, on the request's
-// critical path on a small machine). Appends never wait for it; a record
-// reaches the file at most this much later.
-const BatchDelay = time.Millisecond
-
-// maxBatch is the most records written in one batch.
-const maxBatch = 256
 
 // writeHead replaces the head sidecar atomically.
 func (l *Log) writeHead() error {

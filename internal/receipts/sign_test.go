@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeSigned writes n records in batches (Sync between them, so several
@@ -254,5 +255,77 @@ func TestSyncWaitsForCheckpoint(t *testing.T) {
 		if err != nil || rep.Records != uint64(i+1) || !rep.Signed {
 			t.Fatalf("after %d records and Sync: %+v %v", i+1, rep, err)
 		}
+	}
+}
+
+// TestConcurrentAppendsSigned: many goroutines appending at once (one of
+// them writes, the others queue for it) give one unbroken, fully signed
+// chain, and the checkpoint and head timers cover the tail without Close.
+func TestConcurrentAppendsSigned(t *testing.T) {
+	t.Parallel()
+	key, pub := testKey(t)
+	path := filepath.Join(t.TempDir(), "conc.jsonl")
+	l, err := OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const workers, each = 16, 300
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range each {
+				if err := l.Append(Record{Protocol: "https", Host: fmt.Sprintf("w%d-%d.test", w, i), Rule: 0, Decision: Allow}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyFileSigned(path, pub, false)
+	if err != nil || rep.Records != workers*each || !rep.Signed {
+		t.Fatalf("after concurrent appends and Sync (no Close): %+v %v", rep, err)
+	}
+	seen := map[string]bool{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var r Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if seen[r.Host] {
+			t.Fatalf("record %s written twice", r.Host)
+		}
+		seen[r.Host] = true
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("%d distinct records, want %d", len(seen), workers*each)
+	}
+	// The head sidecar catches up by its timer (no Close, no more appends).
+	for {
+		var h Head
+		hb, err := os.ReadFile(path + HeadSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if json.Unmarshal(hb, &h) == nil && h.Records == workers*each && h.Sig != "" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := VerifyFileSigned(path, pub, false); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,9 +14,11 @@ type NetworkPolicy string
 const (
 	// NetworkNone: no network at all (the default).
 	NetworkNone NetworkPolicy = "none"
-	// NetworkProxied: a per-workspace network whose only way out is vak's
-	// egress gateway, by the [network] rules of the trusted config (command-
-	// scoped backends and task environments only).
+	// NetworkProxied: a network whose only way out is vak's egress
+	// gateway, by the [network] rules of the trusted config: the
+	// workspace's Docker topology for command-scoped backends and task
+	// environments, a fenced namespace toward the user's on-demand gateway
+	// for the landlock backend (see ProxiedNetwork).
 	NetworkProxied NetworkPolicy = "proxied"
 )
 

@@ -42,8 +42,8 @@ type ProcessPolicy struct {
 	// AllowWeaker accepts a weaker sandbox than designed when the platform
 	// cannot provide it (explicit trusted opt-in).
 	AllowWeaker bool
-	// Network, if set, asks for a proxied network. No process-scoped backend
-	// provides one today: they refuse it (see RefuseNetwork).
+	// Network, if set, asks for a proxied network: its Fence (the backends
+	// that are FenceProviders; the others refuse it, see RefuseNetwork).
 	Network *NetworkAttachment
 }
 
@@ -89,25 +89,79 @@ type ProcessBackend interface {
 
 // ErrNoNetwork reports a proxied network requested from a backend that
 // cannot attach one: the request fails closed, nothing runs without it.
-var ErrNoNetwork = errclass.New(errclass.Unavailable, "the proxied network needs the docker backend")
+var ErrNoNetwork = errclass.New(errclass.Unavailable, "this sandbox backend cannot attach a proxied network")
 
-// CheckNetwork says whether b can attach commands to a proxied network:
-// only command-scoped backends (Wrapper) can. It is the one place this rule
-// lives: the command line asks it before it brings a network up, the broker
-// and the process backends enforce it.
-func CheckNetwork(b Backend) error {
-	if _, ok := b.(Wrapper); ok {
-		return nil
+// NetworkKind is how a backend attaches a proxied network.
+type NetworkKind int
+
+const (
+	// NetworkTopology: command containers join a per-workspace Docker
+	// topology whose netclient holds the fence (command-scoped backends;
+	// NetworkAttachment.Mode).
+	NetworkTopology NetworkKind = iota + 1
+	// NetworkFence: the process-scoped sandbox fences its own network
+	// namespace toward the user's on-demand gateway on the host
+	// (NetworkAttachment.Fence).
+	NetworkFence
+)
+
+func (k NetworkKind) String() string {
+	switch k {
+	case NetworkTopology:
+		return "topology"
+	case NetworkFence:
+		return "fence"
 	}
-	return fmt.Errorf("%w (--backend docker); the %s sandbox has no network at all", ErrNoNetwork, b.Name())
+	return fmt.Sprintf("NetworkKind(%d)", int(k))
 }
 
-// RefuseNetwork is CheckNetwork when a network is requested (n != nil).
+// FenceProvider is implemented by process-scoped backends that can fence
+// the sandbox's own network namespace (Landlock on Linux).
+type FenceProvider interface {
+	ProcessBackend
+	// FenceNetwork reports nil when the fence can be built here, or why
+	// not.
+	FenceNetwork() error
+}
+
+// ProxiedNetwork says how b attaches a proxied network: command-scoped
+// backends (Wrapper) join a topology, process-scoped ones that provide a
+// fence fence their namespace. It is the one place this rule lives: the
+// command line asks it before it brings a network up, the broker and the
+// process backends enforce it.
+func ProxiedNetwork(b Backend) (NetworkKind, error) {
+	if _, ok := b.(Wrapper); ok {
+		return NetworkTopology, nil
+	}
+	if f, ok := b.(FenceProvider); ok {
+		if err := f.FenceNetwork(); err != nil {
+			return 0, fmt.Errorf("%w: %s: %w", ErrNoNetwork, b.Name(), err)
+		}
+		return NetworkFence, nil
+	}
+	return 0, fmt.Errorf("%w (--backend docker); the %s sandbox has no network at all", ErrNoNetwork, b.Name())
+}
+
+// CheckNetwork is ProxiedNetwork's verdict alone.
+func CheckNetwork(b Backend) error {
+	_, err := ProxiedNetwork(b)
+	return err
+}
+
+// RefuseNetwork checks a requested network (n != nil) against what b
+// attaches: an attachment of the other kind is refused too.
 func RefuseNetwork(b Backend, n *NetworkAttachment) error {
 	if n == nil {
 		return nil
 	}
-	return CheckNetwork(b)
+	kind, err := ProxiedNetwork(b)
+	if err != nil {
+		return err
+	}
+	if (n.Fence != nil) != (kind == NetworkFence) {
+		return fmt.Errorf("%w: the %s sandbox attaches a proxied network by %s, not as requested", ErrNoNetwork, b.Name(), kind)
+	}
+	return nil
 }
 
 // Describer is implemented by backends that can say more about their state

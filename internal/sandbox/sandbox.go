@@ -199,8 +199,8 @@ type Command struct {
 	// protected paths) stay the ones the tripwire and the read-only mounts
 	// protect (fsguard.Plan).
 	Pin []string
-	// Network, if set, attaches a container to a proxied network; nil means
-	// no network at all.
+	// Network, if set, attaches a container to a proxied network (its
+	// Mode); nil means no network at all.
 	Network *NetworkAttachment
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
@@ -227,6 +227,27 @@ type NetworkAttachment struct {
 	// TrustEnv the CA trust variables alone (no placeholders).
 	TrustCA  string
 	TrustEnv []string
+	// Fence, set instead of Mode, asks a process-scoped backend to fence
+	// the sandbox's own network namespace (NetworkFence); Env then holds
+	// the trust variables (pointing into FenceTrustDir) and the secret
+	// placeholders.
+	Fence *Fence
+}
+
+// FenceTrustDir is where a fenced sandbox sees Fence.TrustDir (read-only).
+const FenceTrustDir = "/run/vak/trust"
+
+// Fence is the host side of a fenced network namespace: the on-demand
+// gateway's sockets, opened by the trusted stage before the sandboxed
+// command starts (docs/gateway.md "Native proxied").
+type Fence struct {
+	// DataSocket is the gateway's transparent listener (PROXY v2 streams).
+	DataSocket string
+	// DNSSocket is its resolver (DNS over TCP framing).
+	DNSSocket string
+	// TrustDir is a host directory of public trust files (the gateway CA,
+	// the bundle with the system roots), bound read-only at FenceTrustDir.
+	TrustDir string
 }
 
 // Backend is a sandboxing mechanism.
@@ -258,16 +279,41 @@ type Wrapper interface {
 	WrapperFailed(ctx context.Context, exitCode int) error
 }
 
+// InteractiveLifelineFD is the descriptor on which the worker hands an
+// interactive wrapped command (InteractiveWrapper) the lifeline: the read
+// end of a pipe whose write end only the broker holds, so it reaches EOF
+// when the broker dies, however it dies. (A non-interactive wrapped
+// command gets the lifeline as its stdin.)
+const InteractiveLifelineFD = 3
+
+// InteractiveWrapper is implemented by command-scoped backends that run
+// interactive commands: stdin forwarded and, on request, a terminal
+// allocated inside the sandbox.
+type InteractiveWrapper interface {
+	Wrapper
+	// WrapInteractive returns the argv that runs c inside the sandbox with
+	// its stdin forwarded and, with tty, on a terminal inside the sandbox.
+	// The worker runs it with the user's input as its stdin (with tty: a
+	// terminal the worker owns, whose size follows the user's) and the
+	// lifeline on InteractiveLifelineFD; the command must die when the
+	// lifeline ends.
+	WrapInteractive(c Command, tty bool) ([]string, error)
+}
+
 // ErrNoInteractive reports an interactive command (stdin, a terminal) asked
 // of a backend that cannot run one.
 var ErrNoInteractive = errors.New("interactive commands (stdin, -i; a terminal, -t) are not supported by this backend")
 
-// CheckInteractive says whether b runs interactive commands: process-scoped
-// backends do (their worker allocates the terminal inside the sandbox and
-// owns its master). Command-scoped ones do not yet: the docker backend's
-// container stdin is the broker's lifeline (see docker.LifelineInit).
+// CheckInteractive is the capability query for interactive commands:
+// process-scoped backends run them (their worker allocates the terminal
+// inside the sandbox and owns its master), command-scoped ones when they
+// implement InteractiveWrapper (docker: the terminal is the container's,
+// and the lifeline moves off the command's stdin).
 func CheckInteractive(b Backend) error {
 	if b.Scope() == ScopeProcess {
+		return nil
+	}
+	if _, ok := b.(InteractiveWrapper); ok {
 		return nil
 	}
 	return fmt.Errorf("%w (%s); run it on the native backend", ErrNoInteractive, b.Name())

@@ -10,11 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
@@ -22,6 +25,8 @@ import (
 	"vak/internal/dockerguard"
 	"vak/internal/errclass"
 	"vak/internal/paths"
+	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 )
 
 // Paths of nested Docker, the same in the session container and the
@@ -42,6 +47,9 @@ const (
 	LabelDocker = "vak.docker"
 	// SidecarPrefix names a session's sidecar: SidecarPrefix + session ID.
 	SidecarPrefix = "vak-dockerd-"
+	// StageDir is where the guard stages workspace bind sources (on the
+	// sidecar's private tmpfs next to the raw socket).
+	StageDir = dockerd.RawSocketDir + "/binds"
 	// DefaultSidecarTimeout bounds how long the nested engine and its guard
 	// may take to answer.
 	DefaultSidecarTimeout = 90 * time.Second
@@ -67,11 +75,17 @@ func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
 	name, dataVol, sockVol := sidecarNames(p.id)
 	labels := m.sidecarLabels(p.id)
 	trustDir := path.Dir(att.TrustCA)
+	env, err := propagated(att, p.spec.DockerPlaceholders)
+	if err != nil {
+		return dockerd.Sidecar{}, err
+	}
 	policy := dockerguard.Policy{
 		Workspace: p.spec.Workspace, TrustDir: trustDir, TrustEnv: att.TrustEnv,
 		Pool: att.NestedPool, DNS: att.Gateway,
 		Labels:      map[string]string{LabelSession: p.id},
 		GuardSocket: ContainerDockerSocket, ReaperSocket: ContainerReaperSocket,
+		Env:      env,
+		StageDir: StageDir,
 	}
 	// The workspace as the session sees it: the workspace bind and its
 	// protected paths read-only (inner binds resolve in the sidecar, so an
@@ -102,8 +116,33 @@ func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
 	}, nil
 }
 
+// propagated returns the NAME=placeholder entries of the network
+// attachment for names (session.docker_placeholders), refusing a name that
+// is not one of its placeholders.
+func propagated(att *sandbox.NetworkAttachment, names []string) ([]string, error) {
+	var out []string
+	for _, name := range names {
+		found := ""
+		for _, kv := range att.Env {
+			if k, _, _ := strings.Cut(kv, "="); k == name {
+				found = kv
+			}
+		}
+		for _, kv := range att.TrustEnv {
+			if k, _, _ := strings.Cut(kv, "="); k == name {
+				found = "" // a CA variable, not a placeholder
+			}
+		}
+		if found == "" {
+			return nil, fmt.Errorf("%w: session.docker_placeholders: %q is not a secret placeholder of the proxied network (declare it in [secrets])", ErrInvalidSpec, name)
+		}
+		out = append(out, found)
+	}
+	return out, nil
+}
+
 func (m *Manager) sidecarLabels(id string) map[string]string {
-	l := map[string]string{LabelDocker: "true", LabelSession: id}
+	l := map[string]string{LabelDocker: "true", LabelSession: id, LabelOwner: strconv.Itoa(os.Getuid())}
 	for k, v := range m.Labels {
 		l[k] = v
 	}
@@ -156,7 +195,11 @@ func (m *Manager) removeSidecar(id string) error {
 }
 
 // checkSidecar reports a --docker session whose nested engine is not
-// running.
+// running, or whose fence is gone: the netclient whose namespace the
+// session and its sidecar share is not running (it exits when its rules
+// change, e.g. an inner container with NET_ADMIN in that namespace flushed
+// them), or it was started again after the session (a new namespace: the
+// session's is not the one being fenced).
 func (m *Manager) checkSidecar(ctx context.Context, rec *record) error {
 	if !rec.Docker {
 		return nil
@@ -179,6 +222,67 @@ func (m *Manager) checkSidecar(ctx context.Context, rec *record) error {
 			code = st.ExitCode
 		}
 		return fmt.Errorf("%w: session %s: its Docker engine (container %s) is not running (exit %d); remove the session (vak session rm %s) and create it again", ErrDockerUnavailable, rec.ID, name, code, rec.ID)
+	}
+	return m.checkFence(ctx, cli, rec, ins.Container.HostConfig, ins.Container.State.StartedAt)
+}
+
+// checkFence checks that the netclient named by the sidecar's network mode
+// runs and has not been restarted since the sidecar started.
+func (m *Manager) checkFence(ctx context.Context, cli *client.Client, rec *record, hc *container.HostConfig, sidecarStarted string) error {
+	if hc == nil {
+		return fmt.Errorf("%w: session %s: its Docker engine has no network mode", ErrDockerUnavailable, rec.ID)
+	}
+	nc, ok := strings.CutPrefix(string(hc.NetworkMode), "container:")
+	if !ok {
+		return fmt.Errorf("%w: session %s: its Docker engine's network mode is %q, not the netclient's namespace", ErrDockerUnavailable, rec.ID, hc.NetworkMode)
+	}
+	fail := func(why string) error {
+		return fmt.Errorf("%w: session %s: the network fence of its Docker engine is gone: the netclient (container %s) %s; inner containers have no network; remove the session (vak session rm %s) and create it again", ErrDockerUnavailable, rec.ID, nc, why, rec.ID)
+	}
+	ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fail("is gone")
+		}
+		return apiErr("inspect the netclient", err)
+	}
+	if n := strings.TrimPrefix(ins.Container.Name, "/"); n != "" {
+		nc = n
+	}
+	st := ins.Container.State
+	if st == nil || !st.Running {
+		code := -1
+		if st != nil {
+			code = st.ExitCode
+		}
+		return fail(fmt.Sprintf("is not running (exit %d: it stops when its rules change)", code))
+	}
+	if st.Paused {
+		return fail("is paused (its rules are not being re-verified)")
+	}
+	ncStart, err1 := time.Parse(time.RFC3339Nano, st.StartedAt)
+	scStart, err2 := time.Parse(time.RFC3339Nano, sidecarStarted)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("%w: session %s: cannot compare the start times of the netclient (%q) and the Docker engine (%q)", ErrDockerUnavailable, rec.ID, st.StartedAt, sidecarStarted)
+	}
+	if ncStart.After(scStart) {
+		return fail("was started again after the session's engine (a new namespace)")
+	}
+	return nil
+}
+
+// CheckEngineAccess reports, before anything is built or started, a user
+// who cannot use the host's Docker daemon: nested Docker runs its sidecar
+// through that daemon, so a user needs its socket's group (usually
+// docker). The error names the daemon's address and the user, and wraps
+// docker.ErrDaemonUnavailable.
+func CheckEngineAccess(ctx context.Context, cli *client.Client) error {
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
+		hint := ""
+		if errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "permission denied") {
+			hint = "; nested Docker (--docker) starts its engine through the host's Docker daemon, so the user needs access to its socket: add the user to the socket's group (usually docker: usermod -aG docker USER, then log in again)"
+		}
+		return fmt.Errorf("%w: the Docker daemon at %s does not answer uid %d: %v%s", docker.ErrDaemonUnavailable, cli.DaemonHost(), os.Getuid(), err, hint)
 	}
 	return nil
 }

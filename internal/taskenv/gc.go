@@ -103,11 +103,62 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 		}
 		rep.Removed = append(rep.Removed, Removed{Name: name, ID: id, Reason: reason})
 	}
+	// Before gcRecords: a sidecar's record says its session was complete.
+	if err := m.gcSidecars(ctx, cli, rep); err != nil {
+		return rep, err
+	}
 	m.gcRecords(ctx, cli)
 	if err := m.gcRuns(ctx, cli, rep); err != nil {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// gcSidecars removes this user's nested Docker sidecars (vak-dockerd-ID,
+// labelled vak.docker=true with the manager's labels) whose session
+// container is gone (removed by hand, or by a crash between the sidecar's
+// start and the session's), with their volumes. A sidecar without a
+// session container is left alone while a create may still be starting it:
+// unless the session's record exists (the session was complete), only once
+// it is older than the sidecar's start timeout plus the GC grace.
+func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCReport) error {
+	f := make(client.Filters).Add("label", LabelDocker+"=true", LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	for k, v := range m.Labels {
+		f.Add("label", k+"="+v)
+	}
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return apiErr("list Docker sidecars", err)
+	}
+	grace := gcGrace + DefaultSidecarTimeout
+	if m.SidecarTimeout > 0 {
+		grace = gcGrace + m.SidecarTimeout
+	}
+	for _, c := range res.Items {
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		id, ok := strings.CutPrefix(name, SidecarPrefix)
+		if !ok || !ValidID(id) || c.Labels[LabelSession] != id {
+			continue // not named as ours: not ours to judge
+		}
+		if _, err := cli.ContainerInspect(ctx, SessionPrefix+id, client.ContainerInspectOptions{}); err == nil {
+			continue // its session is there: the session's own GC decides
+		} else if !cerrdefs.IsNotFound(err) {
+			return apiErr("inspect session "+id, err)
+		}
+		_, recErr := m.readRecord(id)
+		if recErr != nil && time.Since(time.Unix(c.Created, 0)) < grace {
+			rep.Kept++
+			continue
+		}
+		if err := m.removeSidecar(id); err != nil {
+			return err
+		}
+		rep.Removed = append(rep.Removed, Removed{Name: name, ID: id, Reason: "its session container is gone"})
+	}
+	return nil
 }
 
 // gcRuns removes this user's command containers (vak-run-*, labelled

@@ -393,8 +393,14 @@ func (m *Manager) Close() error {
 // with a TTY (`docker exec -it`), as the session's user in dir (inside the
 // workspace) with the session's environment plus env. root runs it as root
 // with the session's install capabilities, only in a session created with
-// installs allowed.
-func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string, dir string, env map[string]string, tty, root bool) ([]string, error) {
+// installs allowed. The command starts through execScript, so its
+// environment is the one the session's worker gives its commands. tty, if
+// set, is the size of the user's terminal: the command first sets its
+// terminal to it (`stty`, if the image has one),
+// as the docker CLI sets the size of the exec's terminal only after the
+// command started (a command that asks at once would see 0x0); the CLI
+// follows later changes itself.
+func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string, dir string, env map[string]string, tty *TTYSize, root bool) ([]string, error) {
 	rec, err := m.readRecord(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		rec, err = m.recordFromDaemon(ctx, id)
@@ -412,6 +418,9 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkSidecar(ctx, rec); err != nil {
+		return nil, err
+	}
 	user := rec.User
 	if root {
 		if !rec.Install {
@@ -424,9 +433,12 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 		bin = "docker"
 	}
 	args := []string{bin, "exec", "-i"}
-	if tty {
+	rows, cols := 0, 0
+	if tty != nil {
 		args = append(args, "-t")
+		rows, cols = int(tty.Rows), int(tty.Cols)
 	}
+	argv = append([]string{"sh", "-c", execScript, "vak-exec", strconv.Itoa(rows), strconv.Itoa(cols)}, argv...)
 	args = append(args, "-u", user, "-w", cwd)
 	vars := slices.Clone(rec.Env)
 	vars = append(vars, worker.SpecEnv+"=")
@@ -438,6 +450,15 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 	}
 	return append(append(args, rec.Container), argv...), nil
 }
+
+// TTYSize is a terminal's size.
+type TTYSize struct{ Rows, Cols uint16 }
+
+// execScript starts a docker exec'd command: it removes the worker's spec
+// variable (the container's own, which docker exec would pass on: the
+// worker's commands never see it), sets the terminal's size ($1 rows, $2
+// columns, if positive) and runs the rest of its arguments as argv.
+const execScript = `unset ` + worker.SpecEnv + `; if [ "$1" -gt 0 ] 2>/dev/null; then stty rows "$1" cols "$2" 2>/dev/null; fi; shift 2; exec "$@"`
 
 func mapsKeys(m map[string]string) func(func(string) bool) {
 	return func(yield func(string) bool) {

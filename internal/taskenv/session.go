@@ -169,6 +169,12 @@ type Spec struct {
 	// guard (docs/nested-docker.md); DOCKER_HOST in the commands'
 	// environment names the guard's socket. Needs NetworkProxied.
 	Docker bool
+	// DockerPlaceholders names the secret placeholders the guard sets in
+	// every inner container (from the trusted config's
+	// session.docker_placeholders; never from a project config). Each must
+	// be a placeholder of the proxied network. Empty: inner containers get
+	// no placeholders.
+	DockerPlaceholders []string
 }
 
 // Info describes a session container.

@@ -53,7 +53,8 @@ type Exec struct {
 	// nothing is sandboxed, and what the command does is the user's).
 	NoTripwire bool
 	// Lifeline, if set, is the stdin of every command instead of the
-	// request's (the docker backend: see Spec.Lifeline).
+	// request's (the docker backend: see Spec.Lifeline); an interactive
+	// command gets it on sandbox.InteractiveLifelineFD instead.
 	Lifeline *os.File
 	// Spawn, if set, starts every command: it runs start, which forks it,
 	// where the backend needs it forked (sandbox.WorkerOutcome.Spawn).
@@ -91,9 +92,6 @@ func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []by
 func (x *Exec) BashInteractive(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
 	if emit == nil || a.Stdin != nil {
 		return nil, wire.Errorf(wire.CodeProtocol, "an interactive request streams its output and has no stdin field")
-	}
-	if x.Lifeline != nil {
-		return nil, wire.Errorf(wire.CodeUnsupported, "no interactive commands under the docker backend: a command's stdin is the broker's lifeline")
 	}
 	return x.bash(ctx, a, in, emit)
 }
@@ -141,7 +139,12 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	if len(x.Launcher) == 0 || x.Subreaper {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	if x.Lifeline != nil {
+	if x.Lifeline != nil && in != nil {
+		// An interactive wrapped command: its stdin is the user's, the
+		// lifeline moves to its own descriptor
+		// (sandbox.InteractiveLifelineFD).
+		cmd.ExtraFiles = []*os.File{x.Lifeline}
+	} else if x.Lifeline != nil {
 		cmd.Stdin = x.Lifeline
 	} else if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)

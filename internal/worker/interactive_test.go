@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -149,5 +152,47 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBashInteractiveLifeline: with a lifeline (the docker backend's host
+// worker), an interactive command reads the user's input on stdin and the
+// lifeline on sandbox.InteractiveLifelineFD; a plain command still gets
+// the lifeline as its stdin.
+func TestBashInteractiveLifeline(t *testing.T) {
+	ws := t.TempDir()
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lr.Close()
+	defer lw.Close()
+	if _, err := lw.WriteString("from-lifeline\nfrom-lifeline\n"); err != nil {
+		t.Fatal(err)
+	}
+	x := &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}, NoTripwire: true, Lifeline: lr}
+	fd := strconv.Itoa(sandbox.InteractiveLifelineFD)
+	for _, tty := range []bool{false, true} {
+		in := NewInteraction(wire.TTYSize{Rows: 5, Cols: 40})
+		go in.Input([]byte("from-user\n"), true)
+		a := wire.BashArgs{Command: "read a; echo stdin=$a; read b <&" + fd + "; echo fd" + fd + "=$b", Interactive: true}
+		if tty {
+			a.TTY = &wire.TTYSize{Rows: 5, Cols: 40}
+		}
+		var out collect
+		res, err := x.BashInteractive(context.Background(), a, in, out.emit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out.get("stdout"); res.ExitCode != 0 || !strings.Contains(got, "stdin=from-user") || !strings.Contains(got, "fd"+fd+"=from-lifeline") {
+			t.Errorf("tty=%v: exit %d, stdout %q", tty, res.ExitCode, got)
+		}
+	}
+	if _, err := lw.WriteString("again\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := x.Bash(context.Background(), wire.BashArgs{Command: "read a; echo stdin=$a"}, nil)
+	if err != nil || res.ExitCode != 0 || res.Stdout != "stdin=again\n" {
+		t.Errorf("plain command: %v %+v", err, res)
 	}
 }

@@ -38,7 +38,8 @@ type Spec struct {
 	Launcher []string `json:"launcher,omitempty"`
 	// Lifeline, for the docker backend, is the worker's descriptor (an
 	// extra file) of the read end of a pipe whose write end the broker
-	// holds; every `docker run` gets it as its stdin. When the broker dies,
+	// holds; every `docker run` gets it as its stdin (an interactive
+	// command: on sandbox.InteractiveLifelineFD). When the broker dies,
 	// however it dies, the pipe reaches EOF, the docker CLI closes the
 	// container's stdin, and the container's init kills the command (see
 	// docker.Wrap). Zero means none.

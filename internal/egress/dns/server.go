@@ -185,6 +185,11 @@ func clientAddr(a net.Addr) netip.Addr {
 	case *net.TCPAddr:
 		ap := v.AddrPort()
 		return ap.Addr().Unmap()
+	case *net.UnixAddr:
+		// The DNS relay of a native fence: its namespace's connections
+		// reach the gateway with the source 127.0.0.1 (the forwarder's
+		// PROXY header), so its answers are remembered for that client.
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
 	return netip.Addr{}
 }

@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -107,6 +109,12 @@ type Gateway struct {
 	closeOnce sync.Once
 	done      chan struct{}
 }
+
+// UnixPrefix marks a listener address that is a unix socket path
+// ("unix:/path"): the transparent listener then takes PROXY v2 streams and
+// the DNS listener DNS over TCP framing, both 0600 and checked for the
+// peer's uid like the admin socket (the native fence, docs/gateway.md).
+const UnixPrefix = "unix:"
 
 // Addrs are the bound listener addresses ("" when disabled).
 type Addrs struct {
@@ -225,17 +233,31 @@ func New(opts Options) (_ *Gateway, err error) {
 		}
 	}
 	if addr := pick(opts.TransparentListen, gc.TransparentListen, ""); addr != "" && addr != "-" {
-		if g.transparentL, err = net.Listen("tcp", addr); err != nil {
+		if path, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+			// A unix socket (the native fence's forwarders): 0600, peers
+			// of this uid only, like the admin socket.
+			if g.transparentL, err = admin.Listen(path); err != nil {
+				return nil, fmt.Errorf("gateway: transparent listener: %w", err)
+			}
+		} else if g.transparentL, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("gateway: transparent listener: %w", err)
 		}
 	}
 	if addr := pick(opts.DNSListen, gc.DNSListen, ""); addr != "" && addr != "-" {
-		if g.dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
+		if path, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+			// DNS over TCP framing on a unix socket (the native fence's
+			// DNS relays), checked like the admin socket.
+			if g.dnsTCP, err = admin.Listen(path); err != nil {
+				return nil, fmt.Errorf("gateway: DNS listener: %w", err)
+			}
+		} else if g.dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
 			return nil, fmt.Errorf("gateway: DNS listener: %w", err)
 		}
 		// TCP on the same port as UDP.
-		if g.dnsTCP, err = net.Listen("tcp", g.dnsUDP.LocalAddr().String()); err != nil {
-			return nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
+		if g.dnsUDP != nil {
+			if g.dnsTCP, err = net.Listen("tcp", g.dnsUDP.LocalAddr().String()); err != nil {
+				return nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
+			}
 		}
 	}
 	g.adminPath = pick(opts.AdminSocket, gc.AdminSocket, DefaultAdminSocket(opts.StateDir))
@@ -313,9 +335,14 @@ func (g *Gateway) Addrs() Addrs {
 	}
 	if g.transparentL != nil {
 		a.Transparent = g.transparentL.Addr().String()
+		if g.transparentL.Addr().Network() == "unix" {
+			a.Transparent = UnixPrefix + a.Transparent
+		}
 	}
 	if g.dnsUDP != nil {
 		a.DNS = g.dnsUDP.LocalAddr().String()
+	} else if g.dnsTCP != nil {
+		a.DNS = UnixPrefix + g.dnsTCP.Addr().String()
 	}
 	if g.adminL != nil {
 		a.Admin = g.adminPath
@@ -343,7 +370,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if g.dnsUDP != nil {
+	if g.dnsUDP != nil || g.dnsTCP != nil {
 		g.dnsSrv = &dns.Server{
 			Policy:   g.pol.Load,
 			Resolver: resolverFunc(g.resolver.Load),
@@ -437,9 +464,11 @@ type Status struct {
 	ReceiptsKey    string      `json:"receipts_key"`
 	ReceiptsPubKey string      `json:"receipts_pubkey_file"`
 	Proxy          proxy.Stats `json:"proxy"`
-	Reloads        int         `json:"reloads"`
-	LastReload     *time.Time  `json:"last_reload,omitempty"`
-	LastError      string      `json:"last_reload_error,omitempty"`
+	// Procs is the process's GOMAXPROCS (see SetProcs).
+	Procs      int        `json:"procs"`
+	Reloads    int        `json:"reloads"`
+	LastReload *time.Time `json:"last_reload,omitempty"`
+	LastError  string     `json:"last_reload_error,omitempty"`
 }
 
 // Status reports the gateway's state (no secret values).
@@ -468,6 +497,7 @@ func (g *Gateway) Status() any {
 		ReceiptsKey:    g.receiptsKey,
 		ReceiptsPubKey: filepath.Join(ReceiptsKeyDir(g.opts.StateDir), receipts.PubKeyFile),
 		Proxy:          g.proxy.Stats(),
+		Procs:          runtime.GOMAXPROCS(0),
 		Reloads:        g.reloads,
 		LastError:      g.lastErr,
 	}

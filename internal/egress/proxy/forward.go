@@ -437,6 +437,12 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		panic(http.ErrAbortHandler)
 	case werr != nil:
 		rec.Reason += "; client went away"
+	case len(resp.Trailer) == 0 && dst.Get("Content-Length") != "":
+		// The response is complete: send it before the receipt is
+		// written (on this goroutine), not after, so the client does not
+		// wait for the log. Only with a declared length: flushing a body
+		// of unknown length would switch net/http to chunked encoding.
+		w.Flush()
 	}
 	emit()
 }

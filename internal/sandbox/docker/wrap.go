@@ -115,6 +115,15 @@ func ContainerName(id string) string { return NamePrefix + id }
 // command may run and closes when its supervisor dies (the lifeline, see
 // LifelineInit): with /dev/null as stdin the command is killed at once.
 func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
+	args, err := b.runArgs(c)
+	if err != nil {
+		return nil, err
+	}
+	return append(args, "sh", "-c", LifelineInit, "vak-run", c.Shell), nil
+}
+
+// runArgs is the docker run argv of c up to and including the image.
+func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 	if !c.Mode.Restricted() {
 		if c.Mode == sandbox.FullAccess {
 			return nil, ErrFullAccess
@@ -241,7 +250,7 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 			args = append(args, "--label", k+"="+c.Network.Labels[k])
 		}
 	}
-	args = append(args, image, "sh", "-c", LifelineInit, "vak-run", c.Shell)
+	args = append(args, image)
 	return args, nil
 }
 

@@ -166,3 +166,41 @@ func TestWrapPinsAndProtected(t *testing.T) {
 		t.Errorf("read-only wrap mounts pinned or protected paths separately: %s", joined)
 	}
 }
+
+// TestWrapInteractive: the interactive argv is the host script, the
+// container's name, the exec flags and the command, then Wrap's docker run
+// argv with the keeper as the init instead of the command (the keeper's
+// container has the same mounts, limits, user and environment; the
+// command joins it through docker exec). Its stdin stays the lifeline:
+// docker run never gets a terminal.
+func TestWrapInteractive(t *testing.T) {
+	b := &Backend{Image: "img:1", User: User{UID: 1000, GID: 1001}, Labels: map[string]string{"vak.test": "1"}}
+	c := sandbox.Command{ID: "abc", Shell: `exec vi 'a b'`, Workspace: "/home/u/proj", Mode: sandbox.WorkspaceWrite, Env: []string{"TERM=xterm"}}
+	plain, err := b.Wrap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := plain[:len(plain)-5] // without sh -c LifelineInit vak-run SHELL
+	for _, tc := range []struct {
+		tty   bool
+		flags string
+	}{{true, "-it"}, {false, "-i"}} {
+		got, err := b.WrapInteractive(c, tc.tty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]string{"sh", "-c", interactiveScript, "vak-run-interactive", "docker", "vak-run-abc", tc.flags, c.Shell}, run...)
+		want = append(want, "sh", "-c", KeeperInit)
+		if !slices.Equal(got, want) {
+			t.Errorf("WrapInteractive(tty=%v) =\n%q\nwant\n%q", tc.tty, got, want)
+		}
+		if slices.Contains(got, "-t") || slices.Contains(got, "--tty") {
+			t.Errorf("the keeper's docker run has a terminal: %q", got)
+		}
+	}
+	// Wrap's refusals hold.
+	c.Mode = sandbox.FullAccess
+	if _, err := b.WrapInteractive(c, true); !errors.Is(err, ErrFullAccess) {
+		t.Errorf("full access: %v", err)
+	}
+}

@@ -11,14 +11,18 @@
 //     paths re-mounted read-only), a private /tmp, an empty private HOME, a
 //     fresh /proc and a minimal /dev. Nothing else of the host exists in
 //     the view: not ~/.ssh, not other projects, not /run/docker.sock. The
-//     network namespace has only a loopback that is down.
+//     network namespace has only a loopback that is down, or, for a proxied
+//     network (Policy.Fence), a loopback fenced toward the user's on-demand
+//     gateway by rules stage 1 installs and a forwarder and DNS relay stage
+//     1 serves for the sandbox's lifetime.
 //  2. Stage 1 then starts stage 2 in a nested user namespace that maps the
 //     invoking uid/gid back, so tools see their usual identity and hold no
 //     capabilities over the mount namespace. Stage 2 drops every capability,
 //     sets no_new_privs and rlimits, applies Landlock (the strongest ABI the
 //     kernel offers: filesystem rules mirroring the view, TCP bind/connect
-//     denied) and a seccomp filter
-//     (no AF_INET/AF_INET6/AF_PACKET/raw sockets, no ptrace, io_uring, bpf,
+//     denied unless proxied) and a seccomp filter
+//     (no AF_INET/AF_INET6 sockets unless proxied, never AF_PACKET/raw
+//     sockets, no ptrace, io_uring, bpf,
 //     namespaces, mounts, keyrings, TIOCSTI, ...; setsid only for the
 //     worker's own children, answered by stage 1 through a seccomp user
 //     notification), and only then serves the worker protocol.
@@ -32,13 +36,25 @@
 package landlock
 
 import (
+	"context"
 	"errors"
+	"log"
+	"net"
 
 	"vak/internal/sandbox"
 )
 
 // ErrUnsupported is returned on platforms without Landlock.
 var ErrUnsupported = errors.New("landlock is only available on Linux")
+
+// FenceServer is stage 1's side of a proxied network (Policy.Fence): it
+// fences the current network namespace and serves the forwarder and the
+// DNS relay, which reach the gateway only through dialData and dialDNS,
+// until stop is called. The vak program sets it to netfence's native fence
+// (internal/cli); landlock does not import netfence itself so that the
+// fence's tests may use the landlock test helpers. Unset, proxied runs are
+// refused (nothing runs without the fence).
+var FenceServer func(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (stop func(), err error)
 
 // ErrUnavailable reports a Linux kernel that cannot provide the sandbox.
 var ErrUnavailable = errors.New("landlock sandbox unavailable")
@@ -94,6 +110,23 @@ type Policy struct {
 	// cgroup (as root), so that joining the cgroup overlaps stage 1's
 	// start-up and the view, and nothing sandboxed runs outside it.
 	GoAhead bool `json:",omitempty"`
+	// Fence, if set, gives the sandbox's network namespace a proxied
+	// network instead of none: stage 1 fences it (netfence.ServeLocal) and
+	// relays to the on-demand gateway through the descriptors named here;
+	// stage 2 then may create IPv4/IPv6 sockets and connect anywhere (every
+	// connection reaches the forwarder).
+	Fence *FenceSpec `json:",omitempty"`
+}
+
+// FenceSpec is the stage-1 side of sandbox.Fence.
+type FenceSpec struct {
+	// DataFD and DNSFD are stage 1's O_PATH descriptors of the gateway's
+	// data and DNS sockets (opened by the broker before the sandbox
+	// starts; stage 1 connects through /proc/self/fd).
+	DataFD, DNSFD int
+	// TrustDir is the host directory bound read-only at
+	// sandbox.FenceTrustDir.
+	TrustDir string
 }
 
 // GoAheadFD is the descriptor on which stage 1 waits for its go-ahead

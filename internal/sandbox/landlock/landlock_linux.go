@@ -196,8 +196,25 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	if err := closeInherited(); err != nil {
 		return 0, fmt.Errorf("landlock: %w", err)
 	}
+	if p.Fence != nil {
+		// Before anything sandboxed runs, and for as long as stage 1 (the
+		// namespace's init) lives.
+		stopFence, err := startFence(p.Fence)
+		if err != nil {
+			return 0, err
+		}
+		defer stopFence()
+	}
 	if err := buildView(p); err != nil {
 		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
+	}
+	if p.Fence != nil {
+		// The forwarder and the relay reach the gateway through
+		// /proc/self/fd of the view: without a /proc there, nothing could
+		// get out; say so rather than run with every connection failing.
+		if err := checkFenceFDs(p.Fence); err != nil {
+			return 0, err
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -315,7 +332,7 @@ func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) er
 			return "", nil, err
 		}
 	}
-	listener, err := installSeccomp()
+	listener, err := installSeccomp(p.Fence != nil)
 	if err != nil {
 		return "", nil, fmt.Errorf("landlock: seccomp: %w", err)
 	}
@@ -353,6 +370,9 @@ func restrictLandlock(p Policy, namespaces bool) error {
 	}
 	rules = append(rules, ll.RODirs("/proc").IgnoreIfMissing())
 	rules = append(rules, ll.RODirs(existing(p.ReadPaths)...).IgnoreIfMissing())
+	if p.Fence != nil && namespaces {
+		rules = append(rules, ll.RODirs(sandbox.FenceTrustDir).IgnoreIfMissing())
+	}
 	rw := []string{p.TempDir}
 	if namespaces {
 		// In the view /tmp is the private temp dir and HOME a private tmpfs.
@@ -388,6 +408,12 @@ func restrictLandlock(p Policy, namespaces bool) error {
 	// UNIX sockets are confined by the network namespace; without one
 	// (weaker mode) the scope is the only barrier, so keep it there.
 	cfg.Scoped = 0
+	if p.Fence != nil {
+		// Proxied: every TCP connection, whatever its port, is redirected
+		// to the forwarder by the namespace's fence; Landlock's per-port
+		// TCP rules would only break that.
+		cfg.HandledAccessNet = 0
+	}
 	if !namespaces {
 		cfg.Scoped = ll.ScopedSet(llsys.ScopeAbstractUnixSocket)
 	}

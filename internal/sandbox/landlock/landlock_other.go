@@ -65,3 +65,8 @@ func SupervisorPair() (*os.File, *os.File, error) { return nil, nil, ErrUnsuppor
 
 // Supervise does nothing here.
 func Supervise(*os.File, int) {}
+
+// FenceNetwork implements sandbox.FenceProvider: never here.
+func (*Backend) FenceNetwork() error { return ErrUnsupported }
+
+func openPath(string) (*os.File, error) { return nil, ErrUnsupported }

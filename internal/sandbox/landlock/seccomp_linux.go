@@ -3,6 +3,7 @@ package landlock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"unsafe"
 
@@ -47,6 +48,11 @@ const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.
 // confined to the sandbox's own network namespace). No AF_INET, AF_INET6,
 // AF_PACKET, AF_VSOCK, ...
 var allowedFamilies = []uint32{unix.AF_UNIX, unix.AF_NETLINK}
+
+// proxiedFamilies are added with a proxied network (the fence in the
+// sandbox's namespace sends every connection to the gateway; raw and
+// packet sockets stay denied).
+var proxiedFamilies = []uint32{unix.AF_INET, unix.AF_INET6}
 
 // modeArg names a syscall that sets a file's mode and the argument that
 // holds the mode.
@@ -100,7 +106,11 @@ func match(nr uintptr, body ...bpf.Instruction) block {
 }
 
 // filterProgram assembles the filter for the native architecture.
-func filterProgram() ([]bpf.RawInstruction, error) {
+func filterProgram(proxied bool) ([]bpf.RawInstruction, error) {
+	families := allowedFamilies
+	if proxied {
+		families = append(slices.Clone(allowedFamilies), proxiedFamilies...)
+	}
 	if nativeArch == 0 {
 		return nil, errors.New("seccomp filter not implemented for this architecture")
 	}
@@ -142,9 +152,9 @@ func filterProgram() ([]bpf.RawInstruction, error) {
 	}
 	// socket: only allowed families, never raw or packet types.
 	sock := []bpf.Instruction{bpf.LoadAbsolute{Off: argLo(0), Size: 4}}
-	for i, fam := range allowedFamilies {
+	for i, fam := range families {
 		// On a match jump to the type check, which follows the family tests.
-		sock = append(sock, bpf.JumpIf{Cond: bpf.JumpEqual, Val: fam, SkipTrue: uint8(len(allowedFamilies) - i)})
+		sock = append(sock, bpf.JumpIf{Cond: bpf.JumpEqual, Val: fam, SkipTrue: uint8(len(families) - i)})
 	}
 	sock = append(sock,
 		bpf.RetConstant{Val: retDeny},
@@ -182,9 +192,9 @@ func filterProgram() ([]bpf.RawInstruction, error) {
 
 // installSeccomp loads the filter on every thread of the process (TSYNC)
 // and returns the user-notification listener for setsid. no_new_privs must
-// already be set.
-func installSeccomp() (int, error) {
-	raw, err := filterProgram()
+// already be set. proxied allows IPv4 and IPv6 sockets.
+func installSeccomp(proxied bool) (int, error) {
+	raw, err := filterProgram(proxied)
 	if err != nil {
 		return -1, err
 	}

@@ -23,7 +23,7 @@ func TestFilterDecisions(t *testing.T) {
 	if nativeArch == 0 {
 		t.Skip("no filter for this architecture")
 	}
-	raw, err := filterProgram()
+	raw, err := filterProgram(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +89,47 @@ func TestFilterDecisions(t *testing.T) {
 		}
 		if got := retOf(t, insns, seccompData(nativeArch, uint32(m.nr), 0, 0o755, 0o755)); got != retAllow {
 			t.Errorf("arch mode syscall %d with 0755: filter returned %#x, want allow", m.nr, got)
+		}
+	}
+}
+
+// TestFilterProxied: with a proxied network, IPv4 and IPv6 sockets are
+// allowed (the namespace's fence redirects them); raw, packet and every
+// other family stay denied, and so does everything else.
+func TestFilterProxied(t *testing.T) {
+	if nativeArch == 0 {
+		t.Skip("no filter for this architecture")
+	}
+	raw, err := filterProgram(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insns, ok := bpf.Disassemble(raw)
+	if !ok {
+		t.Fatal("filter does not disassemble")
+	}
+	for _, tc := range []struct {
+		name string
+		nr   uint32
+		args []uint64
+		want uint32
+	}{
+		{"socket AF_INET stream allowed", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}, retAllow},
+		{"socket AF_INET dgram allowed", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_DGRAM}, retAllow},
+		{"socket AF_INET6 stream allowed", unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_STREAM}, retAllow},
+		{"socket AF_UNIX still allowed", unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM}, retAllow},
+		{"socket AF_INET raw denied", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_RAW}, retDeny},
+		{"socket AF_INET6 raw denied", unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_RAW | unix.SOCK_NONBLOCK}, retDeny},
+		{"socket AF_INET packet denied", unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_PACKET}, retDeny},
+		{"socket AF_PACKET denied", unix.SYS_SOCKET, []uint64{unix.AF_PACKET, unix.SOCK_DGRAM}, retDeny},
+		{"socket AF_VSOCK denied", unix.SYS_SOCKET, []uint64{unix.AF_VSOCK, unix.SOCK_STREAM}, retDeny},
+		{"socketpair AF_INET denied", unix.SYS_SOCKETPAIR, []uint64{unix.AF_INET, unix.SOCK_STREAM}, retDeny},
+		{"unshare (new netns) denied", unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWNET}, retDeny},
+		{"clone NEWNET denied", unix.SYS_CLONE, []uint64{unix.CLONE_NEWNET | uint64(unix.SIGCHLD)}, retDeny},
+		{"ptrace denied", unix.SYS_PTRACE, nil, retDeny},
+	} {
+		if got := retOf(t, insns, seccompData(nativeArch, tc.nr, tc.args...)); got != tc.want {
+			t.Errorf("%s: filter returned %#x, want %#x", tc.name, got, tc.want)
 		}
 	}
 }

@@ -58,6 +58,11 @@ func buildView(p Policy) error {
 	for _, s := range p.WritePaths {
 		specs = append(specs, &mountSpec{target: s, source: s})
 	}
+	if p.Fence != nil {
+		// Public trust files (the gateway CA): read-only, outside /etc so
+		// that the masked /etc/vak stays empty.
+		specs = append(specs, &mountSpec{target: sandbox.FenceTrustDir, source: p.Fence.TrustDir, ro: true})
+	}
 	// HOME is an empty private tmpfs; a workspace below it is mounted into it.
 	if p.Home != "" && p.Home != "/" {
 		specs = append(specs, &mountSpec{target: p.Home})

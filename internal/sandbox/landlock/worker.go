@@ -37,6 +37,18 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
 	}
+	var fenceFiles []*os.File
+	closeFence := func() {
+		for _, f := range fenceFiles {
+			f.Close()
+		}
+		fenceFiles = nil
+	}
+	defer func() {
+		if err != nil {
+			closeFence()
+		}
+	}()
 	// What the view mounts to protect the workspace: existing protected
 	// paths read-only, .git and parents of protected paths pinned, nested
 	// repositories included (fsguard.Plan, made without following links).
@@ -97,10 +109,42 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 		l.ExtraFiles = []*os.File{supRemote}
 	}
+	if pp.Network != nil {
+		undo := func() {
+			if cgroup != nil {
+				cgroup.Remove()
+			}
+			for _, f := range []*os.File{goAhead, goAheadRemote, supervisor, supRemote} {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+		if !ns {
+			undo()
+			return nil, fmt.Errorf("%w: the proxied network needs the sandbox's own network namespace (user namespaces are unavailable)", sandbox.ErrNoNetwork)
+		}
+		// O_PATH descriptors of the gateway's sockets, opened here, on the
+		// host side: the view has no path to them. Stage 1 gets them after
+		// the spec (fd 3) and the go-ahead, and never passes them on.
+		for _, path := range []string{pp.Network.Fence.DataSocket, pp.Network.Fence.DNSSocket} {
+			f, err := openPath(path)
+			if err != nil {
+				undo()
+				return nil, fmt.Errorf("%w: gateway socket %s: %w", sandbox.ErrNoNetwork, path, err)
+			}
+			fenceFiles = append(fenceFiles, f)
+		}
+		first := 4 + len(l.ExtraFiles)
+		l.ExtraFiles = append(l.ExtraFiles, fenceFiles...)
+		p.Fence = &FenceSpec{DataFD: first, DNSFD: first + 1, TrustDir: pp.Network.Fence.TrustDir}
+		l.Env = append(l.Env, pp.Network.Env...)
+	}
 	if l.Spec, err = json.Marshal(workerSpec{Policy: p, Namespaces: ns}); err != nil {
 		return nil, err
 	}
 	l.Started = func(pid int) error {
+		closeFence() // the worker holds its own copies
 		if supRemote != nil {
 			supRemote.Close()
 			go Supervise(supervisor, pid)
@@ -119,6 +163,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		return err
 	}
 	l.Cleanup = func() {
+		closeFence()
 		if goAhead != nil {
 			goAhead.Close()
 			goAheadRemote.Close()

@@ -7,9 +7,11 @@
 package mockmodel
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +29,9 @@ type Request struct {
 	Outputs []string
 	// Raw is the request body.
 	Raw json.RawMessage
+	// Authorization is the request's Authorization header (the API key
+	// the agent sent, as the model provider would receive it).
+	Authorization string
 }
 
 // Tool is one function tool of a request.
@@ -63,9 +68,14 @@ func (s *Server) Requests() []Request {
 }
 
 // Start serves script on a loopback port until the test ends.
-func Start(t testing.TB, script Script) *Server {
+func Start(t testing.TB, script Script) *Server { return StartOn(t, nil, nil, script) }
+
+// StartOn is Start on the listener l (nil: a loopback port), e.g. an
+// address that a proxied sandbox reaches only through vak's gateway, over
+// TLS with tlsConfig when it is not nil.
+func StartOn(t testing.TB, l net.Listener, tlsConfig *tls.Config, script Script) *Server {
 	s := &Server{}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
 			http.Error(w, "mockmodel: only POST /v1/responses", http.StatusNotFound)
 			return
@@ -80,12 +90,23 @@ func Start(t testing.TB, script Script) *Server {
 			http.Error(w, "mockmodel: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		req.Authorization = r.Header.Get("Authorization")
 		s.mu.Lock()
 		n := len(s.reqs)
 		s.reqs = append(s.reqs, req)
 		s.mu.Unlock()
 		writeSSE(w, n, script(n, req))
 	}))
+	if l != nil {
+		hs.Listener.Close()
+		hs.Listener = l
+	}
+	if tlsConfig != nil {
+		hs.TLS = tlsConfig
+		hs.StartTLS()
+	} else {
+		hs.Start()
+	}
 	t.Cleanup(hs.Close)
 	s.URL = hs.URL + "/v1"
 	return s

@@ -1,0 +1,644 @@
+package proxynet
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vak/internal/dockerd"
+	"vak/internal/paths"
+	"vak/internal/taskenv"
+	"vak/internal/testenv"
+)
+
+// dindEnv is one workspace with a hermetic internet (an upstream serving
+// allowed.test and other.test, a canary) and the vak CLI configured for
+// --docker sessions in it.
+type dindEnv struct {
+	t              *testing.T
+	vak, base, img string
+	ws, xdg        string
+	cfg, cfgProp   string // without / with session.docker_placeholders
+	upIP, canIP    string
+	inet, key      string
+	secret         string
+	labels         []string
+	env            []string
+}
+
+func newDindEnv(t *testing.T) *dindEnv {
+	testenv.CheckLeftovers(t)
+	if os.Getuid() != 0 {
+		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session tests need root (sidecar image)")
+	}
+	e := &dindEnv{t: t}
+	e.base = testenv.TestNetImage(t)
+	e.img = testenv.DockerCLIImage(t, e.base)
+	e.vak = testenv.Vak(t)
+	certs := testenv.GenCerts(t, "allowed.test", "other.test", "denied.test")
+	e.inet = testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	upID, upIP := testenv.RunContainer(t, "", e.inet, "-v", certs.Dir+":/certs:ro", e.base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
+	canID, canIP := testenv.RunContainer(t, "", e.inet, e.base, "testnet", "canary")
+	testenv.WaitReady(t, upID)
+	testenv.WaitReady(t, canID)
+	e.upIP, e.canIP = upIP, canIP
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	e.secret = "dind-secret-" + hex.EncodeToString(rnd[:])
+
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	e.xdg = filepath.Join(dir, "xdg-state")
+	os.MkdirAll(filepath.Join(e.xdg, "vak"), 0o700)
+	body := fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "test upstream"
+hosts = ["allowed.test"]
+cidrs = ["%s/32"]
+[[network.rules]]
+name = "same upstream, no secret bound"
+hosts = ["other.test"]
+cidrs = ["%s/32"]
+[network.dns.overrides]
+"allowed.test" = [%q]
+"other.test" = [%q]
+"denied.test" = [%q]
+"canary.test" = [%q]
+[gateway]
+extra_ca_bundles = [%q]
+[secrets.TOKEN]
+env = "VAKTEST_DIND_TOKEN"
+hosts = ["allowed.test"]
+`, e.img, upIP, upIP, upIP, upIP, upIP, canIP, certs.CA)
+	e.cfg = filepath.Join(dir, "config.toml")
+	os.WriteFile(e.cfg, []byte(body), 0o600)
+	e.cfgProp = filepath.Join(dir, "config-propagate.toml")
+	os.WriteFile(e.cfgProp, []byte(body+"[session]\ndocker_placeholders = [\"TOKEN\"]\n"), 0o600)
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(dir, "ws")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ws = ws
+	os.Chmod(ws, 0o777)
+	os.MkdirAll(filepath.Join(ws, ".vak"), 0o777)
+	e.key = Key(ws)
+	if out, err := exec.Command("docker", "save", "-o", filepath.Join(ws, "inner.tar"), e.base).CombinedOutput(); err != nil {
+		t.Fatalf("docker save: %v %s", err, out)
+	}
+	os.Chmod(filepath.Join(ws, "inner.tar"), 0o644)
+	e.labels = []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
+	e.env = append(os.Environ(), "XDG_STATE_HOME="+e.xdg, "VAKTEST_DIND_TOKEN="+e.secret)
+	t.Cleanup(func() {
+		if cli, err := taskenv.NewEngine(); err == nil {
+			Teardown(context.Background(), cli, filepath.Join(e.xdg, "vak"), ws, true)
+		}
+	})
+	return e
+}
+
+func (e *dindEnv) vakCmd(cfg string, args ...string) (string, string, error) {
+	cmd := exec.Command(e.vak, append([]string{"--config", cfg}, args...)...)
+	cmd.Env = e.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// session creates a --docker session with cfg and loads the test image
+// into its engine through the guard.
+func (e *dindEnv) session(cfg, task string) string {
+	t := e.t
+	t.Helper()
+	out, errs, err := e.vakCmd(cfg, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", task, "--network", "proxied", "--docker")...)
+	if err != nil {
+		t.Fatalf("session create --docker: %v\n%s", err, errs)
+	}
+	id := strings.TrimSpace(out)
+	sidecar := taskenv.SidecarPrefix + id
+	t.Cleanup(func() {
+		if t.Failed() {
+			o, _ := dockerOut("logs", "--tail", "30", sidecar)
+			t.Logf("sidecar %s log:\n%s", sidecar, o)
+		}
+		e.vakCmd(cfg, append(append([]string{"session", "rm"}, e.labels...), id)...)
+		dockerOut("rm", "-f", sidecar, taskenv.SessionPrefix+id)
+		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
+	})
+	// The gateway reaches the hermetic internet (connecting twice is fine).
+	dockerOut("network", "connect", e.inet, "vak-gw-"+e.key)
+	if out, err := e.exec(id, "docker load -i inner.tar"); err != nil || !strings.Contains(out, "Loaded image") {
+		t.Fatalf("docker load through the guard: %v\n%s", err, out)
+	}
+	return id
+}
+
+// exec runs a shell script in session id through `vak session exec`.
+func (e *dindEnv) exec(id, script string) (string, error) {
+	out, errs, err := e.vakCmd(e.cfg, "session", "exec", id, "--", "sh", "-c", script)
+	return strings.TrimSpace(out + errs), err
+}
+
+// raw runs the docker CLI inside session id's sidecar against the raw
+// socket: what an agent that got past the guard could do (the sidecar's
+// own properties must hold there).
+func (e *dindEnv) raw(id string, args ...string) (string, error) {
+	return dockerOut(append([]string{"exec", taskenv.SidecarPrefix + id, "docker", "-H", "unix://" + dockerd.RawSocket}, args...)...)
+}
+
+// canaryControl shows the canary counts traffic from the test internet
+// (so a count of 0 later means something), then resets it.
+func (e *dindEnv) canaryControl() {
+	t := e.t
+	t.Helper()
+	for _, c := range [][]string{{"probe", "connect", e.canIP + ":80"}, {"probe", "udp", e.canIP + ":9"}, {"probe", "ping", e.canIP}} {
+		if out, err := dockerOut(append([]string{"run", "--rm", "--network", e.inet, "--label", testenv.TestLabel + "=1", e.base}, c...)...); err != nil {
+			t.Fatalf("control: %v from the test internet: %v %s", c, err, out)
+		}
+	}
+	if c := testenv.ResetCanary(t, e.canIP); c.TCP == 0 || c.UDP == 0 {
+		t.Fatalf("control: the canary did not count TCP and UDP from the test internet: %+v", c)
+	}
+}
+
+// The inner-container egress matrix and the sidecar's own properties,
+// through `vak session exec` in a --docker session (default policy: no
+// placeholder propagation): on the default bridge and on a user-defined
+// network, an allowed host answers 200 with the CA the guard injects, a
+// denied host gets the gateway's 403, the canary's address directly
+// reaches the gateway (403), UDP, QUIC, ICMP and IPv6 reach nothing, DNS to
+// any resolver is answered by the gateway, a placeholder the agent passes
+// is swapped only toward its bound host; through the RAW socket (past the
+// guard), --net host is fenced like the agent, host paths, the host's
+// Docker socket and cgroups are the sidecar's, not the host's, and the
+// cgroup-v1 release_agent cannot be reached; a workspace directory swapped
+// for a symlink between create and start is not followed (control: the
+// raw daemon follows it); gc removes a sidecar whose session container is
+// gone. The canary counts nothing from inside, after a control that it
+// counts.
+func TestDockerSessionEgressMatrix(t *testing.T) {
+	e := newDindEnv(t)
+	id := e.session(e.cfg, "matrix")
+	e.canaryControl()
+	run := "docker run --rm "
+	nets := map[string]string{"DefaultBridge": run, "UserNetwork": run + "--network vaktest-matrix-net "}
+	if out, err := e.exec(id, "docker network create vaktest-matrix-net"); err != nil {
+		t.Fatalf("docker network create: %v\n%s", err, out)
+	}
+	for _, name := range []string{"DefaultBridge", "UserNetwork"} {
+		r := nets[name] + e.base + " "
+		t.Run(name, func(t *testing.T) {
+			for _, tc := range []struct {
+				probe string
+				ok    bool   // exit 0 expected
+				want  string // in the output
+			}{
+				{"probe tls https://allowed.test/status/200", true, `OK 200 issuer="vak gateway CA"`},
+				{"probe tls https://denied.test/status/200", true, "OK 403"},
+				// The canary's address: the TCP connection ends at the
+				// gateway, which has no rule for it.
+				{"probe http http://" + e.canIP + "/", true, "OK 403"},
+				{"probe tls https://" + e.canIP + "/", true, "OK 403"},
+				{"probe udp " + e.canIP + ":9 2s", false, "FAIL"},
+				{"probe quic " + e.canIP + ":443 2s", false, "FAIL"},
+				{"probe quic allowed.test:443 2s", false, "FAIL"},
+				{"probe ping " + e.canIP + " 2s", false, "FAIL"},
+				{"probe connect [fd00::1]:80 2s", false, "FAIL"},
+				{"probe connect [2001:db8::1]:443 2s", false, "FAIL"},
+				// DNS to an arbitrary resolver (the canary's address, UDP
+				// and TCP) is answered by the gateway: the override, not
+				// the canary's answer; the canary counts nothing.
+				{"probe dns --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP},
+				{"probe dns --tcp --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP},
+				{"probe dns --type A allowed.test 192.0.2.53:53", true, "A " + e.upIP},
+			} {
+				out, err := e.exec(id, r+tc.probe)
+				if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+					t.Errorf("%s: %v\n%s", tc.probe, err, out)
+				}
+			}
+			if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+				t.Errorf("the canary saw inner traffic: %+v", c)
+			}
+		})
+	}
+	t.Run("RawHostNetworkIsFenced", func(t *testing.T) {
+		// Past the guard, --net host puts an inner container in the
+		// netclient's namespace: fenced like the agent (TCP to the
+		// gateway, DNS answered by it, nothing else out).
+		for _, tc := range []struct {
+			probe []string
+			ok    bool
+			want  string
+		}{
+			{[]string{"probe", "http", "http://" + e.canIP + "/"}, true, "OK 403"},
+			{[]string{"probe", "http", "http://denied.test/"}, true, "OK 403"},
+			{[]string{"probe", "udp", e.canIP + ":9", "2s"}, false, "FAIL"},
+			{[]string{"probe", "quic", e.canIP + ":443", "2s"}, false, "FAIL"},
+			{[]string{"probe", "ping", e.canIP, "2s"}, false, "FAIL"},
+			{[]string{"probe", "connect", "[fd00::1]:80", "2s"}, false, "FAIL"},
+			{[]string{"probe", "dns", "--type", "A", "allowed.test", e.canIP + ":53"}, true, "A " + e.upIP},
+		} {
+			out, err := e.raw(id, append([]string{"run", "--rm", "--net", "host", e.base}, tc.probe...)...)
+			if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+				t.Errorf("raw --net host %v: %v\n%s", tc.probe, err, out)
+			}
+		}
+		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic from a --net host inner container: %+v", c)
+		}
+	})
+	t.Run("PlaceholdersWithheldByDefault", func(t *testing.T) {
+		out, err := e.exec(id, run+e.base+` sh -c 'echo "TOKEN=${TOKEN:-unset}"'`)
+		if err != nil || !strings.Contains(out, "TOKEN=unset") {
+			t.Errorf("an inner container got a placeholder by default: %v\n%s", err, out)
+		}
+		if out, err := e.exec(id, `test -n "$TOKEN" && echo set`); err != nil || out != "set" {
+			t.Fatalf("control: the session has no TOKEN placeholder: %v %s", err, out)
+		}
+	})
+	t.Run("PlaceholderSwappedOnlyTowardItsHost", func(t *testing.T) {
+		// The agent passes its placeholder explicitly (-e TOKEN).
+		testenv.ResetUpstream(t, e.upIP)
+		out, err := e.exec(id, run+"-e TOKEN "+e.base+` sh -c 'probe http -H "Authorization: Bearer $TOKEN" https://allowed.test/sink >/dev/null && echo sent'`)
+		if err != nil || !strings.Contains(out, "sent") {
+			t.Fatalf("inner request with the placeholder: %v\n%s", err, out)
+		}
+		reqs := testenv.UpstreamRequests(t, e.upIP)
+		if reqs.Count != 1 || strings.Join(reqs.Requests[0].Headers["Authorization"], "") != "Bearer "+e.secret {
+			t.Fatalf("the bound upstream did not receive the real value once: count %d", reqs.Count)
+		}
+		testenv.ResetUpstream(t, e.upIP)
+		out, _ = e.exec(id, run+"-e TOKEN "+e.base+` sh -c 'probe http -H "Authorization: Bearer $TOKEN" https://other.test/sink'`)
+		if !strings.Contains(out, "403") || strings.Contains(out, e.secret) {
+			t.Errorf("the placeholder toward a host it is not bound to: %s", out)
+		}
+		if reqs := testenv.UpstreamRequests(t, e.upIP); reqs.Count != 0 {
+			t.Errorf("the request with the placeholder toward other.test reached the upstream: %+v", reqs)
+		}
+		// Control: other.test itself is allowed (without the placeholder).
+		if out, err := e.exec(id, run+e.base+" probe tls https://other.test/status/200"); err != nil || !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("control: other.test without the placeholder: %v %s", err, out)
+		}
+	})
+	t.Run("GuardRefusesHostAccess", func(t *testing.T) {
+		for _, c := range []string{
+			"-v /:/h", "-v /var/run/docker.sock:/var/run/docker.sock", "-v /run/docker.sock:/s",
+			"-v /proc/1/root:/r", "-v /sys/fs/cgroup:/c", "-v " + dockerd.RawSocketDir + ":/x",
+			"--mount type=bind,source=/etc,target=/e",
+			"--net host --cap-add NET_ADMIN", "--cgroupns host --cap-add SYS_ADMIN", "--pid host",
+		} {
+			out, err := e.exec(id, run+c+" "+e.base+" true")
+			if err == nil || !strings.Contains(out, "vak dockerguard: denied") {
+				t.Errorf("docker run %s: %v\n%s", c, err, out)
+			}
+		}
+		// Control: a workspace bind is allowed.
+		if out, err := e.exec(id, run+"-v "+e.ws+":/w "+e.base+" ls /w/inner.tar"); err != nil {
+			t.Errorf("control: a workspace bind: %v %s", err, out)
+		}
+	})
+	t.Run("RawDaemonSeesTheSidecarNotTheHost", func(t *testing.T) {
+		// A file on the real host (outside every container).
+		var rnd [6]byte
+		rand.Read(rnd[:])
+		hostFile := "/var/tmp/vaktest-hostfile-" + hex.EncodeToString(rnd[:])
+		if err := os.WriteFile(hostFile, []byte("host-only\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(hostFile) })
+		out, _ := e.raw(id, "run", "--rm", "-v", "/:/h", e.base, "sh", "-c", "cat /h"+hostFile+"; ls /h"+dockerd.RawSocketDir)
+		if strings.Contains(out, "host-only") {
+			t.Errorf("an inner container of the raw daemon read a host file through -v /:/h\n%s", out)
+		}
+		if !strings.Contains(out, "docker.sock") {
+			t.Errorf("control: -v /:/h is not the sidecar's root (no raw socket there)\n%s", out)
+		}
+		out, _ = e.raw(id, "run", "--rm", "--pid", "host", e.base, "sh", "-c", "cat /proc/1/root"+hostFile+"; cat /proc/1/cmdline | tr '\\0' ' '")
+		if strings.Contains(out, "host-only") {
+			t.Errorf("--pid host reached the host's PID 1\n%s", out)
+		}
+		if !strings.Contains(out, "/bin/sh") && !strings.Contains(out, "dockerd") {
+			t.Errorf("control: --pid host does not show the sidecar's PID 1\n%s", out)
+		}
+		// The host's Docker socket is not in the sidecar.
+		out, _ = e.raw(id, "run", "--rm", "-v", "/var/run/docker.sock:/s", e.base, "sh", "-c", "if test -S /s; then echo SOCKET; else echo NOSOCKET; fi")
+		if !strings.Contains(out, "NOSOCKET") {
+			t.Errorf("the host's Docker socket is reachable from an inner container\n%s", out)
+		}
+		// cgroups: the sidecar's fresh cgroup2 hierarchy, not the host's.
+		hostCg, _ := os.ReadDir("/sys/fs/cgroup")
+		var hostNames []string
+		for _, d := range hostCg {
+			hostNames = append(hostNames, d.Name())
+		}
+		out, _ = e.raw(id, "run", "--rm", "-v", "/sys/fs/cgroup:/c", e.base, "ls", "/c")
+		if strings.Join(strings.Fields(out), " ") == strings.Join(hostNames, " ") || !strings.Contains(out, "cgroup.controllers") {
+			t.Errorf("-v /sys/fs/cgroup shows the host's hierarchy (%v)\n%s", hostNames, out)
+		}
+	})
+	t.Run("RawDaemonReleaseAgent", func(t *testing.T) {
+		out, err := e.raw(id, "run", "--rm", "--cgroupns", "host", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", e.base, "sh", "-c",
+			"mkdir -p /m /t && mount -t tmpfs none /t && echo tmpfs-ok; mount -t cgroup -o none,name=vaktest cgroup /m && ls /m; for d in /sys/fs/cgroup/*; do test -e $d/release_agent && echo FOUND $d; done; true")
+		if err != nil || !strings.Contains(out, "tmpfs-ok") {
+			t.Fatalf("control: the probe has no SYS_ADMIN: %v\n%s", err, out)
+		}
+		if strings.Contains(out, "release_agent") || strings.Contains(out, "FOUND") {
+			t.Errorf("an inner container of the raw daemon reached a cgroup-v1 release_agent\n%s", out)
+		}
+	})
+	t.Run("SymlinkSwapAfterCheck", func(t *testing.T) {
+		if out, err := e.exec(id, "mkdir -p race && echo inside > race/marker"); err != nil {
+			t.Fatal(out)
+		}
+		show := "cat /x/marker 2>&1; ls /x" + dockerd.RawSocketDir + " 2>&1; true"
+		swap := "mv race race.old && ln -s / race"
+		unswap := "rm race && mv race.old race"
+		// Through the guard: created while race is a directory, started
+		// after it became a symlink to /.
+		if out, err := e.exec(id, "docker create --name vaktest-race -v "+e.ws+"/race:/x "+e.base+" sh -c '"+show+"'"); err != nil {
+			t.Fatalf("docker create: %v\n%s", err, out)
+		}
+		if out, err := e.exec(id, swap); err != nil {
+			t.Fatal(out)
+		}
+		// Another create meanwhile sweeps the stage: the created (not yet
+		// started) container's staged source is kept.
+		if out, err := e.exec(id, "mkdir -p other && "+run+"-v "+e.ws+"/other:/y "+e.base+" true"); err != nil {
+			t.Fatalf("a create between: %v\n%s", err, out)
+		}
+		out, err := e.exec(id, "docker start -a vaktest-race; docker rm vaktest-race >/dev/null")
+		if err != nil || !strings.Contains(out, "inside") || strings.Contains(out, "docker.sock") {
+			t.Errorf("the guard's container followed the swapped symlink: %v\n%s", err, out)
+		}
+		// Staged sources of removed containers do not pile up: after three
+		// --rm runs with a bind, only the last one's is left (each create
+		// sweeps what no container uses).
+		if out, err := e.exec(id, "for i in 1 2 3; do "+run+"-v "+e.ws+"/other:/y "+e.base+" true || exit 1; done"); err != nil {
+			t.Fatalf("--rm runs with a bind: %v\n%s", err, out)
+		}
+		if ls, err := dockerOut("exec", taskenv.SidecarPrefix+id, "ls", taskenv.StageDir); err != nil || len(strings.Fields(ls)) != 1 {
+			t.Errorf("staged sources after three --rm runs: %v %q (want the last run's only)", err, ls)
+		}
+		// Control: the raw daemon, same sequence, follows it into the
+		// sidecar's root (the raw socket).
+		e.exec(id, unswap)
+		if out, err := e.raw(id, "create", "--name", "vaktest-race-raw", "-v", e.ws+"/race:/x", e.base, "sh", "-c", show); err != nil {
+			t.Fatalf("raw create: %v\n%s", err, out)
+		}
+		e.exec(id, swap)
+		out, _ = e.raw(id, "start", "-a", "vaktest-race-raw")
+		e.raw(id, "rm", "-f", "vaktest-race-raw")
+		if !strings.Contains(out, "docker.sock") {
+			t.Errorf("control: the raw daemon did not follow the swapped symlink (the test shows nothing)\n%s", out)
+		}
+		e.exec(id, unswap)
+		// A symlink leading out is refused at create.
+		e.exec(id, "ln -sfn / escape")
+		if out, err := e.exec(id, run+"-v "+e.ws+"/escape:/x "+e.base+" true"); err == nil || !strings.Contains(out, "symlink") {
+			t.Errorf("a bind through a symlink to /: %v\n%s", err, out)
+		}
+	})
+	if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+		t.Errorf("the canary saw traffic from the session: %+v", c)
+	}
+	t.Run("GCTakesAnOrphanSidecar", func(t *testing.T) {
+		// The session container goes (by hand), its sidecar stays: gc
+		// removes the sidecar and its volumes.
+		sidecar := taskenv.SidecarPrefix + id
+		testenv.Docker(t, "rm", "-f", taskenv.SessionPrefix+id)
+		if out := testenv.Docker(t, "ps", "-q", "--filter", "name=^"+sidecar+"$"); strings.TrimSpace(out) == "" {
+			t.Fatal("control: the sidecar is not running")
+		}
+		if _, errs, err := e.vakCmd(e.cfg, append([]string{"session", "gc"}, e.labels...)...); err != nil {
+			t.Fatalf("session gc: %v %s", err, errs)
+		}
+		for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
+			if out := testenv.Docker(t, append(kind, "--filter", "label=vak.session="+id)...); strings.TrimSpace(out) != "" {
+				t.Errorf("session gc left docker %v of the orphaned sidecar: %s", kind, out)
+			}
+		}
+	})
+}
+
+// Placeholder propagation opt-in and failing closed when the fence goes:
+// with session.docker_placeholders = ["TOKEN"] in the trusted config an
+// inner container gets the session's TOKEN placeholder (and the gateway
+// swaps it toward its bound host); an inner --net host --cap-add NET_ADMIN
+// container is refused by the guard; through the raw socket one deletes
+// the nested forward chain (netclient --check names it), then another
+// flushes every rule: nothing reaches the canary or the upstream's address
+// directly before or after the netclient notices and stops, and `vak
+// session exec` then refuses (exit 69) naming the fence.
+func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
+	e := newDindEnv(t)
+	id := e.session(e.cfgProp, "failclosed")
+	e.canaryControl()
+	run := "docker run --rm "
+	t.Run("PlaceholderPropagated", func(t *testing.T) {
+		ph, err := e.exec(id, `echo "$TOKEN"`)
+		if err != nil || ph == "" || strings.Contains(ph, e.secret) {
+			t.Fatalf("the session's placeholder: %v %q", err, ph)
+		}
+		out, err := e.exec(id, run+e.base+` sh -c 'echo "TOKEN=$TOKEN"'`)
+		if err != nil || !strings.Contains(out, "TOKEN="+ph) {
+			t.Errorf("an inner container did not get the propagated placeholder: %v\n%s", err, out)
+		}
+		testenv.ResetUpstream(t, e.upIP)
+		out, err = e.exec(id, run+e.base+` sh -c 'probe http -H "Authorization: Bearer $TOKEN" https://allowed.test/sink >/dev/null && echo sent'`)
+		if err != nil || !strings.Contains(out, "sent") {
+			t.Fatalf("inner request with the propagated placeholder: %v\n%s", err, out)
+		}
+		if reqs := testenv.UpstreamRequests(t, e.upIP); reqs.Count != 1 || strings.Join(reqs.Requests[0].Headers["Authorization"], "") != "Bearer "+e.secret {
+			t.Errorf("the bound upstream did not receive the real value (count %d)", reqs.Count)
+		}
+	})
+	t.Run("GuardRefusesNetAdminOnHostNetwork", func(t *testing.T) {
+		out, err := e.exec(id, run+"--net host --cap-add NET_ADMIN "+e.base+" true")
+		if err == nil || !strings.Contains(out, "denied") || !strings.Contains(out, "NetworkMode") && !strings.Contains(out, "CapAdd") {
+			t.Fatalf("--net host --cap-add NET_ADMIN through the guard: %v\n%s", err, out)
+		}
+	})
+	nc := "vak-nc-" + e.key
+	// The netclient's own --check with its own fence flags.
+	fenceFlags := func() []string {
+		check := strings.Split(strings.TrimSpace(testenv.Docker(t, "inspect", "-f", "{{range .Config.Cmd}}{{.}}\n{{end}}", nc)), "\n")
+		var fence []string
+		for i, a := range check {
+			if (a == "--gateway" || a == "--nested-pool") && i+1 < len(check) {
+				fence = append(fence, a, check[i+1])
+			}
+		}
+		return fence
+	}
+	fence := fenceFlags()
+	if len(fence) != 4 {
+		t.Fatalf("cannot read the netclient's fence flags: %q", fence)
+	}
+	// netclient --check run in the namespace (from the sidecar, which
+	// shares it and has the vak binary: the netclient may be paused). Its
+	// rule verification comes first; the ready file it looks for next is
+	// the netclient's own, absent in the sidecar, so "netclient not ready"
+	// means the rules verified.
+	fenceCheck := func() (string, error) {
+		out, err := dockerOut(append([]string{"exec", taskenv.SidecarPrefix + id, "/opt/vak/vak", "netclient", "--check"}, fence...)...)
+		if err != nil && strings.TrimSpace(out) == "vak: netclient not ready" {
+			return out, nil
+		}
+		return out, err
+	}
+	if out, err := fenceCheck(); err != nil {
+		t.Fatalf("control: netclient --check fails before anything changed: %v\n%s", err, out)
+	}
+	// An inner container in the namespace with NET_ADMIN, past the guard,
+	// running the sidecar's nft (the sidecar's root bound and chrooted).
+	nft := func(script string) (string, error) {
+		return e.raw(id, "run", "--rm", "--net", "host", "--cap-add", "NET_ADMIN", "-v", "/:/sc", e.base, "chroot", "/sc", "/usr/sbin/nft", script)
+	}
+	// What must not get through, whatever state the fence is in: UDP,
+	// QUIC and ICMP to the canary from a bridged and a --net host inner
+	// container fail, and nothing at all (TCP included) reaches the canary.
+	probes := func(when string) {
+		t.Helper()
+		for _, netMode := range []string{"bridge", "host"} {
+			for _, c := range []string{"probe udp " + e.canIP + ":9 2s", "probe quic " + e.canIP + ":443 2s", "probe ping " + e.canIP + " 2s"} {
+				if out, err := e.raw(id, append([]string{"run", "--rm", "--net", netMode, e.base}, strings.Fields(c)...)...); err == nil {
+					t.Errorf("%s: a --net %s inner container got through: %s: %s", when, netMode, c, out)
+				}
+			}
+			// TCP may end at the gateway's forwarder while the NAT
+			// chain is there; the canary must count nothing.
+			for _, c := range []string{"probe http http://" + e.canIP + "/ 2s", "probe connect " + e.canIP + ":22 2s"} {
+				out, _ := e.raw(id, append([]string{"run", "--rm", "--net", netMode, e.base}, strings.Fields(c)...)...)
+				t.Logf("%s, --net %s: %s: %s", when, netMode, c, strings.TrimSpace(out))
+			}
+		}
+		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+			t.Errorf("%s: the canary saw traffic: %+v", when, c)
+		}
+	}
+	// The netclient re-verifies every 2 s and stops on a change; paused,
+	// it cannot, so the probes below see the window between a change and
+	// its noticing (with the uplink still there), deterministically.
+	// The freezer can fail transiently ("unable to freeze") on a busy
+	// host: retry until it takes.
+	for i := 0; ; i++ {
+		out, err := dockerOut("pause", nc)
+		if err == nil {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("docker pause %s: %v %s", nc, err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Cleanup(func() { dockerOut("unpause", nc) })
+	t.Run("NestedRulesMissing", func(t *testing.T) {
+		if out, err := nft("flush chain inet vak_filter forward; delete chain inet vak_filter forward"); err != nil {
+			t.Fatalf("delete the nested forward chain through the raw daemon: %v\n%s", err, out)
+		}
+		if out, err := fenceCheck(); err == nil || !strings.Contains(out, "forward") {
+			t.Errorf("netclient --check did not notice the missing forward chain: %v\n%s", err, out)
+		}
+		if out, errs, err := e.vakCmd(e.cfgProp, "session", "exec", id, "--", "true"); err == nil || !strings.Contains(errs, "paused") {
+			t.Errorf("exec with the netclient paused: %v %s%s", err, out, errs)
+		}
+		probes("nested forward chain deleted, netclient not yet noticing")
+	})
+	t.Run("RulesFlushed", func(t *testing.T) {
+		if out, err := nft("flush ruleset"); err != nil {
+			t.Fatalf("flush ruleset through the raw daemon: %v\n%s", err, out)
+		}
+		if out, err := e.raw(id, "run", "--rm", "--net", "host", "--cap-add", "NET_ADMIN", "-v", "/:/sc", e.base, "chroot", "/sc", "/usr/sbin/nft", "list", "ruleset"); err != nil || strings.Contains(out, "vak_") {
+			t.Fatalf("control: the ruleset is not empty after the flush: %v\n%s", err, out)
+		}
+		probes("ruleset flushed, netclient not yet noticing")
+	})
+	testenv.Docker(t, "unpause", nc)
+	t.Run("ExecRefusedOnceTheFenceIsGone", func(t *testing.T) {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, _ := dockerOut("inspect", "-f", "{{.State.Running}}", nc)
+			if strings.TrimSpace(st) == "false" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the netclient still runs with its rules gone")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		probes("netclient stopped")
+		if st, _ := dockerOut("inspect", "-f", "{{.State.ExitCode}}", nc); strings.TrimSpace(st) == "0" {
+			t.Errorf("the netclient exited 0 after its rules changed")
+		}
+		out, errs, err := e.vakCmd(e.cfgProp, "session", "exec", id, "--", "true")
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 69 || !strings.Contains(errs, "fence") || !strings.Contains(errs, nc) || !strings.Contains(errs, "not running") {
+			t.Errorf("exec after the fence is gone: exit %d\n%s%s", code, out, errs)
+		}
+	})
+	t.Run("NewSessionRefusedUntilTheOldOneGoes", func(t *testing.T) {
+		// A new --docker session of the workspace is refused while the
+		// dead fence is still used (exit 69 naming the netclient and the
+		// session using it); the netclient started again by hand does not
+		// revive the old session; once the old session is removed, a new
+		// one gets a fence whose nested --check passes, and works.
+		create := func() (string, string, error) {
+			return e.vakCmd(e.cfgProp, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", "after", "--network", "proxied", "--docker")...)
+		}
+		_, errs, err := create()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 69 || !strings.Contains(errs, "netclient is not running") || !strings.Contains(errs, taskenv.SessionPrefix+id) {
+			t.Fatalf("a new --docker session while the dead fence is in use: exit %d\n%s", code, errs)
+		}
+		// The netclient started again by hand has a new namespace: the old
+		// session's engine is not in it, and its exec stays refused.
+		testenv.Docker(t, "start", nc)
+		if _, errs, err := e.vakCmd(e.cfgProp, "session", "exec", id, "--", "true"); err == nil || !strings.Contains(errs, "started again") {
+			t.Errorf("exec after the netclient was started again: %v %s", err, errs)
+		}
+		if _, errs, err := e.vakCmd(e.cfgProp, append(append([]string{"session", "rm"}, e.labels...), id)...); err != nil {
+			t.Fatalf("session rm of the old session: %v %s", err, errs)
+		}
+		out, errs, err := create()
+		if err != nil {
+			t.Fatalf("a new --docker session after the old one went: %v\n%s", err, errs)
+		}
+		id2 := strings.TrimSpace(out)
+		t.Cleanup(func() {
+			e.vakCmd(e.cfgProp, append(append([]string{"session", "rm"}, e.labels...), id2)...)
+			dockerOut("rm", "-f", taskenv.SidecarPrefix+id2, taskenv.SessionPrefix+id2)
+			dockerOut("volume", "rm", "-f", taskenv.SidecarPrefix+id2+"-lib", taskenv.SidecarPrefix+id2+"-sock")
+		})
+		dockerOut("network", "connect", e.inet, "vak-gw-"+e.key)
+		if f := fenceFlags(); len(f) != 4 {
+			t.Errorf("the new netclient is not in nested mode: %q", f)
+		} else if out, err := dockerOut(append([]string{"exec", nc, "/vak", "netclient", "--check"}, f...)...); err != nil {
+			t.Errorf("the new netclient does not pass its nested --check: %v\n%s", err, out)
+		}
+		if out, err := e.exec(id2, "docker load -i inner.tar >/dev/null && docker run --rm "+e.base+" probe tls https://allowed.test/status/200"); err != nil || !strings.HasPrefix(out, "OK 200") {
+			t.Errorf("the new session's inner egress: %v\n%s", err, out)
+		}
+		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
+			t.Errorf("the canary saw traffic: %+v", c)
+		}
+	})
+}
