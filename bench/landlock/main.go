@@ -9,6 +9,10 @@
 //     from Go.
 //
 //     go run ./bench/landlock -n 200
+//
+// With -against BINARY, a second vak binary (e.g. one built from an older
+// commit) runs the cold contender too, interleaved with the others, and
+// its trace breakdown is printed as well: a before/after in one run.
 package main
 
 import (
@@ -31,6 +35,7 @@ import (
 
 func main() {
 	n := flag.Int("n", 200, "samples per contender")
+	against := flag.String("against", "", "another vak binary to run the cold contender with, interleaved (before/after)")
 	flag.Parse()
 	vak, err := stats.BuildVak()
 	if err != nil {
@@ -53,6 +58,7 @@ func main() {
 
 	bare := &stats.Sample{Name: "exec true"}
 	cold := &stats.Sample{Name: "vak run --backend landlock -- true"}
+	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + *against + ")"}
 	for i := -3; i < *n; i++ {
 		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
 		if err != nil {
@@ -65,6 +71,15 @@ func main() {
 		if i >= 0 {
 			bare.Add(d1)
 			cold.Add(d2)
+		}
+		if *against != "" {
+			d3, err := stats.Time(func() error { return stats.RunQuiet(*against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
+			if err != nil {
+				log.Fatal(err)
+			}
+			if i >= 0 {
+				other.Add(d3)
+			}
 		}
 	}
 
@@ -98,7 +113,11 @@ func main() {
 		}
 	}
 	fmt.Printf("### landlock backend (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n, sess.Ready().Sandbox)
-	fmt.Print(stats.Table(bare, cold))
+	if *against != "" {
+		fmt.Print(stats.Table(bare, cold, other))
+	} else {
+		fmt.Print(stats.Table(bare, cold))
+	}
 	fmt.Println()
 	// Where the cold run's time goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(*n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
@@ -107,5 +126,12 @@ func main() {
 	}
 	fmt.Print(bd)
 	fmt.Println()
+	if *against != "" {
+		bd, err := stats.TraceBreakdown(min(*n, 30), *against, "--config", cfgFile, "run", "-w", ws, "--", "true")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s:\n\n%s\n", *against, bd)
+	}
 	fmt.Print(stats.Table(goExec, warm))
 }

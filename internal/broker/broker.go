@@ -141,6 +141,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 
 	var launch *sandbox.WorkerLaunch
 	var lifeR *os.File
+	var snapshot bool // take the baseline (see Session.baseline)
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
 		homeDir, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
@@ -179,7 +180,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
 			// Background jobs outlive the command that started them (until
 			// the session ends) and can plant after its check.
-			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
+			snapshot = true
 		}
 	case sandbox.Wrapper:
 		s.wrapper = b
@@ -265,7 +266,21 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	endPrepare()
 	spawned := time.Now()
 	endStart := tr.Begin("worker start (sandbox set-up) to ready")
+	// The baseline walks the workspace while the worker starts: nothing in
+	// the sandbox touches the workspace before its first request, which
+	// comes only after Start has waited for the walk.
+	var baselineDone chan struct{}
+	if snapshot {
+		baselineDone = make(chan struct{})
+		go func() {
+			defer close(baselineDone)
+			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
+		}()
+	}
 	client, err := wire.Start(ctx, cmd, onStarted)
+	if baselineDone != nil {
+		<-baselineDone
+	}
 	endStart()
 	if err != nil {
 		s.cleanup()

@@ -78,9 +78,9 @@ type WorkerLaunch struct {
 	Cleanup func()
 	// SweepAtClose says that every process of the sandbox ends with the
 	// worker (Landlock's PID namespace): the broker snapshots the
-	// workspace before the session and, in WorkspaceWrite, sweeps it once
-	// more when the session ends (background jobs can plant after the
-	// last command's check).
+	// workspace while the worker starts (before its first request) and,
+	// in WorkspaceWrite, sweeps it once more when the session ends
+	// (background jobs can plant after the last command's check).
 	SweepAtClose bool
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -317,5 +318,53 @@ done`)
 	}
 	if stage2 < 2 {
 		t.Fatalf("found %d worker threads, want the Go runtime's several:\n%s", stage2, truncate(r.Stdout))
+	}
+}
+
+// A background job can plant a protected path after its command's own
+// check; the broker sweeps the workspace once more when the session ends,
+// against a baseline it takes while the worker starts. What existed before
+// the session stays (an .envrc of the user's: the baseline must have seen
+// it), what the job planted goes (.vak/config.toml, .mise.toml), and the
+// sweep reports it. Control: the planted files existed on the host before
+// the session ended.
+func TestLandlockCloseSweepsBackgroundPlants(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	own := filepath.Join(e.Workspace, ".envrc")
+	if err := os.WriteFile(own, []byte("export OWN=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := e.Start(sandbox.WorkspaceWrite)
+	r := Sh(t, s, `(sleep 0.5; mkdir -p .vak && echo 'version = 1' > .vak/config.toml; echo x > .mise.toml; sleep 100) >/dev/null 2>&1 & echo started`)
+	if !strings.Contains(r.Stdout, "started") {
+		t.Fatalf("background job not started: %+v", r)
+	}
+	planted := []string{filepath.Join(e.Workspace, ".vak", "config.toml"), filepath.Join(e.Workspace, ".mise.toml")}
+	deadline := time.Now().Add(time.Minute)
+	for _, p := range planted {
+		for {
+			if _, err := os.Lstat(p); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("control: the background job never planted %s", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, p := range planted {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s planted by a background job survived the session's end", p)
+		}
+	}
+	sw := s.Swept()
+	if sw == nil || !contains(sw.ProtectedRemoved, ".mise.toml") || !slices.ContainsFunc(sw.ProtectedRemoved, func(p string) bool { return strings.HasPrefix(p, ".vak") }) {
+		t.Errorf("the sweep did not report the plants: %+v", sw)
+	}
+	if data, err := os.ReadFile(own); err != nil || string(data) != "export OWN=1\n" {
+		t.Errorf("the user's own .envrc did not survive the sweep: %q %v", data, err)
 	}
 }
