@@ -2,9 +2,11 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +155,67 @@ func TestRunProxiedWarm(t *testing.T) {
 				t.Fatalf("the expired topology is still there: %s", left)
 			}
 		})
+	}
+}
+
+// TestRunProxiedWarmPlaceholders: warm runs get the running gateway's
+// placeholders (read once per gateway start and configuration, then from
+// the state dir), and a configuration that adds a secret is seen by the
+// next run.
+func TestRunProxiedWarmPlaceholders(t *testing.T) {
+	img := testenv.Image(t)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	ws := tempWorkspace(t)
+	run := "warm-placeholders-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
+	labels := []string{"--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", "vak.test.run=" + run}
+	t.Cleanup(func() {
+		for _, kind := range []string{"container", "network", "volume"} {
+			args := []string{kind, "ls", "-q", "--filter", "label=vak.test.run=" + run}
+			if kind == "container" {
+				args = []string{kind, "ls", "-aq", "--filter", "label=vak.test.run=" + run}
+			}
+			out, _ := exec.Command("docker", args...).Output()
+			if ids := strings.Fields(string(out)); len(ids) > 0 {
+				exec.Command("docker", append([]string{kind, "rm", "-f"}, ids...)...).Run()
+			}
+		}
+	})
+	base := "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \"" + img + "\"\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"api\"\nhosts = [\"api.example.test\"]\n[session]\nrun_network_idle = \"1h\"\n" +
+		"[secrets.TOK_A]\nvalue = \"real-secret-aaaa-1234\"\nhosts = [\"api.example.test\"]\n"
+	cfg := writeConfig(t, base)
+	env := func() (a, b string) {
+		t.Helper()
+		args := append([]string{"run"}, labels...)
+		args = append(args, "-w", ws, "--network", "proxied", "--", "sh", "-c", "echo A=$TOK_A; echo B=$TOK_B")
+		code, out, errs := vakMain(t, cfg, args...)
+		if code != 0 {
+			t.Fatalf("vak run --network proxied: exit %d; %q %q", code, out, errs)
+		}
+		if strings.Contains(out+errs, "real-secret") {
+			t.Fatalf("a secret value reached the sandbox or the output: %q %q", out, errs)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(l, "A="); ok {
+				a = v
+			}
+			if v, ok := strings.CutPrefix(l, "B="); ok {
+				b = v
+			}
+		}
+		return a, b
+	}
+	a1, b1 := env()
+	if a1 == "" || b1 != "" {
+		t.Fatalf("first run: TOK_A=%q TOK_B=%q (want a placeholder, and nothing)", a1, b1)
+	}
+	if a2, _ := env(); a2 != a1 {
+		t.Fatalf("a warm run got another placeholder: %q, then %q", a1, a2)
+	}
+	// A new secret: the gateway reloads and the next run sees it.
+	if err := os.WriteFile(cfg, []byte(base+"[secrets.TOK_B]\nvalue = \"real-secret-bbbb-5678\"\nhosts = [\"api.example.test\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, b3 := env(); b3 == "" {
+		t.Fatal("the run after a secret was added has no placeholder for it (stale placeholders)")
 	}
 }

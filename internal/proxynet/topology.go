@@ -376,7 +376,7 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err := WriteTrust(trustDir, auth.CertPEM(), SystemRoots()); err != nil {
 		return nil, err
 	}
-	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir))
+	out, err := o.gatewayEnv(ctx, key, gwName)
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
@@ -392,6 +392,35 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	}
 	n.Env = SandboxEnv(TrustDir, n.Placeholders)
 	return n, nil
+}
+
+// gatewayEnv returns the running gateway's `vak gateway env` (its
+// placeholders). They change only when the gateway starts again or loads a
+// new configuration, so the answer is kept in the state dir keyed by the
+// gateway's start and the digest of the configuration it was last given:
+// a warm run then reads a file instead of paying a docker exec.
+func (o *Options) gatewayEnv(ctx context.Context, key, gwName string) (string, error) {
+	start, err := gatewayStart(ctx, o.Engine, gwName)
+	if err != nil {
+		return "", err
+	}
+	conf, _ := os.ReadFile(configDigestFile(o.StateDir, key))
+	stamp := start + "\n" + strings.TrimSpace(string(conf)) + "\n"
+	cache := filepath.Join(o.StateDir, "proxynet", key, "gateway-env")
+	if b, err := os.ReadFile(cache); err == nil && strings.HasPrefix(string(b), stamp) {
+		return strings.TrimPrefix(string(b), stamp), nil
+	}
+	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir))
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil {
+		tmp := cache + ".tmp"
+		if os.WriteFile(tmp, []byte(stamp+out), 0o600) == nil {
+			os.Rename(tmp, cache)
+		}
+	}
+	return out, nil
 }
 
 // gatewaySections checks the decoded [network], [gateway] and [secrets] of
