@@ -27,7 +27,6 @@ import (
 	"vak/internal/sandbox/docker"
 	"vak/internal/taskenv"
 	"vak/internal/worker"
-	"vak/internal/worker/wire"
 )
 
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
@@ -292,7 +291,7 @@ Exit status: the command's own (128+N if it died of signal N), or
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVarP(&f.interactive, "interactive", "i", false, "pass stdin to the command")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives")
 	fl.BoolVarP(&f.tty, "tty", "t", false, "allocate a terminal (runs docker exec -it)")
 	fl.BoolVar(&f.root, "root", false, "run as root through docker exec (needs session.allow_install)")
 	fl.StringVarP(&f.dir, "cwd", "C", "", "working directory inside the workspace")
@@ -325,11 +324,11 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	if f.tty || f.root {
 		return a.sessionExecDocker(ctx, m, f, id, argv, env)
 	}
-	var stdin []byte
+	// -i streams stdin to the command as it arrives (the command may
+	// answer before the input ends), like `vak run -i`.
+	var stdin io.Reader
 	if f.interactive {
-		if stdin, err = io.ReadAll(io.LimitReader(a.stdio.In, wire.MaxRequestBytes/2)); err != nil {
-			return exit(ExitFailure, fmt.Errorf("read stdin: %w", err))
-		}
+		stdin = a.stdio.In
 	}
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -339,7 +338,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	}
 	defer s.Close()
 	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, Stdin: stdin, MaxOutputBytes: f.maxOutput,
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
 				a.stdio.Err.Write(data)

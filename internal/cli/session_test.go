@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -270,4 +272,69 @@ func TestSessionExecEnvAllowlist(t *testing.T) {
 	if code, out, errs := session(t, withEnv, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "sh", "-c", "echo $EXTRA_TOOL_FLAGS"); code != 0 || out != "copied\n" {
 		t.Fatalf("with sandbox.env: %d %q %q", code, out, errs)
 	}
+}
+
+// TestSessionExecStdinStreams: `vak session exec -i` streams stdin: the
+// command answers the first line before the second is written, and end of
+// input reaches it.
+func TestSessionExecStdinStreams(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "stream")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer session(t, cfg, labels, "", "rm", id)
+
+	pr, pw := io.Pipe()
+	outw := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		full := append(append([]string{"--config", cfg, "session", "exec"}, labels...), "-i", id, "--", "sh", "-c", "read a; echo got:$a; read b; echo got:$b; cat; echo eof")
+		var errb bytes.Buffer
+		done <- Main(context.Background(), full, Stdio{In: pr, Out: outw, Err: &errb})
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !strings.Contains(outw.String(), what) {
+			if time.Now().After(deadline) {
+				pw.Close()
+				t.Fatalf("no %q in the output while stdin is still open: %q", what, outw.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	io.WriteString(pw, "one\n")
+	// The command answers while stdin is still open: streamed, not read
+	// to the end first.
+	waitFor("got:one\n")
+	io.WriteString(pw, "two\nrest\n")
+	waitFor("got:two\n")
+	pw.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %q", code, outw.String())
+	}
+	if got := outw.String(); got != "got:one\ngot:two\nrest\neof\n" {
+		t.Fatalf("output %q", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a poller.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -71,7 +71,17 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 		in := string(c.Stdin)
 		a.Stdin = &in
 	}
-	res, err := s.client.Bash(ctx, a, c.Output)
+	var res *Result
+	var err error
+	if c.StdinStream != nil {
+		if c.Output == nil || c.Stdin != nil {
+			return nil, fmt.Errorf("%w: a streamed stdin needs Output and no Stdin", ErrInvalidSpec)
+		}
+		a.Interactive = true
+		res, err = s.client.BashInteractive(ctx, a, c.StdinStream, nil, c.Output)
+	} else {
+		res, err = s.client.Bash(ctx, a, c.Output)
+	}
 	if err != nil && errors.Is(err, wire.ErrWorkerExited) {
 		return nil, s.m.ended(s.rec, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -207,6 +208,10 @@ type Command struct {
 	Timeout time.Duration
 	// Stdin is the command's standard input; nil means /dev/null.
 	Stdin []byte
+	// StdinStream, if set, is streamed to the command's standard input as
+	// it arrives (an interactive request: the command may answer before
+	// the input ends); it needs Output and excludes Stdin.
+	StdinStream io.Reader
 	// MaxOutputBytes bounds stdout and stderr each; zero means the
 	// protocol's default (1 MiB).
 	MaxOutputBytes int64

@@ -104,3 +104,15 @@ func (t *trackedShell) Bash(ctx context.Context, x wire.BashArgs, emit func(stri
 	defer t.a.end()
 	return t.s.Bash(ctx, x, emit)
 }
+
+// BashInteractive implements InteractiveShell when the wrapped shell does:
+// a session's `vak session exec -i` streams its stdin to the command.
+func (t *trackedShell) BashInteractive(ctx context.Context, x wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
+	sh, ok := t.s.(InteractiveShell)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeUnsupported, "this worker runs no interactive commands")
+	}
+	t.a.begin()
+	defer t.a.end()
+	return sh.BashInteractive(ctx, x, in, emit)
+}
