@@ -19,9 +19,14 @@ import (
 	"vak/internal/testenv"
 )
 
+// dockerToolsImage is the agent image of the --docker test (as
+// proxynet.DockerToolsImage).
+const dockerToolsImage = "vak-test-docker:bookworm"
+
 // The --docker template brought up by the real dev-containers CLI: the
 // agent's container drives the nested engine through DOCKER_HOST (the
-// guard) with `devcontainer exec`: docker load and run of a local image, two
+// guard) with `devcontainer exec`: docker load and run of a local image,
+// docker-compose up of a two-service stack, two
 // inner containers on a user network, an inner container's egress through
 // the gateway (allowed with the CA, denied blocked, canary 0), the guard's
 // refusals; dockerd's private cgroup namespace (the release_agent escape);
@@ -36,7 +41,12 @@ func TestDevcontainerDocker(t *testing.T) {
 	}
 	dc := devcontainerCLI(t)
 	base := testenv.TestNetImage(t)
-	img := testenv.DockerCLIImage(t, base)
+	// The agent's image: Debian with docker.io's CLI and docker-compose
+	// 1.29 (scripts/build-docker-test-image.sh).
+	img := dockerToolsImage
+	if out, err := exec.Command("docker", "image", "inspect", img).CombinedOutput(); err != nil {
+		testenv.Missing(t, testenv.EnvRequireDocker, img+" is not built: run scripts/build-docker-test-image.sh ("+strings.TrimSpace(string(out))+")")
+	}
 	vak := testenv.Vak(t)
 	id := testenv.TestID(t)
 	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
@@ -195,6 +205,25 @@ hosts = ["allowed.test"]
 			t.Errorf("inner container to inner container by name: %s", last)
 		}
 		sb("docker rm -f srv; docker network rm vakinner")
+	})
+	t.Run("ComposeInside", func(t *testing.T) {
+		// docker-compose 1.29 in the agent's container, through the guard:
+		// a two-service stack on its own network, the client reaching the
+		// server by name and the allowed upstream through the gateway.
+		compose := "version: \"2.4\"\nservices:\n  web:\n    image: " + base + "\n    command: [\"testnet\", \"canary\"]\n" +
+			"  client:\n    image: " + base + "\n    depends_on: [web]\n" +
+			"    command: [\"sh\", \"-c\", \"i=0; until probe connect web:80 2s; do i=$$((i+1)); [ $$i -lt 50 ] || exit 1; sleep 0.2; done; probe tls https://allowed.test/status/200\"]\n"
+		if err := os.WriteFile(filepath.Join(ws, "compose-inner.yml"), []byte(compose), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sb("docker-compose -f compose-inner.yml -p vakdcinner up --exit-code-from client client 2>&1")
+		sb("docker-compose -f compose-inner.yml -p vakdcinner down -v 2>&1")
+		if err != nil || !strings.Contains(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+			t.Fatalf("docker-compose up inside: %v\n%s", err, out)
+		}
+		if left, _ := sb("docker ps -aq --filter label=com.docker.compose.project=vakdcinner"); strings.TrimSpace(left) != "" {
+			t.Errorf("docker-compose down left containers: %s", left)
+		}
 	})
 	t.Run("GuardRefusesEscalation", func(t *testing.T) {
 		// Control: a plain run works.
