@@ -7,15 +7,13 @@ import (
 )
 
 // DefaultProcs is the GOMAXPROCS a `vak gateway` process runs with unless
-// told otherwise (--procs, or the GOMAXPROCS environment variable). One:
-// with more, every request hands work between threads (the response from
-// upstream, net/http's per-request background read, timers), and each
-// hand-off wakes an idle thread, which on a small machine (a VM) costs
-// more than the work: measured in bench/egress on 2 cores, one P served
-// 1.08-1.22x the requests at concurrency 1 and was within noise at 32
-// (docs/BENCHMARKS.md). A gateway serving many busy sandboxes on a large
-// machine can ask for more with --procs 0 (one per CPU).
-const DefaultProcs = 1
+// told otherwise (--procs, or the GOMAXPROCS environment variable): 0, the
+// Go runtime's default (one per CPU). One thread served requests made one
+// at a time 1.07-1.14x faster on 2 cores (fewer thread hand-offs), but 32 in
+// flight 20% slower, below issue 16's concurrency-32 target, in a quiet
+// interleaved run (docs/BENCHMARKS.md): a latency-bound single agent on a
+// small VM can ask for --procs 1.
+const DefaultProcs = 0
 
 // SetProcs sets this process's GOMAXPROCS for the gateway: n > 0 sets it,
 // 0 keeps the Go runtime's default (one per CPU, within a container's CPU

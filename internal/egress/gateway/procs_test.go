@@ -16,7 +16,8 @@ func TestSetProcs(t *testing.T) {
 		want  int
 		err   bool
 	}{
-		{name: "default one", n: DefaultProcs, start: 3, want: 1},
+		{name: "default keeps the runtime's", n: DefaultProcs, start: 3, want: 3},
+		{name: "one", n: 1, start: 3, want: 1},
 		{name: "explicit", n: 2, start: 1, want: 2},
 		{name: "zero keeps the runtime's", n: 0, start: 3, want: 3},
 		{name: "environment wins", n: 1, env: "3", start: 3, want: 3},
