@@ -37,6 +37,31 @@ func ifname(n string) []byte {
 
 func be16(p uint16) []byte { return binaryutil.BigEndian.PutUint16(p) }
 
+// l4 matches the layer-4 protocol proto.
+func l4(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+}
+
+// dport matches the TCP/UDP destination port p.
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(p)},
+	}
+}
+
+// cat joins expression lists into one rule.
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
 func build(c Config) *ruleset {
 	gw := c.Gateway.AsSlice()
 	accept := &expr.Verdict{Kind: expr.VerdictAccept}
@@ -54,25 +79,6 @@ func build(c Config) *ruleset {
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 	}, ipDaddrGW...)
-	l4 := func(proto byte) []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-		}
-	}
-	dport := func(p uint16) []expr.Any {
-		return []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(p)},
-		}
-	}
-	cat := func(parts ...[]expr.Any) []expr.Any {
-		var out []expr.Any
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
 	dnat := []expr.Any{
 		&expr.Immediate{Register: 1, Data: gw},
 		&expr.Immediate{Register: 2, Data: be16(c.DNSPort)},
