@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"vak/internal/peercred"
 )
 
 // SocketName is the broker's socket inside its state dir.
@@ -167,7 +169,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 func (s *Server) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	uid, err := peerUID(c)
+	uid, err := peercred.UID(c)
 	if err != nil || uid != s.UID {
 		s.Broker.receipt("connect", "", "", "", "deny", fmt.Sprintf("peer uid %d is not %d (%v)", uid, s.UID, err), 0)
 		json.NewEncoder(c).Encode(response{Error: fmt.Sprintf("agentnet: connection refused: peer uid %d is not the broker's uid %d", uid, s.UID), Kind: "register"})

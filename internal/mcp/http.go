@@ -15,6 +15,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"vak/internal/peercred"
 )
 
 // ErrListen is wrapped by errors about a --listen address.
@@ -70,7 +72,7 @@ func Listen(addr string) (*Listener, error) {
 }
 
 func listenUnix(path string) (*Listener, error) {
-	if _, err := peerUID(nil); errors.Is(err, errors.ErrUnsupported) {
+	if _, err := peercred.UID(nil); errors.Is(err, errors.ErrUnsupported) {
 		return nil, fmt.Errorf("%w %q: %w", ErrListen, path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -147,7 +149,7 @@ func ServeHTTP(ctx context.Context, l *Listener, h http.Handler) error {
 			if _, ok := c.(*net.UnixConn); !ok {
 				return ctx
 			}
-			uid, err := peerUID(c)
+			uid, err := peercred.UID(c)
 			return context.WithValue(ctx, peerKey{}, peerResult{uid: uid, err: err})
 		},
 	}
