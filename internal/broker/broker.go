@@ -418,8 +418,8 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Env:       env,
 		Mode:      s.opts.Config.Sandbox.Mode,
 		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: absAll(s.opts.Workspace, plan.ReadOnly),
-		Pin:       absAll(s.opts.Workspace, plan.Pin),
+		Protected: fsguard.Abs(s.opts.Workspace, plan.ReadOnly),
+		Pin:       fsguard.Abs(s.opts.Workspace, plan.Pin),
 		Network:   s.opts.Network,
 		Home:      s.home,
 	}
@@ -522,7 +522,7 @@ const lifelineFD = 4
 // protectionPlan walks the workspace (without following links) for what
 // the backend mounts to protect it: see fsguard.Plan.
 func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
-	t, err := fsguard.OpenTree(ws)
+	plan, err := fsguard.PlanWorkspace(ws, protected)
 	if errors.Is(err, fsguard.ErrUnsupported) {
 		// No beneath-resolution here (macOS): the paths that exist, by
 		// name, as before.
@@ -537,21 +537,7 @@ func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
 	if err != nil {
 		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
 	}
-	defer t.Close()
-	plan, err := t.Plan(protected)
-	if err != nil {
-		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
-	}
 	return plan, nil
-}
-
-// absAll joins workspace-relative paths to the workspace.
-func absAll(ws string, rels []string) []string {
-	var out []string
-	for _, r := range rels {
-		out = append(out, filepath.Join(ws, r))
-	}
-	return out
 }
 
 // hostCommandEnv is the host part of the environment of sandboxed commands

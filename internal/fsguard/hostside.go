@@ -2,6 +2,7 @@ package fsguard
 
 import (
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -149,4 +150,25 @@ type Plan struct {
 	Protected []string
 	// Scan is the walk the plan was made from.
 	Scan Scan
+}
+
+// PlanWorkspace opens workspace as a Tree, makes the Plan for protected
+// (configured workspace-relative entries) and closes it. Without
+// beneath-resolution it fails with ErrUnsupported, as OpenTree does.
+func PlanWorkspace(workspace string, protected []string) (Plan, error) {
+	t, err := OpenTree(workspace)
+	if err != nil {
+		return Plan{}, err
+	}
+	defer t.Close()
+	return t.Plan(protected)
+}
+
+// Abs joins workspace-relative paths (a Plan's) to workspace.
+func Abs(workspace string, rels []string) []string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(workspace, r))
+	}
+	return out
 }

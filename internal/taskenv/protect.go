@@ -14,9 +14,8 @@ import (
 // (not Linux) it falls back to the protected paths that exist, by name,
 // skipping any reached through a link.
 func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
-	t, err := fsguard.OpenTree(ws)
+	pl, err := fsguard.PlanWorkspace(ws, protected)
 	if errors.Is(err, fsguard.ErrUnsupported) {
-		var pl fsguard.Plan
 		for _, rel := range protected {
 			full := filepath.Join(ws, rel)
 			fi, err := os.Lstat(full)
@@ -29,11 +28,6 @@ func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
 		}
 		return pl, nil
 	}
-	if err != nil {
-		return fsguard.Plan{}, fmt.Errorf("%w: protected paths: %v", ErrInvalidSpec, err)
-	}
-	defer t.Close()
-	pl, err := t.Plan(protected)
 	if err != nil {
 		return fsguard.Plan{}, fmt.Errorf("%w: protected paths: %v", ErrInvalidSpec, err)
 	}

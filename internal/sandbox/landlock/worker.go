@@ -72,8 +72,8 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		HomeSource:  pp.HomeDir,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
-		Protected:   absAll(pp.Workspace, plan.ReadOnly),
-		Pin:         absAll(pp.Workspace, plan.Pin),
+		Protected:   fsguard.Abs(pp.Workspace, plan.ReadOnly),
+		Pin:         fsguard.Abs(pp.Workspace, plan.Pin),
 		Limits:      pp.Limits,
 		AllowWeaker: pp.AllowWeaker || b.AllowWeaker,
 		UID:         os.Getuid(),
@@ -217,25 +217,11 @@ func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
 			rel = append(rel, r)
 		}
 	}
-	t, err := fsguard.OpenTree(ws)
-	if err != nil {
-		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
-	}
-	defer t.Close()
-	plan, err := t.Plan(rel)
+	plan, err := fsguard.PlanWorkspace(ws, rel)
 	if err != nil {
 		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
 	}
 	return plan, nil
-}
-
-// absAll joins workspace-relative paths to the workspace.
-func absAll(ws string, rels []string) []string {
-	var out []string
-	for _, r := range rels {
-		out = append(out, filepath.Join(ws, r))
-	}
-	return out
 }
 
 // commandEnv is the host environment of commands plus HOME and TMPDIR as
