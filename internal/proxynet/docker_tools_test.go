@@ -3,7 +3,6 @@ package proxynet
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"vak/internal/paths"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -52,46 +50,8 @@ func TestDockerSessionTools(t *testing.T) {
 	if _, err := dockerOut("image", "inspect", DockerToolsImage); err != nil {
 		testenv.Missing(t, testenv.EnvRequireDocker, DockerToolsImage+" is not built: run scripts/build-docker-test-image.sh")
 	}
-	base := testenv.TestNetImage(t)
-	vak := testenv.Vak(t)
-	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
-	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
-	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", inet, base, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
-
-	dir, _ := filepath.EvalSymlinks(t.TempDir())
-	xdg := filepath.Join(dir, "xdg-state")
-	os.MkdirAll(filepath.Join(xdg, "vak"), 0o700)
-	cfgFile := filepath.Join(dir, "config.toml")
-	os.WriteFile(cfgFile, []byte(fmt.Sprintf(`version = 1
-[sandbox]
-backend = "docker"
-image = %q
-[network]
-policy = "proxied"
-[[network.rules]]
-name = "test upstream"
-hosts = ["allowed.test"]
-cidrs = ["%s/32"]
-[network.dns.overrides]
-"allowed.test" = [%q]
-"denied.test" = [%q]
-"canary.test" = [%q]
-[gateway]
-extra_ca_bundles = [%q]
-`, DockerToolsImage, upIP, upIP, upIP, canIP, certs.CA)), 0o600)
-	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(dir, "ws")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(ws, 0o777)
-	key := Key(ws)
-	if out, err := exec.Command("docker", "save", "-o", filepath.Join(ws, "inner.tar"), base).CombinedOutput(); err != nil {
-		t.Fatalf("docker save: %v %s", err, out)
-	}
-	os.Chmod(filepath.Join(ws, "inner.tar"), 0o644)
+	f := newNestedFixture(t, DockerToolsImage)
+	base, vak, inet, canIP, xdg, cfgFile, ws, key := f.base, f.vak, f.inet, f.canIP, f.xdg, f.cfgFile, f.ws, f.key
 	buildTCProbe(t, ws)
 
 	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}

@@ -1,0 +1,75 @@
+package proxynet
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"vak/internal/paths"
+	"vak/internal/testenv"
+)
+
+// nestedFixture is what the --docker session tests share: the test image
+// and vak, a hermetic upstream (allowed.test, denied.test) and canary on an
+// "internet" network, a user config whose policy allows allowed.test
+// through the gateway with image as the session image (empty: the test
+// image plus the host's docker CLI), vak's state dir, and a
+// workspace the session's user can write, holding the test image saved as
+// inner.tar (loaded through the guard: no registry).
+type nestedFixture struct {
+	base, vak    string
+	inet         string
+	canIP        string
+	xdg, cfgFile string
+	ws, key      string
+}
+
+func newNestedFixture(t *testing.T, image string) *nestedFixture {
+	t.Helper()
+	f := &nestedFixture{base: testenv.TestNetImage(t), vak: testenv.Vak(t)}
+	if image == "" {
+		image = testenv.DockerCLIImage(t, f.base)
+	}
+	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
+	f.inet = testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	upID, upIP := testenv.RunContainer(t, "", f.inet, "-v", certs.Dir+":/certs:ro", f.base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
+	canID, canIP := testenv.RunContainer(t, "", f.inet, f.base, "testnet", "canary")
+	testenv.WaitReady(t, upID)
+	testenv.WaitReady(t, canID)
+	f.canIP = canIP
+
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	f.xdg = filepath.Join(dir, "xdg-state")
+	os.MkdirAll(filepath.Join(f.xdg, "vak"), 0o700)
+	f.cfgFile = filepath.Join(dir, "config.toml")
+	os.WriteFile(f.cfgFile, []byte(fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "test upstream"
+hosts = ["allowed.test"]
+cidrs = ["%s/32"]
+[network.dns.overrides]
+"allowed.test" = [%q]
+"denied.test" = [%q]
+"canary.test" = [%q]
+[gateway]
+extra_ca_bundles = [%q]
+`, image, upIP, upIP, upIP, canIP, certs.CA)), 0o600)
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(dir, "ws")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(ws, 0o777) // the session's user writes here
+	f.ws, f.key = ws, Key(ws)
+	if out, err := exec.Command("docker", "save", "-o", filepath.Join(ws, "inner.tar"), f.base).CombinedOutput(); err != nil {
+		t.Fatalf("docker save: %v %s", err, out)
+	}
+	os.Chmod(filepath.Join(ws, "inner.tar"), 0o644)
+	return f
+}
