@@ -49,13 +49,9 @@ func TestDevcontainerDocker(t *testing.T) {
 	}
 	vak := testenv.Vak(t)
 	id := testenv.TestID(t)
-	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
-	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	in := testenv.StartInternet(t, base, "allowed.test", "denied.test")
+	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	t.Cleanup(func() { removeLabelled(id) })
-	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", inet, base, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
 
 	var rnd [6]byte
 	rand.Read(rnd[:])

@@ -45,14 +45,10 @@ func TestDevcontainerUp(t *testing.T) {
 	img := testenv.TestNetImage(t)
 	vak := testenv.Vak(t)
 	id := testenv.TestID(t)
-	certs := testenv.GenCerts(t, "allowed.test", "unbound.test")
-	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
+	in := testenv.StartInternet(t, img, "allowed.test", "unbound.test")
+	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	// Registered after the network's own cleanup, so it runs first.
 	t.Cleanup(func() { removeLabelled(id) })
-	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", img, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", inet, img, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
 
 	var rnd [6]byte
 	rand.Read(rnd[:])

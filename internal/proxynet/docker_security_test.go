@@ -43,13 +43,9 @@ func newDindEnv(t *testing.T) *dindEnv {
 	e.base = testenv.TestNetImage(t)
 	e.img = testenv.DockerCLIImage(t, e.base)
 	e.vak = testenv.Vak(t)
-	certs := testenv.GenCerts(t, "allowed.test", "other.test", "denied.test")
-	e.inet = testenv.CreateNetwork(t, testenv.UniqueName("internet"))
-	upID, upIP := testenv.RunContainer(t, "", e.inet, "-v", certs.Dir+":/certs:ro", e.base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", e.inet, e.base, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
-	e.upIP, e.canIP = upIP, canIP
+	in := testenv.StartInternet(t, e.base, "allowed.test", "other.test", "denied.test")
+	certs, upIP, canIP := in.Certs, in.UpstreamIP, in.CanaryIP
+	e.inet, e.upIP, e.canIP = in.Network, upIP, canIP
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	e.secret = "dind-secret-" + hex.EncodeToString(rnd[:])

@@ -32,13 +32,9 @@ func newNestedFixture(t *testing.T, image string) *nestedFixture {
 	if image == "" {
 		image = testenv.DockerCLIImage(t, f.base)
 	}
-	certs := testenv.GenCerts(t, "allowed.test", "denied.test")
-	f.inet = testenv.CreateNetwork(t, testenv.UniqueName("internet"))
-	upID, upIP := testenv.RunContainer(t, "", f.inet, "-v", certs.Dir+":/certs:ro", f.base, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", f.inet, f.base, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
-	f.canIP = canIP
+	in := testenv.StartInternet(t, f.base, "allowed.test", "denied.test")
+	certs, upIP, canIP := in.Certs, in.UpstreamIP, in.CanaryIP
+	f.inet, f.canIP = in.Network, canIP
 
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
 	f.xdg = filepath.Join(dir, "xdg-state")

@@ -35,12 +35,8 @@ func TestProxiedTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	certs := testenv.GenCerts(t, "allowed.test", "unbound.test")
-	inet := testenv.CreateNetwork(t, testenv.UniqueName("internet"))
-	upID, upIP := testenv.RunContainer(t, "", inet, "-v", certs.Dir+":/certs:ro", img, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
-	canID, canIP := testenv.RunContainer(t, "", inet, img, "testnet", "canary")
-	testenv.WaitReady(t, upID)
-	testenv.WaitReady(t, canID)
+	in := testenv.StartInternet(t, img, "allowed.test", "unbound.test")
+	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	inetGW := testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", inet)
 
 	// A listener on the host, on every address: no sandbox may reach it.

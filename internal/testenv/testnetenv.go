@@ -77,6 +77,29 @@ func GenCerts(t testing.TB, names ...string) Certs {
 	return Certs{Dir: dir, CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
 }
 
+// Internet is the hermetic "internet" of the proxied tests: a Docker
+// network with an HTTPS upstream and a canary on it.
+type Internet struct {
+	Network    string
+	Certs      Certs  // the upstream's certificate and its CA
+	UpstreamIP string // testnet upstream: HTTPS for the names, HTTP
+	CanaryIP   string // testnet canary: counts whatever reaches it
+}
+
+// StartInternet creates the network and starts, from image (TestNetImage's),
+// an upstream serving a certificate for names and a canary, and waits until
+// both are ready. Everything is removed when t ends.
+func StartInternet(t testing.TB, image string, names ...string) Internet {
+	t.Helper()
+	in := Internet{Certs: GenCerts(t, names...), Network: CreateNetwork(t, UniqueName("internet"))}
+	upID, upIP := RunContainer(t, "", in.Network, "-v", in.Certs.Dir+":/certs:ro", image, "testnet", "upstream", "--cert", "/certs/cert.pem", "--key", "/certs/key.pem")
+	canID, canIP := RunContainer(t, "", in.Network, image, "testnet", "canary")
+	WaitReady(t, upID)
+	WaitReady(t, canID)
+	in.UpstreamIP, in.CanaryIP = upIP, canIP
+	return in
+}
+
 // CanaryCounts returns what the canary at addr (its IP, or IP:port when
 // the control port is not the default) has received since it started or
 // was last reset.
