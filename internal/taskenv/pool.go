@@ -146,7 +146,7 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 		return err
 	}
 	created := time.Now().Truncate(time.Second)
-	cfg, hc, err := m.containerConfig(p, "", runDir, key, created)
+	cfg, hc, err := m.containerConfig(p, "", runDir, key, "", created)
 	if err != nil {
 		os.RemoveAll(runDir)
 		return err
