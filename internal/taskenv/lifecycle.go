@@ -41,7 +41,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.PoolSize > 0 && !p.spec.Docker {
+	if m.PoolSize > 0 {
 		s, err := m.claim(ctx, cli, p)
 		if s != nil || err != nil {
 			return s, err

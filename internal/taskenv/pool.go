@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,8 +17,10 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/dockerd"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
@@ -35,7 +38,11 @@ import (
 // container's lifetime counts from when it was made, and an unclaimed one
 // ends by the idle timeout like any session (gc then removes it).
 
-// poolKey identifies the containers that can serve plan p.
+// poolKey identifies the containers that can serve plan p. For a --docker
+// plan it also holds what the sidecar of a pool pair was started with and
+// cannot change: the sidecar image's ID, the nested pool, the gateway, the
+// netclient's namespace, the trust dir binds and CA variables, and the
+// placeholders the guard propagates.
 func (m *Manager) poolKey(p *plan) (string, error) {
 	fi, err := os.Stat(p.worker)
 	if err != nil {
@@ -61,16 +68,58 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 		Worker                                        string
 		WorkerDev, WorkerIno, WorkerSize              uint64
 		WorkerMtime                                   int64
+		Docker                                        *dockerKey `json:",omitempty"`
 	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.Spec(), p.home,
 		p.spec.Mode, p.limits, p.env, p.protected, labels, p.identity, p.install,
 		m.idle(), m.lifetime(), p.spec.DefaultTimeout,
-		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano()}
+		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano(), nil}
+	if p.spec.Docker {
+		if material.Docker, err = dockerPoolKey(p); err != nil {
+			return "", err
+		}
+	}
 	data, err := json.Marshal(material)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:12]), nil
+}
+
+// dockerKey is the --docker part of a pool key.
+type dockerKey struct {
+	SidecarImage, NestedPool, Gateway, NetworkMode, TrustCA string
+	TrustEnv, Binds, Propagated                             []string
+}
+
+func dockerPoolKey(p *plan) (*dockerKey, error) {
+	att := p.net
+	if p.dockerImage == "" || att == nil || !att.NestedPool.IsValid() || !att.Gateway.IsValid() {
+		return nil, fmt.Errorf("%w: a --docker pool key needs the sidecar image's ID and the nested network", ErrDockerUnavailable)
+	}
+	env, err := propagated(att, p.spec.DockerPlaceholders)
+	if err != nil {
+		return nil, err
+	}
+	return &dockerKey{SidecarImage: p.dockerImage, NestedPool: att.NestedPool.String(), Gateway: att.Gateway.String(),
+		NetworkMode: att.Mode, TrustCA: att.TrustCA, TrustEnv: att.TrustEnv, Binds: att.Binds, Propagated: env}, nil
+}
+
+// pinDockerImage resolves the sidecar image to its ID (part of a --docker
+// pool key; a pair's sidecar must run exactly that image).
+func (m *Manager) pinDockerImage(ctx context.Context, cli *client.Client, p *plan) error {
+	if !p.spec.Docker {
+		return nil
+	}
+	if m.DockerImage == "" {
+		return fmt.Errorf("%w: no sidecar image configured", ErrDockerUnavailable)
+	}
+	ii, err := cli.ImageInspect(ctx, m.DockerImage)
+	if err != nil {
+		return apiErr("inspect the sidecar image "+m.DockerImage, err)
+	}
+	p.dockerImage = ii.ID
+	return nil
 }
 
 // lock takes the state directory's lock (claims and snapshot tags).
@@ -115,6 +164,9 @@ func (m *Manager) FillPool(ctx context.Context, spec Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := m.pinDockerImage(ctx, cli, p); err != nil {
+		return 0, err
+	}
 	key, err := m.poolKey(p)
 	if err != nil {
 		return 0, err
@@ -139,14 +191,30 @@ func (m *Manager) FillPool(ctx context.Context, spec Spec) (int, error) {
 	return made, nil
 }
 
+// createPooled makes one pool entry for p: a started container whose
+// worker answers and, for a --docker plan, first its sidecar (in a docker
+// slot of its own, PoolSlotPrefix + the entry's slot) answering through
+// the guard: the pair is claimed together.
 func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan, key, dir string) (err error) {
 	slot := randomHex(8)
+	dslot := ""
+	if p.spec.Docker {
+		dslot = PoolSlotPrefix + slot
+		if err := m.startSidecar(ctx, cli, p, dslot); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				m.removeSidecar(dslot)
+			}
+		}()
+	}
 	runDir, err := m.makeRunDir(slot)
 	if err != nil {
 		return err
 	}
 	created := time.Now().Truncate(time.Second)
-	cfg, hc, err := m.containerConfig(p, "", runDir, key, "", created)
+	cfg, hc, err := m.containerConfig(p, "", runDir, key, dslot, created)
 	if err != nil {
 		os.RemoveAll(runDir)
 		return err
@@ -172,7 +240,8 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	}
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key,
+		Docker: p.spec.Docker, DockerSlot: dslot}
 	deadline := time.Now().Add(wire.DefaultStartTimeout)
 	for {
 		var conn interface{ Close() error }
@@ -196,8 +265,15 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 }
 
 // claim hands a ready pool container for p to a new session, or returns
-// nil, nil when none is there.
+// nil, nil when none is there. A --docker pair is handed over only once
+// claimPair has checked its sidecar.
 func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Session, error) {
+	if p.spec.Docker && m.DockerImage == "" {
+		return nil, nil // the cold create names what is missing
+	}
+	if err := m.pinDockerImage(ctx, cli, p); err != nil {
+		return nil, err
+	}
 	key, err := m.poolKey(p)
 	if err != nil {
 		return nil, err
@@ -217,6 +293,18 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		if rec == nil || err != nil {
 			return nil, err
 		}
+		if p.spec.Docker {
+			if err := m.claimPair(ctx, cli, p, rec); err != nil {
+				// Not exactly what a cold create would start, or not
+				// answering: the pair goes; try the next.
+				m.removeContainer(rec.Container, rec.RunDir, rec.ID)
+				if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
+					m.removeSidecar(key)
+				}
+				m.claimRejected(rec, err)
+				continue
+			}
+		}
 		conn, err := dialWorker(ctx, rec.RunDir, rec.Container)
 		if err == nil {
 			wc := wire.NewClient(halfCloser{conn}, conn)
@@ -229,6 +317,120 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 		// A pooled container that died (idle timeout) is removed; try the next.
 		m.removeContainer(rec.Container, rec.RunDir, rec.ID)
+		if rec.Docker {
+			if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
+				m.removeSidecar(key)
+			}
+		}
+	}
+}
+
+// claimPair checks the sidecar of a claimed --docker pool pair before the
+// session is handed out: its docker slot is a pool slot, the session
+// container is labelled with it, the sidecar is exactly the one a cold
+// create would start for p in that slot (image ID, network mode, guard
+// command line with its policy, capabilities, seccomp, private cgroup
+// namespace, mounts, limits), it runs, the netclient whose namespace it
+// shares runs and was not started again after it (checkSidecar), and
+// `docker info` answers through its guard.
+func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, rec *record) error {
+	key, err := rec.dockerSlot()
+	if err != nil {
+		return err
+	}
+	if !poolSlotRe().MatchString(key) {
+		return fmt.Errorf("%w: pool entry %s: docker slot %q is not a pool slot", ErrDockerUnavailable, rec.Name, key)
+	}
+	want, err := m.dockerSidecar(p, key)
+	if err != nil {
+		return err
+	}
+	cfg, hc, err := want.Spec()
+	if err != nil {
+		return err
+	}
+	sc, err := cli.ContainerInspect(ctx, want.Name, client.ContainerInspectOptions{})
+	if err != nil {
+		return apiErr("inspect the pool's sidecar "+want.Name, err)
+	}
+	sess, err := cli.ContainerInspect(ctx, rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		return apiErr("inspect the pool container", err)
+	}
+	if sess.Container.Config == nil || sess.Container.Config.Labels[LabelDockerSlot] != key {
+		return fmt.Errorf("%w: pool container %s is not labelled with docker slot %s", ErrDockerUnavailable, rec.Name, key)
+	}
+	if err := sameSidecar(sc.Container, p.dockerImage, cfg, hc); err != nil {
+		return fmt.Errorf("%w: pool sidecar %s: %w", ErrDockerUnavailable, want.Name, err)
+	}
+	if err := m.checkSidecar(ctx, rec); err != nil {
+		return err
+	}
+	if out, err := dockerd.Exec(ctx, cli, sc.Container.ID, "docker", "-H", "unix://"+ContainerDockerSocket, "info", "--format", "{{.ServerVersion}}"); err != nil {
+		return fmt.Errorf("%w: pool sidecar %s: docker info through the guard: %w: %s", ErrDockerUnavailable, want.Name, err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// sameSidecar compares what the daemon recorded for a sidecar with the
+// spec a cold create would use; the first difference is the error.
+func sameSidecar(got container.InspectResponse, imageID string, cfg *container.Config, hc *container.HostConfig) error {
+	if got.Config == nil || got.HostConfig == nil {
+		return errors.New("no configuration recorded")
+	}
+	g, gh := got.Config, got.HostConfig
+	diff := func(field string, a, b any) error {
+		return fmt.Errorf("%s is %v, a cold create would use %v", field, a, b)
+	}
+	if got.Image != imageID {
+		return diff("image", got.Image, imageID)
+	}
+	if !slices.Equal(g.Entrypoint, cfg.Entrypoint) || !slices.Equal(g.Cmd, cfg.Cmd) {
+		return diff("command line (entrypoint, guard policy)", append(slices.Clone(g.Entrypoint), g.Cmd...), append(slices.Clone(cfg.Entrypoint), cfg.Cmd...))
+	}
+	if g.User != cfg.User {
+		return diff("user", g.User, cfg.User)
+	}
+	for k, v := range cfg.Labels {
+		if g.Labels[k] != v {
+			return diff("label "+k, g.Labels[k], v)
+		}
+	}
+	if gh.NetworkMode != hc.NetworkMode {
+		return diff("network mode", gh.NetworkMode, hc.NetworkMode)
+	}
+	if gh.CgroupnsMode != container.CgroupnsModePrivate {
+		return diff("cgroup namespace", gh.CgroupnsMode, container.CgroupnsModePrivate)
+	}
+	if gh.Privileged || !slices.Equal(gh.CapDrop, hc.CapDrop) || !slices.Equal(gh.CapAdd, hc.CapAdd) {
+		return diff("capabilities", fmt.Sprint(gh.CapAdd, " privileged=", gh.Privileged), hc.CapAdd)
+	}
+	if !slices.Equal(gh.SecurityOpt, hc.SecurityOpt) {
+		return errors.New("security options (seccomp profile) differ from a cold create's")
+	}
+	if gh.Memory != hc.Memory || gh.PidsLimit == nil || hc.PidsLimit == nil || *gh.PidsLimit != *hc.PidsLimit {
+		return diff("limits", fmt.Sprint(gh.Memory, gh.PidsLimit), fmt.Sprint(hc.Memory, *hc.PidsLimit))
+	}
+	if len(gh.Mounts) != len(hc.Mounts) {
+		return diff("mounts", len(gh.Mounts), len(hc.Mounts))
+	}
+	for i, mt := range hc.Mounts {
+		gm := gh.Mounts[i]
+		if gm.Type != mt.Type || gm.Source != mt.Source || gm.Target != mt.Target || gm.ReadOnly != mt.ReadOnly {
+			return diff(fmt.Sprintf("mount %d", i), fmt.Sprintf("%s %s:%s ro=%t", gm.Type, gm.Source, gm.Target, gm.ReadOnly), fmt.Sprintf("%s %s:%s ro=%t", mt.Type, mt.Source, mt.Target, mt.ReadOnly))
+		}
+	}
+	if !maps.Equal(gh.Tmpfs, hc.Tmpfs) {
+		return diff("tmpfs", gh.Tmpfs, hc.Tmpfs)
+	}
+	return nil
+}
+
+// claimRejected notes a pool pair that failed claimPair (it was removed;
+// the create goes on with the next entry or a cold create).
+func (m *Manager) claimRejected(rec *record, err error) {
+	if m.OnPoolReject != nil {
+		m.OnPoolReject(rec.Name, err)
 	}
 }
 
