@@ -385,8 +385,24 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 	if got.Image != imageID {
 		return diff("image", got.Image, imageID)
 	}
-	if !slices.Equal(g.Entrypoint, cfg.Entrypoint) || !slices.Equal(g.Cmd, cfg.Cmd) {
-		return diff("command line (entrypoint, guard policy)", append(slices.Clone(g.Entrypoint), g.Cmd...), append(slices.Clone(cfg.Entrypoint), cfg.Cmd...))
+	if a, b := append(slices.Clone(g.Entrypoint), g.Cmd...), append(slices.Clone(cfg.Entrypoint), cfg.Cmd...); !slices.Equal(a, b) {
+		// The first argument that differs (the guard's policy flags and
+		// the daemon's configuration are arguments).
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		at := func(s []string) string {
+			if i >= len(s) {
+				return "(none)"
+			}
+			prev := ""
+			if i > 0 {
+				prev = s[i-1] + " "
+			}
+			return fmt.Sprintf("%q", prev+s[i])
+		}
+		return diff(fmt.Sprintf("command line argument %d", i), at(a), at(b))
 	}
 	if g.User != cfg.User {
 		return diff("user", g.User, cfg.User)
