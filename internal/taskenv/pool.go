@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -289,7 +290,7 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 	}
 	for {
-		rec, err := m.claimOne(ctx, cli, p, dir, owner)
+		rec, poolName, err := m.claimOne(ctx, cli, p, dir, owner)
 		if rec == nil || err != nil {
 			return nil, err
 		}
@@ -301,7 +302,9 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 				if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
 					m.removeSidecar(key)
 				}
-				m.claimRejected(rec, err)
+				if m.OnPoolReject != nil {
+					m.OnPoolReject(poolName, err)
+				}
 				continue
 			}
 		}
@@ -360,6 +363,16 @@ func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, re
 	if sess.Container.Config == nil || sess.Container.Config.Labels[LabelDockerSlot] != key {
 		return fmt.Errorf("%w: pool container %s is not labelled with docker slot %s", ErrDockerUnavailable, rec.Name, key)
 	}
+	// The daemon records container:NAME as container:ID.
+	if nc, ok := strings.CutPrefix(string(hc.NetworkMode), "container:"); ok {
+		ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
+		if err != nil {
+			return apiErr("inspect the netclient "+nc, err)
+		}
+		if sc.Container.HostConfig != nil && string(sc.Container.HostConfig.NetworkMode) == "container:"+ins.Container.ID {
+			hc.NetworkMode = sc.Container.HostConfig.NetworkMode
+		}
+	}
 	if err := sameSidecar(sc.Container, p.dockerImage, cfg, hc); err != nil {
 		return fmt.Errorf("%w: pool sidecar %s: %w", ErrDockerUnavailable, want.Name, err)
 	}
@@ -370,6 +383,51 @@ func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, re
 		return fmt.Errorf("%w: pool sidecar %s: docker info through the guard: %w: %s", ErrDockerUnavailable, want.Name, err, strings.TrimSpace(out))
 	}
 	return nil
+}
+
+// capSet normalises capability names as the daemon records them (CAP_
+// prefix, upper case; ALL stays ALL), sorted.
+func capSet(caps []string) []string {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		c = strings.ToUpper(c)
+		if c != "ALL" && !strings.HasPrefix(c, "CAP_") {
+			c = "CAP_" + c
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// lineDiff names the lines of got that differ from want (the entrypoint
+// script: daemon.json, the guard's command line with its policy), each as
+// a window around its first differing byte.
+func lineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	var out []string
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a == b {
+			continue
+		}
+		j := 0
+		for j < len(a) && j < len(b) && a[j] == b[j] {
+			j++
+		}
+		win := func(s string) string {
+			lo, hi := max(0, j-60), min(len(s), j+100)
+			return strconv.Quote(s[lo:hi])
+		}
+		out = append(out, fmt.Sprintf("line %d has %s where a cold create has %s", i+1, win(a), win(b)))
+	}
+	return strings.Join(out, "; ")
 }
 
 // sameSidecar compares what the daemon recorded for a sidecar with the
@@ -386,23 +444,7 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 		return diff("image", got.Image, imageID)
 	}
 	if a, b := append(slices.Clone(g.Entrypoint), g.Cmd...), append(slices.Clone(cfg.Entrypoint), cfg.Cmd...); !slices.Equal(a, b) {
-		// The first argument that differs (the guard's policy flags and
-		// the daemon's configuration are arguments).
-		i := 0
-		for i < len(a) && i < len(b) && a[i] == b[i] {
-			i++
-		}
-		at := func(s []string) string {
-			if i >= len(s) {
-				return "(none)"
-			}
-			prev := ""
-			if i > 0 {
-				prev = s[i-1] + " "
-			}
-			return fmt.Sprintf("%q", prev+s[i])
-		}
-		return diff(fmt.Sprintf("command line argument %d", i), at(a), at(b))
+		return fmt.Errorf("command line differs from a cold create's: %s", lineDiff(strings.Join(a, "\n"), strings.Join(b, "\n")))
 	}
 	if g.User != cfg.User {
 		return diff("user", g.User, cfg.User)
@@ -418,8 +460,9 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 	if gh.CgroupnsMode != container.CgroupnsModePrivate {
 		return diff("cgroup namespace", gh.CgroupnsMode, container.CgroupnsModePrivate)
 	}
-	if gh.Privileged || !slices.Equal(gh.CapDrop, hc.CapDrop) || !slices.Equal(gh.CapAdd, hc.CapAdd) {
-		return diff("capabilities", fmt.Sprint(gh.CapAdd, " privileged=", gh.Privileged), hc.CapAdd)
+	if gh.Privileged || !slices.Equal(capSet(gh.CapDrop), capSet(hc.CapDrop)) || !slices.Equal(capSet(gh.CapAdd), capSet(hc.CapAdd)) {
+		return diff("capabilities", fmt.Sprint("add ", capSet(gh.CapAdd), " drop ", capSet(gh.CapDrop), " privileged=", gh.Privileged),
+			fmt.Sprint("add ", capSet(hc.CapAdd), " drop ", capSet(hc.CapDrop)))
 	}
 	if !slices.Equal(gh.SecurityOpt, hc.SecurityOpt) {
 		return errors.New("security options (seccomp profile) differ from a cold create's")
@@ -442,25 +485,19 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 	return nil
 }
 
-// claimRejected notes a pool pair that failed claimPair (it was removed;
-// the create goes on with the next entry or a cold create).
-func (m *Manager) claimRejected(rec *record, err error) {
-	if m.OnPoolReject != nil {
-		m.OnPoolReject(rec.Name, err)
-	}
-}
 
 // claimOne renames the oldest pool entry to the session's name, under the
-// lock, and writes the session record.
-func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir, owner string) (*record, error) {
+// lock, and writes the session record; it returns the record and the pool
+// container's name before the rename.
+func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir, owner string) (*record, string, error) {
 	unlock, err := m.lock()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer unlock()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".json") {
@@ -476,25 +513,31 @@ func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir
 		_, err := cli.ContainerRename(ctx, rec.Name, client.ContainerRenameOptions{NewName: name})
 		if err != nil {
 			if cerrdefs.IsConflict(err) {
-				return nil, fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
+				return nil, "", fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
 			}
 			if cerrdefs.IsNotFound(err) {
 				os.Remove(slotFile)
 				continue
 			}
-			return nil, apiErr("claim pool container", err)
+			return nil, "", apiErr("claim pool container", err)
 		}
 		os.Remove(slotFile)
+		poolName := rec.Name
 		rec.ID, rec.Name, rec.Owner = p.id, name, owner
 		rp, err := m.recordPath(p.id)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if err := writeJSON(rp, &rec); err != nil {
 			m.removeContainer(rec.Container, rec.RunDir, "")
-			return nil, fmt.Errorf("session record: %w", err)
+			if rec.Docker {
+				if key, kerr := rec.dockerSlot(); kerr == nil {
+					m.removeSidecar(key)
+				}
+			}
+			return nil, "", fmt.Errorf("session record: %w", err)
 		}
-		return &rec, nil
+		return &rec, poolName, nil
 	}
-	return nil, nil
+	return nil, "", nil
 }
