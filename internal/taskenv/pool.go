@@ -485,7 +485,6 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 	return nil
 }
 
-
 // claimOne renames the oldest pool entry to the session's name, under the
 // lock, and writes the session record; it returns the record and the pool
 // container's name before the rename.
