@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -382,14 +383,21 @@ func checkSidecarBaseline(t *testing.T, sidecar string, b dockerd.Baseline) {
 	if f[0] != string(b) || f[5] != "private" || f[6] != "false" {
 		t.Errorf("sidecar %s: label %q cgroupns %q privileged %s (want baseline %q, private, not privileged)", sidecar, f[0], f[5], f[6], b)
 	}
-	caps, _ := json.Marshal(dockerd.Capabilities)
+	// The engine records capabilities with a CAP_ prefix, sorted.
+	var recorded []string
+	json.Unmarshal([]byte(f[2]), &recorded)
+	for i, c := range recorded {
+		recorded[i] = strings.TrimPrefix(c, "CAP_")
+	}
+	slices.Sort(recorded)
+	want := slices.Sorted(slices.Values(dockerd.Capabilities))
 	switch b {
 	case dockerd.BaselineSysbox:
 		if f[1] != dockerd.SysboxRuntime || f[2] != "null" || f[4] != "0" {
 			t.Errorf("sysbox sidecar: runtime %q capadd %s security opts %s", f[1], f[2], f[4])
 		}
 	default:
-		if f[1] != "runc" || f[2] != string(caps) || f[3] != `["ALL"]` || f[4] != "2" {
+		if f[1] != "runc" || !slices.Equal(recorded, want) || f[3] != `["ALL"]` || f[4] != "2" {
 			t.Errorf("capability sidecar: runtime %q capadd %s capdrop %s security opts %s", f[1], f[2], f[3], f[4])
 		}
 	}
