@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -222,7 +219,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	end()
 
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
@@ -324,7 +321,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.stdio.Out.Write(data)
 		}
 	}
-	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, onOutput)
+	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, intr, onOutput)
 	if !interactive {
 		res, err = sess.Bash(sigctx, req, onOutput)
 	}

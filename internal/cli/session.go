@@ -330,15 +330,23 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	if f.interactive {
 		stdin = a.stdio.In
 	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT while an interactive command runs goes to it; a
+	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	s, err := m.Open(sigctx, id)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var sigs <-chan string
+	if f.interactive {
+		var disarm func()
+		sigs, disarm = intr.arm(a.stdio.Err)
+		defer disarm()
+	}
 	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
 				a.stdio.Err.Write(data)
