@@ -110,6 +110,10 @@ type Proxy struct {
 	testHookRequest func(*http.Request)
 
 	initOnce sync.Once
+	// baseCtx is the parent of the connections served by the HTTP/1 loop
+	// (h1serve.go); Close cancels it.
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
 	// transport speaks HTTP/2 or HTTP/1.1 upstream (ALPN); transport1 only
 	// HTTP/1.1. A request uses the protocol family its client used, as
 	// mitmproxy does: HTTP/1 clients (and WebSocket upgrades) get HTTP/1.1
@@ -222,6 +226,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 func (p *Proxy) init() {
 	p.initOnce.Do(func() {
 		lim := p.limits()
+		p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 		p.flows = map[*flow]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
 		p.listeners = map[io.Closer]struct{}{}
@@ -446,6 +451,7 @@ func (p *Proxy) Close() error {
 		_ = l.Close()
 	}
 	p.innerQ.Close()
+	p.baseCancel()
 	for _, s := range servers {
 		_ = s.Close()
 	}
