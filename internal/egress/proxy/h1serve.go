@@ -249,9 +249,13 @@ func (p *Proxy) serveH1(c net.Conn, ci *connInfo, tc *tls.Conn) {
 // checks.
 func (s *h1Server) readRequest(first bool) (*http.Request, error) {
 	c := s.c
-	if !first && s.br.Buffered() == 0 {
-		_ = c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
-		if _, err := s.br.Peek(1); err != nil {
+	if !first {
+		// As net/http: wait for four bytes (no request is shorter); a
+		// client that sends fewer and stops gets no answer.
+		if s.br.Buffered() < 4 {
+			_ = c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+		}
+		if _, err := s.br.Peek(4); err != nil {
 			return nil, err
 		}
 	}
@@ -423,7 +427,7 @@ func isCommonNetReadError(err error) bool {
 // reports whether the connection can carry another request.
 func (s *h1Server) serveRequest(w *h1Response, req *http.Request) bool {
 	expect := req.Header.Get("Expect")
-	expectContinue := expect != "" && httpguts.HeaderValuesContainsToken(req.Header["Expect"], "100-continue")
+	expectContinue := hasToken(expect, "100-continue")
 	if expect != "" && !expectContinue {
 		s.p.rejected(s.ci, http.StatusExpectationFailed)
 		w.reset(req)
@@ -494,6 +498,10 @@ func (s *h1Server) runHandler(w *h1Response, req *http.Request) (ok bool) {
 			ok = false
 		}
 	}()
+	if s.p.testH1Handler != nil {
+		s.p.testH1Handler(w, req)
+		return true
+	}
 	s.p.serveInner(w, req)
 	return true
 }
@@ -581,7 +589,7 @@ func (w *h1Response) WriteHeader(code int) {
 		if code == http.StatusContinue {
 			w.wroteContinue = true
 		}
-		writeStatusLine(w.s.bw, code)
+		writeStatusLine(w.s.bw, w.req.ProtoAtLeast(1, 1), code)
 		_ = w.hdr.Write(w.s.bw)
 		_, _ = w.s.bw.WriteString("\r\n")
 		w.setErr(w.s.bw.Flush())
@@ -712,8 +720,14 @@ func bodyAllowedForStatus(status int) bool {
 	return true
 }
 
-func writeStatusLine(bw *bufio.Writer, code int) {
-	_, _ = bw.WriteString("HTTP/1.1 ")
+// writeStatusLine writes net/http's status line (HTTP/1.0 to HTTP/1.0
+// clients).
+func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	if is11 {
+		_, _ = bw.WriteString("HTTP/1.1 ")
+	} else {
+		_, _ = bw.WriteString("HTTP/1.0 ")
+	}
 	if text := http.StatusText(code); text != "" {
 		_, _ = bw.WriteString(strconv.Itoa(code))
 		_ = bw.WriteByte(' ')
@@ -806,7 +820,7 @@ func (w *h1Response) commit(final bool) {
 	}
 	switch {
 	case w.closeAfter && code != http.StatusSwitchingProtocols:
-		if !httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+		if !hasToken(h.Get("Connection"), "close") {
 			h.Del("Connection")
 			if req.ProtoAtLeast(1, 1) {
 				h.Set("Connection", "close")
@@ -817,7 +831,7 @@ func (w *h1Response) commit(final bool) {
 		h.Set("Connection", "keep-alive")
 	}
 	bw := w.s.bw
-	writeStatusLine(bw, code)
+	writeStatusLine(bw, req.ProtoAtLeast(1, 1), code)
 	_ = h.WriteSubset(bw, exclude)
 	_, err := bw.WriteString("\r\n")
 	w.setErr(err)
@@ -883,3 +897,32 @@ func (w *h1Response) trailers() http.Header {
 	}
 	return tr
 }
+
+// hasToken is net/http's test for a token in a header value (first value
+// only, as the server reads it): case-insensitive, bounded by space, comma
+// or tab.
+func hasToken(v, token string) bool {
+	if len(token) > len(v) || token == "" {
+		return false
+	}
+	if v == token {
+		return true
+	}
+	for sp := 0; sp <= len(v)-len(token); sp++ {
+		if b := v[sp]; b != token[0] && b|0x20 != token[0] {
+			continue
+		}
+		if sp > 0 && !isTokenBoundary(v[sp-1]) {
+			continue
+		}
+		if end := sp + len(token); end != len(v) && !isTokenBoundary(v[end]) {
+			continue
+		}
+		if strings.EqualFold(v[sp:sp+len(token)], token) {
+			return true
+		}
+	}
+	return false
+}
+
+func isTokenBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }

@@ -2,12 +2,19 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,6 +485,236 @@ func TestH1LoopBodies(t *testing.T) {
 			if p := fmt.Sprintf("/one%d", i); count[p] != 1 {
 				t.Fatalf("%s: %d receipts, want 1 (%v)", p, count[p], count)
 			}
+		}
+	})
+}
+
+// memConn is a connection whose reads come from a fixed input and then
+// block (as a client waiting for its responses would) until the
+// connection is closed or a read deadline passes; writes are collected.
+type memConn struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	r        *bytes.Reader
+	out      bytes.Buffer
+	closed   bool
+	deadline time.Time
+	blocked  int // reads waiting for input
+}
+
+func newMemConn(raw []byte) *memConn {
+	c := &memConn{r: bytes.NewReader(raw)}
+	c.cond.L = &c.mu
+	return c
+}
+
+func (c *memConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		switch {
+		case c.closed:
+			return 0, net.ErrClosed
+		case c.r.Len() > 0:
+			return c.r.Read(b)
+		case !c.deadline.IsZero() && !time.Now().Before(c.deadline):
+			return 0, os.ErrDeadlineExceeded
+		}
+		if !c.deadline.IsZero() {
+			t := time.AfterFunc(time.Until(c.deadline), func() {
+				c.mu.Lock()
+				c.cond.Broadcast()
+				c.mu.Unlock()
+			})
+			defer t.Stop()
+		}
+		c.blocked++
+		c.cond.Wait()
+		c.blocked--
+	}
+}
+
+func (c *memConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
+	return c.out.Write(b)
+}
+
+func (c *memConn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *memConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *memConn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
+
+// closeWhenIdle closes c once the server waits for input that will not
+// come (all of it read, a read waiting, output unchanged for a while).
+func (c *memConn) closeWhenIdle(active *atomic.Int64) {
+	last, stable := -1, 0
+	for {
+		time.Sleep(time.Millisecond)
+		c.mu.Lock()
+		n, idle, closed := c.out.Len(), c.r.Len() == 0 && c.blocked > 0, c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+		// A handler waiting for the rest of a body is idle too; one that
+		// runs is given longer.
+		need := 5
+		if active.Load() != 0 {
+			need = 100
+		}
+		if idle && n == last {
+			if stable++; stable >= need {
+				c.Close()
+				return
+			}
+		} else {
+			stable = 0
+		}
+		last = n
+	}
+}
+
+func (c *memConn) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+func (c *memConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *memConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
+
+// oneConnListener hands out one connection, then blocks until closed.
+type oneConnListener struct {
+	c    chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+var statusLineRE = regexp.MustCompile(`(?m)^(HTTP/1\.[01] \d{3})`)
+
+var fuzzActive atomic.Int64
+
+// fuzzHandler reads the whole body and answers 200 (HEAD: no body).
+func fuzzHandler(w http.ResponseWriter, r *http.Request) {
+	fuzzActive.Add(1)
+	defer fuzzActive.Add(-1)
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		io.WriteString(w, "handled\n")
+	}
+}
+
+// statuses lists the status codes a server wrote for raw.
+func loopStatuses(p *Proxy, raw []byte) []string {
+	c := newMemConn(raw)
+	go c.closeWhenIdle(&fuzzActive)
+	p.serveH1(c, &connInfo{via: ViaTransparent}, nil)
+	return statusCodes(c.output())
+}
+
+func netHTTPStatuses(raw []byte, maxHeader int) []string {
+	c := newMemConn(raw)
+	go c.closeWhenIdle(&fuzzActive)
+	l := &oneConnListener{c: make(chan net.Conn, 1), done: make(chan struct{})}
+	closed := make(chan struct{})
+	srv := &http.Server{
+		Handler:                      http.HandlerFunc(fuzzHandler),
+		MaxHeaderBytes:               maxHeader,
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed {
+				close(closed)
+			}
+		},
+	}
+	l.c <- c
+	go srv.Serve(l)
+	<-closed
+	srv.Close()
+	return statusCodes(c.output())
+}
+
+func statusCodes(out string) []string {
+	var s []string
+	for _, m := range statusLineRE.FindAllStringSubmatch(out, -1) {
+		s = append(s, m[1])
+	}
+	return s
+}
+
+// FuzzH1LoopParsesLikeNetHTTP feeds the same bytes to the HTTP/1 loop and
+// to net/http's server, both running a handler that reads the body and
+// answers 200: they must write the same sequence of statuses (which
+// requests reach the handler, which are refused and how, where the
+// connection ends).
+func FuzzH1LoopParsesLikeNetHTTP(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"HEAD / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+		"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx",
+		"GET / HTTP/1.1\r\nHost: a\r\nExpect: x\r\n\r\n",
+		"GET / HTTP/2.0\r\nHost: a\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"GET http://b/ HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nab\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"GET / HTTP/1.1\nHost: a\n\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 5000) + "\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	const maxHeader = 4 << 10
+	p := &Proxy{testH1Handler: fuzzHandler, Limits: Limits{MaxHeaderBytes: maxHeader}, Logf: func(string, ...any) {}}
+	p.init()
+	f.Cleanup(func() { p.Close() })
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got := loopStatuses(p, raw)
+		want := netHTTPStatuses(raw, maxHeader)
+		if !slices.Equal(got, want) {
+			t.Fatalf("loop wrote statuses %v, net/http %v for %q", got, want, raw)
 		}
 	})
 }

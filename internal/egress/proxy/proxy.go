@@ -108,6 +108,9 @@ type Proxy struct {
 	// testHookRequest, if set, runs at the start of every forwarded request
 	// (tests use it to inject a panic, a fault that cannot be caused for real).
 	testHookRequest func(*http.Request)
+	// testH1Handler, if set, replaces serveInner in the HTTP/1 loop (the
+	// parser fuzz target compares the loop with net/http's server).
+	testH1Handler http.HandlerFunc
 
 	initOnce sync.Once
 	// baseCtx is the parent of the connections served by the HTTP/1 loop
