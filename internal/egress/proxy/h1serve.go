@@ -552,6 +552,7 @@ type h1Response struct {
 	pend       []byte
 	closeAfter bool
 	hijacked   bool
+	finished   bool
 	err        error // first write error
 
 	contMu        sync.Mutex
@@ -613,9 +614,15 @@ func (w *h1Response) setErr(err error) {
 	}
 }
 
+// errResponseFinished is a write after finishResponse.
+var errResponseFinished = errors.New("response already finished")
+
 func (w *h1Response) Write(b []byte) (int, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
+	}
+	if w.finished {
+		return 0, errResponseFinished
 	}
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
@@ -671,6 +678,9 @@ func (w *h1Response) Flush() { _ = w.FlushError() }
 func (w *h1Response) FlushError() error {
 	if w.hijacked {
 		return http.ErrHijacked
+	}
+	if w.finished {
+		return w.err
 	}
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
@@ -842,11 +852,22 @@ func (w *h1Response) commit(final bool) {
 	}
 }
 
-// finish completes the response after the handler returned.
-func (w *h1Response) finish() {
-	if w.hijacked {
+// finishResponse ends a complete response before the handler returns
+// (forward, so that the client does not wait for the receipt), unless the
+// request body still has to be drained: that may yet add Connection: close.
+func (w *h1Response) finishResponse() {
+	if b, ok := w.req.Body.(*h1ReqBody); ok && !b.sawEOF.Load() {
 		return
 	}
+	w.finish()
+}
+
+// finish completes the response (once).
+func (w *h1Response) finish() {
+	if w.hijacked || w.finished {
+		return
+	}
+	w.finished = true
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
