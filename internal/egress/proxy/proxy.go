@@ -1,7 +1,8 @@
 // Package proxy is the egress gateway's data plane: the explicit proxy
 // (HTTP CONNECT and absolute-form requests), the transparent listener (PROXY
 // protocol v2 or SO_ORIGINAL_DST), TLS interception with leaf certificates
-// from the gateway CA, HTTP/1.1, HTTP/2 and WebSocket forwarding, secret
+// from the gateway CA, HTTP/1.1 (intercepted connections on the gateway's
+// own serving loop, h1serve.go), HTTP/2 and WebSocket forwarding, secret
 // substitution and redaction, and the raw TCP relay for explicitly allowed
 // host:port pairs.
 //
