@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -155,7 +156,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.DurationVar(&f.timeout, "timeout", 0, "default timeout of each command (default from config: sandbox.timeout)")
 	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
-	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker)")
+	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under Sysbox when docker info lists sysbox-runc, else with a fixed capability list: session.docker_runtime)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
@@ -205,6 +206,10 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	defer stop()
 	s, err := m.Create(sigctx, spec)
 	if err != nil {
+		if spec.Docker && m.DockerBaseline == dockerd.BaselineSysbox && errors.Is(err, taskenv.ErrDockerUnavailable) {
+			// Not exercised against a real Sysbox here (docs/nested-docker.md).
+			err = fmt.Errorf("%w (the Sysbox sidecar; session.docker_runtime = \"runc\" in %s uses the capability-listed one)", err, trustedFile(cfg))
+		}
 		if spec.NetworkPolicy == taskenv.NetworkProxied {
 			// A topology brought up for this create goes again.
 			a.releaseProxyNet(context.Background(), ws)
@@ -254,9 +259,15 @@ func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config
 	if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
 		return err
 	}
+	b, why, err := dockerBaseline(ctx, eng, cfg)
+	if err != nil {
+		return err
+	}
 	if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
 		return err
 	}
+	m.DockerBaseline = b
+	fmt.Fprintf(a.stdio.Err, "vak: nested Docker sidecar: %s; %s\n", b.Describe(), why)
 	m.OnPoolReject = func(name string, err error) {
 		a.warnf("warm pool: %s not claimed (removed): %v", name, err)
 	}
@@ -283,9 +294,12 @@ environment plus -e NAME=VALUE, and is killed with its whole process tree on
 --timeout or Ctrl-C. Output is streamed.
 
 Without -t this talks to the session's worker directly over its socket (no
-Docker round trip). -t runs 'docker exec -it' for an interactive terminal;
---root runs it as root (package installs), only in sessions created with
-session.allow_install = true.
+Docker round trip). -i streams stdin; the first Ctrl-C (SIGINT to vak) while
+the command runs is then forwarded to the command (if it is still running a
+second later vak says so on stderr), and a second one kills it; SIGTERM and
+SIGHUP kill it at once. -t runs 'docker exec -it' for an interactive
+terminal (Ctrl-C is a key typed into it); --root runs it as root (package
+installs), only in sessions created with session.allow_install = true.
 
 Exit status: the command's own (128+N if it died of signal N), or
   2   bad arguments, unknown session, cwd outside the workspace
@@ -305,7 +319,7 @@ Exit status: the command's own (128+N if it died of signal N), or
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
 	fl.BoolVarP(&f.tty, "tty", "t", false, "allocate a terminal (runs docker exec -it)")
 	fl.BoolVar(&f.root, "root", false, "run as root through docker exec (needs session.allow_install)")
 	fl.StringVarP(&f.dir, "cwd", "C", "", "working directory inside the workspace")
@@ -344,15 +358,23 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	if f.interactive {
 		stdin = a.stdio.In
 	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT while an interactive command runs goes to it; a
+	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	s, err := m.Open(sigctx, id)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var sigs <-chan string
+	if f.interactive {
+		var disarm func()
+		sigs, disarm = intr.arm(a.stdio.Err)
+		defer disarm()
+	}
 	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
 				a.stdio.Err.Write(data)
@@ -785,4 +807,24 @@ func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]s
 		return "proxied"
 	}
 	return "proxied (" + st + ")"
+}
+
+// dockerBaseline chooses the nested Docker sidecar's baseline from the
+// Engine's runtimes (docker info) and the trusted config's
+// session.docker_runtime; "sysbox" without Sysbox is a config error naming
+// the key and the file.
+func dockerBaseline(ctx context.Context, eng *client.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
+	info, err := eng.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("%w: docker info: %w", docker.ErrDaemonUnavailable, err)
+	}
+	choice := cfg.Session.DockerRuntime
+	b, why, err := dockerd.ChooseBaseline(info.Info.Runtimes, choice)
+	if err != nil {
+		return "", "", exit(ExitConfig, fmt.Errorf("session.docker_runtime = %q (%s): %w", choice, trustedFile(cfg), err))
+	}
+	if choice == "" {
+		choice = dockerd.RuntimeAuto
+	}
+	return b, why + ", session.docker_runtime = " + strconv.Quote(choice), nil
 }

@@ -51,6 +51,8 @@ const (
 	// is the docker slot key of its sidecar (DockerSlot). Containers made
 	// before it existed carry none: their slot is the session ID.
 	LabelDockerSlot = "vak.docker.slot"
+	// LabelDockerBaseline on a sidecar names its dockerd.Baseline.
+	LabelDockerBaseline = "vak.docker.baseline"
 	// SidecarPrefix names a sidecar: SidecarPrefix + docker slot key.
 	SidecarPrefix = "vak-dockerd-"
 	// PoolSlotPrefix starts the docker slot key of a sidecar made for the
@@ -151,7 +153,16 @@ func (m *Manager) dockerSidecar(p *plan, key string) (dockerd.Sidecar, error) {
 		Labels:      labels,
 		Guard:       append([]string{sidecarVak}, dockerguard.Args(policy, dockerd.RawSocket)...),
 		GuardSocket: ContainerDockerSocket,
+		Baseline:    m.baseline(),
 	}, nil
+}
+
+// baseline is the sidecars' baseline (DockerBaseline, defaulted).
+func (m *Manager) baseline() dockerd.Baseline {
+	if m.DockerBaseline == "" {
+		return dockerd.BaselineCapabilities
+	}
+	return m.DockerBaseline
 }
 
 // propagated returns the NAME=placeholder entries of the network
@@ -180,7 +191,7 @@ func propagated(att *sandbox.NetworkAttachment, names []string) ([]string, error
 }
 
 func (m *Manager) sidecarLabels(key string) map[string]string {
-	l := map[string]string{LabelDocker: "true", LabelSession: key, LabelOwner: strconv.Itoa(os.Getuid())}
+	l := map[string]string{LabelDocker: "true", LabelSession: key, LabelOwner: strconv.Itoa(os.Getuid()), LabelDockerBaseline: string(m.baseline())}
 	for k, v := range m.Labels {
 		l[k] = v
 	}

@@ -112,6 +112,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker}
 	if p.spec.Docker {
 		rec.DockerSlot = p.id
+		rec.DockerBaseline = string(m.baseline())
 	}
 	rp, err := m.recordPath(p.id)
 	if err != nil {

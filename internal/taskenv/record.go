@@ -43,6 +43,9 @@ type record struct {
 	// slot for a claimed pair); empty in records written before it
 	// existed, which means the session ID (dockerSlot).
 	DockerSlot string `json:"docker_slot,omitempty"`
+	// DockerBaseline is the sidecar's baseline (dockerd.Baseline:
+	// "capabilities" or "sysbox"), also its LabelDockerBaseline.
+	DockerBaseline string `json:"docker_baseline,omitempty"`
 }
 
 func (m *Manager) recordPath(id string) (string, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/dockerd"
 	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
@@ -212,6 +213,11 @@ type Command struct {
 	// it arrives (an interactive request: the command may answer before
 	// the input ends); it needs Output and excludes Stdin.
 	StdinStream io.Reader
+	// Signal, with StdinStream, delivers signals to the command by name
+	// (one of wire.Signals). The command replaces the worker's shell (it is
+	// exec'd), so that a signal reaches it rather than killing a shell
+	// around it first.
+	Signal <-chan string
 	// MaxOutputBytes bounds stdout and stderr each; zero means the
 	// protocol's default (1 MiB).
 	MaxOutputBytes int64
@@ -296,6 +302,10 @@ type Manager struct {
 	// would start, or does not answer) and removed; the Create goes on
 	// with the next pair or a cold create.
 	OnPoolReject func(name string, err error)
+	// DockerBaseline is how the sidecar is isolated (dockerd.ChooseBaseline
+	// from the Engine's runtimes and session.docker_runtime; empty: the
+	// capability-listed runc sidecar). Recorded with the session.
+	DockerBaseline dockerd.Baseline
 
 	mu        sync.Mutex
 	open      map[string]*Session
