@@ -78,6 +78,7 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 		if material.Docker, err = dockerPoolKey(p); err != nil {
 			return "", err
 		}
+		material.Docker.Baseline = string(m.baseline())
 	}
 	data, err := json.Marshal(material)
 	if err != nil {
@@ -89,8 +90,8 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 
 // dockerKey is the --docker part of a pool key.
 type dockerKey struct {
-	SidecarImage, NestedPool, Gateway, NetworkMode, TrustCA string
-	TrustEnv, Binds, Propagated                             []string
+	SidecarImage, NestedPool, Gateway, NetworkMode, TrustCA, Baseline string
+	TrustEnv, Binds, Propagated                                       []string
 }
 
 func dockerPoolKey(p *plan) (*dockerKey, error) {
@@ -456,6 +457,9 @@ func sameSidecar(got container.InspectResponse, imageID string, cfg *container.C
 	}
 	if gh.NetworkMode != hc.NetworkMode {
 		return diff("network mode", gh.NetworkMode, hc.NetworkMode)
+	}
+	if gh.Runtime != hc.Runtime {
+		return diff("runtime", gh.Runtime, hc.Runtime)
 	}
 	if gh.CgroupnsMode != container.CgroupnsModePrivate {
 		return diff("cgroup namespace", gh.CgroupnsMode, container.CgroupnsModePrivate)
