@@ -7,7 +7,13 @@
 // variable, the DNS server), timed inside the sidecar (Debian's docker
 // 20.10 CLI) and interleaved in a rotating order.
 //
-//	go run ./bench/nesteddocker -n 10 -k 40
+// With -sessions N it also times --docker sessions through the vak CLI,
+// cold and claimed from the warm pool, interleaved: `vak session create
+// --docker` alone, and create until `docker info` answers through the
+// guard from inside the session (`vak session exec ID -- docker info`).
+// The pool is filled (untimed) before each warm sample.
+//
+//	go run ./bench/nesteddocker -n 10 -k 40 -sessions 10
 //
 // Needs root (the sidecar image is built by debootstrap if missing) and
 // the test image (scripts/build-test-images.sh).
@@ -36,7 +42,17 @@ func main() {
 	n := flag.Int("n", 10, "sidecar starts to time")
 	k := flag.Int("k", 40, "docker ps / docker run pairs to time")
 	img := flag.String("image", "vak-test:latest", "inner test image")
+	sessions := flag.Int("sessions", 0, "--docker session creates to time, cold and from the warm pool (0: skip)")
 	flag.Parse()
+	if *sessions > 0 {
+		if err := runSessions(*sessions, *img); err != nil {
+			fmt.Fprintln(os.Stderr, "nesteddocker:", err)
+			os.Exit(1)
+		}
+		if *n == 0 && *k == 0 {
+			return
+		}
+	}
 	if err := run(*n, *k, *img); err != nil {
 		fmt.Fprintln(os.Stderr, "nesteddocker:", err)
 		os.Exit(1)
@@ -199,4 +215,136 @@ func firstCert() ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("no system CA bundle to take a certificate from")
+}
+
+// runSessions times --docker sessions through the vak CLI (a static vak,
+// a user config with a proxied network and session.pool_size = 1, the
+// test image plus the host's static docker CLI as the session image):
+// cold creates and claims of a pair from the warm pool, interleaved.
+func runSessions(n int, img string) error {
+	vak, err := stats.BuildVak()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(vak))
+	os.Chmod(filepath.Dir(vak), 0o755)
+	dir, err := os.MkdirTemp("", "vak-bench-nds-")
+	if err != nil {
+		return err
+	}
+	dir, _ = filepath.EvalSymlinks(dir)
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	// The session image: the test image plus the host's docker CLI.
+	cliPath, err := exec.LookPath("docker")
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(cliPath)
+	if err != nil {
+		return err
+	}
+	ctxDir := filepath.Join(dir, "img")
+	os.MkdirAll(filepath.Join(ctxDir, "root", "bin"), 0o755)
+	if err := os.WriteFile(filepath.Join(ctxDir, "root", "bin", "docker"), data, 0o755); err != nil {
+		return err
+	}
+	os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte("FROM "+img+"\nCOPY root/ /\n"), 0o644)
+	sessImg := fmt.Sprintf("vak-bench-dockercli:%d", os.Getpid())
+	build := exec.Command("docker", "build", "-q", "--label", "vak.bench=1", "-t", sessImg, ctxDir)
+	build.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w: %s", sessImg, err, out)
+	}
+	defer stats.RunQuiet("docker", "rmi", "-f", sessImg)
+	ws := filepath.Join(dir, "ws")
+	os.MkdirAll(ws, 0o777)
+	os.Chmod(ws, 0o777)
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(filepath.Join(state, "vak"), 0o700)
+	cfg := filepath.Join(dir, "config.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "nothing reachable"
+hosts = ["bench.invalid"]
+cidrs = ["192.0.2.1/32"]
+[session]
+pool_size = 1
+`, sessImg)), 0o600)
+	env := append(os.Environ(), "XDG_STATE_HOME="+state)
+	vakRun := func(args ...string) (string, error) {
+		cmd := exec.Command(vak, append([]string{"--config", cfg}, args...)...)
+		cmd.Env = env
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("vak %s: %w: %s", strings.Join(args, " "), err, errb.String())
+		}
+		if w := strings.TrimSpace(errb.String()); w != "" && strings.Contains(w, "warm pool") {
+			return "", fmt.Errorf("vak %s: %s", strings.Join(args, " "), w)
+		}
+		return strings.TrimSpace(out.String()), nil
+	}
+	defer func() {
+		vakRun("session", "gc")
+		vakRun("gc")
+	}()
+	create := []string{"session", "create", "--label", "vak.bench=1", "-w", ws, "--network", "proxied", "--docker", "--no-refill", "--task"}
+	coldCreate := &stats.Sample{Name: "`vak session create --docker` (cold)"}
+	warmCreate := &stats.Sample{Name: "`vak session create --docker` (claimed from the warm pool)"}
+	coldInfo := &stats.Sample{Name: "create → `docker info` answers through the guard in the session (cold)"}
+	warmInfo := &stats.Sample{Name: "create → `docker info` answers through the guard in the session (warm pool)"}
+	one := func(task string, warm bool) (time.Duration, time.Duration, error) {
+		if warm {
+			if out, err := vakRun("session", "pool", "fill", "--label", "vak.bench=1", "-w", ws, "--network", "proxied", "--docker"); err != nil || out != "started 1" {
+				return 0, 0, fmt.Errorf("pool fill: %v %s", err, out)
+			}
+		}
+		t0 := time.Now()
+		id, err := vakRun(append(create, task)...)
+		if err != nil {
+			return 0, 0, err
+		}
+		t1 := time.Now()
+		defer vakRun("session", "rm", id)
+		if _, err := vakRun("session", "exec", id, "--", "docker", "info", "--format", "{{.ServerVersion}}"); err != nil {
+			return 0, 0, err
+		}
+		t2 := time.Now()
+		slot, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "vak.docker.slot"}}`, "vak-session-"+id).Output()
+		if got := strings.HasPrefix(string(slot), "pool-"); got != warm {
+			return 0, 0, fmt.Errorf("session %s: claimed from the pool %t, want %t", id, got, warm)
+		}
+		return t1.Sub(t0), t2.Sub(t0), nil
+	}
+	for i := -1; i < n; i++ {
+		// Alternate which goes first.
+		order := []bool{false, true}
+		if i%2 != 0 {
+			order = []bool{true, false}
+		}
+		for _, warm := range order {
+			c, ci, err := one(fmt.Sprintf("b%d-%t", i+1, warm), warm)
+			if err != nil {
+				return err
+			}
+			if i < 0 {
+				continue // warm-up
+			}
+			if warm {
+				warmCreate.Add(c)
+				warmInfo.Add(ci)
+			} else {
+				coldCreate.Add(c)
+				coldInfo.Add(ci)
+			}
+		}
+	}
+	fmt.Printf("## --docker session ready, cold and from the warm pool (n=%d)\n\n%s\n%s\n", n, stats.Table(coldCreate, warmCreate), stats.Table(coldInfo, warmInfo))
+	return nil
 }

@@ -196,30 +196,8 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
 	spec.NetworkPolicy = cfg.Network
-	spec.Docker = f.docker || cfg.Session.Docker
-	if spec.Docker {
-		spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
-	}
-	if spec.Docker {
-		if spec.NetworkPolicy != taskenv.NetworkProxied {
-			return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
-		}
-		eng, err := taskenv.NewEngine()
-		if err != nil {
-			return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
-		}
-		if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
-			return err
-		}
-		b, why, err := dockerBaseline(ctx, eng, cfg)
-		if err != nil {
-			return err
-		}
-		if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
-			return err
-		}
-		m.DockerBaseline = b
-		fmt.Fprintf(a.stdio.Err, "vak: nested Docker sidecar: %s; %s\n", b.Describe(), why)
+	if err := a.sessionDocker(ctx, m, cfg, &spec, f.docker); err != nil {
+		return err
 	}
 	if f.hold {
 		spec.OwnerPID = os.Getpid()
@@ -256,6 +234,42 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		if _, err := m.FillPool(sigctx, spec); err != nil {
 			a.warnf("refilling the warm pool: %v", err)
 		}
+	}
+	return nil
+}
+
+// sessionDocker sets up nested Docker for spec when --docker or
+// session.docker asks for it: the proxied network is required, the host's
+// daemon must answer this user, and the sidecar image is ensured (m's
+// DockerImage). A warm-pool pair that a create refuses to hand out is
+// reported as a warning.
+func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config.Config, spec *taskenv.Spec, flag bool) error {
+	spec.Docker = flag || cfg.Session.Docker
+	if !spec.Docker {
+		return nil
+	}
+	spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
+	if spec.NetworkPolicy != taskenv.NetworkProxied {
+		return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
+	}
+	eng, err := taskenv.NewEngine()
+	if err != nil {
+		return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+	}
+	if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
+		return err
+	}
+	b, why, err := dockerBaseline(ctx, eng, cfg)
+	if err != nil {
+		return err
+	}
+	if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
+		return err
+	}
+	m.DockerBaseline = b
+	fmt.Fprintf(a.stdio.Err, "vak: nested Docker sidecar: %s; %s\n", b.Describe(), why)
+	m.OnPoolReject = func(name string, err error) {
+		a.warnf("warm pool: %s not claimed (removed): %v", name, err)
 	}
 	return nil
 }
@@ -624,7 +638,20 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 	fill := &cobra.Command{
 		Use:   "fill [flags]",
 		Short: "Start containers until session.pool_size are ready for this workspace and image",
-		Args:  cobra.NoArgs,
+		Long: `Start session containers until session.pool_size are ready for what
+'vak session create' with the same flags and config would make, so that create
+claims one (a rename) instead of starting one.
+
+With --docker (or session.docker) each entry is a pair: the session container
+and its nested Docker engine (sidecar, guard, nested fence), started in a pool
+slot of its own and answering through the guard. A create claims a pair only
+when its sidecar is exactly what a cold create would start (same workspace,
+sidecar image, nested pool, gateway, trust variables and propagated
+placeholders), it runs behind a live fence, and 'docker info' answers through
+its guard; otherwise the pair is removed and the create starts cold.`,
+		Example: `  vak session pool fill -w . --network proxied --docker
+  vak session create -w . --network proxied --docker   # claims the pair`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ws, err := paths.CanonicalWorkspace(orDot(f.workspace))
 			if err != nil {
@@ -634,7 +661,7 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout}); err != nil {
+			if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout, network: f.network}); err != nil {
 				return exit(ExitUsage, err)
 			}
 			m, err := a.manager(cfg, sf)
@@ -645,8 +672,16 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 			if m.PoolSize == 0 {
 				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
 			}
-			n, err := m.FillPool(cmd.Context(), taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
-				Mode: cfg.Sandbox.Mode, Env: taskenv.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout})
+			spec := taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
+				Mode: cfg.Sandbox.Mode, Env: taskenv.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout,
+				NetworkPolicy: cfg.Network}
+			if err := a.sessionDocker(cmd.Context(), m, cfg, &spec, f.docker); err != nil {
+				return sessionErr(err)
+			}
+			n, err := m.FillPool(cmd.Context(), spec)
+			if err != nil && spec.NetworkPolicy == taskenv.NetworkProxied && n == 0 {
+				a.releaseProxyNet(context.Background(), ws)
+			}
 			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
 			return sessionErr(err)
 		},
@@ -655,6 +690,8 @@ func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
 	fill.Flags().StringVar(&f.image, "image", "", "base image (default from config)")
 	fill.Flags().StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
 	fill.Flags().DurationVar(&f.timeout, "timeout", 0, "default command timeout (default from config)")
+	fill.Flags().StringVar(&f.network, "network", "", "network policy: none or proxied (default from config)")
+	fill.Flags().BoolVar(&f.docker, "docker", false, "fill with --docker pairs (session container + nested Docker engine; needs --network proxied; default from config: session.docker)")
 	pool.AddCommand(fill)
 	return pool
 }

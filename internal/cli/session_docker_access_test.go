@@ -16,8 +16,9 @@ import (
 )
 
 // A user who cannot use the host's Docker daemon gets a clear error from
-// `vak session create --docker` (exit 69, naming the daemon's socket, the
-// uid and the docker group) before anything is built or started. It runs
+// `vak session create --docker` and from `vak session pool fill --docker`
+// (exit 69, naming the daemon's socket, the uid and the docker group)
+// before anything is built or started. It runs
 // as an unprivileged user: in-process in the non-root leg (vak-ci), and as
 // vakuser through runuser when the test runs as root. Control: the same
 // user and command against a socket it may use (a stub answering the
@@ -34,7 +35,7 @@ func TestSessionDockerNeedsEngineAccess(t *testing.T) {
 	os.MkdirAll(ws, 0o777)
 	os.Chmod(ws, 0o777)
 	cfg := filepath.Join(dir, "config.toml")
-	os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \"vak-test:latest\"\n[network]\npolicy = \"proxied\"\n"), 0o644)
+	os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \"vak-test:latest\"\n[network]\npolicy = \"proxied\"\n[session]\npool_size = 1\n"), 0o644)
 	stub := filepath.Join(dir, "stub.sock")
 	ln, err := net.Listen("unix", stub)
 	if err != nil {
@@ -52,7 +53,17 @@ func TestSessionDockerNeedsEngineAccess(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
-	args := []string{"--config", cfg, "session", "create", "--label", "vak.test=1", "-w", ws, "--network", "proxied", "--docker"}
+	for _, cmdline := range [][]string{
+		{"session", "create", "--label", "vak.test=1", "-w", ws, "--network", "proxied", "--docker"},
+		{"session", "pool", "fill", "--label", "vak.test=1", "-w", ws, "--network", "proxied", "--docker"},
+	} {
+		t.Run(strings.Join(cmdline[:2], "-"), func(t *testing.T) {
+			testEngineAccess(t, dir, ws, stub, append([]string{"--config", cfg}, cmdline...))
+		})
+	}
+}
+
+func testEngineAccess(t *testing.T, dir, ws, stub string, args []string) {
 	run := func(dockerHost string) (int, string) {
 		t.Helper()
 		state := filepath.Join(dir, "state")

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 
 // dindEnv is one workspace with a hermetic internet (an upstream serving
 // allowed.test and other.test, a canary) and the vak CLI configured for
-// --docker sessions in it.
+// --docker sessions in it. With pool set (newDindEnvPool), every session
+// is claimed from the warm pool: session fills it with one pair first and
+// fails unless the create claimed that pair.
 type dindEnv struct {
 	t              *testing.T
 	vak, base, img string
@@ -32,14 +35,23 @@ type dindEnv struct {
 	secret         string
 	labels         []string
 	env            []string
+	pool           bool
+	slots          sync.Map // session ID -> docker slot key
 }
 
-func newDindEnv(t *testing.T) *dindEnv {
+// newDindEnv: sessions are created cold.
+func newDindEnv(t *testing.T) *dindEnv { return newDindEnvMode(t, false) }
+
+// newDindEnvPool: sessions are claimed warm-pool pairs (session.pool_size
+// = 1, `vak session pool fill --docker` before each create).
+func newDindEnvPool(t *testing.T) *dindEnv { return newDindEnvMode(t, true) }
+
+func newDindEnvMode(t *testing.T, pool bool) *dindEnv {
 	testenv.CheckLeftovers(t)
 	if os.Getuid() != 0 {
 		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session tests need root (sidecar image)")
 	}
-	e := &dindEnv{t: t}
+	e := &dindEnv{t: t, pool: pool}
 	e.base = testenv.TestNetImage(t)
 	e.img = testenv.DockerCLIImage(t, e.base)
 	e.vak = testenv.Vak(t)
@@ -78,10 +90,14 @@ extra_ca_bundles = [%q]
 env = "VAKTEST_DIND_TOKEN"
 hosts = ["allowed.test"]
 `, e.img, upIP, upIP, upIP, upIP, upIP, canIP, certs.CA)
+	body += "[session]\n"
+	if pool {
+		body += "pool_size = 1\n"
+	}
 	e.cfg = filepath.Join(dir, "config.toml")
 	os.WriteFile(e.cfg, []byte(body), 0o600)
 	e.cfgProp = filepath.Join(dir, "config-propagate.toml")
-	os.WriteFile(e.cfgProp, []byte(body+"[session]\ndocker_placeholders = [\"TOKEN\"]\n"), 0o600)
+	os.WriteFile(e.cfgProp, []byte(body+"docker_placeholders = [\"TOKEN\"]\n"), 0o600)
 	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(dir, "ws")))
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +112,23 @@ hosts = ["allowed.test"]
 	os.Chmod(filepath.Join(ws, "inner.tar"), 0o644)
 	e.labels = []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
 	e.env = append(os.Environ(), "XDG_STATE_HOME="+e.xdg, "VAKTEST_DIND_TOKEN="+e.secret)
+	if pool {
+		// Runs after the teardown below (which removes the pool
+		// containers): pool sidecars a failed test left unclaimed.
+		t.Cleanup(func() {
+			own := "label=" + testenv.TestIDLabel + "=" + testenv.TestID(t)
+			if out, err := dockerOut("ps", "-aq", "--filter", own, "--filter", "name=^"+taskenv.SidecarPrefix+taskenv.PoolSlotPrefix); err == nil && strings.TrimSpace(out) != "" {
+				dockerOut(append([]string{"rm", "-f"}, strings.Fields(out)...)...)
+			}
+			if out, err := dockerOut("volume", "ls", "-q", "--filter", own); err == nil {
+				for _, v := range strings.Fields(out) {
+					if strings.HasPrefix(v, taskenv.SidecarPrefix+taskenv.PoolSlotPrefix) {
+						dockerOut("volume", "rm", "-f", v)
+					}
+				}
+			}
+		})
+	}
 	t.Cleanup(func() {
 		if cli, err := taskenv.NewEngine(); err == nil {
 			Teardown(context.Background(), cli, filepath.Join(e.xdg, "vak"), ws, true)
@@ -113,17 +146,25 @@ func (e *dindEnv) vakCmd(cfg string, args ...string) (string, string, error) {
 	return out.String(), errb.String(), err
 }
 
-// session creates a --docker session with cfg and loads the test image
-// into its engine through the guard.
+// session creates a --docker session with cfg (in pool mode: claimed from
+// the pool, filled first with cfg) and loads the test image into its
+// engine through the guard.
 func (e *dindEnv) session(cfg, task string) string {
 	t := e.t
 	t.Helper()
-	out, errs, err := e.vakCmd(cfg, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", task, "--network", "proxied", "--docker")...)
+	if e.pool {
+		out, errs, err := e.vakCmd(cfg, append(append([]string{"session", "pool", "fill"}, e.labels...), "-w", e.ws, "--network", "proxied", "--docker")...)
+		if err != nil || strings.TrimSpace(out) != "started 1" {
+			t.Fatalf("session pool fill --docker: %v\n%s%s", err, out, errs)
+		}
+	}
+	out, errs, err := e.vakCmd(cfg, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", task, "--network", "proxied", "--docker", "--no-refill")...)
 	if err != nil {
 		t.Fatalf("session create --docker: %v\n%s", err, errs)
 	}
 	id := strings.TrimSpace(out)
-	sidecar := taskenv.SidecarPrefix + id
+	slot := e.slot(id)
+	sidecar := taskenv.SidecarPrefix + slot
 	t.Cleanup(func() {
 		if t.Failed() {
 			o, _ := dockerOut("logs", "--tail", "30", sidecar)
@@ -133,6 +174,9 @@ func (e *dindEnv) session(cfg, task string) string {
 		dockerOut("rm", "-f", sidecar, taskenv.SessionPrefix+id)
 		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
 	})
+	if e.pool != strings.HasPrefix(slot, taskenv.PoolSlotPrefix) || !e.pool && slot != id {
+		t.Fatalf("session %s has docker slot %q: claimed from the pool %t, want %t (warnings: %s)", id, slot, !e.pool, e.pool, errs)
+	}
 	// The gateway reaches the hermetic internet (connecting twice is fine).
 	dockerOut("network", "connect", e.inet, "vak-gw-"+e.key)
 	if out, err := e.exec(id, "docker load -i inner.tar"); err != nil || !strings.Contains(out, "Loaded image") {
@@ -140,6 +184,27 @@ func (e *dindEnv) session(cfg, task string) string {
 	}
 	return id
 }
+
+// slot is the docker slot key of session id (its container's
+// vak.docker.slot label): the session ID for a cold create, a pool slot
+// for a claimed pair.
+// It is read once, when session creates it (later the session container
+// may be gone).
+func (e *dindEnv) slot(id string) string {
+	if k, ok := e.slots.Load(id); ok {
+		return k.(string)
+	}
+	out, err := dockerOut("inspect", "-f", `{{index .Config.Labels "`+taskenv.LabelDockerSlot+`"}}`, taskenv.SessionPrefix+id)
+	if err != nil {
+		return "unknown-slot-of-" + id
+	}
+	k := strings.TrimSpace(out)
+	e.slots.Store(id, k)
+	return k
+}
+
+// sidecar is the sidecar container of session id.
+func (e *dindEnv) sidecar(id string) string { return taskenv.SidecarPrefix + e.slot(id) }
 
 // exec runs a shell script in session id through `vak session exec`.
 func (e *dindEnv) exec(id, script string) (string, error) {
@@ -151,7 +216,7 @@ func (e *dindEnv) exec(id, script string) (string, error) {
 // socket: what an agent that got past the guard could do (the sidecar's
 // own properties must hold there).
 func (e *dindEnv) raw(id string, args ...string) (string, error) {
-	return dockerOut(append([]string{"exec", taskenv.SidecarPrefix + id, "docker", "-H", "unix://" + dockerd.RawSocket}, args...)...)
+	return dockerOut(append([]string{"exec", e.sidecar(id), "docker", "-H", "unix://" + dockerd.RawSocket}, args...)...)
 }
 
 // canaryControl shows the canary counts traffic from the test internet
@@ -184,8 +249,15 @@ func (e *dindEnv) canaryControl() {
 // raw daemon follows it); gc removes a sidecar whose session container is
 // gone. The canary counts nothing from inside, after a control that it
 // counts.
-func TestDockerSessionEgressMatrix(t *testing.T) {
-	e := newDindEnv(t)
+func TestDockerSessionEgressMatrix(t *testing.T) { testDockerSessionEgressMatrix(t, newDindEnv(t)) }
+
+// The same matrix against a session claimed from the warm pool: a pooled
+// pair must be exactly as fenced as a cold one.
+func TestClaimedDockerSessionEgressMatrix(t *testing.T) {
+	testDockerSessionEgressMatrix(t, newDindEnvPool(t))
+}
+
+func testDockerSessionEgressMatrix(t *testing.T, e *dindEnv) {
 	id := e.session(e.cfg, "matrix")
 	e.canaryControl()
 	run := "docker run --rm "
@@ -385,7 +457,7 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 		if out, err := e.exec(id, "for i in 1 2 3; do "+run+"-v "+e.ws+"/other:/y "+e.base+" true || exit 1; done"); err != nil {
 			t.Fatalf("--rm runs with a bind: %v\n%s", err, out)
 		}
-		if ls, err := dockerOut("exec", taskenv.SidecarPrefix+id, "ls", taskenv.StageDir); err != nil || len(strings.Fields(ls)) != 1 {
+		if ls, err := dockerOut("exec", e.sidecar(id), "ls", taskenv.StageDir); err != nil || len(strings.Fields(ls)) != 1 {
 			t.Errorf("staged sources after three --rm runs: %v %q (want the last run's only)", err, ls)
 		}
 		// Control: the raw daemon, same sequence, follows it into the
@@ -413,7 +485,8 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 	t.Run("GCTakesAnOrphanSidecar", func(t *testing.T) {
 		// The session container goes (by hand), its sidecar stays: gc
 		// removes the sidecar and its volumes.
-		sidecar := taskenv.SidecarPrefix + id
+		slot := e.slot(id)
+		sidecar := taskenv.SidecarPrefix + slot
 		testenv.Docker(t, "rm", "-f", taskenv.SessionPrefix+id)
 		if out := testenv.Docker(t, "ps", "-q", "--filter", "name=^"+sidecar+"$"); strings.TrimSpace(out) == "" {
 			t.Fatal("control: the sidecar is not running")
@@ -422,7 +495,7 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 			t.Fatalf("session gc: %v %s", err, errs)
 		}
 		for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
-			if out := testenv.Docker(t, append(kind, "--filter", "label=vak.session="+id)...); strings.TrimSpace(out) != "" {
+			if out := testenv.Docker(t, append(kind, "--filter", "label=vak.session="+slot)...); strings.TrimSpace(out) != "" {
 				t.Errorf("session gc left docker %v of the orphaned sidecar: %s", kind, out)
 			}
 		}
@@ -439,7 +512,16 @@ func TestDockerSessionEgressMatrix(t *testing.T) {
 // directly before or after the netclient notices and stops, and `vak
 // session exec` then refuses (exit 69) naming the fence.
 func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
-	e := newDindEnv(t)
+	testDockerSessionPlaceholdersAndFailClosed(t, newDindEnv(t))
+}
+
+// The same against a session claimed from the warm pool (filled with the
+// propagating config).
+func TestClaimedDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
+	testDockerSessionPlaceholdersAndFailClosed(t, newDindEnvPool(t))
+}
+
+func testDockerSessionPlaceholdersAndFailClosed(t *testing.T, e *dindEnv) {
 	id := e.session(e.cfgProp, "failclosed")
 	e.canaryControl()
 	run := "docker run --rm "
@@ -468,6 +550,7 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 		}
 	})
 	nc := "vak-nc-" + e.key
+	sidecar := e.sidecar(id)
 	// The netclient's own --check with its own fence flags.
 	fenceFlags := func() []string {
 		check := strings.Split(strings.TrimSpace(testenv.Docker(t, "inspect", "-f", "{{range .Config.Cmd}}{{.}}\n{{end}}", nc)), "\n")
@@ -489,7 +572,7 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 	// the netclient's own, absent in the sidecar, so "netclient not ready"
 	// means the rules verified.
 	fenceCheck := func() (string, error) {
-		out, err := dockerOut(append([]string{"exec", taskenv.SidecarPrefix + id, "/opt/vak/vak", "netclient", "--check"}, fence...)...)
+		out, err := dockerOut(append([]string{"exec", sidecar, "/opt/vak/vak", "netclient", "--check"}, fence...)...)
 		if err != nil && strings.TrimSpace(out) == "vak: netclient not ready" {
 			return out, nil
 		}
@@ -498,6 +581,21 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 	if out, err := fenceCheck(); err != nil {
 		t.Fatalf("control: netclient --check fails before anything changed: %v\n%s", err, out)
 	}
+	// The sidecar is in a cgroup namespace of its own (a property the
+	// release_agent probe of the egress matrix relies on).
+	t.Run("PrivateCgroupNamespace", func(t *testing.T) {
+		in, err := dockerOut("exec", sidecar, "readlink", "/proc/1/ns/cgroup")
+		host, herr := os.Readlink("/proc/self/ns/cgroup")
+		if err != nil || herr != nil || !strings.HasPrefix(in, "cgroup:[") {
+			t.Fatalf("cgroup namespaces: sidecar %q %v, host %q %v", in, err, host, herr)
+		}
+		if strings.TrimSpace(in) == host {
+			t.Errorf("the sidecar %s shares the host's cgroup namespace %s", sidecar, host)
+		}
+		if mode := strings.TrimSpace(testenv.Docker(t, "inspect", "-f", "{{.HostConfig.CgroupnsMode}}", sidecar)); mode != "private" {
+			t.Errorf("the sidecar's cgroupns mode is %q", mode)
+		}
+	})
 	// An inner container in the namespace with NET_ADMIN, past the guard,
 	// running the sidecar's nft (the sidecar's root bound and chrooted).
 	nft := func(script string) (string, error) {
@@ -595,7 +693,7 @@ func TestDockerSessionPlaceholdersAndFailClosed(t *testing.T) {
 		// revive the old session; once the old session is removed, a new
 		// one gets a fence whose nested --check passes, and works.
 		create := func() (string, string, error) {
-			return e.vakCmd(e.cfgProp, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", "after", "--network", "proxied", "--docker")...)
+			return e.vakCmd(e.cfgProp, append(append([]string{"session", "create"}, e.labels...), "-w", e.ws, "--task", "after", "--network", "proxied", "--docker", "--no-refill")...)
 		}
 		_, errs, err := create()
 		code := -1

@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -20,10 +21,11 @@ import (
 	"vak/internal/worker"
 )
 
-// containerConfig builds the create request for p. name is the container
-// name, session the session ID ("" for a pool container), runDir its socket
-// directory.
-func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created time.Time) (*container.Config, *container.HostConfig, error) {
+// containerConfig builds the create request for p. session is the session
+// ID ("" for a pool container), runDir its socket directory, pool the pool
+// key (pool containers), slot the docker slot key of its sidecar (Docker
+// sessions).
+func (m *Manager) containerConfig(p *plan, session, runDir, pool, slot string, created time.Time) (*container.Config, *container.HostConfig, error) {
 	wspec := worker.Spec{
 		Backend:        worker.BackendContainer,
 		Workspace:      p.spec.Workspace,
@@ -63,7 +65,11 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 		labels[LabelInstall] = "true"
 	}
 	if p.spec.Docker {
+		if !ValidDockerSlot(slot) {
+			return nil, nil, fmt.Errorf("%w: docker slot %q", ErrDockerUnavailable, slot)
+		}
 		labels[LabelDocker] = "true"
+		labels[LabelDockerSlot] = slot
 	}
 	if p.spec.OwnerPID > 0 && pool == "" {
 		tok, err := docker.OwnerToken(p.spec.OwnerPID)
@@ -123,7 +129,7 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool string, created
 	if p.spec.Docker {
 		// The guard's sockets only (the raw daemon socket is on a tmpfs
 		// of the sidecar's own).
-		_, _, sockVol := sidecarNames(session)
+		_, _, sockVol := sidecarNames(slot)
 		// Read-only: a command that may write the volume root (an exec
 		// with --root) could otherwise replace reaper.sock with a link to
 		// the raw socket, which dockerd would then bind into a

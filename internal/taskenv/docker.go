@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -45,10 +47,17 @@ const (
 	sidecarVak = "/opt/vak/vak"
 	// LabelDocker marks a session with nested Docker (value: "true").
 	LabelDocker = "vak.docker"
+	// LabelDockerSlot, on a session or pool container with nested Docker,
+	// is the docker slot key of its sidecar (DockerSlot). Containers made
+	// before it existed carry none: their slot is the session ID.
+	LabelDockerSlot = "vak.docker.slot"
 	// LabelDockerBaseline on a sidecar names its dockerd.Baseline.
 	LabelDockerBaseline = "vak.docker.baseline"
-	// SidecarPrefix names a session's sidecar: SidecarPrefix + session ID.
+	// SidecarPrefix names a sidecar: SidecarPrefix + docker slot key.
 	SidecarPrefix = "vak-dockerd-"
+	// PoolSlotPrefix starts the docker slot key of a sidecar made for the
+	// warm pool (PoolSlotPrefix + 16 hex digits).
+	PoolSlotPrefix = "pool-"
 	// StageDir is where the guard stages workspace bind sources (on the
 	// sidecar's private tmpfs next to the raw socket).
 	StageDir = dockerd.RawSocketDir + "/binds"
@@ -61,21 +70,50 @@ const (
 // be started or is gone.
 var ErrDockerUnavailable = errclass.New(errclass.Unavailable, "nested Docker unavailable")
 
+// A docker slot key names a nested engine: its sidecar container
+// (SidecarPrefix + key), its data and socket volumes (that name + "-lib",
+// "-sock") and the owner label (vak.session=key) the guard puts on every
+// inner container, network and volume and that the sidecar carries. None
+// of these can change once the sidecar runs, so the session record carries
+// the key (record.DockerSlot) instead of deriving it from the session ID.
+// A cold --docker session's key is its session ID; a warm-pool pair's is
+// PoolSlotPrefix + 16 hex digits, which no session ID has (IDs end in 10).
+
+var poolSlotRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + PoolSlotPrefix + `[0-9a-f]{16}$`) })
+
+// ValidDockerSlot reports whether key has the shape of a docker slot key
+// (a session ID or a pool slot): vak removes containers and volumes named
+// by it, so nothing else is used.
+func ValidDockerSlot(key string) bool { return ValidID(key) || poolSlotRe().MatchString(key) }
+
+// dockerSlot is the docker slot key of the session of rec: the record's,
+// or for a record written before the field existed, the session ID.
+func (r *record) dockerSlot() (string, error) {
+	key := r.DockerSlot
+	if key == "" {
+		key = r.ID
+	}
+	if !ValidDockerSlot(key) {
+		return "", fmt.Errorf("%w: session %s: docker slot %q in its record is not a slot key", ErrDockerUnavailable, r.ID, key)
+	}
+	return key, nil
+}
+
 // sidecarNames are the sidecar container and its two volumes (dockerd's
-// state; the guard's sockets) of session id.
-func sidecarNames(id string) (name, dataVol, sockVol string) {
-	name = SidecarPrefix + id
+// state; the guard's sockets) of docker slot key.
+func sidecarNames(key string) (name, dataVol, sockVol string) {
+	name = SidecarPrefix + key
 	return name, name + "-lib", name + "-sock"
 }
 
-// dockerSidecar is the sidecar for plan p.
-func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
+// dockerSidecar is the sidecar for plan p in docker slot key.
+func (m *Manager) dockerSidecar(p *plan, key string) (dockerd.Sidecar, error) {
 	att := p.net
 	if att == nil || !att.NestedPool.IsValid() || !att.Gateway.IsValid() || att.TrustCA == "" || len(att.Binds) == 0 {
 		return dockerd.Sidecar{}, fmt.Errorf("%w: the proxied network is not in nested mode", ErrDockerUnavailable)
 	}
-	name, dataVol, sockVol := sidecarNames(p.id)
-	labels := m.sidecarLabels(p.id)
+	name, dataVol, sockVol := sidecarNames(key)
+	labels := m.sidecarLabels(key)
 	trustDir := path.Dir(att.TrustCA)
 	env, err := propagated(att, p.spec.DockerPlaceholders)
 	if err != nil {
@@ -84,7 +122,7 @@ func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
 	policy := dockerguard.Policy{
 		Workspace: p.spec.Workspace, TrustDir: trustDir, TrustEnv: att.TrustEnv,
 		Pool: att.NestedPool, DNS: att.Gateway,
-		Labels:      map[string]string{LabelSession: p.id},
+		Labels:      map[string]string{LabelSession: key},
 		GuardSocket: ContainerDockerSocket, ReaperSocket: ContainerReaperSocket,
 		Env:      env,
 		StageDir: StageDir,
@@ -152,25 +190,25 @@ func propagated(att *sandbox.NetworkAttachment, names []string) ([]string, error
 	return out, nil
 }
 
-func (m *Manager) sidecarLabels(id string) map[string]string {
-	l := map[string]string{LabelDocker: "true", LabelSession: id, LabelOwner: strconv.Itoa(os.Getuid()), LabelDockerBaseline: string(m.baseline())}
+func (m *Manager) sidecarLabels(key string) map[string]string {
+	l := map[string]string{LabelDocker: "true", LabelSession: key, LabelOwner: strconv.Itoa(os.Getuid()), LabelDockerBaseline: string(m.baseline())}
 	for k, v := range m.Labels {
 		l[k] = v
 	}
 	return l
 }
 
-// startSidecar starts the nested engine of p and waits until it answers
-// through the guard.
-func (m *Manager) startSidecar(ctx context.Context, cli *client.Client, p *plan) error {
+// startSidecar starts the nested engine of p in docker slot key and waits
+// until it answers through the guard.
+func (m *Manager) startSidecar(ctx context.Context, cli *client.Client, p *plan, key string) error {
 	if m.DockerImage == "" {
 		return fmt.Errorf("%w: no sidecar image configured", ErrDockerUnavailable)
 	}
-	s, err := m.dockerSidecar(p)
+	s, err := m.dockerSidecar(p, key)
 	if err != nil {
 		return err
 	}
-	_, _, sockVol := sidecarNames(p.id)
+	_, _, sockVol := sidecarNames(key)
 	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: sockVol, Labels: s.Labels}); err != nil {
 		return fmt.Errorf("%w: create volume %s: %w", ErrDockerUnavailable, sockVol, err)
 	}
@@ -179,7 +217,7 @@ func (m *Manager) startSidecar(ctx context.Context, cli *client.Client, p *plan)
 		timeout = DefaultSidecarTimeout
 	}
 	if _, err := dockerd.Start(ctx, cli, s, timeout); err != nil {
-		m.removeSidecar(p.id)
+		m.removeSidecar(key)
 		if cerrdefs.IsConflict(err) {
 			return fmt.Errorf("%w: %w (a sidecar for session %s exists: vak session rm %s)", ErrSessionExists, err, p.id, p.id)
 		}
@@ -188,16 +226,20 @@ func (m *Manager) startSidecar(ctx context.Context, cli *client.Client, p *plan)
 	return nil
 }
 
-// removeSidecar removes session id's sidecar and its volumes; missing ones
-// are fine.
-func (m *Manager) removeSidecar(id string) error {
+// removeSidecar removes the sidecar of docker slot key and its volumes
+// (the inner containers, images, networks and volumes, all labelled with
+// the key, live in the data volume and go with it); missing ones are fine.
+func (m *Manager) removeSidecar(key string) error {
+	if !ValidDockerSlot(key) {
+		return fmt.Errorf("%w: %q is not a docker slot key", ErrDockerUnavailable, key)
+	}
 	cli, err := m.engine()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	name, dataVol, sockVol := sidecarNames(id)
+	name, dataVol, sockVol := sidecarNames(key)
 	err = dockerd.Remove(ctx, cli, name, dataVol)
 	if _, e := cli.VolumeRemove(ctx, sockVol, client.VolumeRemoveOptions{Force: true}); e != nil && !cerrdefs.IsNotFound(e) {
 		err = errors.Join(err, fmt.Errorf("remove volume %s: %w", sockVol, e))
@@ -215,11 +257,15 @@ func (m *Manager) checkSidecar(ctx context.Context, rec *record) error {
 	if !rec.Docker {
 		return nil
 	}
+	key, err := rec.dockerSlot()
+	if err != nil {
+		return err
+	}
 	cli, err := m.engine()
 	if err != nil {
 		return err
 	}
-	name, _, _ := sidecarNames(rec.ID)
+	name, _, _ := sidecarNames(key)
 	ins, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {

@@ -91,9 +91,17 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 		if err := m.removeContainer(c.ID, runDir, id); err != nil {
 			return rep, err
 		}
-		if c.Labels[LabelDocker] == "true" && id != "" {
-			if err := m.removeSidecar(id); err != nil {
-				return rep, err
+		if c.Labels[LabelDocker] == "true" {
+			// The sidecar of its docker slot (a pool pair's too); a
+			// container made before the label existed: the session ID.
+			key := c.Labels[LabelDockerSlot]
+			if key == "" {
+				key = id
+			}
+			if ValidDockerSlot(key) {
+				if err := m.removeSidecar(key); err != nil {
+					return rep, err
+				}
 			}
 		}
 		if pool := c.Labels[LabelPool]; pool != "" && id == "" {
@@ -114,13 +122,16 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 	return rep, nil
 }
 
-// gcSidecars removes this user's nested Docker sidecars (vak-dockerd-ID,
-// labelled vak.docker=true with the manager's labels) whose session
-// container is gone (removed by hand, or by a crash between the sidecar's
-// start and the session's), with their volumes. A sidecar without a
-// session container is left alone while a create may still be starting it:
-// unless the session's record exists (the session was complete), only once
-// it is older than the sidecar's start timeout plus the GC grace.
+// gcSidecars removes this user's nested Docker sidecars (vak-dockerd-KEY,
+// labelled vak.docker=true and vak.session=KEY with the manager's labels,
+// KEY a docker slot key) that no session or pool container uses (removed by
+// hand, or by a crash between the sidecar's start and its container's),
+// with their volumes. A container uses the sidecar when its vak.docker.slot
+// label is KEY, or (made before that label) when it is named
+// vak-session-KEY. A sidecar without a container is left alone while a
+// create or pool fill may still be starting it: unless a session record or
+// pool entry names it (the pair was complete), only once it is older than
+// the sidecar's start timeout plus the GC grace.
 func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCReport) error {
 	f := make(client.Filters).Add("label", LabelDocker+"=true", LabelOwner+"="+strconv.Itoa(os.Getuid()))
 	for k, v := range m.Labels {
@@ -134,31 +145,110 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 	if m.SidecarTimeout > 0 {
 		grace = gcGrace + m.SidecarTimeout
 	}
+	// Docker slots used by session and pool containers, and named by
+	// records and pool entries.
+	used, recorded := map[string]bool{}, m.recordedSlots()
+	for _, c := range res.Items {
+		if c.Labels[docker.LabelManaged] == "true" && c.Labels[docker.LabelKind] == KindSession {
+			if k := c.Labels[LabelDockerSlot]; k != "" {
+				used[k] = true
+			}
+			for _, n := range c.Names {
+				if id, ok := strings.CutPrefix(strings.TrimPrefix(n, "/"), SessionPrefix); ok {
+					used[id] = true
+				}
+			}
+		}
+	}
 	for _, c := range res.Items {
 		name := ""
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		id, ok := strings.CutPrefix(name, SidecarPrefix)
-		if !ok || !ValidID(id) || c.Labels[LabelSession] != id {
+		key, ok := strings.CutPrefix(name, SidecarPrefix)
+		if !ok || !ValidDockerSlot(key) || c.Labels[LabelSession] != key || c.Labels[docker.LabelKind] == KindSession {
 			continue // not named as ours: not ours to judge
 		}
-		if _, err := cli.ContainerInspect(ctx, SessionPrefix+id, client.ContainerInspectOptions{}); err == nil {
-			continue // its session is there: the session's own GC decides
-		} else if !cerrdefs.IsNotFound(err) {
-			return apiErr("inspect session "+id, err)
+		if used[key] {
+			continue // its container is there: the session's own GC decides
 		}
-		_, recErr := m.readRecord(id)
-		if recErr != nil && time.Since(time.Unix(c.Created, 0)) < grace {
+		// Also when that container does not carry the manager's labels.
+		if inUse, err := slotInUse(ctx, cli, key); err != nil {
+			return err
+		} else if inUse {
+			continue
+		}
+		if !recorded[key] && time.Since(time.Unix(c.Created, 0)) < grace {
 			rep.Kept++
 			continue
 		}
-		if err := m.removeSidecar(id); err != nil {
+		if err := m.removeSidecar(key); err != nil {
 			return err
+		}
+		id := ""
+		if ValidID(key) {
+			id = key
 		}
 		rep.Removed = append(rep.Removed, Removed{Name: name, ID: id, Reason: "its session container is gone"})
 	}
 	return nil
+}
+
+// slotInUse reports whether a session or pool container uses docker slot
+// key (labelled with it, or named vak-session-KEY), whatever its other
+// labels.
+func slotInUse(ctx context.Context, cli *client.Client, key string) (bool, error) {
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelDockerSlot+"="+key)})
+	if err != nil {
+		return false, apiErr("list the containers of docker slot "+key, err)
+	}
+	if len(res.Items) > 0 {
+		return true, nil
+	}
+	if !ValidID(key) {
+		return false, nil
+	}
+	if _, err := cli.ContainerInspect(ctx, SessionPrefix+key, client.ContainerInspectOptions{}); err == nil {
+		return true, nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return false, apiErr("inspect session "+key, err)
+	}
+	return false, nil
+}
+
+// recordedSlots are the docker slot keys named by this user's session
+// records and pool entries.
+func (m *Manager) recordedSlots() map[string]bool {
+	out := map[string]bool{}
+	d, err := m.stateDir()
+	if err != nil {
+		return out
+	}
+	add := func(f string) {
+		var rec record
+		if readJSON(f, &rec) != nil || !rec.Docker {
+			return
+		}
+		if k, err := rec.dockerSlot(); err == nil {
+			out[k] = true
+		}
+	}
+	entries, _ := os.ReadDir(d)
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && ValidID(id) {
+			add(filepath.Join(d, e.Name()))
+		}
+	}
+	pools, _ := os.ReadDir(filepath.Join(d, "pool"))
+	for _, p := range pools {
+		slots, _ := os.ReadDir(filepath.Join(d, "pool", p.Name()))
+		for _, s := range slots {
+			if strings.HasSuffix(s.Name(), ".json") {
+				add(filepath.Join(d, "pool", p.Name(), s.Name()))
+			}
+		}
+	}
+	return out
 }
 
 // gcRuns removes this user's command containers (vak-run-*, labelled

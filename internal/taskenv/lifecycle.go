@@ -41,7 +41,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.PoolSize > 0 && !p.spec.Docker {
+	if m.PoolSize > 0 {
 		s, err := m.claim(ctx, cli, p)
 		if s != nil || err != nil {
 			return s, err
@@ -57,14 +57,14 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, err
 	}
 	created := time.Now().Truncate(time.Second)
-	cfg, hc, err := m.containerConfig(p, p.id, runDir, "", created)
+	cfg, hc, err := m.containerConfig(p, p.id, runDir, "", p.id, created)
 	if err != nil {
 		os.RemoveAll(runDir)
 		return nil, err
 	}
 	name := SessionPrefix + p.id
 	if p.spec.Docker {
-		if err := m.startSidecar(ctx, cli, p); err != nil {
+		if err := m.startSidecar(ctx, cli, p, p.id); err != nil {
 			os.RemoveAll(runDir)
 			return nil, err
 		}
@@ -111,6 +111,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
 		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker}
 	if p.spec.Docker {
+		rec.DockerSlot = p.id
 		rec.DockerBaseline = string(m.baseline())
 	}
 	rp, err := m.recordPath(p.id)
@@ -323,7 +324,11 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 	err = m.removeContainer(rec.Container, rec.RunDir, id)
 	if rec.Docker {
 		// After the session container, which mounts the sockets volume.
-		err = errors.Join(err, m.removeSidecar(id))
+		key, kerr := rec.dockerSlot()
+		if kerr == nil {
+			kerr = m.removeSidecar(key)
+		}
+		err = errors.Join(err, kerr)
 	}
 	if m.ReleaseProxyNet != nil && rec.Workspace != "" {
 		m.ReleaseProxyNet(ctx, rec.Workspace)

@@ -42,6 +42,9 @@ type plan struct {
 	install   bool
 	protected []string
 	net       *sandbox.NetworkAttachment // proxied sessions
+	// dockerImage is the sidecar image's ID (pinDockerImage; --docker
+	// plans that meet the warm pool).
+	dockerImage string
 }
 
 // prepare validates spec and decides the container's shape.

@@ -8,16 +8,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/dockerd"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
@@ -35,7 +39,11 @@ import (
 // container's lifetime counts from when it was made, and an unclaimed one
 // ends by the idle timeout like any session (gc then removes it).
 
-// poolKey identifies the containers that can serve plan p.
+// poolKey identifies the containers that can serve plan p. For a --docker
+// plan it also holds what the sidecar of a pool pair was started with and
+// cannot change: the sidecar image's ID, the nested pool, the gateway, the
+// netclient's namespace, the trust dir binds and CA variables, and the
+// placeholders the guard propagates.
 func (m *Manager) poolKey(p *plan) (string, error) {
 	fi, err := os.Stat(p.worker)
 	if err != nil {
@@ -61,16 +69,59 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 		Worker                                        string
 		WorkerDev, WorkerIno, WorkerSize              uint64
 		WorkerMtime                                   int64
+		Docker                                        *dockerKey `json:",omitempty"`
 	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.Spec(), p.home,
 		p.spec.Mode, p.limits, p.env, p.protected, labels, p.identity, p.install,
 		m.idle(), m.lifetime(), p.spec.DefaultTimeout,
-		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano()}
+		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano(), nil}
+	if p.spec.Docker {
+		if material.Docker, err = dockerPoolKey(p); err != nil {
+			return "", err
+		}
+		material.Docker.Baseline = string(m.baseline())
+	}
 	data, err := json.Marshal(material)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:12]), nil
+}
+
+// dockerKey is the --docker part of a pool key.
+type dockerKey struct {
+	SidecarImage, NestedPool, Gateway, NetworkMode, TrustCA, Baseline string
+	TrustEnv, Binds, Propagated                                       []string
+}
+
+func dockerPoolKey(p *plan) (*dockerKey, error) {
+	att := p.net
+	if p.dockerImage == "" || att == nil || !att.NestedPool.IsValid() || !att.Gateway.IsValid() {
+		return nil, fmt.Errorf("%w: a --docker pool key needs the sidecar image's ID and the nested network", ErrDockerUnavailable)
+	}
+	env, err := propagated(att, p.spec.DockerPlaceholders)
+	if err != nil {
+		return nil, err
+	}
+	return &dockerKey{SidecarImage: p.dockerImage, NestedPool: att.NestedPool.String(), Gateway: att.Gateway.String(),
+		NetworkMode: att.Mode, TrustCA: att.TrustCA, TrustEnv: att.TrustEnv, Binds: att.Binds, Propagated: env}, nil
+}
+
+// pinDockerImage resolves the sidecar image to its ID (part of a --docker
+// pool key; a pair's sidecar must run exactly that image).
+func (m *Manager) pinDockerImage(ctx context.Context, cli *client.Client, p *plan) error {
+	if !p.spec.Docker {
+		return nil
+	}
+	if m.DockerImage == "" {
+		return fmt.Errorf("%w: no sidecar image configured", ErrDockerUnavailable)
+	}
+	ii, err := cli.ImageInspect(ctx, m.DockerImage)
+	if err != nil {
+		return apiErr("inspect the sidecar image "+m.DockerImage, err)
+	}
+	p.dockerImage = ii.ID
+	return nil
 }
 
 // lock takes the state directory's lock (claims and snapshot tags).
@@ -115,6 +166,9 @@ func (m *Manager) FillPool(ctx context.Context, spec Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := m.pinDockerImage(ctx, cli, p); err != nil {
+		return 0, err
+	}
 	key, err := m.poolKey(p)
 	if err != nil {
 		return 0, err
@@ -139,14 +193,30 @@ func (m *Manager) FillPool(ctx context.Context, spec Spec) (int, error) {
 	return made, nil
 }
 
+// createPooled makes one pool entry for p: a started container whose
+// worker answers and, for a --docker plan, first its sidecar (in a docker
+// slot of its own, PoolSlotPrefix + the entry's slot) answering through
+// the guard: the pair is claimed together.
 func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan, key, dir string) (err error) {
 	slot := randomHex(8)
+	dslot := ""
+	if p.spec.Docker {
+		dslot = PoolSlotPrefix + slot
+		if err := m.startSidecar(ctx, cli, p, dslot); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				m.removeSidecar(dslot)
+			}
+		}()
+	}
 	runDir, err := m.makeRunDir(slot)
 	if err != nil {
 		return err
 	}
 	created := time.Now().Truncate(time.Second)
-	cfg, hc, err := m.containerConfig(p, "", runDir, key, created)
+	cfg, hc, err := m.containerConfig(p, "", runDir, key, dslot, created)
 	if err != nil {
 		os.RemoveAll(runDir)
 		return err
@@ -172,7 +242,8 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	}
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key,
+		Docker: p.spec.Docker, DockerSlot: dslot}
 	deadline := time.Now().Add(wire.DefaultStartTimeout)
 	for {
 		var conn interface{ Close() error }
@@ -196,8 +267,15 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 }
 
 // claim hands a ready pool container for p to a new session, or returns
-// nil, nil when none is there.
+// nil, nil when none is there. A --docker pair is handed over only once
+// claimPair has checked its sidecar.
 func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Session, error) {
+	if p.spec.Docker && m.DockerImage == "" {
+		return nil, nil // the cold create names what is missing
+	}
+	if err := m.pinDockerImage(ctx, cli, p); err != nil {
+		return nil, err
+	}
 	key, err := m.poolKey(p)
 	if err != nil {
 		return nil, err
@@ -213,9 +291,23 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 	}
 	for {
-		rec, err := m.claimOne(ctx, cli, p, dir, owner)
+		rec, poolName, err := m.claimOne(ctx, cli, p, dir, owner)
 		if rec == nil || err != nil {
 			return nil, err
+		}
+		if p.spec.Docker {
+			if err := m.claimPair(ctx, cli, p, rec); err != nil {
+				// Not exactly what a cold create would start, or not
+				// answering: the pair goes; try the next.
+				m.removeContainer(rec.Container, rec.RunDir, rec.ID)
+				if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
+					m.removeSidecar(key)
+				}
+				if m.OnPoolReject != nil {
+					m.OnPoolReject(poolName, err)
+				}
+				continue
+			}
 		}
 		conn, err := dialWorker(ctx, rec.RunDir, rec.Container)
 		if err == nil {
@@ -229,20 +321,186 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 		// A pooled container that died (idle timeout) is removed; try the next.
 		m.removeContainer(rec.Container, rec.RunDir, rec.ID)
+		if rec.Docker {
+			if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
+				m.removeSidecar(key)
+			}
+		}
 	}
 }
 
+// claimPair checks the sidecar of a claimed --docker pool pair before the
+// session is handed out: its docker slot is a pool slot, the session
+// container is labelled with it, the sidecar is exactly the one a cold
+// create would start for p in that slot (image ID, network mode, guard
+// command line with its policy, capabilities, seccomp, private cgroup
+// namespace, mounts, limits), it runs, the netclient whose namespace it
+// shares runs and was not started again after it (checkSidecar), and
+// `docker info` answers through its guard.
+func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, rec *record) error {
+	key, err := rec.dockerSlot()
+	if err != nil {
+		return err
+	}
+	if !poolSlotRe().MatchString(key) {
+		return fmt.Errorf("%w: pool entry %s: docker slot %q is not a pool slot", ErrDockerUnavailable, rec.Name, key)
+	}
+	want, err := m.dockerSidecar(p, key)
+	if err != nil {
+		return err
+	}
+	cfg, hc, err := want.Spec()
+	if err != nil {
+		return err
+	}
+	sc, err := cli.ContainerInspect(ctx, want.Name, client.ContainerInspectOptions{})
+	if err != nil {
+		return apiErr("inspect the pool's sidecar "+want.Name, err)
+	}
+	sess, err := cli.ContainerInspect(ctx, rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		return apiErr("inspect the pool container", err)
+	}
+	if sess.Container.Config == nil || sess.Container.Config.Labels[LabelDockerSlot] != key {
+		return fmt.Errorf("%w: pool container %s is not labelled with docker slot %s", ErrDockerUnavailable, rec.Name, key)
+	}
+	// The daemon records container:NAME as container:ID.
+	if nc, ok := strings.CutPrefix(string(hc.NetworkMode), "container:"); ok {
+		ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
+		if err != nil {
+			return apiErr("inspect the netclient "+nc, err)
+		}
+		if sc.Container.HostConfig != nil && string(sc.Container.HostConfig.NetworkMode) == "container:"+ins.Container.ID {
+			hc.NetworkMode = sc.Container.HostConfig.NetworkMode
+		}
+	}
+	if err := sameSidecar(sc.Container, p.dockerImage, cfg, hc); err != nil {
+		return fmt.Errorf("%w: pool sidecar %s: %w", ErrDockerUnavailable, want.Name, err)
+	}
+	if err := m.checkSidecar(ctx, rec); err != nil {
+		return err
+	}
+	if out, err := dockerd.Exec(ctx, cli, sc.Container.ID, "docker", "-H", "unix://"+ContainerDockerSocket, "info", "--format", "{{.ServerVersion}}"); err != nil {
+		return fmt.Errorf("%w: pool sidecar %s: docker info through the guard: %w: %s", ErrDockerUnavailable, want.Name, err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// capSet normalises capability names as the daemon records them (CAP_
+// prefix, upper case; ALL stays ALL), sorted.
+func capSet(caps []string) []string {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		c = strings.ToUpper(c)
+		if c != "ALL" && !strings.HasPrefix(c, "CAP_") {
+			c = "CAP_" + c
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// lineDiff names the lines of got that differ from want (the entrypoint
+// script: daemon.json, the guard's command line with its policy), each as
+// a window around its first differing byte.
+func lineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	var out []string
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a == b {
+			continue
+		}
+		j := 0
+		for j < len(a) && j < len(b) && a[j] == b[j] {
+			j++
+		}
+		win := func(s string) string {
+			lo, hi := max(0, j-60), min(len(s), j+100)
+			return strconv.Quote(s[lo:hi])
+		}
+		out = append(out, fmt.Sprintf("line %d has %s where a cold create has %s", i+1, win(a), win(b)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// sameSidecar compares what the daemon recorded for a sidecar with the
+// spec a cold create would use; the first difference is the error.
+func sameSidecar(got container.InspectResponse, imageID string, cfg *container.Config, hc *container.HostConfig) error {
+	if got.Config == nil || got.HostConfig == nil {
+		return errors.New("no configuration recorded")
+	}
+	g, gh := got.Config, got.HostConfig
+	diff := func(field string, a, b any) error {
+		return fmt.Errorf("%s is %v, a cold create would use %v", field, a, b)
+	}
+	if got.Image != imageID {
+		return diff("image", got.Image, imageID)
+	}
+	if a, b := append(slices.Clone(g.Entrypoint), g.Cmd...), append(slices.Clone(cfg.Entrypoint), cfg.Cmd...); !slices.Equal(a, b) {
+		return fmt.Errorf("command line differs from a cold create's: %s", lineDiff(strings.Join(a, "\n"), strings.Join(b, "\n")))
+	}
+	if g.User != cfg.User {
+		return diff("user", g.User, cfg.User)
+	}
+	for k, v := range cfg.Labels {
+		if g.Labels[k] != v {
+			return diff("label "+k, g.Labels[k], v)
+		}
+	}
+	if gh.NetworkMode != hc.NetworkMode {
+		return diff("network mode", gh.NetworkMode, hc.NetworkMode)
+	}
+	if gh.Runtime != hc.Runtime {
+		return diff("runtime", gh.Runtime, hc.Runtime)
+	}
+	if gh.CgroupnsMode != container.CgroupnsModePrivate {
+		return diff("cgroup namespace", gh.CgroupnsMode, container.CgroupnsModePrivate)
+	}
+	if gh.Privileged || !slices.Equal(capSet(gh.CapDrop), capSet(hc.CapDrop)) || !slices.Equal(capSet(gh.CapAdd), capSet(hc.CapAdd)) {
+		return diff("capabilities", fmt.Sprint("add ", capSet(gh.CapAdd), " drop ", capSet(gh.CapDrop), " privileged=", gh.Privileged),
+			fmt.Sprint("add ", capSet(hc.CapAdd), " drop ", capSet(hc.CapDrop)))
+	}
+	if !slices.Equal(gh.SecurityOpt, hc.SecurityOpt) {
+		return errors.New("security options (seccomp profile) differ from a cold create's")
+	}
+	if gh.Memory != hc.Memory || gh.PidsLimit == nil || hc.PidsLimit == nil || *gh.PidsLimit != *hc.PidsLimit {
+		return diff("limits", fmt.Sprint(gh.Memory, gh.PidsLimit), fmt.Sprint(hc.Memory, *hc.PidsLimit))
+	}
+	if len(gh.Mounts) != len(hc.Mounts) {
+		return diff("mounts", len(gh.Mounts), len(hc.Mounts))
+	}
+	for i, mt := range hc.Mounts {
+		gm := gh.Mounts[i]
+		if gm.Type != mt.Type || gm.Source != mt.Source || gm.Target != mt.Target || gm.ReadOnly != mt.ReadOnly {
+			return diff(fmt.Sprintf("mount %d", i), fmt.Sprintf("%s %s:%s ro=%t", gm.Type, gm.Source, gm.Target, gm.ReadOnly), fmt.Sprintf("%s %s:%s ro=%t", mt.Type, mt.Source, mt.Target, mt.ReadOnly))
+		}
+	}
+	if !maps.Equal(gh.Tmpfs, hc.Tmpfs) {
+		return diff("tmpfs", gh.Tmpfs, hc.Tmpfs)
+	}
+	return nil
+}
+
 // claimOne renames the oldest pool entry to the session's name, under the
-// lock, and writes the session record.
-func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir, owner string) (*record, error) {
+// lock, and writes the session record; it returns the record and the pool
+// container's name before the rename.
+func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir, owner string) (*record, string, error) {
 	unlock, err := m.lock()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer unlock()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".json") {
@@ -258,25 +516,31 @@ func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir
 		_, err := cli.ContainerRename(ctx, rec.Name, client.ContainerRenameOptions{NewName: name})
 		if err != nil {
 			if cerrdefs.IsConflict(err) {
-				return nil, fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
+				return nil, "", fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
 			}
 			if cerrdefs.IsNotFound(err) {
 				os.Remove(slotFile)
 				continue
 			}
-			return nil, apiErr("claim pool container", err)
+			return nil, "", apiErr("claim pool container", err)
 		}
 		os.Remove(slotFile)
+		poolName := rec.Name
 		rec.ID, rec.Name, rec.Owner = p.id, name, owner
 		rp, err := m.recordPath(p.id)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if err := writeJSON(rp, &rec); err != nil {
 			m.removeContainer(rec.Container, rec.RunDir, "")
-			return nil, fmt.Errorf("session record: %w", err)
+			if rec.Docker {
+				if key, kerr := rec.dockerSlot(); kerr == nil {
+					m.removeSidecar(key)
+				}
+			}
+			return nil, "", fmt.Errorf("session record: %w", err)
 		}
-		return &rec, nil
+		return &rec, poolName, nil
 	}
-	return nil, nil
+	return nil, "", nil
 }

@@ -36,9 +36,13 @@ type record struct {
 	Install   bool      `json:"install,omitempty"`
 	Created   time.Time `json:"created"`
 	Pool      string    `json:"pool,omitempty"`
-	// Docker: the session has a nested Docker engine (its sidecar is
-	// SidecarPrefix + ID).
+	// Docker: the session has a nested Docker engine.
 	Docker bool `json:"docker,omitempty"`
+	// DockerSlot is the docker slot key naming that engine's sidecar, its
+	// volumes and its owner label (the session ID for a cold create, a pool
+	// slot for a claimed pair); empty in records written before it
+	// existed, which means the session ID (dockerSlot).
+	DockerSlot string `json:"docker_slot,omitempty"`
 	// DockerBaseline is the sidecar's baseline (dockerd.Baseline:
 	// "capabilities" or "sysbox"), also its LabelDockerBaseline.
 	DockerBaseline string `json:"docker_baseline,omitempty"`
@@ -106,7 +110,8 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 	}
 	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[docker.LabelWorkspace],
 		Image: c.Config.Labels[LabelImage], User: c.Config.User, Owner: c.Config.Labels[LabelOwnerProc],
-		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool], Docker: c.Config.Labels[LabelDocker] == "true"}
+		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool], Docker: c.Config.Labels[LabelDocker] == "true",
+		DockerSlot: c.Config.Labels[LabelDockerSlot]}
 	for _, mp := range c.Mounts {
 		if mp.Destination == ContainerRunDir {
 			r.RunDir = mp.Source

@@ -297,6 +297,11 @@ type Manager struct {
 	// (zero: DefaultSidecarTimeout).
 	DockerImage    string
 	SidecarTimeout time.Duration
+	// OnPoolReject, if set, is told about each warm-pool --docker pair a
+	// Create refused to hand out (its sidecar is not what a cold create
+	// would start, or does not answer) and removed; the Create goes on
+	// with the next pair or a cold create.
+	OnPoolReject func(name string, err error)
 	// DockerBaseline is how the sidecar is isolated (dockerd.ChooseBaseline
 	// from the Engine's runtimes and session.docker_runtime; empty: the
 	// capability-listed runc sidecar). Recorded with the session.
