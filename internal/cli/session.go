@@ -269,9 +269,12 @@ environment plus -e NAME=VALUE, and is killed with its whole process tree on
 --timeout or Ctrl-C. Output is streamed.
 
 Without -t this talks to the session's worker directly over its socket (no
-Docker round trip). -t runs 'docker exec -it' for an interactive terminal;
---root runs it as root (package installs), only in sessions created with
-session.allow_install = true.
+Docker round trip). -i streams stdin; the first Ctrl-C (SIGINT to vak) while
+the command runs is then forwarded to the command (if it is still running a
+second later vak says so on stderr), and a second one kills it; SIGTERM and
+SIGHUP kill it at once. -t runs 'docker exec -it' for an interactive
+terminal (Ctrl-C is a key typed into it); --root runs it as root (package
+installs), only in sessions created with session.allow_install = true.
 
 Exit status: the command's own (128+N if it died of signal N), or
   2   bad arguments, unknown session, cwd outside the workspace
@@ -291,7 +294,7 @@ Exit status: the command's own (128+N if it died of signal N), or
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
 	fl.BoolVarP(&f.tty, "tty", "t", false, "allocate a terminal (runs docker exec -it)")
 	fl.BoolVar(&f.root, "root", false, "run as root through docker exec (needs session.allow_install)")
 	fl.StringVarP(&f.dir, "cwd", "C", "", "working directory inside the workspace")
@@ -330,15 +333,23 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	if f.interactive {
 		stdin = a.stdio.In
 	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT while an interactive command runs goes to it; a
+	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	s, err := m.Open(sigctx, id)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var sigs <-chan string
+	if f.interactive {
+		var disarm func()
+		sigs, disarm = intr.arm(a.stdio.Err)
+		defer disarm()
+	}
 	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
 				a.stdio.Err.Write(data)
