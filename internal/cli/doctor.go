@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/sandbox/landlock"
+	"vak/internal/taskenv"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -144,6 +146,7 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 			fmt.Fprintln(out, "network: none")
 		}
 	}
+	fmt.Fprintf(out, "nested docker: %s\n", a.nestedDockerHow(ctx, cfg))
 	if err := b.Available(ctx); err != nil {
 		fmt.Fprintf(out, "\nthe effective backend cannot run: %v\n", err)
 		return exit(ExitUnavailable, nil)
@@ -213,4 +216,25 @@ func humanSize(u fsguard.Usage) string {
 		s = "more than " + s
 	}
 	return s
+}
+
+// nestedDockerHow describes what `vak session create --docker` would use
+// for the sidecar here (dockerd.ChooseBaseline), or why it cannot tell.
+func (a *app) nestedDockerHow(ctx context.Context, cfg *config.Config) string {
+	on := "off by default (--docker)"
+	if cfg.Session.Docker {
+		on = "on for every session (session.docker)"
+	}
+	eng, err := taskenv.NewEngine()
+	if err != nil {
+		return on + "; sidecar baseline unknown: " + err.Error()
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, why, err := dockerBaseline(ctx, eng, cfg)
+	if err != nil {
+		return on + "; sidecar baseline: " + err.Error()
+	}
+	return on + "; sidecar baseline " + b.Describe() + ": " + why
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,6 +25,7 @@ import (
 //	run_network_idle = "10m"   # vak run's proxied network stays up this long after the last run ("0": removed after each run)
 //	docker = false             # nested Docker in every session (as --docker)
 //	docker_placeholders = []   # secret placeholders set in inner containers (none by default)
+//	docker_runtime = "auto"    # nested Docker's sidecar: "auto" (Sysbox when docker info lists sysbox-runc), "sysbox", "runc"
 
 // Limits of the [session] values.
 const (
@@ -53,7 +56,16 @@ type Session struct {
 	// the nested Docker guard sets in every inner container; empty (the
 	// default) gives inner containers none.
 	DockerPlaceholders []string
+	// DockerRuntime chooses the nested Docker sidecar's baseline
+	// (dockerd.ChooseBaseline): "auto" (the default: Sysbox when the
+	// Engine lists sysbox-runc, else the capability-listed runc sidecar),
+	// "sysbox" (required; an error without it) or "runc" (never Sysbox).
+	DockerRuntime string
 }
+
+// DockerRuntimes are the valid session.docker_runtime values (the same as
+// dockerd.RuntimeChoices; config does not import dockerd).
+var DockerRuntimes = []string{"auto", "sysbox", "runc"}
 
 // Defaults of [session]: the session manager's own defaults
 // (taskenv.DefaultIdleTimeout, ...), as literals because config must not
@@ -73,6 +85,7 @@ func DefaultSession() Session {
 		MaxLifetime:      DefaultSessionMaxLifetime,
 		PolicyGeneration: DefaultSessionPolicyGeneration,
 		RunNetworkIdle:   DefaultRunNetworkIdle,
+		DockerRuntime:    "auto",
 	}
 }
 
@@ -139,6 +152,12 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 			}
 		}
 		next.DockerPlaceholders = names
+	}
+	if s.DockerRuntime != nil {
+		if !slices.Contains(DockerRuntimes, *s.DockerRuntime) {
+			return errf("docker_runtime", "%q is not one of %s", *s.DockerRuntime, strings.Join(DockerRuntimes, ", "))
+		}
+		next.DockerRuntime = *s.DockerRuntime
 	}
 	if s.Worker != nil {
 		p, err := hostPath(*s.Worker)

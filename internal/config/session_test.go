@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/dockerd"
 	"vak/internal/sandbox/docker"
 	"vak/internal/taskenv"
 )
@@ -16,6 +17,9 @@ func TestDefaultsMatchBackends(t *testing.T) {
 	if DefaultImage != docker.DefaultImage || DefaultSessionIdleTimeout != taskenv.DefaultIdleTimeout ||
 		DefaultSessionMaxLifetime != taskenv.DefaultMaxLifetime || DefaultSessionPolicyGeneration != taskenv.DefaultPolicyGeneration {
 		t.Fatal("config defaults drifted from internal/sandbox/docker's")
+	}
+	if !reflect.DeepEqual(DockerRuntimes, dockerd.RuntimeChoices) || Default().Session.DockerRuntime != dockerd.RuntimeAuto {
+		t.Fatalf("session.docker_runtime values %v (default %q) drifted from dockerd's %v", DockerRuntimes, Default().Session.DockerRuntime, dockerd.RuntimeChoices)
 	}
 }
 
@@ -39,11 +43,12 @@ policy_generation = "2025-01.b"
 run_network_idle = "0"
 docker = true
 docker_placeholders = ["TOKEN", "B_2", "TOKEN"]
+docker_runtime = "runc"
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true, DockerPlaceholders: []string{"TOKEN", "B_2"}}
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true, DockerPlaceholders: []string{"TOKEN", "B_2"}, DockerRuntime: "runc"}
 	if !reflect.DeepEqual(cfg.Session, want) {
 		t.Fatalf("session = %+v", cfg.Session)
 	}
@@ -69,6 +74,10 @@ func TestSessionConfigInvalid(t *testing.T) {
 		{`docker_placeholders = ["A-B"]`, "session.docker_placeholders"},
 		{`docker_placeholders = [""]`, "session.docker_placeholders"},
 		{`docker_placeholders = "TOKEN"`, "session.docker_placeholders"},
+		{`docker_runtime = "crun"`, "session.docker_runtime"},
+		{`docker_runtime = ""`, "session.docker_runtime"},
+		{`docker_runtime = "Sysbox"`, "session.docker_runtime"},
+		{`docker_runtime = true`, "session.docker_runtime"},
 	} {
 		_, err := Parse("user.toml", []byte("version = 1\n[session]\n"+tc.body+"\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "user.toml") {
@@ -93,6 +102,7 @@ policy_generation = "0"
 run_network_idle = "100h"
 docker = true
 docker_placeholders = ["TOKEN"]
+docker_runtime = "sysbox"
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -104,7 +114,7 @@ docker_placeholders = ["TOKEN"]
 		t.Fatalf("project config changed [session]: %+v", cfg.Session)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle", "docker", "docker_placeholders"} {
+	for _, k := range []string{"idle_timeout", "max_lifetime", "pool_size", "allow_install", "worker", "policy_generation", "run_network_idle", "docker", "docker_placeholders", "docker_runtime"} {
 		if !strings.Contains(warn, "ignoring session."+k+":") {
 			t.Errorf("no warning for session.%s:\n%s", k, warn)
 		}

@@ -68,6 +68,7 @@ type sessionWire struct {
 	Docker           *bool   `toml:"docker"`
 	// DockerPlaceholders: see Session.DockerPlaceholders.
 	DockerPlaceholders *[]string `toml:"docker_placeholders"`
+	DockerRuntime      *string   `toml:"docker_runtime"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can

@@ -119,6 +119,13 @@ func (d Daemon) DaemonJSON() ([]byte, error) {
 // absolute path and its arguments, e.g. the vak binary and
 // dockerguard.Args) is started in the background just before dockerd.
 func (d Daemon) Entrypoint(trustCA string, guard ...string) ([]string, error) {
+	return d.entrypoint(trustCA, true, guard...)
+}
+
+// entrypoint is Entrypoint; mountCgroup2 false leaves /sys/fs/cgroup as the
+// runtime made it (Sysbox gives the container a writable cgroup view of
+// its own, and dockerd runs on it as on a host).
+func (d Daemon) entrypoint(trustCA string, mountCgroup2 bool, guard ...string) ([]string, error) {
 	js, err := d.DaemonJSON()
 	if err != nil {
 		return nil, err
@@ -137,6 +144,10 @@ func (d Daemon) Entrypoint(trustCA string, guard ...string) ([]string, error) {
 		}
 		startGuard = strings.Join(q, " ") + " &"
 	}
+	mountCgroup := `mount -t cgroup2 none /sys/fs/cgroup`
+	if !mountCgroup2 {
+		mountCgroup = ":"
+	}
 	script := strings.Join([]string{
 		`set -eu`,
 		`if grep -qv ':/$' /proc/self/cgroup; then echo "vak-dockerd: refusing to start: the cgroup namespace is not private (/proc/self/cgroup: $(tr '\n' ' ' </proc/self/cgroup))" >&2; exit 78; fi`,
@@ -147,7 +158,7 @@ func (d Daemon) Entrypoint(trustCA string, guard ...string) ([]string, error) {
 		// of the sidecar's start); once, whatever the restarts.
 		`grep -qF "$(sed -n 2p ` + CAStoreFile + `)" ` + CABundle + ` || { cat ` + CAStoreFile + `; echo; } >>` + CABundle,
 		`printf '%s\n' ` + shq(string(js)) + ` >` + DaemonConfig,
-		`mount -t cgroup2 none /sys/fs/cgroup`,
+		mountCgroup,
 		startGuard,
 		`exec dockerd --config-file ` + DaemonConfig,
 	}, "\n")

@@ -42,6 +42,9 @@ type Sidecar struct {
 	// Start also waits for.
 	Guard       []string
 	GuardSocket string
+	// Baseline is how the sidecar is isolated (ChooseBaseline; empty:
+	// BaselineCapabilities).
+	Baseline Baseline
 	// Memory and PidsLimit bound the sidecar and so everything in it
 	// (zero: DefaultMemory, DefaultPidsLimit).
 	Memory    int64
@@ -50,7 +53,10 @@ type Sidecar struct {
 
 // Spec is the container configuration for s: only the listed capabilities,
 // the generated seccomp profile, a private cgroup namespace, the raw socket
-// on a tmpfs of its own, the state on a named volume, resource limits.
+// on a tmpfs of its own, the state on a named volume, resource limits. With
+// BaselineSysbox: the Sysbox runtime instead of the capabilities, the
+// seccomp profile and the security options (and no fresh cgroup2 mount);
+// the rest is the same.
 func (s Sidecar) Spec() (*container.Config, *container.HostConfig, error) {
 	if s.Name == "" || s.Image == "" || s.DataVolume == "" {
 		return nil, nil, fmt.Errorf("dockerd: sidecar needs a name, an image and a data volume")
@@ -61,11 +67,15 @@ func (s Sidecar) Spec() (*container.Config, *container.HostConfig, error) {
 	if len(s.Guard) > 0 && s.GuardSocket == "" {
 		return nil, nil, fmt.Errorf("dockerd: a guard command needs its GuardSocket")
 	}
-	cmd, err := s.Daemon.Entrypoint(s.TrustCA, s.Guard...)
-	if err != nil {
-		return nil, nil, err
+	sysbox := false
+	switch s.Baseline {
+	case "", BaselineCapabilities:
+	case BaselineSysbox:
+		sysbox = true
+	default:
+		return nil, nil, fmt.Errorf("dockerd: unknown sidecar baseline %q", s.Baseline)
 	}
-	prof, err := SeccompProfile()
+	cmd, err := s.Daemon.entrypoint(s.TrustCA, !sysbox, s.Guard...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,14 +101,28 @@ func (s Sidecar) Spec() (*container.Config, *container.HostConfig, error) {
 	}
 	host := &container.HostConfig{
 		NetworkMode:  container.NetworkMode(s.NetworkMode),
-		CapDrop:      []string{"ALL"},
-		CapAdd:       append([]string(nil), Capabilities...),
-		SecurityOpt:  []string{"seccomp=" + string(prof), "apparmor=unconfined"},
 		CgroupnsMode: container.CgroupnsModePrivate,
 		Mounts:       mounts,
 		Tmpfs:        map[string]string{RawSocketDir: "rw,nosuid,nodev,noexec,mode=0700,size=1m"},
 		Resources:    container.Resources{Memory: mem, PidsLimit: &pids},
 	}
+	if sysbox {
+		// Sysbox's root is root only in the container's own user namespace
+		// (and Sysbox ignores capability requests unless told otherwise):
+		// no capabilities, seccomp profile or security options of ours.
+		host.Runtime = SysboxRuntime
+		return cfg, host, nil
+	}
+	prof, err := SeccompProfile()
+	if err != nil {
+		return nil, nil, err
+	}
+	// runc by name: the capability baseline must not end up under another
+	// default runtime the Engine may be configured with.
+	host.Runtime = "runc"
+	host.CapDrop = []string{"ALL"}
+	host.CapAdd = append([]string(nil), Capabilities...)
+	host.SecurityOpt = []string{"seccomp=" + string(prof), "apparmor=unconfined"}
 	return cfg, host, nil
 }
 

@@ -3,12 +3,21 @@ package proxynet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/moby/moby/client"
+
+	"vak/internal/dockerd"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -20,14 +29,17 @@ import (
 // the CA the guard injects, a denied name and the canary blocked (canary
 // count 0, with a control that the canary counts), a privileged run refused
 // naming the field; a dead sidecar is reported by `vak session exec`, and
-// `vak session rm` removes the sidecar and its volumes.
+// `vak session rm` removes the sidecar and its volumes. It runs as root and,
+// in scripts/test-nonroot, as an unprivileged user in the docker group
+// (with the sidecar image the root leg built): every host-side file vak
+// writes (state dir, gateway env cache, trust dir, session records) is the
+// user's. The sidecar's baseline is the one docker info calls for (the
+// capability-listed runc sidecar here: no Sysbox), printed by create,
+// recorded and on the container; session.docker_runtime = "sysbox" without
+// Sysbox fails naming the key before anything starts.
 func TestDockerSession(t *testing.T) {
 	testenv.CheckLeftovers(t)
-	if os.Getuid() != 0 {
-		// The sidecar image build needs root (an existing image does not,
-		// but the test cannot know it is current).
-		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session test needs root (sidecar image)")
-	}
+	needSidecarImage(t)
 	f := newNestedFixture(t, "")
 	base, vak, inet, canIP, xdg, cfgFile, ws, key := f.base, f.vak, f.inet, f.canIP, f.xdg, f.cfgFile, f.ws, f.key
 	os.MkdirAll(filepath.Join(ws, ".vak"), 0o777) // protected (sandbox.DefaultProtected)
@@ -54,11 +66,33 @@ func TestDockerSession(t *testing.T) {
 		t.Fatalf("--docker --network none: %v %s", err, errs)
 	}
 
+	// Sysbox required where docker info lists none: a config error naming
+	// the key and the file, before anything is built or started.
+	wantBaseline := expectedBaseline(t)
+	if wantBaseline != dockerd.BaselineSysbox {
+		sysboxCfg := filepath.Join(filepath.Dir(cfgFile), "config-sysbox.toml")
+		b, _ := os.ReadFile(cfgFile)
+		os.WriteFile(sysboxCfg, append(b, "[session]\ndocker_runtime = \"sysbox\"\n"...), 0o600)
+		cmd := exec.Command(vak, append(append([]string{"--config", sysboxCfg, "session", "create"}, labels...), "-w", ws, "--task", "sysbox", "--network", "proxied", "--docker")...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 78 || !strings.Contains(string(out), "session.docker_runtime") || !strings.Contains(string(out), sysboxCfg) || !strings.Contains(string(out), "sysbox-runc") {
+			t.Fatalf("docker_runtime = \"sysbox\" without Sysbox: %v\n%s", err, out)
+		}
+		if o := testenv.Docker(t, "ps", "-aq", "--filter", "label="+taskenv.LabelDocker+"=true", "--filter", "label="+testenv.TestIDLabel+"="+testenv.TestID(t)); strings.TrimSpace(o) != "" {
+			t.Fatalf("a refused create left a sidecar: %s", o)
+		}
+	}
+
 	out, errs, err := vakCmd(append(append([]string{"session", "create"}, labels...), "-w", ws, "--task", "dind", "--network", "proxied", "--docker")...)
 	if err != nil {
 		t.Fatalf("session create --docker: %v\n%s", err, errs)
 	}
 	id := strings.TrimSpace(out)
+	if !strings.Contains(errs, "nested Docker sidecar: "+string(wantBaseline)+" (") {
+		t.Errorf("create did not print the sidecar baseline %q:\n%s", wantBaseline, errs)
+	}
 	sidecar := "vak-dockerd-" + id
 	removed := false
 	t.Cleanup(func() {
@@ -80,6 +114,48 @@ func TestDockerSession(t *testing.T) {
 	if _, err := dockerOut("network", "connect", inet, "vak-gw-"+key); err != nil {
 		t.Fatal(err)
 	}
+
+	t.Run("Baseline", func(t *testing.T) {
+		checkSidecarBaseline(t, sidecar, wantBaseline)
+		var rec struct {
+			Docker         bool   `json:"docker"`
+			DockerBaseline string `json:"docker_baseline"`
+		}
+		b, err := os.ReadFile(filepath.Join(xdg, "vak", "sessions", id+".json"))
+		if err != nil || json.Unmarshal(b, &rec) != nil || !rec.Docker || rec.DockerBaseline != string(wantBaseline) {
+			t.Errorf("the session record does not name the baseline %q: %v\n%s", wantBaseline, err, b)
+		}
+	})
+	t.Run("HostFilesAreTheUsers", func(t *testing.T) {
+		// Everything vak wrote on the host for this session and its
+		// network (records, run dirs, the gateway env cache, the trust
+		// dir) belongs to the user running it; none is left to root.
+		seen := map[string]bool{}
+		filepath.WalkDir(filepath.Join(xdg, "vak"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Errorf("walk the state dir: %v", err)
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+				t.Errorf("%s is owned by uid %d, not the user (%d)", p, st.Uid, os.Getuid())
+			}
+			rel, _ := filepath.Rel(filepath.Join(xdg, "vak"), p)
+			seen[strings.Split(rel, string(filepath.Separator))[0]] = true
+			if strings.HasSuffix(p, "gateway-env") {
+				seen["gateway-env"] = true
+			}
+			return nil
+		})
+		for _, want := range []string{"sessions", "proxynet", "gateway-env"} {
+			if !seen[want] {
+				t.Errorf("control: nothing under %s in the state dir (seen %v)", want, seen)
+			}
+		}
+	})
 
 	if out, err := sexec(id, `echo "$DOCKER_HOST"`); err != nil || out != "unix:///.vak/docker/docker.sock" {
 		t.Fatalf("DOCKER_HOST in the command environment = %q, %v", out, err)
@@ -150,6 +226,22 @@ func TestDockerSession(t *testing.T) {
 			t.Fatalf("docker run --net host: %v\n%s", err, out)
 		}
 	})
+	t.Run("DockerPsThroughTheGuard", func(t *testing.T) {
+		if out, err := sexec(id, "docker run -d --name vaktest-ps "+base+" sleep 600"); err != nil {
+			t.Fatalf("docker run -d: %v\n%s", err, out)
+		}
+		out, err := sexec(id, "docker ps --format '{{.Names}} {{.Label \"vak.session\"}}'")
+		if err != nil || !strings.Contains(out, "vaktest-ps "+id) {
+			t.Errorf("docker ps through the guard (the container, labelled with the session): %v\n%s", err, out)
+		}
+		// The raw socket is not in the session.
+		if out, err := sexec(id, "docker -H unix://"+dockerd.RawSocket+" ps"); err == nil {
+			t.Errorf("the raw socket answered in the session:\n%s", out)
+		}
+		if out, err := sexec(id, "docker rm -f vaktest-ps"); err != nil {
+			t.Errorf("docker rm: %v\n%s", err, out)
+		}
+	})
 	t.Run("PrivilegedRefused", func(t *testing.T) {
 		out, err := sexec(id, "docker run --rm --privileged "+base+" true")
 		if err == nil || !strings.Contains(out, "Privileged") {
@@ -163,7 +255,8 @@ func TestDockerSession(t *testing.T) {
 		// .vak is protected (existing at create: read-only in the session);
 		// an inner container binding the workspace must not write it either.
 		os.MkdirAll(filepath.Join(ws, "free"), 0o777)
-		out, err := sexec(id, "docker run --rm -v "+ws+":/w "+base+" sh -c 'echo x > /w/.vak/evil; echo rc=$?; echo ok > /w/free/inner; echo rc2=$?'")
+		// As the test's user, so the file it leaves is the user's to remove.
+		out, err := sexec(id, fmt.Sprintf("docker run --rm -u %d:%d -v ", os.Getuid(), os.Getgid())+ws+":/w "+base+" sh -c 'echo x > /w/.vak/evil; echo rc=$?; echo ok > /w/free/inner; echo rc2=$?'")
 		if _, e := os.Stat(filepath.Join(ws, ".vak", "evil")); e == nil {
 			t.Errorf("an inner container wrote the protected .vak: %v\n%s", err, out)
 		}
@@ -241,4 +334,71 @@ func TestDockerSession(t *testing.T) {
 			}
 		}
 	})
+}
+
+// needSidecarImage skips (or, with VAK_REQUIRE_DOCKER=1, fails) a nested
+// Docker test run by a user who cannot build the sidecar image when it is
+// not built yet: building it needs root (debootstrap); reusing it does not.
+func needSidecarImage(t *testing.T) {
+	t.Helper()
+	if os.Getuid() == 0 {
+		return // vak session create --docker builds it when missing
+	}
+	tag := dockerd.DefaultRecipe.Tag()
+	if _, err := dockerOut("image", "inspect", tag); err != nil {
+		testenv.Missing(t, testenv.EnvRequireDocker, "the sidecar image "+tag+" is not built, and building it needs root: run `go test -run TestDockerSession ./internal/proxynet/` (or any `vak session create --docker`) as root first")
+	}
+}
+
+// expectedBaseline is the sidecar baseline docker info calls for here.
+func expectedBaseline(t *testing.T) dockerd.Baseline {
+	t.Helper()
+	cli, err := taskenv.NewEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	info, err := cli.Info(context.Background(), client.InfoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, why, err := dockerd.ChooseBaseline(info.Info.Runtimes, dockerd.RuntimeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sidecar baseline here: %s (%s)", b, why)
+	return b
+}
+
+// checkSidecarBaseline checks the running sidecar against baseline b: its
+// label, runtime, capabilities and security options as the engine
+// recorded them, and its cgroup namespace private.
+func checkSidecarBaseline(t *testing.T, sidecar string, b dockerd.Baseline) {
+	t.Helper()
+	out := testenv.Docker(t, "inspect", "-f", `{{index .Config.Labels "`+taskenv.LabelDockerBaseline+`"}}|{{.HostConfig.Runtime}}|{{json .HostConfig.CapAdd}}|{{json .HostConfig.CapDrop}}|{{len .HostConfig.SecurityOpt}}|{{.HostConfig.CgroupnsMode}}|{{.HostConfig.Privileged}}`, sidecar)
+	f := strings.Split(strings.TrimSpace(out), "|")
+	if len(f) != 7 {
+		t.Fatalf("inspect %s: %q", sidecar, out)
+	}
+	if f[0] != string(b) || f[5] != "private" || f[6] != "false" {
+		t.Errorf("sidecar %s: label %q cgroupns %q privileged %s (want baseline %q, private, not privileged)", sidecar, f[0], f[5], f[6], b)
+	}
+	// The engine records capabilities with a CAP_ prefix, sorted.
+	var recorded []string
+	json.Unmarshal([]byte(f[2]), &recorded)
+	for i, c := range recorded {
+		recorded[i] = strings.TrimPrefix(c, "CAP_")
+	}
+	slices.Sort(recorded)
+	want := slices.Sorted(slices.Values(dockerd.Capabilities))
+	switch b {
+	case dockerd.BaselineSysbox:
+		if f[1] != dockerd.SysboxRuntime || f[2] != "null" || f[4] != "0" {
+			t.Errorf("sysbox sidecar: runtime %q capadd %s security opts %s", f[1], f[2], f[4])
+		}
+	default:
+		if f[1] != "runc" || !slices.Equal(recorded, want) || f[3] != `["ALL"]` || f[4] != "2" {
+			t.Errorf("capability sidecar: runtime %q capadd %s capdrop %s security opts %s", f[1], f[2], f[3], f[4])
+		}
+	}
 }

@@ -21,7 +21,7 @@ import (
 type nestedFixture struct {
 	base, vak    string
 	inet         string
-	canIP        string
+	canIP, upIP  string
 	xdg, cfgFile string
 	ws, key      string
 }
@@ -34,7 +34,7 @@ func newNestedFixture(t *testing.T, image string) *nestedFixture {
 	}
 	in := testenv.StartInternet(t, f.base, "allowed.test", "denied.test")
 	certs, upIP, canIP := in.Certs, in.UpstreamIP, in.CanaryIP
-	f.inet, f.canIP = in.Network, canIP
+	f.inet, f.canIP, f.upIP = in.Network, canIP, upIP
 
 	dir, _ := filepath.EvalSymlinks(t.TempDir())
 	f.xdg = filepath.Join(dir, "xdg-state")

@@ -45,6 +45,8 @@ const (
 	sidecarVak = "/opt/vak/vak"
 	// LabelDocker marks a session with nested Docker (value: "true").
 	LabelDocker = "vak.docker"
+	// LabelDockerBaseline on a sidecar names its dockerd.Baseline.
+	LabelDockerBaseline = "vak.docker.baseline"
 	// SidecarPrefix names a session's sidecar: SidecarPrefix + session ID.
 	SidecarPrefix = "vak-dockerd-"
 	// StageDir is where the guard stages workspace bind sources (on the
@@ -113,7 +115,16 @@ func (m *Manager) dockerSidecar(p *plan) (dockerd.Sidecar, error) {
 		Labels:      labels,
 		Guard:       append([]string{sidecarVak}, dockerguard.Args(policy, dockerd.RawSocket)...),
 		GuardSocket: ContainerDockerSocket,
+		Baseline:    m.baseline(),
 	}, nil
+}
+
+// baseline is the sidecars' baseline (DockerBaseline, defaulted).
+func (m *Manager) baseline() dockerd.Baseline {
+	if m.DockerBaseline == "" {
+		return dockerd.BaselineCapabilities
+	}
+	return m.DockerBaseline
 }
 
 // propagated returns the NAME=placeholder entries of the network
@@ -142,7 +153,7 @@ func propagated(att *sandbox.NetworkAttachment, names []string) ([]string, error
 }
 
 func (m *Manager) sidecarLabels(id string) map[string]string {
-	l := map[string]string{LabelDocker: "true", LabelSession: id, LabelOwner: strconv.Itoa(os.Getuid())}
+	l := map[string]string{LabelDocker: "true", LabelSession: id, LabelOwner: strconv.Itoa(os.Getuid()), LabelDockerBaseline: string(m.baseline())}
 	for k, v := range m.Labels {
 		l[k] = v
 	}

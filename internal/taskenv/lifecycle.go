@@ -110,6 +110,9 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 	}
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
 		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker}
+	if p.spec.Docker {
+		rec.DockerBaseline = string(m.baseline())
+	}
 	rp, err := m.recordPath(p.id)
 	if err != nil {
 		return nil, err

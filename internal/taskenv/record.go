@@ -39,6 +39,9 @@ type record struct {
 	// Docker: the session has a nested Docker engine (its sidecar is
 	// SidecarPrefix + ID).
 	Docker bool `json:"docker,omitempty"`
+	// DockerBaseline is the sidecar's baseline (dockerd.Baseline:
+	// "capabilities" or "sysbox"), also its LabelDockerBaseline.
+	DockerBaseline string `json:"docker_baseline,omitempty"`
 }
 
 func (m *Manager) recordPath(id string) (string, error) {

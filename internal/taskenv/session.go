@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/dockerd"
 	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
@@ -296,6 +297,10 @@ type Manager struct {
 	// (zero: DefaultSidecarTimeout).
 	DockerImage    string
 	SidecarTimeout time.Duration
+	// DockerBaseline is how the sidecar is isolated (dockerd.ChooseBaseline
+	// from the Engine's runtimes and session.docker_runtime; empty: the
+	// capability-listed runc sidecar). Recorded with the session.
+	DockerBaseline dockerd.Baseline
 
 	mu        sync.Mutex
 	open      map[string]*Session

@@ -437,15 +437,24 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		panic(http.ErrAbortHandler)
 	case werr != nil:
 		rec.Reason += "; client went away"
-	case len(resp.Trailer) == 0 && dst.Get("Content-Length") != "":
+	default:
 		// The response is complete: send it before the receipt is
 		// written (on this goroutine), not after, so the client does not
-		// wait for the log. Only with a declared length: flushing a body
-		// of unknown length would switch net/http to chunked encoding.
-		w.Flush()
+		// wait for the log. The HTTP/1 loop ends the response whatever its
+		// framing; through net/http only with a declared length (flushing
+		// a body of unknown length would switch it to chunked encoding).
+		if rf, ok := w.ResponseWriter.(responseFinisher); ok {
+			rf.finishResponse()
+		} else if len(resp.Trailer) == 0 && dst.Get("Content-Length") != "" {
+			w.Flush()
+		}
 	}
 	emit()
 }
+
+// responseFinisher is a ResponseWriter that can end a complete response
+// (framing, trailers, flush) before its handler returns.
+type responseFinisher interface{ finishResponse() }
 
 // errRecorder records a body error from the secrets scanner in the count
 // reader, because the transport may report a different error.

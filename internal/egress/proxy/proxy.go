@@ -1,7 +1,8 @@
 // Package proxy is the egress gateway's data plane: the explicit proxy
 // (HTTP CONNECT and absolute-form requests), the transparent listener (PROXY
 // protocol v2 or SO_ORIGINAL_DST), TLS interception with leaf certificates
-// from the gateway CA, HTTP/1.1, HTTP/2 and WebSocket forwarding, secret
+// from the gateway CA, HTTP/1.1 (intercepted connections on the gateway's
+// own serving loop, h1serve.go), HTTP/2 and WebSocket forwarding, secret
 // substitution and redaction, and the raw TCP relay for explicitly allowed
 // host:port pairs.
 //
@@ -108,8 +109,15 @@ type Proxy struct {
 	// testHookRequest, if set, runs at the start of every forwarded request
 	// (tests use it to inject a panic, a fault that cannot be caused for real).
 	testHookRequest func(*http.Request)
+	// testH1Handler, if set, replaces serveInner in the HTTP/1 loop (the
+	// parser fuzz target compares the loop with net/http's server).
+	testH1Handler http.HandlerFunc
 
 	initOnce sync.Once
+	// baseCtx is the parent of the connections served by the HTTP/1 loop
+	// (h1serve.go); Close cancels it.
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
 	// transport speaks HTTP/2 or HTTP/1.1 upstream (ALPN); transport1 only
 	// HTTP/1.1. A request uses the protocol family its client used, as
 	// mitmproxy does: HTTP/1 clients (and WebSocket upgrades) get HTTP/1.1
@@ -222,6 +230,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 func (p *Proxy) init() {
 	p.initOnce.Do(func() {
 		lim := p.limits()
+		p.baseCtx, p.baseCancel = context.WithCancel(context.Background())
 		p.flows = map[*flow]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
 		p.listeners = map[io.Closer]struct{}{}
@@ -446,6 +455,7 @@ func (p *Proxy) Close() error {
 		_ = l.Close()
 	}
 	p.innerQ.Close()
+	p.baseCancel()
 	for _, s := range servers {
 		_ = s.Close()
 	}

@@ -256,8 +256,10 @@ func (p *Proxy) handleTLS(ctx context.Context, c, raw net.Conn, ci *connInfo, he
 	return p.serveHTTPConn(tc, raw, ci, tc)
 }
 
-// serveHTTPConn hands a connection to the inner HTTP server (HTTP/2 when
-// negotiated on tc, HTTP/1 otherwise).
+// serveHTTPConn serves an intercepted connection: HTTP/2 (negotiated on
+// tc) through the inner net/http server, HTTP/1.x on the calling goroutine
+// (serveH1). It reports whether the connection was handed off (the caller
+// must not close it).
 func (p *Proxy) serveHTTPConn(c, raw net.Conn, ci *connInfo, tc *tls.Conn) bool {
 	if ci.bound {
 		proto := "http"
@@ -270,19 +272,15 @@ func (p *Proxy) serveHTTPConn(c, raw net.Conn, ci *connInfo, tc *tls.Conn) bool 
 		f.addCloser(func() { raw.Close() })
 		ci.flow = p.track(f)
 	}
-	var hc net.Conn
-	if tc != nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
-		p.tlsConns.Store(tc, ci)
-		hc = tc
-	} else {
-		wc := &watchConn{Conn: c, ci: ci, onReject: p.rejected}
-		ci.wc = wc
-		hc = wc
+	if tc == nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+		// HTTP/1.x: served on this goroutine (h1serve.go); the caller
+		// closes the connection afterwards.
+		p.serveH1(c, ci, tc)
+		return false
 	}
-	if err := p.innerQ.push(hc); err != nil {
-		if tc != nil {
-			p.tlsConns.Delete(tc)
-		}
+	p.tlsConns.Store(tc, ci)
+	if err := p.innerQ.push(tc); err != nil {
+		p.tlsConns.Delete(tc)
 		if ci.flow != nil {
 			p.untrack(ci.flow)
 		}

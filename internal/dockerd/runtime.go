@@ -1,0 +1,100 @@
+package dockerd
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/moby/moby/api/types/system"
+)
+
+// Baseline is how the sidecar is isolated from the host.
+type Baseline string
+
+const (
+	// BaselineCapabilities is the default: Docker's default runtime (runc)
+	// with CapDrop ALL plus exactly Capabilities, SeccompProfile and
+	// apparmor=unconfined.
+	BaselineCapabilities Baseline = "capabilities"
+	// BaselineSysbox runs the sidecar with the Sysbox runtime
+	// (SysboxRuntime): a user namespace of its own, procfs/sysfs
+	// virtualised, a cgroup view of its own; no capabilities are added and
+	// no seccomp profile or security option is set (Sysbox's documented
+	// way to run Docker in a container). The private cgroup namespace is
+	// still asked for and checked, and the memory and pids limits apply.
+	BaselineSysbox Baseline = "sysbox"
+)
+
+// SysboxRuntime is the runtime name Sysbox registers with the Docker Engine
+// (`docker info` lists it under Runtimes).
+const SysboxRuntime = "sysbox-runc"
+
+// Runtime choices (the trusted config's session.docker_runtime).
+const (
+	// RuntimeAuto picks BaselineSysbox when the Engine lists SysboxRuntime,
+	// else BaselineCapabilities.
+	RuntimeAuto = "auto"
+	// RuntimeSysbox requires Sysbox (ErrNoSysbox without it).
+	RuntimeSysbox = "sysbox"
+	// RuntimeRunc forces BaselineCapabilities even where Sysbox is listed.
+	RuntimeRunc = "runc"
+)
+
+// RuntimeChoices are the valid runtime choices, in documentation order.
+var RuntimeChoices = []string{RuntimeAuto, RuntimeSysbox, RuntimeRunc}
+
+// ErrNoSysbox is returned by ChooseBaseline when Sysbox is required but the
+// Engine does not list SysboxRuntime.
+var ErrNoSysbox = errors.New("dockerd: the Docker Engine lists no " + SysboxRuntime + " runtime")
+
+// ChooseBaseline picks the sidecar's baseline from the Engine's runtime list
+// (system.Info.Runtimes, `docker info`) and choice (RuntimeChoices; empty
+// means RuntimeAuto). It also returns why, for `vak session create
+// --docker` and `vak doctor`.
+func ChooseBaseline(runtimes map[string]system.RuntimeWithStatus, choice string) (Baseline, string, error) {
+	_, sysbox := runtimes[SysboxRuntime]
+	listed := runtimeNames(runtimes)
+	switch choice {
+	case "", RuntimeAuto:
+		if sysbox {
+			return BaselineSysbox, "docker info lists " + SysboxRuntime, nil
+		}
+		return BaselineCapabilities, "docker info lists no " + SysboxRuntime + " (runtimes: " + listed + ")", nil
+	case RuntimeSysbox:
+		if !sysbox {
+			return "", "", fmt.Errorf("%w (runtimes: %s)", ErrNoSysbox, listed)
+		}
+		return BaselineSysbox, "required by the configuration; docker info lists " + SysboxRuntime, nil
+	case RuntimeRunc:
+		why := "forced by the configuration"
+		if sysbox {
+			why += " (docker info lists " + SysboxRuntime + ", not used)"
+		}
+		return BaselineCapabilities, why, nil
+	}
+	return "", "", fmt.Errorf("dockerd: runtime choice %q is not one of %s", choice, strings.Join(RuntimeChoices, ", "))
+}
+
+// Describe is a one-line description of b.
+func (b Baseline) Describe() string {
+	switch b {
+	case BaselineSysbox:
+		return "sysbox (runtime " + SysboxRuntime + ", no added capabilities, no custom seccomp profile)"
+	case BaselineCapabilities, "":
+		return fmt.Sprintf("capabilities (runc, %d capabilities, Docker's seccomp profile plus %d syscalls)", len(Capabilities), len(ExtraSyscalls))
+	}
+	return string(b)
+}
+
+func runtimeNames(runtimes map[string]system.RuntimeWithStatus) string {
+	if len(runtimes) == 0 {
+		return "none listed"
+	}
+	names := make([]string, 0, len(runtimes))
+	for n := range runtimes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
