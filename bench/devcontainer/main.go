@@ -10,6 +10,11 @@
 //
 //	VAK_DEVCONTAINER_CLI=DIR/node_modules/.bin/devcontainer go run ./bench/devcontainer -n 3
 //
+// With -composes v1,v2 (and VAK_COMPOSE_V2, scripts/install-compose-v2.sh)
+// each run measures docker-compose 1.29 and Compose v2 one after the other
+// (interleaved): v2 as the docker CLI plugin of a DOCKER_CONFIG of the
+// bench's own, so the dev-containers CLI runs `docker compose`.
+//
 // Needs docker-compose, the test image (scripts/build-test-images.sh), a
 // static docker CLI on the host (copied into the --docker agent image), and
 // root when the sidecar image must be built. Each run uses a new workspace
@@ -38,28 +43,66 @@ func main() {
 	n := flag.Int("n", 3, "runs per variant")
 	img := flag.String("image", "vak-test:latest", "base of the agent's image")
 	variants := flag.String("variants", "plain,docker", "comma-separated: plain, docker")
+	composes := flag.String("composes", "v1", "comma-separated: v1 (docker-compose), v2 ($VAK_COMPOSE_V2 as the docker CLI plugin)")
 	flag.Parse()
 	dc := os.Getenv("VAK_DEVCONTAINER_CLI")
 	if dc == "" {
 		dc = "devcontainer"
 	}
-	if err := run(dc, *n, *img, strings.Split(*variants, ",")); err != nil {
+	if err := run(dc, *n, *img, strings.Split(*variants, ","), strings.Split(*composes, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "devcontainer:", err)
 		os.Exit(1)
 	}
 }
 
 type result struct {
-	variant   string
-	up, build stats.Sample
+	variant, compose string
+	up, build        stats.Sample
 }
 
-func run(dc string, n int, img string, variants []string) error {
+// composeEnv is the environment that makes the dev-containers CLI run
+// compose c: v1 is the machine's (docker-compose when the docker CLI has
+// no compose plugin), v2 a DOCKER_CONFIG whose plugin is $VAK_COMPOSE_V2.
+func composeEnv(c string) ([]string, func(), error) {
+	switch c {
+	case "v1":
+		if exec.Command("docker", "compose", "version").Run() == nil {
+			return nil, nil, fmt.Errorf("v1: the docker CLI has a compose plugin, which the dev-containers CLI prefers over docker-compose")
+		}
+		return nil, func() {}, nil
+	case "v2":
+		p := os.Getenv("VAK_COMPOSE_V2")
+		if p == "" {
+			return nil, nil, fmt.Errorf("v2: set VAK_COMPOSE_V2 (scripts/install-compose-v2.sh prints it)")
+		}
+		dir, err := os.MkdirTemp("", "vak-bench-dockercfg-")
+		if err != nil {
+			return nil, nil, err
+		}
+		os.Mkdir(filepath.Join(dir, "cli-plugins"), 0o755)
+		if err := os.Symlink(p, filepath.Join(dir, "cli-plugins", "docker-compose")); err != nil {
+			return nil, nil, err
+		}
+		return []string{"DOCKER_CONFIG=" + dir}, func() { os.RemoveAll(dir) }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown compose %q", c)
+}
+
+func run(dc string, n int, img string, variants, composes []string) error {
 	vak, err := stats.BuildVak()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(filepath.Dir(vak))
+	envs := map[string][]string{}
+	for _, c := range composes {
+		env, done, err := composeEnv(c)
+		if err != nil {
+			return err
+		}
+		defer done()
+		envs[c] = env
+	}
 	var results []*result
 	for _, v := range variants {
 		image := img
@@ -71,23 +114,28 @@ func run(dc string, n int, img string, variants []string) error {
 		} else if v != "plain" {
 			return fmt.Errorf("unknown variant %q", v)
 		}
-		r := &result{variant: v}
-		for i := 0; i < n; i++ {
-			up, rebuild, err := once(dc, vak, image, v == "docker")
-			if err != nil {
-				return fmt.Errorf("%s run %d: %w", v, i+1, err)
-			}
-			fmt.Fprintf(os.Stderr, "%s run %d: up %.1f s, rebuild %.1f s\n", v, i+1, up.Seconds(), rebuild.Seconds())
-			r.up.Add(up)
-			r.build.Add(rebuild)
+		rs := map[string]*result{}
+		for _, c := range composes {
+			rs[c] = &result{variant: v, compose: c}
+			results = append(results, rs[c])
 		}
-		results = append(results, r)
+		for i := 0; i < n; i++ {
+			for _, c := range composes { // interleaved
+				up, rebuild, err := once(dc, vak, image, v == "docker", envs[c])
+				if err != nil {
+					return fmt.Errorf("%s (compose %s) run %d: %w", v, c, i+1, err)
+				}
+				fmt.Fprintf(os.Stderr, "%s (compose %s) run %d: up %.1f s, rebuild %.1f s\n", v, c, i+1, up.Seconds(), rebuild.Seconds())
+				rs[c].up.Add(up)
+				rs[c].build.Add(rebuild)
+			}
+		}
 	}
 	target := map[string]string{"plain": "≤ 20 s", "docker": "≤ 30 s"}
-	fmt.Println("| variant | step | target | runs (s) | median |\n|---|---|---|---|---|")
+	fmt.Println("| variant | compose | step | target | runs (s) | median |\n|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %s | `devcontainer up` to a working exec | %s | %s | %.1f s |\n", r.variant, target[r.variant], secs(r.up), r.up.Median().Seconds())
-		fmt.Printf("| %s | Rebuild to a working exec | ≤ 15 s | %s | %.1f s |\n", r.variant, secs(r.build), r.build.Median().Seconds())
+		fmt.Printf("| %s | %s | `devcontainer up` to a working exec | %s | %s | %.1f s |\n", r.variant, r.compose, target[r.variant], secs(r.up), r.up.Median().Seconds())
+		fmt.Printf("| %s | %s | Rebuild to a working exec | ≤ 15 s | %s | %.1f s |\n", r.variant, r.compose, secs(r.build), r.build.Median().Seconds())
 	}
 	return nil
 }
@@ -102,7 +150,7 @@ func secs(s stats.Sample) string {
 
 // once generates a template in a new workspace, times up and Rebuild, and
 // removes everything it created.
-func once(dc, vak, image string, docker bool) (up, rebuild time.Duration, err error) {
+func once(dc, vak, image string, docker bool, composeEnv []string) (up, rebuild time.Duration, err error) {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	base, err := os.MkdirTemp("", "vak-bench-dc-")
@@ -122,7 +170,7 @@ func once(dc, vak, image string, docker bool) (up, rebuild time.Duration, err er
 	if ws, err = paths.CanonicalWorkspace(ws); err != nil {
 		return 0, 0, err
 	}
-	env := append(os.Environ(), "XDG_STATE_HOME="+filepath.Join(base, "state"), "XDG_CONFIG_HOME="+filepath.Join(base, "config"))
+	env := append(append(os.Environ(), "XDG_STATE_HOME="+filepath.Join(base, "state"), "XDG_CONFIG_HOME="+filepath.Join(base, "config")), composeEnv...)
 	runCmd := func(name string, args ...string) error {
 		cmd := exec.Command(name, args...)
 		cmd.Env, cmd.Dir = env, ws

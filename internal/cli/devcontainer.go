@@ -117,7 +117,7 @@ that survives Rebuild Container. See docs/devcontainer.md.`,
 			}
 			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath}
 			if withDocker {
-				t.Docker, t.StateDir, t.CgroupPrivate = true, state, devcontainer.ComposeV2(cmd.Context())
+				t.Docker, t.StateDir = true, state
 				if err := devcontainer.WriteSeccomp(state, key); err != nil {
 					return exitFor(err)
 				}

@@ -32,9 +32,27 @@ const dockerToolsImage = "vak-test-docker:bookworm"
 // refusals; dockerd's private cgroup namespace (the release_agent escape);
 // Rebuild keeps the daemon's images and the receipts chain; a
 // netclient-only recreate fails dockerd's health check, doctor names it,
-// and the next up repairs it.
+// and the next up repairs it. With Debian's docker-compose 1.29.
 func TestDevcontainerDocker(t *testing.T) {
 	testenv.RequireDocker(t)
+	devcontainerDocker(t, composeV1(t), true)
+}
+
+// The same --docker template with Compose v2 (`docker compose`): up, the
+// inner engine through the guard and an inner container's egress, the
+// guard's socket directory read-only for the agent, dockerd's private
+// cgroup namespace (the release_agent escape), Rebuild, a netclient-only
+// recreate.
+func TestDevcontainerDockerComposeV2(t *testing.T) {
+	testenv.RequireDocker(t)
+	devcontainerDocker(t, composeV2(t), false)
+}
+
+// devcontainerDocker runs the --docker template's end-to-end test with
+// compose f; full adds what does not depend on the compose (the scan and
+// read-configuration, inner networks and compose, the guard's refusals,
+// the bind-source swap).
+func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
 	if os.Getuid() != 0 {
 		// prepare may have to build the sidecar image (debootstrap).
 		testenv.Missing(t, testenv.EnvRequireDocker, "the --docker dev-container test needs root (sidecar image)")
@@ -86,7 +104,7 @@ hosts = ["allowed.test"]
 	if out, err := exec.Command("docker", "save", "-o", filepath.Join(ws, "inner.tar"), base).CombinedOutput(); err != nil {
 		t.Fatalf("docker save: %v %s", err, out)
 	}
-	env := append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig)
+	env := append(append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig), f.env...)
 	run := func(name string, args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.Command(name, args...)
@@ -118,27 +136,29 @@ hosts = ["allowed.test"]
 	mustRun(vak, "devcontainer", "init", "--docker", "-w", ws, "--image", img, "--gateway-network", inet,
 		"--label", testenv.TestLabel+"=1", "--label", testenv.TestIDLabel+"="+id)
 
-	t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
-		filepath.Walk(filepath.Join(ws, devcontainer.Dir), func(p string, fi os.FileInfo, err error) error {
-			if err == nil && !fi.IsDir() {
-				if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
-					t.Errorf("%s holds a secret", p)
+	if full {
+		t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
+			filepath.Walk(filepath.Join(ws, devcontainer.Dir), func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() {
+					if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
+						t.Errorf("%s holds a secret", p)
+					}
 				}
+				return nil
+			})
+			// The seccomp profile is in the state dir, not the workspace.
+			if _, err := os.Stat(devcontainer.SeccompFile(filepath.Join(xdgState, "vak"), key)); err != nil {
+				t.Errorf("the seccomp profile: %v", err)
 			}
-			return nil
+			out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
+			if !strings.Contains(out, `"runServices":["gateway","netclient","dockerd","app"]`) {
+				t.Errorf("read-configuration: %s", out)
+			}
 		})
-		// The seccomp profile is in the state dir, not the workspace.
-		if _, err := os.Stat(devcontainer.SeccompFile(filepath.Join(xdgState, "vak"), key)); err != nil {
-			t.Errorf("the seccomp profile: %v", err)
-		}
-		out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
-		if !strings.Contains(out, `"runServices":["gateway","netclient","dockerd","app"]`) {
-			t.Errorf("read-configuration: %s", out)
-		}
-	})
+	}
 
 	t0 := time.Now()
-	mustRun(dc, "up", "--workspace-folder", ws)
+	f.checkCLICompose(t, mustRun(dc, "up", "--workspace-folder", ws))
 	sb := func(cmd string) (string, error) {
 		t.Helper()
 		out, err := run(dc, "exec", "--workspace-folder", ws, "sh", "-c", cmd)
@@ -147,7 +167,7 @@ hosts = ["allowed.test"]
 	if out, err := sb("docker version --format '{{.Server.Version}}'"); err != nil {
 		t.Fatalf("docker through the guard after devcontainer up: %v\n%s", err, out)
 	}
-	t.Logf("benchmark: devcontainer up (--docker) to a working docker exec: %v", time.Since(t0).Round(100*time.Millisecond))
+	t.Logf("benchmark: devcontainer up (--docker, compose %s) to a working docker exec: %v", f.name, time.Since(t0).Round(100*time.Millisecond))
 	if out, _ := sb("echo $DOCKER_HOST"); lastLine(out) != "unix://"+devcontainer.DockerSocket {
 		t.Errorf("DOCKER_HOST = %q", out)
 	}
@@ -186,110 +206,111 @@ hosts = ["allowed.test"]
 			t.Errorf("the canary saw inner traffic: %+v", c)
 		}
 	})
-	t.Run("TwoContainersOnAUserNetwork", func(t *testing.T) {
-		out, err := sb("docker network create vakinner && docker run -d --name srv --network vakinner " + base + " testnet canary")
-		if err != nil {
-			t.Fatalf("inner network and server: %v\n%s", err, out)
-		}
-		var last string
-		for i := 0; i < 50; i++ {
-			if last, _ = sb("docker run --rm --network vakinner " + base + " probe connect srv:80 2s"); strings.HasPrefix(lastLine(last), "OK") {
-				break
+	if full {
+		t.Run("TwoContainersOnAUserNetwork", func(t *testing.T) {
+			out, err := sb("docker network create vakinner && docker run -d --name srv --network vakinner " + base + " testnet canary")
+			if err != nil {
+				t.Fatalf("inner network and server: %v\n%s", err, out)
 			}
-		}
-		if !strings.HasPrefix(lastLine(last), "OK") {
-			t.Errorf("inner container to inner container by name: %s", last)
-		}
-		sb("docker rm -f srv; docker network rm vakinner")
-	})
-	t.Run("ComposeInside", func(t *testing.T) {
-		// docker-compose 1.29 in the agent's container, through the guard:
-		// a two-service stack on its own network, the client reaching the
-		// server by name and the allowed upstream through the gateway.
-		compose := "version: \"2.4\"\nservices:\n  web:\n    image: " + base + "\n    command: [\"testnet\", \"canary\"]\n" +
-			"  client:\n    image: " + base + "\n    depends_on: [web]\n" +
-			"    command: [\"sh\", \"-c\", \"i=0; until probe connect web:80 2s; do i=$$((i+1)); [ $$i -lt 50 ] || exit 1; sleep 0.2; done; probe tls https://allowed.test/status/200\"]\n"
-		if err := os.WriteFile(filepath.Join(ws, "compose-inner.yml"), []byte(compose), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out, err := sb("docker-compose -f compose-inner.yml -p vakdcinner up --exit-code-from client client 2>&1")
-		sb("docker-compose -f compose-inner.yml -p vakdcinner down -v 2>&1")
-		if err != nil || !strings.Contains(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
-			t.Fatalf("docker-compose up inside: %v\n%s", err, out)
-		}
-		if left, _ := sb("docker ps -aq --filter label=com.docker.compose.project=vakdcinner"); strings.TrimSpace(left) != "" {
-			t.Errorf("docker-compose down left containers: %s", left)
-		}
-	})
-	t.Run("GuardRefusesEscalation", func(t *testing.T) {
-		// Control: a plain run works.
-		if out, err := sb("docker run --rm " + base + " true"); err != nil {
-			t.Fatalf("control: plain docker run: %v\n%s", err, out)
-		}
-		for _, a := range []string{
-			"--privileged",
-			"--cap-add SYS_ADMIN",
-			"--cap-add ALL",
-			"--security-opt seccomp=unconfined",
-			"--pid host",
-			"--network host",
-			"-v /:/host",
-			"-v /var/run:/x",
-			"--device /dev/kmsg",
-			"--cgroupns host",
-		} {
-			if out, err := sb("docker run --rm " + a + " " + base + " true"); err == nil {
-				t.Errorf("docker run %s was allowed: %s", a, out)
+			var last string
+			for i := 0; i < 50; i++ {
+				if last, _ = sb("docker run --rm --network vakinner " + base + " probe connect srv:80 2s"); strings.HasPrefix(lastLine(last), "OK") {
+					break
+				}
 			}
-		}
-	})
-	t.Run("BindSymlinkSwapAfterCheck", func(t *testing.T) {
-		// The agent creates a container binding a workspace directory,
-		// then swaps the directory for a symlink to / before starting it:
-		// the guard staged the directory it checked, so the container
-		// still sees that directory, not dockerd's root.
-		show := "cat /x/marker 2>&1; ls /x" + dockerd.RawSocketDir + " 2>&1; true"
-		swap := "mv race race.old && ln -s / race"
-		unswap := "rm race && mv race.old race"
-		if out, err := sb("mkdir -p race && echo inside > race/marker"); err != nil {
-			t.Fatal(out)
-		}
-		if out, err := sb("docker create --name vakrace -v " + ws + "/race:/x " + base + " sh -c '" + show + "'"); err != nil {
-			t.Fatalf("docker create: %v\n%s", err, out)
-		}
-		if out, err := sb(swap); err != nil {
-			t.Fatal(out)
-		}
-		out, err := sb("docker start -a vakrace; docker rm vakrace >/dev/null")
-		if err != nil || !strings.Contains(out, "inside") || strings.Contains(out, "docker.sock") {
-			t.Errorf("the guard's container followed the swapped symlink: %v\n%s", err, out)
-		}
-		// Control: the raw daemon, same sequence, follows the symlink
-		// into dockerd's root (where the raw socket is).
-		sb(unswap)
-		raw := "DOCKER_HOST=unix://" + dockerd.RawSocket + " docker "
-		if out, code := testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"create --name vakrace-raw -v "+ws+"/race:/x "+base+" sh -c '"+show+"'"); code != 0 {
-			t.Fatalf("raw create: %s", out)
-		}
-		sb(swap)
-		out, _ = testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"start -a vakrace-raw; "+raw+"rm -f vakrace-raw >/dev/null")
-		if !strings.Contains(out, "docker.sock") {
-			t.Errorf("control: the raw daemon did not follow the swapped symlink (the test shows nothing)\n%s", out)
-		}
-		sb(unswap)
-	})
+			if !strings.HasPrefix(lastLine(last), "OK") {
+				t.Errorf("inner container to inner container by name: %s", last)
+			}
+			sb("docker rm -f srv; docker network rm vakinner")
+		})
+		t.Run("ComposeInside", func(t *testing.T) {
+			// docker-compose 1.29 in the agent's container, through the guard:
+			// a two-service stack on its own network, the client reaching the
+			// server by name and the allowed upstream through the gateway.
+			compose := "version: \"2.4\"\nservices:\n  web:\n    image: " + base + "\n    command: [\"testnet\", \"canary\"]\n" +
+				"  client:\n    image: " + base + "\n    depends_on: [web]\n" +
+				"    command: [\"sh\", \"-c\", \"i=0; until probe connect web:80 2s; do i=$$((i+1)); [ $$i -lt 50 ] || exit 1; sleep 0.2; done; probe tls https://allowed.test/status/200\"]\n"
+			if err := os.WriteFile(filepath.Join(ws, "compose-inner.yml"), []byte(compose), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := sb("docker-compose -f compose-inner.yml -p vakdcinner up --exit-code-from client client 2>&1")
+			sb("docker-compose -f compose-inner.yml -p vakdcinner down -v 2>&1")
+			if err != nil || !strings.Contains(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+				t.Fatalf("docker-compose up inside: %v\n%s", err, out)
+			}
+			if left, _ := sb("docker ps -aq --filter label=com.docker.compose.project=vakdcinner"); strings.TrimSpace(left) != "" {
+				t.Errorf("docker-compose down left containers: %s", left)
+			}
+		})
+		t.Run("GuardRefusesEscalation", func(t *testing.T) {
+			// Control: a plain run works.
+			if out, err := sb("docker run --rm " + base + " true"); err != nil {
+				t.Fatalf("control: plain docker run: %v\n%s", err, out)
+			}
+			for _, a := range []string{
+				"--privileged",
+				"--cap-add SYS_ADMIN",
+				"--cap-add ALL",
+				"--security-opt seccomp=unconfined",
+				"--pid host",
+				"--network host",
+				"-v /:/host",
+				"-v /var/run:/x",
+				"--device /dev/kmsg",
+				"--cgroupns host",
+			} {
+				if out, err := sb("docker run --rm " + a + " " + base + " true"); err == nil {
+					t.Errorf("docker run %s was allowed: %s", a, out)
+				}
+			}
+		})
+		t.Run("BindSymlinkSwapAfterCheck", func(t *testing.T) {
+			// The agent creates a container binding a workspace directory,
+			// then swaps the directory for a symlink to / before starting it:
+			// the guard staged the directory it checked, so the container
+			// still sees that directory, not dockerd's root.
+			show := "cat /x/marker 2>&1; ls /x" + dockerd.RawSocketDir + " 2>&1; true"
+			swap := "mv race race.old && ln -s / race"
+			unswap := "rm race && mv race.old race"
+			if out, err := sb("mkdir -p race && echo inside > race/marker"); err != nil {
+				t.Fatal(out)
+			}
+			if out, err := sb("docker create --name vakrace -v " + ws + "/race:/x " + base + " sh -c '" + show + "'"); err != nil {
+				t.Fatalf("docker create: %v\n%s", err, out)
+			}
+			if out, err := sb(swap); err != nil {
+				t.Fatal(out)
+			}
+			out, err := sb("docker start -a vakrace; docker rm vakrace >/dev/null")
+			if err != nil || !strings.Contains(out, "inside") || strings.Contains(out, "docker.sock") {
+				t.Errorf("the guard's container followed the swapped symlink: %v\n%s", err, out)
+			}
+			// Control: the raw daemon, same sequence, follows the symlink
+			// into dockerd's root (where the raw socket is).
+			sb(unswap)
+			raw := "DOCKER_HOST=unix://" + dockerd.RawSocket + " docker "
+			if out, code := testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"create --name vakrace-raw -v "+ws+"/race:/x "+base+" sh -c '"+show+"'"); code != 0 {
+				t.Fatalf("raw create: %s", out)
+			}
+			sb(swap)
+			out, _ = testenv.Exec(t, svc("dockerd"), "sh", "-c", raw+"start -a vakrace-raw; "+raw+"rm -f vakrace-raw >/dev/null")
+			if !strings.Contains(out, "docker.sock") {
+				t.Errorf("control: the raw daemon did not follow the swapped symlink (the test shows nothing)\n%s", out)
+			}
+			sb(unswap)
+		})
+	}
 	t.Run("GuardSocketsNotReplaceable", func(t *testing.T) {
 		// A reaper.sock replaced by a link to the raw socket would be
 		// bound into an inner container by dockerd: the agent's view of
 		// the socket directory is read-only.
-		for _, a := range []string{
+		// Each attempt on its own, all in one exec.
+		sb(strings.Join([]string{
 			"rm -f " + devcontainer.ReaperSocket,
 			"ln -sf /run/vak-dockerd/docker.sock " + devcontainer.DockerDir + "/evil.sock",
 			"mv " + devcontainer.ReaperSocket + " " + devcontainer.DockerDir + "/moved",
 			"touch " + devcontainer.DockerDir + "/x",
-		} {
-			sb(a)
-		}
+		}, "; "))
 		if out, err := testenv.Exec(t, svc("dockerd"), "sh", "-c", "ls -la "+devcontainer.DockerDir); err != 0 || !strings.Contains(out, "reaper.sock") || strings.Contains(out, "evil") || strings.Contains(out, "moved") || strings.Contains(out, " x\n") {
 			t.Errorf("the agent changed the guard's socket directory:\n%s", out)
 		}
@@ -320,6 +341,13 @@ hosts = ["allowed.test"]
 		// compose created the container in (which a docker exec joins).
 		if out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup"); len(strings.Fields(out)) != 2 || strings.Fields(out)[0] == strings.Fields(out)[1] {
 			t.Errorf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
+		}
+		// ... and not the host's (seen from the host: the test runs as root).
+		pid := testenv.Docker(t, "inspect", "--format", "{{.State.Pid}}", d)
+		host, err1 := os.Readlink("/proc/self/ns/cgroup")
+		ns, err2 := os.Readlink("/proc/" + pid + "/ns/cgroup")
+		if err1 != nil || err2 != nil || ns == host {
+			t.Errorf("dockerd (host pid %s) is in the host's cgroup namespace %s: %s (%v %v)", pid, host, ns, err1, err2)
 		}
 		// Control: the same probe with the same capability in the host's
 		// cgroup namespace finds it (so the probe can fail).
@@ -359,9 +387,9 @@ hosts = ["allowed.test"]
 		}
 	})
 	t.Run("NetclientOnlyRecreateDetectedAndRepaired", func(t *testing.T) {
-		project := strings.ToLower(filepath.Base(ws)) + "_devcontainer"
+		project := testenv.Docker(t, "inspect", "--format", `{{index .Config.Labels "com.docker.compose.project"}}`, appOf())
 		d := dockerdOf()
-		mustRun("docker-compose", "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "up", "-d", "--no-deps", "--force-recreate", "netclient")
+		mustRun(f.cmd[0], "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "up", "-d", "--no-deps", "--force-recreate", "netclient")
 		// dockerd's health check fails in the dead namespace.
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()

@@ -3,6 +3,7 @@ package devcontainer_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,8 +19,8 @@ import (
 	"vak/internal/testenv"
 )
 
-// devcontainerCLI finds the dev-containers CLI (@devcontainers/cli) and a
-// compose: $VAK_DEVCONTAINER_CLI, else `devcontainer` on PATH.
+// devcontainerCLI finds the dev-containers CLI (@devcontainers/cli):
+// $VAK_DEVCONTAINER_CLI, else `devcontainer` on PATH.
 func devcontainerCLI(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("VAK_DEVCONTAINER_CLI")
@@ -29,18 +30,35 @@ func devcontainerCLI(t *testing.T) string {
 	if p == "" {
 		testenv.Missing(t, testenv.EnvRequireDocker, "the dev-containers CLI (npm install @devcontainers/cli; set VAK_DEVCONTAINER_CLI)")
 	}
-	if _, err := exec.LookPath("docker-compose"); err != nil {
-		testenv.Missing(t, testenv.EnvRequireDocker, "docker-compose (apt-get install docker-compose)")
-	}
 	return p
 }
 
 // The generated template brought up by the real dev-containers CLI (the
-// code path of VS Code's "Reopen in Container"), then used through
-// `devcontainer exec` as an agent would: the same hermetic internet,
-// canary and escape attempts as the proxied topology's own test.
+// code path of VS Code's "Reopen in Container") with Debian's
+// docker-compose 1.29, then used through `devcontainer exec` as an agent
+// would: the same hermetic internet, canary and escape attempts as the
+// proxied topology's own test.
 func TestDevcontainerUp(t *testing.T) {
 	testenv.RequireDocker(t)
+	devcontainerUp(t, composeV1(t), true)
+}
+
+// The same template and files with Compose v2 (`docker compose`, the
+// dev-containers CLI's and VS Code's first choice): up, the agent's egress
+// and escape attempts, the read-only template dirs, Rebuild, a
+// netclient-only recreate; then the project brought up by compose alone,
+// without the dev-containers CLI (as a tool that does not override the
+// command, JetBrains' dev containers, runs it): the agent's container stays
+// up on its own command and its egress works.
+func TestDevcontainerUpComposeV2(t *testing.T) {
+	testenv.RequireDocker(t)
+	devcontainerUp(t, composeV2(t), false)
+}
+
+// devcontainerUp runs the plain template's end-to-end test with compose f;
+// full adds what does not depend on the compose (the scan and
+// read-configuration, tampering with the fence, a config change).
+func devcontainerUp(t *testing.T, f composeFlavor, full bool) {
 	dc := devcontainerCLI(t)
 	img := testenv.TestNetImage(t)
 	vak := testenv.Vak(t)
@@ -80,7 +98,7 @@ hosts = ["allowed.test"]
 	}
 	// An existing protected path of the config: mounted read-only too.
 	mkdir(t, filepath.Join(ws, ".git", "hooks"))
-	env := append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig)
+	env := append(append(os.Environ(), "XDG_STATE_HOME="+xdgState, "XDG_CONFIG_HOME="+xdgConfig), f.env...)
 	run := func(name string, args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.Command(name, args...)
@@ -103,25 +121,27 @@ hosts = ["allowed.test"]
 		t.Errorf("a second init overwrote the template: %s", out)
 	}
 
-	t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
-		for _, dir := range []string{devcontainer.Dir, devcontainer.VSCodeDir} {
-			filepath.Walk(filepath.Join(ws, dir), func(p string, fi os.FileInfo, err error) error {
-				if err == nil && !fi.IsDir() {
-					if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
-						t.Errorf("%s holds a secret", p)
+	if full {
+		t.Run("GeneratedFilesHoldNoSecret", func(t *testing.T) {
+			for _, dir := range []string{devcontainer.Dir, devcontainer.VSCodeDir} {
+				filepath.Walk(filepath.Join(ws, dir), func(p string, fi os.FileInfo, err error) error {
+					if err == nil && !fi.IsDir() {
+						if data, _ := os.ReadFile(p); strings.Contains(string(data), secret) || strings.Contains(string(data), "PRIVATE KEY") {
+							t.Errorf("%s holds a secret", p)
+						}
 					}
-				}
-				return nil
-			})
-		}
-		out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
-		if !strings.Contains(out, `"service":"app"`) || !strings.Contains(out, `"devcontainer","prepare"`) {
-			t.Errorf("read-configuration: %s", out)
-		}
-	})
+					return nil
+				})
+			}
+			out := mustRun(dc, "read-configuration", "--workspace-folder", ws)
+			if !strings.Contains(out, `"service":"app"`) || !strings.Contains(out, `"devcontainer","prepare"`) {
+				t.Errorf("read-configuration: %s", out)
+			}
+		})
+	}
 
 	t0 := time.Now()
-	mustRun(dc, "up", "--workspace-folder", ws)
+	f.checkCLICompose(t, mustRun(dc, "up", "--workspace-folder", ws))
 	sb := func(cmd string) string {
 		t.Helper()
 		out, _ := run(dc, "exec", "--workspace-folder", ws, "sh", "-c", cmd)
@@ -130,10 +150,20 @@ hosts = ["allowed.test"]
 	if out := sb("probe tls https://allowed.test/status/200"); !strings.HasPrefix(lastLine(out), "OK 200") {
 		t.Fatalf("allowed HTTPS after devcontainer up: %s", out)
 	}
-	t.Logf("benchmark: devcontainer up to a working exec: %v", time.Since(t0).Round(100*time.Millisecond))
+	t.Logf("benchmark: devcontainer up (compose %s) to a working exec: %v", f.name, time.Since(t0).Round(100*time.Millisecond))
 	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
 		t.Errorf("doctor after up: %v\n%s", err, out)
 	}
+	// overrideCommand false: the agent's container runs the template's own
+	// command (the CLI's entrypoint wrapper execs it instead of its
+	// keep-alive loop).
+	key := proxynet.Key(ws)
+	app := testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+key, "--filter", "label=com.docker.compose.service=app")
+	if cmd := testenv.Docker(t, "inspect", "--format", "{{json .Config.Cmd}}", app); cmd != `["sleep","infinity"]` {
+		t.Errorf("the agent's container runs %s (want the template's sleep infinity)", cmd)
+	}
+	project := testenv.Docker(t, "inspect", "--format", `{{index .Config.Labels "com.docker.compose.project"}}`, app)
+	composeFile := filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile)
 
 	canaryZero := func(when string) {
 		t.Helper()
@@ -215,20 +245,21 @@ hosts = ["allowed.test"]
 		if data, _ := os.ReadFile(filepath.Join(ws, "from-agent")); strings.TrimSpace(string(data)) != "ok" {
 			t.Fatalf("control: the host does not see the agent's write")
 		}
+		// Each attempt on its own, all in one exec.
+		var attempts []string
 		for _, d := range []string{devcontainer.Dir, devcontainer.VSCodeDir, ".git/hooks"} {
 			p := ws + "/" + d
-			for _, a := range []string{
-				"echo '{}' > " + p + "/devcontainer.json",
-				"echo x >> " + p + "/compose.yml",
-				"touch " + p + "/settings.json",
-				"rm -rf " + p + "/*",
-				"mv " + p + " " + ws + "/moved",
-				"umount " + p,
-				"mkdir " + p + "/sub",
-			} {
-				sb(a)
-			}
+			attempts = append(attempts,
+				"echo '{}' > "+p+"/devcontainer.json",
+				"echo x >> "+p+"/compose.yml",
+				"touch "+p+"/settings.json",
+				"rm -rf "+p+"/*",
+				"mv "+p+" "+ws+"/moved",
+				"umount "+p,
+				"mkdir "+p+"/sub",
+			)
 		}
+		sb(strings.Join(attempts, "; "))
 		// The parent of a protected path: renaming .git and planting a
 		// fresh one would undo the read-only hooks.
 		sb("mv " + ws + "/.git " + ws + "/.git-moved && mkdir -p " + ws + "/.git/hooks && echo evil > " + ws + "/.git/hooks/pre-commit")
@@ -291,8 +322,7 @@ hosts = ["allowed.test"]
 		}
 	})
 	t.Run("NetclientOnlyRecreateDetectedAndRepaired", func(t *testing.T) {
-		project := strings.ToLower(filepath.Base(ws)) + "_devcontainer"
-		mustRun("docker-compose", "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "up", "-d", "--no-deps", "--force-recreate", "netclient")
+		mustRun(f.cmd[0], "-p", project, "-f", composeFile, "up", "-d", "--no-deps", "--force-recreate", "netclient")
 		out, err := run(vak, "devcontainer", "doctor", "-w", ws)
 		if err == nil || !strings.Contains(out, "dead network namespace") {
 			t.Errorf("doctor did not report the dead namespace: %v\n%s", err, out)
@@ -316,6 +346,12 @@ hosts = ["allowed.test"]
 		}
 		canaryZero("after repair")
 	})
+	if !full {
+		t.Run("ComposeAloneWithoutTheCLI", func(t *testing.T) {
+			composeAlone(t, f, vak, ws, project, run, mustRun, canaryZero)
+		})
+		return
+	}
 	t.Run("FenceTamperFailsClosedAndIsRepaired", func(t *testing.T) {
 		nc := testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=netclient")
 		// As the netclient itself: flush every rule in the namespace. The
@@ -365,6 +401,64 @@ hosts = ["allowed.test"]
 			t.Errorf("placeholder after restart: %q", ph)
 		}
 	})
+}
+
+// composeAlone brings the project up with compose alone, as a tool that
+// runs the initializeCommand and then compose without the dev-containers
+// CLI does (JetBrains' dev containers): the agent's container runs the
+// template's own command, stays up, and reaches the allowed upstream
+// through the gateway (a denied name and the canary do not).
+func composeAlone(t *testing.T, f composeFlavor, vak, ws, project string, run func(string, ...string) (string, error), mustRun func(string, ...string) string, canaryZero func(string)) {
+	t.Helper()
+	compose := func(args ...string) string {
+		t.Helper()
+		return mustRun(f.cmd[0], append([]string{"-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile)}, args...)...)
+	}
+	compose("down") // the volumes are external: the gateway's state stays
+	var cfg struct {
+		InitializeCommand []string `json:"initializeCommand"`
+	}
+	data, _ := os.ReadFile(filepath.Join(ws, devcontainer.Dir, devcontainer.ConfigFile))
+	if err := json.Unmarshal(data, &cfg); err != nil || len(cfg.InitializeCommand) == 0 {
+		t.Fatalf("devcontainer.json's initializeCommand: %v", err)
+	}
+	mustRun(cfg.InitializeCommand[0], cfg.InitializeCommand[1:]...)
+	compose("up", "-d")
+	app := testenv.Docker(t, "ps", "-q", "--filter", "label="+devcontainer.LabelKey+"="+proxynet.Key(ws), "--filter", "label=com.docker.compose.service=app")
+	if app == "" {
+		t.Fatalf("no running agent container after compose up")
+	}
+	started := testenv.Docker(t, "inspect", "--format", "{{.State.StartedAt}}", app)
+	// The template's command as PID 1's child, nothing of the
+	// dev-containers CLI (its entrypoint wrapper, its labels).
+	if cmd := testenv.Docker(t, "inspect", "--format", `{{json .Config.Entrypoint}} {{json .Config.Cmd}}`, app); cmd != `null ["sleep","infinity"]` {
+		t.Errorf("the agent's container runs %s (want the template's command only)", cmd)
+	}
+	if l := testenv.Docker(t, "inspect", "--format", `{{json .Config.Labels}}`, app); strings.Contains(l, "devcontainer.") {
+		t.Errorf("the agent's container has the dev-containers CLI's labels: %s", l)
+	}
+	exec := func(cmd string) string {
+		t.Helper()
+		out, _ := run(f.cmd[0], "-p", project, "-f", filepath.Join(ws, devcontainer.Dir, devcontainer.ComposeFile), "exec", "-T", "app", "sh", "-c", cmd)
+		return lastLine(out)
+	}
+	if out := exec("probe tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+		t.Errorf("allowed HTTPS from the agent's container: %s", out)
+	}
+	if out := exec("probe http https://denied.test/ 5s"); strings.HasPrefix(out, "OK 200") {
+		t.Errorf("a denied name: %s", out)
+	}
+	if out := exec("probe connect canary.test:80 3s; probe udp canary.test:9 2s"); strings.Contains(out, "canary") {
+		t.Errorf("raw TCP/UDP to the canary: %s", out)
+	}
+	canaryZero("compose alone")
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") {
+		t.Errorf("doctor after compose up: %v\n%s", err, out)
+	}
+	// Still the same, running process after all that (no restart, no exit).
+	if st := testenv.Docker(t, "inspect", "--format", "{{.State.Running}} {{.RestartCount}} {{.State.StartedAt}}", app); st != "true 0 "+started {
+		t.Errorf("the agent's container did not stay up: %s (started %s)", st, started)
+	}
 }
 
 func lastLine(s string) string {

@@ -10,14 +10,12 @@ package devcontainer
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -84,10 +82,6 @@ type Template struct {
 	// StateDir is vak's state dir on the host (Docker only: the seccomp
 	// profile prepare writes there, SeccompFile).
 	StateDir string
-	// CgroupPrivate sets Compose v2's `cgroup: private` on dockerd (Debian's
-	// docker-compose 1.29 rejects the key; the entrypoint creates and
-	// verifies a private cgroup namespace either way).
-	CgroupPrivate bool
 }
 
 // Paths of the --docker variant, the same in dockerd and the agent's
@@ -201,7 +195,6 @@ type service struct {
 	Volumes     []string               `json:"volumes,omitempty"`
 	Healthcheck *healthcheck           `json:"healthcheck,omitempty"`
 	Entrypoint  []string               `json:"entrypoint,omitempty"`
-	Cgroup      string                 `json:"cgroup,omitempty"`
 	Restart     string                 `json:"restart,omitempty"`
 	Labels      map[string]string      `json:"labels"`
 	Init        bool                   `json:"init,omitempty"`
@@ -247,9 +240,10 @@ func (t *Template) labels() map[string]string {
 	return l
 }
 
-// Compose returns the compose project (format 2.4: Debian's docker-compose
-// 1.29 and Compose v2 both read it). JSON is YAML, so it is written as JSON
-// under a comment header.
+// Compose returns the compose project (format 2.4, with only keys that
+// Debian's docker-compose 1.29 and Compose v2 both read: the same file
+// works with either). JSON is YAML, so it is written as JSON under a
+// comment header.
 func (t *Template) Compose() ([]byte, error) {
 	if t.Key == "" || !filepath.IsAbs(t.Workspace) {
 		return nil, errors.New("devcontainer: template needs an absolute workspace and its key")
@@ -453,9 +447,13 @@ func (t *Template) services() []string {
 // (the same capabilities, seccomp profile, limits and entrypoint as a
 // session's sidecar) and translated to compose: the seccomp profile by
 // path (SeccompFile), mounts by volume name, and the entrypoint prefixed
-// with dockerd.UnshareCgroup, since compose 1.29 cannot ask for a private
-// cgroup namespace (the entrypoint then verifies it and refuses to start
-// otherwise).
+// with dockerd.UnshareCgroup: Debian's compose 1.29 cannot ask for a
+// private cgroup namespace (it rejects Compose v2's `cgroup: private`), so
+// the entrypoint creates one and verifies it, refusing to start dockerd
+// otherwise. One file then works with both composes (the dev-containers
+// CLI and VS Code pick Compose v2 when `docker compose` works, else
+// docker-compose), and under both dockerd runs in a cgroup namespace of its
+// own.
 func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []string) (*service, error) {
 	if !filepath.IsAbs(t.StateDir) {
 		return nil, errors.New("devcontainer: the --docker template needs vak's state dir (the seccomp profile)")
@@ -500,9 +498,8 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 	mounts = append(mounts, BinVolume(t.Key)+":"+VakDir+":ro", SocketVolume(t.Key)+":"+DockerDir)
 	check := strings.Join(append(shellQuote(proxynet.JoinedHealthCommand(VakBinary, gw, pool)),
 		"&&", "docker", "-H", "unix://"+DockerSocket, "version", "--format", "'{{.Server.Version}}'", ">/dev/null"), " ")
-	var cgroup string
-	if t.CgroupPrivate && host.CgroupnsMode.IsPrivate() {
-		cgroup = "private"
+	if !host.CgroupnsMode.IsPrivate() {
+		return nil, errors.New("devcontainer: the sidecar's spec has no private cgroup namespace")
 	}
 	return &service{
 		Image: cfg.Image, User: cfg.User,
@@ -512,7 +509,6 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 		DependsOn:   map[string]dependency{"netclient": {Condition: "service_healthy"}},
 		CapDrop:     host.CapDrop, CapAdd: host.CapAdd,
 		SecurityOpt: secOpt,
-		Cgroup:      cgroup,
 		Tmpfs:       tmpfs,
 		MemLimit:    strconv.FormatInt(host.Memory, 10),
 		PidsLimit:   int(*host.PidsLimit),
@@ -577,13 +573,6 @@ func (t *Template) Write(force bool) ([]string, error) {
 // the same ones.
 func PlaceholderFile(stateDir, key string) string {
 	return filepath.Join(stateDir, "devcontainer", key, "placeholders.json")
-}
-
-// ComposeV2 reports whether the host's docker CLI has the Compose v2
-// plugin (`docker compose`), which the dev-containers CLI prefers over
-// docker-compose and which takes `cgroup: private`.
-func ComposeV2(ctx context.Context) bool {
-	return exec.CommandContext(ctx, "docker", "compose", "version").Run() == nil
 }
 
 // validName reports whether s is usable as an environment variable name.
