@@ -663,13 +663,26 @@ nothing else is: --homes removes every home (each workspace's and each
 profile's), --home workspace (with --workspace, default the current directory)
 or --home profile:NAME removes that one. Each removed home is printed with its
 size; --dry-run prints the list and removes nothing. Links an agent planted
-in a home are removed as links, never followed.`,
+in a home are removed as links, never followed.
+
+Images are removed only when asked, and then nothing else is: --images
+removes the vak-net and vak-dockerd images that this vak does not use (each
+vak binary builds its own content-addressed vak-net image, so upgrades leave
+the old ones behind), except images tagged :devcontainer, images younger than
+an hour and images a container still uses. --dry-run lists them.`,
 		Example: `  vak gc
+  vak gc --images --dry-run
   vak gc --homes --dry-run
   vak gc --home profile:work
   vak gc --home workspace -w ~/src/app`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hf.images {
+				if hf.all || hf.one != "" {
+					return exit(ExitUsage, errors.New("vak gc: --images cannot be combined with --homes or --home"))
+				}
+				return a.gcImages(cmd.Context(), hf.dryRun, sf.labels)
+			}
 			if hf.all || hf.one != "" || hf.dryRun {
 				return a.gcHomes(hf)
 			}
@@ -679,7 +692,8 @@ in a home are removed as links, never followed.`,
 	cmd.Flags().BoolVar(&hf.all, "homes", false, "remove every persistent agent home (and nothing else)")
 	cmd.Flags().StringVar(&hf.one, "home", "", "remove one persistent home: workspace (of --workspace) or profile:NAME (and nothing else)")
 	cmd.Flags().StringVarP(&hf.workspace, "workspace", "w", "", "the workspace of --home workspace (default: current directory)")
-	cmd.Flags().BoolVar(&hf.dryRun, "dry-run", false, "with --homes or --home: list what would be removed, remove nothing")
+	cmd.Flags().BoolVar(&hf.images, "images", false, "remove the vak-net and vak-dockerd images this vak does not use (and nothing else)")
+	cmd.Flags().BoolVar(&hf.dryRun, "dry-run", false, "with --homes, --home or --images: list what would be removed, remove nothing")
 	cmd.Flags().StringArrayVar(&sf.labels, "label", nil, "only objects with label KEY=VALUE")
 	cmd.Flags().MarkHidden("label")
 	return cmd
