@@ -4,6 +4,10 @@
 // on the machine hits both contenders equally.
 //
 //	go run ./bench/dockerrun -n 40 -image vak-test:latest
+//
+// With -against BINARY, a second vak binary (e.g. one built from an older
+// commit) runs the same command too, interleaved with the others, and its
+// trace breakdown is printed as well: a before/after in one run.
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 func main() {
 	n := flag.Int("n", 40, "samples per contender")
 	image := flag.String("image", "vak-test:latest", "image to run")
+	against := flag.String("against", "", "another vak binary to run the same command with, interleaved (before/after)")
 	flag.Parse()
 
 	vak, err := stats.BuildVak()
@@ -42,6 +47,7 @@ func main() {
 	b := docker.New(*image)
 	raw := &stats.Sample{Name: "docker run --rm (same flags)"}
 	viaVak := &stats.Sample{Name: "vak run --backend docker"}
+	other := &stats.Sample{Name: "vak run --backend docker (" + *against + ")"}
 	for i := -2; i < *n; i++ { // two warm-up rounds
 		argv, err := b.Wrap(sandbox.Command{ID: fmt.Sprintf("bench%d", i+2), Shell: "true", Workspace: ws, Mode: sandbox.WorkspaceWrite})
 		if err != nil {
@@ -61,9 +67,24 @@ func main() {
 			raw.Add(d1)
 			viaVak.Add(d2)
 		}
+		if *against != "" {
+			d3, err := stats.Time(func() error {
+				return stats.RunQuiet(*against, "--config", cfg, "run", "-w", ws, "--", "true")
+			})
+			if err != nil {
+				log.Fatal(err)
+			}
+			if i >= 0 {
+				other.Add(d3)
+			}
+		}
 	}
 	fmt.Printf("### vak run --backend docker vs docker run (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
-	fmt.Print(stats.Table(raw, viaVak))
+	if *against != "" {
+		fmt.Print(stats.Table(raw, viaVak, other))
+	} else {
+		fmt.Print(stats.Table(raw, viaVak))
+	}
 	fmt.Println()
 	// Where vak's run goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(*n, 10), vak, "--config", cfg, "run", "-w", ws, "--", "true")
@@ -71,6 +92,13 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Print(bd)
+	if *against != "" {
+		bd, err := stats.TraceBreakdown(min(*n, 10), *against, "--config", cfg, "run", "-w", ws, "--", "true")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("\n%s:\n\n%s", *against, bd)
+	}
 }
 
 // runWithLifeline runs argv as vak's broker does: its stdin is a pipe whose

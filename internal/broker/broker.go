@@ -71,6 +71,16 @@ type Options struct {
 	// sandbox): Tools lists each while it is Listed, CallHostTool serves
 	// it; the worker never sees their calls.
 	HostTools []HostTool
+	// BashOnly says the session runs only non-interactive bash commands
+	// (vak run without a terminal): no file tools, no interactive
+	// commands. A command-scoped backend (sandbox.Wrapper) then starts no
+	// worker process, whose only job would be to run the wrapper: the
+	// broker runs each wrapped command itself, directly (no shell, so no
+	// quoting layer to undo), through worker.Exec, the worker's own runner
+	// (tripwire, output limits, timeout and kill, lifeline). Client is nil
+	// in such a session. Process-scoped backends ignore it: their worker
+	// is the sandbox.
+	BashOnly bool
 }
 
 // HostTool is a tool the trusted side serves next to the worker's
@@ -108,6 +118,12 @@ type Session struct {
 	lifeline *os.File
 	// tr records Close's phases for vak run --trace (nil: nothing).
 	tr *trace.Trace
+	// local runs the wrapped commands of a bash-only session of a
+	// command-scoped backend in this process (Options.BashOnly); client
+	// is nil then.
+	local *worker.Exec
+	// lifeR is local's lifeline (the read end of the lifeline pipe).
+	lifeR *os.File
 }
 
 // Start starts a worker for opts.
@@ -194,6 +210,19 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
 		}
 		spec.Lifeline = lifelineFD
+		if opts.BashOnly {
+			s.lifeR = lifeR
+			s.local = &worker.Exec{
+				Workspace:      opts.Workspace,
+				Env:            spec.Env,
+				DefaultTimeout: cfg.Sandbox.Timeout,
+				Protected:      cfg.Files.Protected,
+				NoTripwire:     cfg.Sandbox.Mode == sandbox.FullAccess,
+				Lifeline:       lifeR,
+			}
+			endPrepare()
+			return s, nil
+		}
 	default:
 		if opts.Network != nil {
 			return nil, fmt.Errorf("broker: %w", sandbox.RefuseNetwork(b, opts.Network))
@@ -318,19 +347,31 @@ func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) 
 	tr.Add("  worker files and ready message", restricted, ready)
 }
 
-// Ready is the worker's ready event (what restrictions are in force).
-func (s *Session) Ready() wire.Event { return s.client.Ready() }
+// Ready is the worker's ready event (what restrictions are in force). A
+// bash-only session of a command-scoped backend, which has no worker,
+// describes itself.
+func (s *Session) Ready() wire.Event {
+	if s.client == nil {
+		return wire.Event{Event: "ready", Version: wire.ProtocolVersion, Backend: s.opts.Backend.Name(), PID: os.Getpid(),
+			Sandbox: s.opts.Backend.Name() + ": no worker process (bash-only session); each bash command runs in its own container"}
+	}
+	return s.client.Ready()
+}
 
-// Client is the raw protocol client (file tools).
+// Client is the raw protocol client (file tools); nil in a bash-only
+// session of a command-scoped backend (Options.BashOnly).
 func (s *Session) Client() *wire.Client { return s.client }
 
 // Tools is the session's tool list: the worker's (the protocol's tools
 // op), then every host tool that is listed now. A host tool that is not
 // listed is absent, not marked.
 func (s *Session) Tools(ctx context.Context) ([]string, error) {
-	tools, err := s.client.Tools(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("broker: tool list: %w", err)
+	tools := []string{wire.OpBash}
+	if s.client != nil {
+		var err error
+		if tools, err = s.client.Tools(ctx); err != nil {
+			return nil, fmt.Errorf("broker: tool list: %w", err)
+		}
 	}
 	for _, h := range s.opts.HostTools {
 		if h.Listed() && !slices.Contains(tools, h.Name()) {
@@ -368,7 +409,7 @@ func (s *Session) CallHostTool(ctx context.Context, name string, args json.RawMe
 func (s *Session) Bash(ctx context.Context, a wire.BashArgs, onOutput func(stream string, data []byte)) (*wire.BashResult, error) {
 	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
 		return s.client.Bash(ctx, a, onOutput)
-	})
+	}, onOutput)
 }
 
 // Interaction is the input side of an interactive command.
@@ -390,16 +431,30 @@ func (s *Session) BashInteractive(ctx context.Context, a wire.BashArgs, in Inter
 	if err := sandbox.CheckInteractive(s.opts.Backend); err != nil {
 		return nil, err
 	}
+	if s.client == nil {
+		return nil, fmt.Errorf("broker: %w: a bash-only session runs no interactive commands", ErrBashOnly)
+	}
 	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
 		return s.client.BashInteractive(ctx, a, in.Stdin, in.Resize, in.Signal, onOutput)
-	})
+	}, onOutput)
 }
 
-func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.BashArgs) (*wire.BashResult, error)) (*wire.BashResult, error) {
+// ErrBashOnly reports a request a bash-only session (Options.BashOnly)
+// does not serve.
+var ErrBashOnly = errors.New("bash-only session")
+
+// bash runs a: as it is (send) for a process-scoped backend, wrapped for a
+// command-scoped one (sent, or run here in a bash-only session).
+func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.BashArgs) (*wire.BashResult, error), onOutput func(string, []byte)) (*wire.BashResult, error) {
 	if s.wrapper == nil {
 		return send(a)
 	}
-	// Command-scoped: wrap it, and send the wrapper as the command.
+	if s.local != nil && (a.Interactive || a.TTY != nil) {
+		return nil, fmt.Errorf("broker: %w: a bash-only session runs no interactive commands", ErrBashOnly)
+	}
+	// Command-scoped: wrap it, and send the wrapper as the command (or
+	// run it here, in a bash-only session).
+	endWrap := trace.From(ctx).Begin("  wrap (protected paths, argv)")
 	dir, err := s.resolveDir(a.Cwd)
 	if err != nil {
 		return nil, err
@@ -437,17 +492,29 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 	} else {
 		argv, err = s.wrapper.Wrap(c)
 	}
+	endWrap()
 	if err != nil {
 		return nil, err
 	}
-	a.Command, a.Cwd, a.Env = shellquote.Join(argv), "", nil
-	if a.Interactive {
-		// The wrapper replaces the worker's sh -c: signals for the command
-		// go to the wrapper's process alone, which forwards them
-		// (sandbox.InteractiveWrapper), not to a shell around it.
-		a.Command = "exec " + a.Command
+	defer trace.From(ctx).Begin("  wrapped command")()
+	var res *wire.BashResult
+	if s.local != nil {
+		var emit func(string, []byte)
+		if a.Stream {
+			emit = onOutput
+		}
+		a.Command, a.Cwd, a.Env = "", "", nil
+		res, err = s.local.BashArgv(ctx, argv, a, emit)
+	} else {
+		a.Command, a.Cwd, a.Env = shellquote.Join(argv), "", nil
+		if a.Interactive {
+			// The wrapper replaces the worker's sh -c: signals for the
+			// command go to the wrapper's process alone, which forwards
+			// them (sandbox.InteractiveWrapper), not to a shell around it.
+			a.Command = "exec " + a.Command
+		}
+		res, err = send(a)
 	}
-	res, err := send(a)
 	if err != nil || res.TimedOut || res.Canceled {
 		// The docker CLI is dead but its container may not be.
 		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -489,10 +556,13 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	end := s.tr.Begin("  worker exit")
-	err := s.client.Close(ctx)
-	end()
-	end = s.tr.Begin("  temp dir and backend cleanup")
+	var err error
+	if s.client != nil {
+		end := s.tr.Begin("  worker exit")
+		err = s.client.Close(ctx)
+		end()
+	}
+	end := s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()
 	end()
 	if s.baseline != nil && s.swept == nil {
@@ -515,6 +585,9 @@ func (s *Session) Swept() *wire.BashResult { return s.swept }
 func (s *Session) cleanup() {
 	if s.lifeline != nil {
 		s.lifeline.Close()
+	}
+	if s.lifeR != nil {
+		s.lifeR.Close()
 	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)

@@ -279,7 +279,10 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		defer tr.Begin("stale cleanup (what is left of it at the end)")()
 		<-staleDone
 	}()
-	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
+	// One command and no file tools: a command-scoped backend needs no
+	// worker process for that (broker.Options.BashOnly).
+	_, interactive := a.interactiveMode(b, f.stdin)
+	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach, BashOnly: !interactive})
 	if err != nil {
 		if errors.Is(err, errclass.Unavailable) {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))

@@ -47,6 +47,18 @@ func (a *app) termSize() wire.TTYSize {
 	return defaultTTYSize
 }
 
+// interactiveMode says whether vak run runs its command interactively
+// (interactiveBash) and on a terminal (tty).
+func (a *app) interactiveMode(b sandbox.Backend, f stdinFlags) (tty, interactive bool) {
+	_, inTerm := termFd(a.stdio.In)
+	_, outTerm := termFd(a.stdio.Out)
+	tty = inTerm && outTerm && sandbox.CheckInteractive(b) == nil
+	if f.ttySet {
+		tty = f.tty
+	}
+	return tty, tty || f.interactive
+}
+
 // interactiveBash runs req as an interactive command when -i or -t ask for
 // it (-t by default when stdin and stdout are terminals, like docker run
 // -it): stdin is forwarded, and on a terminal the user's terminal is put in
@@ -62,12 +74,8 @@ func (a *app) termSize() wire.TTYSize {
 // its foreground process group SIGINT there: vak gets no signal at all.
 func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, ir *interrupts, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
 	inFd, inTerm := termFd(a.stdio.In)
-	_, outTerm := termFd(a.stdio.Out)
-	tty := inTerm && outTerm && sandbox.CheckInteractive(b) == nil
-	if f.ttySet {
-		tty = f.tty
-	}
-	if !tty && !f.interactive {
+	tty, interactive := a.interactiveMode(b, f)
+	if !interactive {
 		return nil, false, nil
 	}
 	in := broker.Interaction{Stdin: a.stdio.In}

@@ -83,7 +83,30 @@ func (x *Exec) start(cmd *exec.Cmd) error {
 
 // Bash implements Shell.
 func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
-	return x.bash(ctx, a, nil, emit)
+	return x.bash(ctx, a, nil, nil, emit)
+}
+
+// BashArgv runs argv itself instead of `sh -c a.Command`, with everything
+// else as Bash does for a (working directory, environment, stdin or
+// lifeline, output limits, timeout, kill, tripwire; a.Command is ignored).
+// It is for a trusted caller that built argv itself: the broker running a
+// command-scoped backend's wrapper (the `docker run` argv) without a worker
+// process. argv[0] is looked up in the PATH of this process, as os/exec
+// does.
+//
+// The result is what `sh -c` of the quoted argv would report: a command
+// killed by a signal (not by the timeout or a cancel) is exit status 128+n
+// with the shell's message on stderr ("Killed"), no Signal.
+func (x *Exec) BashArgv(ctx context.Context, argv []string, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
+	if len(argv) == 0 {
+		return nil, wire.Errorf(wire.CodeProtocol, "empty argv")
+	}
+	for _, s := range argv {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, wire.Errorf(wire.CodeProtocol, "argv contains a NUL byte")
+		}
+	}
+	return x.bash(ctx, a, argv, nil, emit)
 }
 
 // BashInteractive implements InteractiveShell: the command reads in, and
@@ -93,10 +116,12 @@ func (x *Exec) BashInteractive(ctx context.Context, a wire.BashArgs, in *Interac
 	if emit == nil || a.Stdin != nil {
 		return nil, wire.Errorf(wire.CodeProtocol, "an interactive request streams its output and has no stdin field")
 	}
-	return x.bash(ctx, a, in, emit)
+	return x.bash(ctx, a, nil, in, emit)
 }
 
-func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
+// bash runs a: through the shell, or, with direct set, direct itself
+// (BashArgv).
+func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
 	if strings.IndexByte(a.Command, 0) >= 0 {
 		return nil, wire.Errorf(wire.CodeProtocol, "command contains a NUL byte")
 	}
@@ -129,11 +154,14 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	}
 
 	argv := append(slices.Clone(x.Launcher), x.shell(), "-c", a.Command)
+	if direct != nil {
+		argv = append(slices.Clone(x.Launcher), direct...)
+	}
 	before := x.tripBefore()
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = cwd, env
-	if len(x.Launcher) == 0 {
+	if len(x.Launcher) == 0 && direct == nil {
 		cmd.Args[0] = "sh"
 	}
 	if len(x.Launcher) == 0 || x.Subreaper {
@@ -233,6 +261,14 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
 		res.ExitCode = 128 + int(ws.Signal())
+		if direct != nil && reason == "" {
+			// What the shell around it would have reported: its own
+			// normal exit, and its message.
+			res.Signal = ""
+			if msg := shellSignalMessage(ws); msg != "" {
+				stderr.Write([]byte(msg))
+			}
+		}
 	} else {
 		res.ExitCode = state.ExitCode()
 	}

@@ -58,7 +58,12 @@ func (b *Backend) Name() string { return string(sandbox.Docker) }
 func (b *Backend) Scope() sandbox.Scope { return sandbox.ScopeCommand }
 
 // Available implements sandbox.Backend with a cached `docker info` probe.
-func (b *Backend) Available(ctx context.Context) error { return b.probe().Check(ctx) }
+// The seccomp profile every Wrap needs (about a millisecond of JSON) is
+// built meanwhile.
+func (b *Backend) Available(ctx context.Context) error {
+	go buildSeccomp()
+	return b.probe().Check(ctx)
+}
 
 // Invalidate forgets a cached success, e.g. after a command failed in a way
 // that suggests the daemon went away.

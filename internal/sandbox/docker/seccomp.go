@@ -30,13 +30,18 @@ var seccompJSON struct {
 // process; the file is checked on every call and written again if it is
 // missing or differs.
 func SeccompFile() (string, error) {
-	seccompJSON.once.Do(func() {
-		seccompJSON.data, seccompJSON.err = SeccompProfile()
-	})
+	buildSeccomp()
 	if seccompJSON.err != nil {
 		return "", seccompJSON.err
 	}
 	return writeSeccompFile(seccompJSON.data)
+}
+
+// buildSeccomp builds the profile, once per process.
+func buildSeccomp() {
+	seccompJSON.once.Do(func() {
+		seccompJSON.data, seccompJSON.err = SeccompProfile()
+	})
 }
 
 func writeSeccompFile(data []byte) (string, error) {

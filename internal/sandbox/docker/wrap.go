@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"vak/internal/errclass"
 	"vak/internal/sandbox"
@@ -256,7 +257,7 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 		"--label", LabelWorkspace+"="+ws,
 		"--label", LabelOwner+"="+strconv.Itoa(os.Getuid()),
 	)
-	if tok, err := OwnerToken(os.Getpid()); err == nil {
+	if tok, err := ownToken(); err == nil {
 		args = append(args, "--label", LabelOwnerProc+"="+tok)
 	} else if !errors.Is(err, ErrUnsupported) {
 		return nil, fmt.Errorf("docker wrap: %w", err)
@@ -272,6 +273,9 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 	args = append(args, image)
 	return args, nil
 }
+
+// ownToken is OwnerToken of this process, read once.
+var ownToken = sync.OnceValues(func() (string, error) { return OwnerToken(os.Getpid()) })
 
 // within reports whether p is root or below it; both must be clean and absolute.
 func within(root, p string) bool {

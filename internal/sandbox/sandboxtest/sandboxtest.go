@@ -81,7 +81,11 @@ func NewEnv(t *testing.T, b Backend) *Env {
 	return e
 }
 
-// Start starts a worker in mode with the env's config.
+// bashOnly makes Env.Start start bash-only sessions (RunBashOnly).
+var bashOnly bool
+
+// Start starts a worker in mode with the env's config (a bash-only session
+// under RunBashOnly).
 func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 	e.T.Helper()
 	cfg := *e.Config
@@ -102,6 +106,7 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 		Executable: vak,
 		Stderr:     testWriter{e.T},
 		Labels:     map[string]string{testenv.TestLabel: "1"},
+		BashOnly:   bashOnly,
 	})
 	if err != nil {
 		e.T.Fatalf("start %s worker: %v", b.Name(), err)
