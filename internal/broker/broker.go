@@ -265,7 +265,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	endPrepare()
 	spawned := time.Now()
-	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	// The baseline walks the workspace while the worker starts: nothing in
 	// the sandbox touches the workspace before its first request, which
 	// comes only after Start has waited for the walk.
@@ -281,7 +280,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if baselineDone != nil {
 		<-baselineDone
 	}
-	endStart()
+	tr.Add("worker start (sandbox set-up) to ready", spawned, time.Now())
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
@@ -306,6 +305,18 @@ func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) 
 		return
 	}
 	tr.Add("  worker process start (landlock: stage 1, view, stage 2 exec)", spawned, started)
+	// What the backend timed before the worker's process began (stage 1):
+	// a phase without a start began when the worker was spawned.
+	for _, p := range ev.Phases {
+		s, e := spawned, time.Unix(0, p.End)
+		if p.Start != 0 {
+			s = time.Unix(0, p.Start)
+		}
+		if p.End == 0 || s.Before(spawned) || e.Before(s) || e.After(started) {
+			continue
+		}
+		tr.Add("    "+p.Name, s, e)
+	}
 	if ev.Restricted == 0 {
 		tr.Add("  worker up to ready", started, ready)
 		return

@@ -40,9 +40,14 @@ import (
 	"errors"
 	"log"
 	"net"
+	"time"
 
 	"vak/internal/sandbox"
 )
+
+// processStart is when this package was initialised in this process: the
+// end of a stage's process start in vak run --trace.
+var processStart = time.Now()
 
 // ErrUnsupported is returned on platforms without Landlock.
 var ErrUnsupported = errors.New("landlock is only available on Linux")
