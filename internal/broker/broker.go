@@ -490,10 +490,27 @@ func (s *Session) resolveDir(cwd string) (string, error) {
 func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	end := s.tr.Begin("  worker exit")
+	start := time.Now()
+	var outputEnd chan time.Time
+	if s.tr != nil {
+		// When the worker's output ended (its stage 2, or the worker
+		// itself, exited) vs when the process was reaped: for landlock
+		// the difference is stage 1's exit, which takes the sandbox's
+		// remaining processes and namespaces down.
+		outputEnd = make(chan time.Time, 1)
+		go func() {
+			<-s.client.Done()
+			outputEnd <- time.Now()
+		}()
+	}
 	err := s.client.Close(ctx)
-	end()
-	end = s.tr.Begin("  temp dir and backend cleanup")
+	s.tr.Add("  worker exit", start, time.Now())
+	if outputEnd != nil {
+		out := <-outputEnd
+		s.tr.Add("    worker output closed", start, out)
+		s.tr.Add("    worker reaped (landlock: stage 1's exit, the namespaces torn down)", out, time.Now())
+	}
+	end := s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()
 	end()
 	if s.baseline != nil && s.swept == nil {
