@@ -36,10 +36,11 @@
 // Go program has several threads before its first line runs; without cgo
 // there is no code before the runtime's. So it is created by clone with
 // CLONE_NEWUSER, which Go only offers together with exec. Merging the
-// stages would mean dropping that namespace (tools would run as root of
-// the view's namespace, holding capabilities over its mounts until they
-// drop them), and stage 1 has to stay unrestricted as init, setsid
-// supervisor and fence. The cost of the extra process is therefore kept
+// stages would mean dropping that namespace: commands would then run in
+// the user namespace that owns the view's mounts, where only the dropped
+// capabilities, not the namespace boundary, keep them from changing the
+// view. And stage 1 has to stay unrestricted as init, setsid supervisor
+// and fence. The cost of the extra process is therefore kept
 // small instead: everything vak links is initialised lazily where it is
 // expensive (TestInitAllocations in internal/cli), and the worker builds
 // only its own command.
