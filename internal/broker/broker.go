@@ -388,6 +388,10 @@ type Interaction struct {
 	Stdin io.Reader
 	// Resize delivers new terminal sizes (TTY commands).
 	Resize <-chan wire.TTYSize
+	// Signal delivers signals to the command, by name (one of
+	// wire.Signals): to its process group, or on a command-scoped backend
+	// to the command inside the sandbox (sandbox.InteractiveWrapper).
+	Signal <-chan string
 }
 
 // BashInteractive runs an interactive command (a.Interactive or a.TTY set)
@@ -398,7 +402,7 @@ func (s *Session) BashInteractive(ctx context.Context, a wire.BashArgs, in Inter
 		return nil, err
 	}
 	return s.bash(ctx, a, func(a wire.BashArgs) (*wire.BashResult, error) {
-		return s.client.BashInteractive(ctx, a, in.Stdin, in.Resize, onOutput)
+		return s.client.BashInteractive(ctx, a, in.Stdin, in.Resize, in.Signal, onOutput)
 	})
 }
 
@@ -448,6 +452,12 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		return nil, err
 	}
 	a.Command, a.Cwd, a.Env = shellquote.Join(argv), "", nil
+	if a.Interactive {
+		// The wrapper replaces the worker's sh -c: signals for the command
+		// go to the wrapper's process alone, which forwards them
+		// (sandbox.InteractiveWrapper), not to a shell around it.
+		a.Command = "exec " + a.Command
+	}
 	res, err := send(a)
 	if err != nil || res.TimedOut || res.Canceled {
 		// The docker CLI is dead but its container may not be.

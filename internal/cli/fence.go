@@ -61,7 +61,7 @@ func (a *app) fenceNet(ctx context.Context) (*sandbox.NetworkAttachment, func(),
 			return nil, nil, err
 		}
 	}
-	lease, err := ondemand.Acquire(ctx, ondemand.Options{StateDir: state, Command: func(p ondemand.Paths) *exec.Cmd {
+	lease, err := ondemand.Acquire(ctx, ondemand.Options{StateDir: state, SecretEnv: a.secretEnv(), Command: func(p ondemand.Paths) *exec.Cmd {
 		var args []string
 		if a.userConfig != "" {
 			args = append(args, "--config", a.userConfig)
@@ -72,6 +72,9 @@ func (a *app) fenceNet(ctx context.Context) (*sandbox.NetworkAttachment, func(),
 	}})
 	if err != nil {
 		return nil, nil, err
+	}
+	if lease.Warning != "" {
+		a.warnf("%s", lease.Warning)
 	}
 	trust, err := trustFor(lease.Trust, lease.CACert)
 	if err != nil {
@@ -84,6 +87,24 @@ func (a *app) fenceNet(ctx context.Context) (*sandbox.NetworkAttachment, func(),
 		TrustCA:  filepath.Join(sandbox.FenceTrustDir, proxynet.CAFile),
 		TrustEnv: proxynet.TrustEnvAt(sandbox.FenceTrustDir),
 	}, lease.Release, nil
+}
+
+// secretEnv is this process's values of the environment variables the
+// on-demand gateway's secrets read (the gateway reads the user config
+// only). A config that does not load gives none: the gateway reports it.
+func (a *app) secretEnv() map[string]string {
+	env := map[string]string{}
+	// As gatewayLoader, without printing the config's warnings again.
+	cfg, err := config.Load(config.Options{UserFile: a.userConfig})
+	if err != nil || cfg.Egress == nil {
+		return env
+	}
+	for _, sp := range cfg.Egress.Secrets {
+		if sp.Source.Env != "" {
+			env[sp.Source.Env] = os.Getenv(sp.Source.Env)
+		}
+	}
+	return env
 }
 
 // trustFor returns a directory below root holding the trust files of the

@@ -16,6 +16,7 @@ type gcHomeFlags struct {
 	one       string
 	workspace string
 	dryRun    bool
+	images    bool
 }
 
 // gcHomes removes (or, with --dry-run, lists) the selected persistent
@@ -26,7 +27,7 @@ func (a *app) gcHomes(f gcHomeFlags) error {
 	case f.all && f.one != "":
 		return exit(ExitUsage, errors.New("--homes and --home: give one of them"))
 	case !f.all && f.one == "":
-		return exit(ExitUsage, errors.New("--dry-run needs --homes or --home"))
+		return exit(ExitUsage, errors.New("--dry-run needs --homes, --home or --images"))
 	case f.workspace != "" && f.one != string(agenthome.Workspace):
 		return exit(ExitUsage, errors.New("--workspace goes with --home workspace"))
 	}

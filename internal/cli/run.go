@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,8 +61,12 @@ command on a pseudo-terminal allocated inside the sandbox and implies -i; it is
 on by default when stdin and stdout are terminals (-t=false turns it off). Your
 terminal is then in raw mode: every key, Ctrl-C included, goes to the command
 (Ctrl-C interrupts the command, not vak), window-size changes follow, and your
-terminal's mode is restored when the command ends. SIGTERM, SIGHUP or SIGINT
-sent to vak itself still kill the command. The command never holds a
+terminal's mode is restored when the command ends. Ctrl-C with -i but no
+terminal (stdin a pipe or -t=false): the first SIGINT vak receives while the
+command runs is forwarded to the command (an agent that handles Ctrl-C gets
+it; if the command is still running a second later vak says so on stderr),
+and a second SIGINT kills the command (status 130). SIGTERM and SIGHUP kill
+it at once, as does SIGINT before the command started. The command never holds a
 descriptor of your terminal, only of its own. Both backends run interactive
 commands: the native one allocates the terminal in the sandbox's own devpts,
 docker in the container (the command joins its container through docker exec;
@@ -100,7 +101,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on containers, networks and volumes vak creates")
 	fl.MarkHidden("label")
-	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command")
+	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
 	fl.BoolVarP(&f.stdin.tty, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode: read-only, workspace-write or full-access (default from config: workspace-write)")
@@ -222,7 +223,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	}
 	end()
 
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	var attach *sandbox.NetworkAttachment
 	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
@@ -324,7 +325,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.stdio.Out.Write(data)
 		}
 	}
-	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, onOutput)
+	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, intr, onOutput)
 	if !interactive {
 		res, err = sess.Bash(sigctx, req, onOutput)
 	}

@@ -269,9 +269,12 @@ environment plus -e NAME=VALUE, and is killed with its whole process tree on
 --timeout or Ctrl-C. Output is streamed.
 
 Without -t this talks to the session's worker directly over its socket (no
-Docker round trip). -t runs 'docker exec -it' for an interactive terminal;
---root runs it as root (package installs), only in sessions created with
-session.allow_install = true.
+Docker round trip). -i streams stdin; the first Ctrl-C (SIGINT to vak) while
+the command runs is then forwarded to the command (if it is still running a
+second later vak says so on stderr), and a second one kills it; SIGTERM and
+SIGHUP kill it at once. -t runs 'docker exec -it' for an interactive
+terminal (Ctrl-C is a key typed into it); --root runs it as root (package
+installs), only in sessions created with session.allow_install = true.
 
 Exit status: the command's own (128+N if it died of signal N), or
   2   bad arguments, unknown session, cwd outside the workspace
@@ -291,7 +294,7 @@ Exit status: the command's own (128+N if it died of signal N), or
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "stream stdin to the command as it arrives (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
 	fl.BoolVarP(&f.tty, "tty", "t", false, "allocate a terminal (runs docker exec -it)")
 	fl.BoolVar(&f.root, "root", false, "run as root through docker exec (needs session.allow_install)")
 	fl.StringVarP(&f.dir, "cwd", "C", "", "working directory inside the workspace")
@@ -330,15 +333,23 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	if f.interactive {
 		stdin = a.stdio.In
 	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT while an interactive command runs goes to it; a
+	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
+	sigctx, intr, stop := notifyInterrupts(ctx)
 	defer stop()
 	s, err := m.Open(sigctx, id)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	var sigs <-chan string
+	if f.interactive {
+		var disarm func()
+		sigs, disarm = intr.arm(a.stdio.Err)
+		defer disarm()
+	}
 	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
 		Output: func(stream string, data []byte) {
 			if stream == "stderr" {
 				a.stdio.Err.Write(data)
@@ -663,13 +674,26 @@ nothing else is: --homes removes every home (each workspace's and each
 profile's), --home workspace (with --workspace, default the current directory)
 or --home profile:NAME removes that one. Each removed home is printed with its
 size; --dry-run prints the list and removes nothing. Links an agent planted
-in a home are removed as links, never followed.`,
+in a home are removed as links, never followed.
+
+Images are removed only when asked, and then nothing else is: --images
+removes the vak-net and vak-dockerd images that this vak does not use (each
+vak binary builds its own content-addressed vak-net image, so upgrades leave
+the old ones behind), except images tagged :devcontainer, images younger than
+an hour and images a container still uses. --dry-run lists them.`,
 		Example: `  vak gc
+  vak gc --images --dry-run
   vak gc --homes --dry-run
   vak gc --home profile:work
   vak gc --home workspace -w ~/src/app`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hf.images {
+				if hf.all || hf.one != "" {
+					return exit(ExitUsage, errors.New("vak gc: --images cannot be combined with --homes or --home"))
+				}
+				return a.gcImages(cmd.Context(), hf.dryRun, sf.labels)
+			}
 			if hf.all || hf.one != "" || hf.dryRun {
 				return a.gcHomes(hf)
 			}
@@ -679,7 +703,8 @@ in a home are removed as links, never followed.`,
 	cmd.Flags().BoolVar(&hf.all, "homes", false, "remove every persistent agent home (and nothing else)")
 	cmd.Flags().StringVar(&hf.one, "home", "", "remove one persistent home: workspace (of --workspace) or profile:NAME (and nothing else)")
 	cmd.Flags().StringVarP(&hf.workspace, "workspace", "w", "", "the workspace of --home workspace (default: current directory)")
-	cmd.Flags().BoolVar(&hf.dryRun, "dry-run", false, "with --homes or --home: list what would be removed, remove nothing")
+	cmd.Flags().BoolVar(&hf.images, "images", false, "remove the vak-net and vak-dockerd images this vak does not use (and nothing else)")
+	cmd.Flags().BoolVar(&hf.dryRun, "dry-run", false, "with --homes, --home or --images: list what would be removed, remove nothing")
 	cmd.Flags().StringArrayVar(&sf.labels, "label", nil, "only objects with label KEY=VALUE")
 	cmd.Flags().MarkHidden("label")
 	return cmd

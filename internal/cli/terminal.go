@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -54,7 +55,12 @@ func (a *app) termSize() wire.TTYSize {
 // restored when the command ends, whichever way. ok is false when neither
 // applies (or -t is only the default and backend b runs no interactive
 // commands); the caller then runs req as before.
-func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
+//
+// The first SIGINT vak receives while the command runs is forwarded to it
+// (ir.arm); a second one, or SIGTERM or SIGHUP, tears the run down. With a
+// terminal Ctrl-C is a byte typed into the command's terminal, which sends
+// its foreground process group SIGINT there: vak gets no signal at all.
+func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, ir *interrupts, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
 	inFd, inTerm := termFd(a.stdio.In)
 	_, outTerm := termFd(a.stdio.Out)
 	tty := inTerm && outTerm && sandbox.CheckInteractive(b) == nil
@@ -103,6 +109,13 @@ func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *brok
 		}()
 		in.Resize = resize
 	}
+	var hintTo io.Writer
+	if !tty {
+		hintTo = a.stdio.Err
+	}
+	sigs, disarm := ir.arm(hintTo)
+	defer disarm()
+	in.Signal = sigs
 	res, err = sess.BashInteractive(ctx, req, in, onOutput)
 	return res, true, err
 }

@@ -300,7 +300,10 @@ type InteractiveWrapper interface {
 	// The worker runs it with the user's input as its stdin (with tty: a
 	// terminal the worker owns, whose size follows the user's) and the
 	// lifeline on InteractiveLifelineFD; the command must die when the
-	// lifeline ends.
+	// lifeline ends. Signals for the command (wire.OpSignal: the names of
+	// wire.Signals) are delivered to the wrapper's own process, not its
+	// process group: the wrapper forwards them to the command inside the
+	// sandbox, which the worker cannot reach.
 	WrapInteractive(c Command, tty bool) ([]string, error)
 }
 

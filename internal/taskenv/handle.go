@@ -78,7 +78,8 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 			return nil, fmt.Errorf("%w: a streamed stdin needs Output and no Stdin", ErrInvalidSpec)
 		}
 		a.Interactive = true
-		res, err = s.client.BashInteractive(ctx, a, c.StdinStream, nil, c.Output)
+		a.Command = "exec " + a.Command
+		res, err = s.client.BashInteractive(ctx, a, c.StdinStream, nil, c.Signal, c.Output)
 	} else {
 		res, err = s.client.Bash(ctx, a, c.Output)
 	}

@@ -212,6 +212,11 @@ type Command struct {
 	// it arrives (an interactive request: the command may answer before
 	// the input ends); it needs Output and excludes Stdin.
 	StdinStream io.Reader
+	// Signal, with StdinStream, delivers signals to the command by name
+	// (one of wire.Signals). The command replaces the worker's shell (it is
+	// exec'd), so that a signal reaches it rather than killing a shell
+	// around it first.
+	Signal <-chan string
 	// MaxOutputBytes bounds stdout and stderr each; zero means the
 	// protocol's default (1 MiB).
 	MaxOutputBytes int64

@@ -177,6 +177,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 			relay.finish()
 			return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 		}
+		in.watchSignals(x.signaler(cmd))
 	} else if x.warm != nil {
 		proc, err = x.warm.run(argv[len(x.Launcher):], cwd, env, a.Stdin, stdout, stderr)
 		if err != nil {
@@ -247,6 +248,38 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, in *Interaction, emit 
 		return nil, wire.Errorf(wire.CodeExec, "%v", err)
 	}
 	return res, nil
+}
+
+// signaler returns how signals reach the interactive command cmd (a
+// started leader of its own session, so its process group is its pid):
+// its process group, like a terminal's interrupt reaches the foreground
+// job. Under the reap shim the shim is in that group and survives them
+// (Reap); the command gets them. A command-scoped backend's wrapper (the
+// worker has a lifeline) gets them alone: the command runs inside the
+// sandbox, out of reach of this process, and the wrapper forwards them
+// there (sandbox.InteractiveWrapper); its own helpers (the docker CLIs)
+// must not die of them. A command that does not lead its own session (a
+// launcher other than the reap shim) gets none.
+func (x *Exec) signaler(cmd *exec.Cmd) func(syscall.Signal) error {
+	pid := cmd.Process.Pid
+	if cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setsid {
+		return func(syscall.Signal) error {
+			return wire.Errorf(wire.CodeUnsupported, "signals need commands that lead their own session")
+		}
+	}
+	target := -pid
+	if x.Lifeline != nil {
+		target = pid
+	}
+	return func(sig syscall.Signal) error {
+		if err := syscall.Kill(target, sig); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return errCommandEnded
+			}
+			return wire.Errorf(wire.CodeInternal, "signal %v: %v", sig, err)
+		}
+		return nil
+	}
 }
 
 // process is a started command the worker waits for.

@@ -18,7 +18,7 @@ var errCommandEnded = errors.New("the command has ended")
 
 // Interaction is the input side of an interactive bash request: the bytes
 // of input requests (in order, each handed over only when the command reads
-// it, which is the protocol's flow control) and terminal resizes.
+// it, which is the protocol's flow control), terminal resizes and signals.
 type Interaction struct {
 	pr *io.PipeReader
 	pw *io.PipeWriter
@@ -26,6 +26,56 @@ type Interaction struct {
 	mu       sync.Mutex
 	size     wire.TTYSize
 	onResize func(wire.TTYSize)
+	onSignal func(syscall.Signal) error
+	signals  []syscall.Signal // received before the command started
+	ended    bool
+}
+
+// signalNumbers maps wire.Signals to this system's numbers.
+var signalNumbers = map[string]syscall.Signal{
+	"INT":   syscall.SIGINT,
+	"TERM":  syscall.SIGTERM,
+	"HUP":   syscall.SIGHUP,
+	"QUIT":  syscall.SIGQUIT,
+	"USR1":  syscall.SIGUSR1,
+	"USR2":  syscall.SIGUSR2,
+	"WINCH": syscall.SIGWINCH,
+}
+
+// Signal delivers the signal named name (one of wire.Signals) to the
+// command; one that arrives before the command started is delivered when
+// it starts. It fails once the command ended.
+func (it *Interaction) Signal(name string) error {
+	if err := wire.CheckSignal(name); err != nil {
+		return err
+	}
+	sig, ok := signalNumbers[name]
+	if !ok {
+		return wire.Errorf(wire.CodeUnsupported, "signal %q has no number here", name)
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	switch {
+	case it.ended:
+		return errCommandEnded
+	case it.onSignal == nil:
+		it.signals = append(it.signals, sig)
+		return nil
+	}
+	return it.onSignal(sig)
+}
+
+// watchSignals delivers signals with f from now on, first the ones that
+// arrived before. Holding the lock while f runs keeps it from running
+// after end.
+func (it *Interaction) watchSignals(f func(syscall.Signal) error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.onSignal = f
+	for _, sig := range it.signals {
+		f(sig)
+	}
+	it.signals = nil
 }
 
 // NewInteraction returns an Interaction whose terminal, if any, starts at
@@ -72,8 +122,13 @@ func (it *Interaction) watchSize(f func(wire.TTYSize)) {
 	f(sz)
 }
 
-// end fails pending and later input: the command is gone.
-func (it *Interaction) end() { it.pr.CloseWithError(errCommandEnded) }
+// end fails pending and later input and signals: the command is gone.
+func (it *Interaction) end() {
+	it.mu.Lock()
+	it.ended = true
+	it.mu.Unlock()
+	it.pr.CloseWithError(errCommandEnded)
+}
 
 // relays copy an interactive command's input (and, on a terminal, its
 // output) while it runs.

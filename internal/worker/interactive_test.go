@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,7 +87,7 @@ func TestBashInteractive(t *testing.T) {
 			client := wire.NewClient(c.in, c.out)
 			c.client = client
 			var out collect
-			res, err := client.BashInteractive(ctx, tc.args, strings.NewReader(tc.stdin), nil, out.emit)
+			res, err := client.BashInteractive(ctx, tc.args, strings.NewReader(tc.stdin), nil, nil, out.emit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +117,7 @@ func TestBashInteractiveResizeAndErrors(t *testing.T) {
 	}
 	// Stdin and Interactive together are refused.
 	s := "x"
-	if _, err := client.BashInteractive(ctx, wire.BashArgs{Command: "true", Interactive: true, Stdin: &s}, nil, nil, func(string, []byte) {}); err == nil {
+	if _, err := client.BashInteractive(ctx, wire.BashArgs{Command: "true", Interactive: true, Stdin: &s}, nil, nil, nil, func(string, []byte) {}); err == nil {
 		t.Error("stdin plus interactive accepted")
 	}
 	// A resize reaches the command's terminal (SIGWINCH, new size).
@@ -125,7 +126,7 @@ func TestBashInteractiveResizeAndErrors(t *testing.T) {
 	pr, pw := newBlockingInput()
 	done := make(chan error, 1)
 	go func() {
-		_, err := client.BashInteractive(ctx, wire.BashArgs{Command: `trap 'stty size; exit 0' WINCH; echo armed; while :; do read x; done`, TTY: &wire.TTYSize{Rows: 10, Cols: 10}}, pr, resize, out.emit)
+		_, err := client.BashInteractive(ctx, wire.BashArgs{Command: `trap 'stty size; exit 0' WINCH; echo armed; while :; do read x; done`, TTY: &wire.TTYSize{Rows: 10, Cols: 10}}, pr, resize, nil, out.emit)
 		done <- err
 	}()
 	waitUntil(t, "the trap", func() bool { return strings.Contains(out.get("stdout"), "armed") })
@@ -194,5 +195,77 @@ func TestBashInteractiveLifeline(t *testing.T) {
 	res, err := x.Bash(context.Background(), wire.BashArgs{Command: "read a; echo stdin=$a"}, nil)
 	if err != nil || res.ExitCode != 0 || res.Stdout != "stdin=again\n" {
 		t.Errorf("plain command: %v %+v", err, res)
+	}
+}
+
+// TestBashInteractiveSignal: a signal request reaches the interactive
+// command's process group (the trap of a shell runs, the status is the
+// command's), on a pipe and on a terminal; unknown signal names, signals
+// outside the allowlist and unknown targets are refused, and a signal for
+// a command that ended finds nothing.
+func TestBashInteractiveSignal(t *testing.T) {
+	ctx := context.Background()
+	c := newConn(t, nil)
+	client := wire.NewClient(c.in, c.out)
+	c.client = client
+	for _, tc := range []struct{ sig, code string }{
+		{"INT", wire.CodeUnknownID}, // a valid signal, for nothing in flight
+		{"KILL", wire.CodeProtocol}, {"STOP", wire.CodeProtocol}, {"", wire.CodeProtocol},
+		{"SIGINT", wire.CodeProtocol}, {"int", wire.CodeProtocol}, {"2", wire.CodeProtocol},
+	} {
+		var we *wire.Error
+		err := client.Call(ctx, wire.OpSignal, wire.SignalArgs{Target: "nope", Signal: tc.sig}, nil)
+		if !errors.As(err, &we) || we.Code != tc.code {
+			t.Errorf("signal %q to nothing: %v, want %s", tc.sig, err, tc.code)
+		}
+	}
+	for _, tty := range []bool{false, true} {
+		a := wire.BashArgs{Command: `trap 'echo got-usr1' USR1; trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done`, Interactive: true}
+		if tty {
+			a.TTY = &wire.TTYSize{Rows: 5, Cols: 40}
+		}
+		sigs := make(chan string, 1)
+		var out collect
+		pr, pw := newBlockingInput()
+		done := make(chan *wire.BashResult, 1)
+		go func() {
+			res, err := client.BashInteractive(ctx, a, pr, nil, sigs, out.emit)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- res
+		}()
+		waitUntil(t, "ready", func() bool { return strings.Contains(out.get("stdout"), "ready") })
+		sigs <- "USR1"
+		waitUntil(t, "the USR1 trap", func() bool { return strings.Contains(out.get("stdout"), "got-usr1") })
+		sigs <- "INT"
+		res := <-done
+		pw.Close()
+		if res == nil || res.ExitCode != 7 || !strings.Contains(out.get("stdout"), "got-int") {
+			t.Errorf("tty=%v: %+v, stdout %q; want the INT trap's exit 7", tty, res, out.get("stdout"))
+		}
+	}
+}
+
+// TestInteractionSignalEnded: a signal before the command started waits
+// for it; one after it ended fails.
+func TestInteractionSignalEnded(t *testing.T) {
+	in := NewInteraction(wire.TTYSize{})
+	if err := in.Signal("INT"); err != nil {
+		t.Fatalf("before start: %v", err)
+	}
+	var got []string
+	in.watchSignals(func(s syscall.Signal) error { got = append(got, s.String()); return nil })
+	if len(got) != 1 || got[0] != syscall.SIGINT.String() {
+		t.Errorf("queued signals delivered at start: %v", got)
+	}
+	in.end()
+	if err := in.Signal("TERM"); !errors.Is(err, errCommandEnded) {
+		t.Errorf("after the end: %v", err)
+	}
+	for _, name := range wire.Signals {
+		if _, ok := signalNumbers[name]; !ok {
+			t.Errorf("wire.Signals has %s, the worker no number for it", name)
+		}
 	}
 }

@@ -195,6 +195,31 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		it.Resize(a.TTYSize)
 		s.result(req.ID, struct{}{})
 		return
+	case wire.OpSignal:
+		var a wire.SignalArgs
+		if err := strictArgs(req.Args, &a); err != nil {
+			s.reply(wire.Response{ID: req.ID, Error: err})
+			return
+		}
+		if err := wire.CheckSignal(a.Signal); err != nil {
+			s.reply(wire.Response{ID: req.ID, Error: err})
+			return
+		}
+		it := s.interaction(a.Target)
+		if it == nil {
+			s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeUnknownID, "no interactive request %q in flight", a.Target)})
+			return
+		}
+		if err := it.Signal(a.Signal); err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) {
+				we = wire.Errorf(wire.CodeUnknownID, "signal for %q: %v", a.Target, err)
+			}
+			s.reply(wire.Response{ID: req.ID, Error: we})
+			return
+		}
+		s.result(req.ID, struct{}{})
+		return
 	case wire.OpBash, wire.OpRead, wire.OpWrite, wire.OpEdit, wire.OpGlob, wire.OpGrep:
 	default:
 		s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)})

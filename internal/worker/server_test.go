@@ -263,7 +263,8 @@ func TestPanicDoesNotKillWorker(t *testing.T) {
 
 func FuzzServeLine(f *testing.F) {
 	for _, s := range []string{`{"id":"1","op":"ping"}`, `{"id":"1","op":"read","args":{"path":"../x"}}`, `{"id":"2","op":"glob","args":{"pattern":"**"}}`, "{", `{"id":1}`,
-		`{"id":"3","op":"input","args":{"target":"x","data":"aGk=","eof":true}}`, `{"id":"4","op":"resize","args":{"target":"x","rows":1,"cols":2}}`} {
+		`{"id":"3","op":"input","args":{"target":"x","data":"aGk=","eof":true}}`, `{"id":"4","op":"resize","args":{"target":"x","rows":1,"cols":2}}`,
+		`{"id":"5","op":"signal","args":{"target":"x","signal":"INT"}}`, `{"id":"6","op":"signal","args":{"target":"x","signal":"KILL"}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {

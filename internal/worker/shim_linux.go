@@ -289,6 +289,17 @@ func Reap(args []string) int {
 		fmt.Fprintf(os.Stderr, "vak: %s: usage: %s --serve | -- ARGV\n", ReapCommand, ReapCommand)
 		return 126
 	}
+	// The worker delivers an interactive command's signals to its process
+	// group, which the shim is in (wire.OpSignal): the command gets them,
+	// the shim lives on to report how it ended. Caught, not ignored: a
+	// caught signal is reset at exec, an ignored one the command would
+	// inherit.
+	caught := make(chan os.Signal, 8)
+	signal.Notify(caught, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		for range caught {
+		}
+	}()
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	if req.Argv[0] == DefaultShell {
 		cmd.Args[0] = "sh"

@@ -54,6 +54,7 @@ type Paths struct {
 	PID       string // the serving process's pid
 	Log       string // its stdout and stderr
 	Trust     string // public trust files for sandboxes (CA, bundle)
+	EnvStamp  string // keyed digests of the secret env the gateway got
 }
 
 // Layout returns the paths inside stateDir.
@@ -69,6 +70,7 @@ func Layout(stateDir string) Paths {
 		PID:       filepath.Join(d, "gateway.pid"),
 		Log:       filepath.Join(d, "gateway.log"),
 		Trust:     filepath.Join(d, "trust"),
+		EnvStamp:  filepath.Join(d, "env.stamp"),
 	}
 }
 
@@ -86,6 +88,13 @@ type Options struct {
 	// StartTimeout bounds the wait for a started gateway; zero means
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
+	// SecretEnv holds this run's values of the environment variables the
+	// gateway's env-sourced secrets read (NAME -> value; Command's process
+	// inherits them). A gateway started by another run may hold other
+	// values: Acquire then restarts it when no run uses it, and otherwise
+	// leaves it running and says so in Lease.Warning. Values are only
+	// compared through keyed digests; they are never stored or reported.
+	SecretEnv map[string]string
 }
 
 // Lease is one run's hold on the gateway: it stays up until Release.
@@ -95,7 +104,11 @@ type Lease struct {
 	Placeholders map[string]string
 	// CACert is the gateway CA certificate (PEM).
 	CACert []byte
-	lock   *os.File
+	// Warning, when set, is for the user: the running gateway was started
+	// with other values of some secret environment variables (named, never
+	// their values) and could not be restarted because other runs use it.
+	Warning string
+	lock    *os.File
 }
 
 // Release lets go of the gateway (it stops after its idle time if no other
@@ -125,17 +138,32 @@ func Acquire(ctx context.Context, o Options) (*Lease, error) {
 	if err := os.Chmod(p.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	lock, err := lockFile(ctx, p.Lease, unix.LOCK_SH)
+	l, err := lease(ctx, o, p)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lease %s: %v", ErrUnavailable, p.Lease, err)
+		return nil, err
 	}
-	l := &Lease{Paths: p, lock: lock}
 	fail := func(err error) (*Lease, error) {
 		l.Release()
 		return nil, err
 	}
-	if err := ensure(ctx, o, p); err != nil {
-		return fail(err)
+	// A gateway started by a run with other secret values in its
+	// environment serves those: restart it if no other run holds it.
+	if stale := staleEnv(p, o.SecretEnv); len(stale) > 0 {
+		l.Release()
+		stopped, err := Stop(ctx, o.StateDir)
+		if err != nil && !errors.Is(err, ErrInUse) {
+			return nil, fmt.Errorf("%w: restart for new secret values: %v", ErrUnavailable, err)
+		}
+		if l, err = lease(ctx, o, p); err != nil {
+			return nil, err
+		}
+		if stale = staleEnv(p, o.SecretEnv); len(stale) > 0 {
+			why := "other runs use it"
+			if stopped {
+				why = "another run restarted it first"
+			}
+			l.Warning = fmt.Sprintf("the on-demand gateway was started with other values of %s than this run's environment has, and %s, so it was not restarted: this run's requests get the gateway's values; 'vak gc' restarts it once no run uses it", strings.Join(stale, ", "), why)
+		}
 	}
 	c := admin.NewClient(p.Admin)
 	// A gateway started by an earlier run picks up config changes.
@@ -147,6 +175,21 @@ func Acquire(ctx context.Context, o Options) (*Lease, error) {
 	}
 	if l.CACert, err = c.CACert(ctx); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	return l, nil
+}
+
+// lease takes a shared hold on the lease file and makes sure a gateway
+// answers (starting one with o's command).
+func lease(ctx context.Context, o Options, p Paths) (*Lease, error) {
+	lock, err := lockFile(ctx, p.Lease, unix.LOCK_SH)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lease %s: %v", ErrUnavailable, p.Lease, err)
+	}
+	l := &Lease{Paths: p, lock: lock}
+	if err := ensure(ctx, o, p); err != nil {
+		l.Release()
+		return nil, err
 	}
 	return l, nil
 }
@@ -169,6 +212,11 @@ func ensure(ctx context.Context, o Options, p Paths) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	defer logf.Close()
+	// The stamp describes the environment the gateway about to start
+	// inherits (written under the start lock, before it starts).
+	if err := writeEnvStamp(p.EnvStamp, o.SecretEnv); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	cmd := o.Command(p)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logf, logf
 	// Its own session: the user's Ctrl-C at the run that started it must

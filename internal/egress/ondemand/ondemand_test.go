@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -167,4 +168,90 @@ func readFile(t *testing.T, f string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// commandEnv is command with the secret's variable set to value in the
+// gateway's environment, as a run with that value in its own would start
+// it.
+func commandEnv(t *testing.T, xdg, body, value string) func(Paths) *exec.Cmd {
+	t.Helper()
+	c := command(t, xdg, body, "1h")
+	return func(p Paths) *exec.Cmd {
+		cmd := c(p)
+		cmd.Env = append(cmd.Env, envKey+"="+value)
+		return cmd
+	}
+}
+
+const envKey = "VAKTEST_ONDEMAND_KEY"
+
+func environOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSecretEnvChange: a run whose environment holds another value of an
+// env-sourced secret than the running gateway got restarts the gateway when
+// no other run uses it (the new gateway has the new value), and otherwise
+// keeps it and warns, naming the variable but no value. The stamp holds no
+// value either. Control: the same value reuses the gateway, no warning.
+func TestSecretEnvChange(t *testing.T) {
+	xdg := t.TempDir()
+	state := filepath.Join(xdg, "vak")
+	ctx := context.Background()
+	t.Cleanup(func() { Stop(ctx, state) })
+	body := config + "[secrets.KEY]\nenv = \"" + envKey + "\"\nhosts = [\"a.test\"]\n"
+	const v1, v2 = "sk-first-0123456789abcdef", "sk-second-fedcba9876543210"
+	acquire := func(v string) *Lease {
+		t.Helper()
+		l, err := Acquire(ctx, Options{StateDir: state, SecretEnv: map[string]string{envKey: v}, Command: commandEnv(t, xdg, body, v)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	p := Layout(state)
+	l1 := acquire(v1)
+	pid1 := pidOf(t, p)
+	if !strings.Contains(environOf(t, pid1), v1) {
+		t.Fatal("the gateway did not get the first value (the test proves nothing)")
+	}
+	if l1.Warning != "" {
+		t.Fatalf("first run warned: %s", l1.Warning)
+	}
+	// Control: same value, same gateway, no warning.
+	l2 := acquire(v1)
+	if pidOf(t, p) != pid1 || l2.Warning != "" {
+		t.Fatalf("same value: pid %d (was %d), warning %q", pidOf(t, p), pid1, l2.Warning)
+	}
+	l2.Release()
+	// Another value while l1 holds the gateway: kept, with a warning.
+	l3 := acquire(v2)
+	if pidOf(t, p) != pid1 {
+		t.Fatal("the gateway was restarted under a run that uses it")
+	}
+	if !strings.Contains(l3.Warning, envKey) || strings.Contains(l3.Warning, v1) || strings.Contains(l3.Warning, v2) {
+		t.Fatalf("warning should name %s and no value: %q", envKey, l3.Warning)
+	}
+	l3.Release()
+	l1.Release()
+	stamp := readFile(t, p.EnvStamp)
+	if strings.Contains(stamp, v1) || strings.Contains(stamp, v2) || !strings.Contains(stamp, envKey) {
+		t.Fatalf("stamp holds a value or lacks the name:\n%s", stamp)
+	}
+	// Nobody uses it now: the new value restarts it.
+	l4 := acquire(v2)
+	defer l4.Release()
+	pid4 := pidOf(t, p)
+	if pid4 == pid1 || l4.Warning != "" {
+		t.Fatalf("not restarted for the new value: pid %d (was %d), warning %q", pid4, pid1, l4.Warning)
+	}
+	if env := environOf(t, pid4); !strings.Contains(env, v2) || strings.Contains(env, v1) {
+		t.Fatal("the restarted gateway does not hold the new value")
+	}
+	waitFor(t, "the old gateway to exit", func() bool { return syscall.Kill(pid1, 0) != nil })
 }

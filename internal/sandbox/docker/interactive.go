@@ -20,11 +20,29 @@ const KeeperInit = `echo ready; while read -r _; do :; done; kill -KILL -1`
 // at the size of the worker's terminal: the docker CLI sets the size of
 // the exec's terminal only after the command started, so a command that
 // asks at once would see 0x0 (the CLI follows later changes itself).
+//
+// Signals: `docker exec` forwards none to the command, and the worker
+// signals this script alone (wire.OpSignal; sandbox.InteractiveWrapper).
+// The script runs the pipeline in the background (a trap runs only between
+// commands, and `wait` is the one wait a trapped signal interrupts) and
+// forwards each signal it traps (the names of wire.Signals) into the
+// container: a `docker exec` of the shell built-in `kill -s SIG -1`, which
+// reaches every process of the container but its init (the keeper) and the
+// killer itself, that is the command and everything it started, confined
+// to the container's PID namespace. A signal that arrives before the
+// command started in the container reaches nothing. Background commands
+// ignore SIGINT and SIGQUIT here (no job control), so the docker CLIs are
+// not interrupted by a terminal's Ctrl-C either.
 const interactiveScript = `d=$1 n=$2 f=$3 c=$4; shift 4
 r=0 k=0
 if [ "$f" = -it ] && z=$(stty size 2>/dev/null); then r=${z% *} k=${z#* }; fi
+fwd() { t=1; "$d" exec "$n" sh -c 'kill -s "$1" -1' vak-signal "$1" </dev/null >/dev/null 2>&1; }
+for g in INT TERM HUP QUIT USR1 USR2 WINCH; do trap "fwd $g" "$g"; done
 exec 4<&0
-"$@" <&3 3<&- 4<&- | { read -r _ || exit 125; "$d" exec "$f" "$n" sh -c 'if [ "$1" -gt 0 ] 2>/dev/null; then stty rows "$1" cols "$2" 2>/dev/null; fi; exec sh -c "$3"' vak-run "$r" "$k" "$c" <&4 4<&- 3<&-; s=$?; "$d" kill "$n" >/dev/null 2>&1; exit $s; }`
+"$@" <&3 3<&- 4<&- | { read -r _ || exit 125; "$d" exec "$f" "$n" sh -c 'if [ "$1" -gt 0 ] 2>/dev/null; then stty rows "$1" cols "$2" 2>/dev/null; fi; exec sh -c "$3"' vak-run "$r" "$k" "$c" <&4 4<&- 3<&-; s=$?; "$d" kill "$n" >/dev/null 2>&1; exit $s; } &
+p=$!
+while :; do t=; wait "$p"; s=$?; [ -n "$t" ] && [ "$s" -gt 128 ] || break; done
+exit "$s"`
 
 var _ sandbox.InteractiveWrapper = (*Backend)(nil)
 

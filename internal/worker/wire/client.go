@@ -235,9 +235,10 @@ func (c *Client) Bash(ctx context.Context, a BashArgs, onOutput func(stream stri
 // a.Stream is implied): stdin, if set, is copied to it with input requests,
 // one in flight at a time, until stdin reaches EOF (then the command's
 // input ends) or the command ends; every size received on resize is sent
-// as a resize request. A read from stdin that is pending when the command
-// ends is left behind (its data is dropped).
-func (c *Client) BashInteractive(ctx context.Context, a BashArgs, stdin io.Reader, resize <-chan TTYSize, onOutput func(stream string, data []byte)) (*BashResult, error) {
+// as a resize request, and every signal name received on signals (one of
+// Signals) as a signal request. A read from stdin that is pending when the
+// command ends is left behind (its data is dropped).
+func (c *Client) BashInteractive(ctx context.Context, a BashArgs, stdin io.Reader, resize <-chan TTYSize, signals <-chan string, onOutput func(stream string, data []byte)) (*BashResult, error) {
 	if !a.Interactive && a.TTY == nil {
 		return nil, errors.New("worker client: BashInteractive needs Interactive or TTY")
 	}
@@ -251,6 +252,9 @@ func (c *Client) BashInteractive(ctx context.Context, a BashArgs, stdin io.Reade
 		}
 		if resize != nil {
 			go c.resizes(id, resize, stop)
+		}
+		if signals != nil {
+			go c.signals(id, signals, stop)
 		}
 	})
 	if err != nil {
@@ -296,6 +300,23 @@ func (c *Client) resizes(id string, resize <-chan TTYSize, stop <-chan struct{})
 			if c.Call(context.Background(), OpResize, ResizeArgs{Target: id, TTYSize: sz}, nil) != nil {
 				return
 			}
+		}
+	}
+}
+
+// signals forwards signals to the interactive request id. One that finds
+// the command gone (or is refused) is dropped: the command's end answers
+// the request anyway.
+func (c *Client) signals(id string, signals <-chan string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case sig, ok := <-signals:
+			if !ok {
+				return
+			}
+			c.Call(context.Background(), OpSignal, SignalArgs{Target: id, Signal: sig}, nil)
 		}
 	}
 }

@@ -48,6 +48,8 @@ const (
 	OpPing   = "ping"
 	OpInput  = "input"
 	OpResize = "resize"
+	// OpSignal delivers a signal to an interactive command (SignalArgs).
+	OpSignal = "signal"
 	// OpTools lists the tools the worker serves (ToolsResult).
 	OpTools = "tools"
 )
@@ -160,6 +162,34 @@ type InputArgs struct {
 type ResizeArgs struct {
 	Target string `json:"target"`
 	TTYSize
+}
+
+// SignalArgs delivers signal Signal to the interactive bash request Target:
+// to its command's process group (the command leads its own session), or,
+// for a command-scoped backend's wrapper, to the wrapper, which forwards it
+// to the command inside the sandbox. Signal is a name from Signals without
+// the SIG prefix.
+type SignalArgs struct {
+	Target string `json:"target"`
+	Signal string `json:"signal"`
+}
+
+// Signals are the signals a client may deliver to an interactive command,
+// by name: the ones a user's terminal or shell sends to a foreground job
+// (interrupt, quit, hangup, terminate, the user signals and a window
+// change). Anything else (KILL, STOP, CONT, ...) is refused: stopping and
+// killing the command are the worker's (cancel, timeouts).
+var Signals = []string{"INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "WINCH"}
+
+// CheckSignal returns nil when name is one of Signals, else a protocol
+// error naming it.
+func CheckSignal(name string) *Error {
+	for _, s := range Signals {
+		if s == name {
+			return nil
+		}
+	}
+	return Errorf(CodeProtocol, "signal %q is not one of %v", name, Signals)
 }
 
 // BashResult is the result of a bash request.
