@@ -2,6 +2,7 @@ package landlock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -584,4 +585,21 @@ func setRlimits(l sandbox.Limits) error {
 		return fmt.Errorf("RLIMIT_CORE: %w", err)
 	}
 	return nil
+}
+
+// encodePhases is the value of phasesEnv.
+func encodePhases(ps []sandbox.Phase) string {
+	enc := make([]encodedPhase, 0, len(ps))
+	for _, p := range ps {
+		e := encodedPhase{Name: p.Name}
+		if !p.Start.IsZero() {
+			e.Start = p.Start.UnixNano()
+		}
+		if !p.End.IsZero() {
+			e.End = p.End.UnixNano()
+		}
+		enc = append(enc, e)
+	}
+	b, _ := json.Marshal(enc)
+	return string(b)
 }

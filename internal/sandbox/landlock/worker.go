@@ -279,23 +279,6 @@ type encodedPhase struct {
 	End   int64  `json:"e,omitempty"`
 }
 
-// encodePhases is the value of phasesEnv.
-func encodePhases(ps []sandbox.Phase) string {
-	enc := make([]encodedPhase, 0, len(ps))
-	for _, p := range ps {
-		e := encodedPhase{Name: p.Name}
-		if !p.Start.IsZero() {
-			e.Start = p.Start.UnixNano()
-		}
-		if !p.End.IsZero() {
-			e.End = p.End.UnixNano()
-		}
-		enc = append(enc, e)
-	}
-	b, _ := json.Marshal(enc)
-	return string(b)
-}
-
 // stage2Phases reads (and removes) phasesEnv; a phase left open by stage 1
 // ends when this process began. Anything unreadable is dropped: the
 // phases only serve the trace.
