@@ -294,7 +294,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	endPrepare()
 	spawned := time.Now()
-	endStart := tr.Begin("worker start (sandbox set-up) to ready")
 	// The baseline walks the workspace while the worker starts: nothing in
 	// the sandbox touches the workspace before its first request, which
 	// comes only after Start has waited for the walk.
@@ -310,7 +309,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if baselineDone != nil {
 		<-baselineDone
 	}
-	endStart()
+	tr.Add("worker start (sandbox set-up) to ready", spawned, time.Now())
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
@@ -335,6 +334,18 @@ func traceWorkerStart(tr *trace.Trace, spawned, ready time.Time, ev wire.Event) 
 		return
 	}
 	tr.Add("  worker process start (landlock: stage 1, view, stage 2 exec)", spawned, started)
+	// What the backend timed before the worker's process began (stage 1):
+	// a phase without a start began when the worker was spawned.
+	for _, p := range ev.Phases {
+		s, e := spawned, time.Unix(0, p.End)
+		if p.Start != 0 {
+			s = time.Unix(0, p.Start)
+		}
+		if p.End == 0 || s.Before(spawned) || e.Before(s) || e.After(started) {
+			continue
+		}
+		tr.Add("    "+p.Name, s, e)
+	}
 	if ev.Restricted == 0 {
 		tr.Add("  worker up to ready", started, ready)
 		return
@@ -558,9 +569,26 @@ func (s *Session) Close() error {
 	defer cancel()
 	var err error
 	if s.client != nil {
-		end := s.tr.Begin("  worker exit")
+		start := time.Now()
+		var outputEnd chan time.Time
+		if s.tr != nil {
+			// When the worker's output ended (its stage 2, or the worker
+			// itself, exited) vs when the process was reaped: for landlock
+			// the difference is stage 1's exit, which takes the sandbox's
+			// remaining processes and namespaces down.
+			outputEnd = make(chan time.Time, 1)
+			go func() {
+				<-s.client.Done()
+				outputEnd <- time.Now()
+			}()
+		}
 		err = s.client.Close(ctx)
-		end()
+		s.tr.Add("  worker exit", start, time.Now())
+		if outputEnd != nil {
+			out := <-outputEnd
+			s.tr.Add("    worker output closed", start, out)
+			s.tr.Add("    worker reaped (landlock: stage 1's exit, the namespaces torn down)", out, time.Now())
+		}
 	}
 	end := s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()

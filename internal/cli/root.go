@@ -14,6 +14,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -114,7 +115,15 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 		stdio.In = os.Stdin
 	}
 	a := &app{stdio: stdio}
-	root := a.newRoot()
+	var root *cobra.Command
+	if len(args) > 0 && args[0] == sandbox.WorkerCommand {
+		// The re-executed worker (every stage of every sandboxed run)
+		// needs only its own command: building the whole tree is start-up
+		// time paid once per process.
+		root = a.newWorkerRoot()
+	} else {
+		root = a.newRoot()
+	}
 	root.SetArgs(args)
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
@@ -136,23 +145,14 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 }
 
 func (a *app) newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "vak",
-		Short: "Run the commands of AI coding agents in a sandbox",
-		Long: `vak runs the commands of AI coding agents in a sandbox: no writes outside the
+	root := a.bareRoot()
+	root.Long = `vak runs the commands of AI coding agents in a sandbox: no writes outside the
 workspace, no reads of host secrets, no network except what policy allows.
 
 On Linux the default sandbox is Landlock (no daemon needed); Docker is
 available as a backend everywhere. Configuration lives in
 $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
-(untrusted: privileged keys are ignored, and it may only narrow).`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		CompletionOptions: cobra.CompletionOptions{
-			DisableDefaultCmd: true,
-		},
-	}
-	root.PersistentFlags().StringVar(&a.userConfig, "config", "", "user config file (default $XDG_CONFIG_HOME/vak/config.toml)")
+(untrusted: privileged keys are ignored, and it may only narrow).`
 	root.AddCommand(
 		a.newRunCmd(),
 		a.newDoctorCmd(),
@@ -164,5 +164,28 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 	)
 	root.AddCommand(a.sessionCommands()...)
 	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd())
+	return root
+}
+
+// newWorkerRoot is the root of a re-executed worker (`vak __worker`): the
+// same root with the worker's command only.
+func (a *app) newWorkerRoot() *cobra.Command {
+	root := a.bareRoot()
+	root.AddCommand(a.newWorkerCmd())
+	return root
+}
+
+// bareRoot is the root command without subcommands.
+func (a *app) bareRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "vak",
+		Short:         "Run the commands of AI coding agents in a sandbox",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		CompletionOptions: cobra.CompletionOptions{
+			DisableDefaultCmd: true,
+		},
+	}
+	root.PersistentFlags().StringVar(&a.userConfig, "config", "", "user config file (default $XDG_CONFIG_HOME/vak/config.toml)")
 	return root
 }

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"vak/internal/testenv"
 	"vak/internal/trace"
 )
 
@@ -54,5 +56,41 @@ func TestRunTrace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunTraceLandlock checks that a native run's trace splits the worker's
+// start by what stage 1 measured (its own start-up, the view, stage 2's
+// start), each phase inside the worker's start and in order.
+func TestRunTraceLandlock(t *testing.T) {
+	testenv.RequireLandlock(t)
+	ws := tempWorkspace(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"landlock\"\n")
+	code, _, errs := vakMain(t, cfg, "run", "--trace", "-w", ws, "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	phases := []string{"worker start (sandbox set-up) to ready", "  worker process start (landlock: stage 1, view, stage 2 exec)",
+		"    stage 1 process start (exec, Go start-up)", "    stage 1 view", "    stage 2 process start (exec, Go start-up)",
+		"  sandbox entry (landlock: stage 2 restrictions)"}
+	var starts []float64
+	for _, p := range phases {
+		i := strings.Index(errs, "vak trace: "+p+" +")
+		if i < 0 {
+			t.Fatalf("no %q phase in:\n%s", p, errs)
+		}
+		var start, dur float64
+		line := errs[i+len("vak trace: "+p+" +"):]
+		if _, err := fmt.Sscanf(line, "%fms %fms", &start, &dur); err != nil {
+			t.Fatalf("phase %q: %v in %q", p, err, line)
+		}
+		starts = append(starts, start)
+	}
+	// Stage 1's phases follow each other, and stage 2's restrictions
+	// come after them.
+	for i := 3; i < len(starts); i++ {
+		if starts[i] < starts[i-1] {
+			t.Fatalf("phase %q starts before %q:\n%s", phases[i], phases[i-1], errs)
+		}
 	}
 }

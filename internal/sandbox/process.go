@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+	"time"
 
 	"vak/internal/errclass"
 )
@@ -211,6 +212,16 @@ type WorkerOutcome struct {
 	// prepared for that (Landlock: the one thread whose capability
 	// bounding set is empty; a child inherits its creator thread's).
 	Spawn func(start func() error) error
+	// Phases are what the backend timed before this process began
+	// (landlock: stage 1), for the ready event (wire.Event.Phases).
+	Phases []Phase
+}
+
+// Phase is one timed part of a worker's start, measured by its backend; a
+// zero Start means when the worker was spawned.
+type Phase struct {
+	Name       string
+	Start, End time.Time
 }
 
 // WorkerEntry is a backend's code in the re-executed worker process: it runs

@@ -68,7 +68,9 @@ type Exec struct {
 	warm *warmShims
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// envName is compiled on first use: every worker process would pay for it
+// at start-up otherwise.
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // reservedEnv are variables the worker controls; requests cannot set them.
 var reservedEnv = []string{"HOME", "TMPDIR", "TMP", "TEMP", "PWD", "OLDPWD"}
@@ -132,7 +134,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 	env := slices.Clone(x.Env)
 	for _, k := range sortedKeys(a.Env) {
 		v := a.Env[k]
-		if !envName.MatchString(k) || slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "VAK_") {
+		if !envName().MatchString(k) || slices.Contains(reservedEnv, k) || strings.HasPrefix(k, "VAK_") {
 			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q may not be set", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {

@@ -24,7 +24,7 @@ func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	// Run is called once the backend's worker entry has returned: the
 	// restrictions are in force from here on.
 	restricted := time.Now()
-	return run(ctx, spec, entry.Description, entry.Spawn, in, out, func() (Files, io.Closer, error) {
+	return run(ctx, spec, entry, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
 		if err != nil {
 			return nil, nil, err
@@ -38,8 +38,8 @@ func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 var processStart = time.Now()
 
 // run serves; restricted is when the restrictions came into force (zero:
-// unknown); spawn, if set, starts every command (Exec.Spawn).
-func run(ctx context.Context, spec *Spec, sandboxDesc string, spawn func(func() error) error, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
+// unknown); entry.Spawn, if set, starts every command (Exec.Spawn).
+func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Reader, out io.Writer, open func() (Files, io.Closer, error), restricted time.Time) error {
 	files, closer, err := open()
 	switch {
 	case errors.Is(err, fsguard.ErrUnsupported):
@@ -66,14 +66,25 @@ func run(ctx context.Context, spec *Spec, sandboxDesc string, spawn func(func() 
 			NoTripwire:     spec.Mode == sandbox.FullAccess,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
-			Spawn:          spawn,
+			Spawn:          entry.Spawn,
 		},
-		Ready: wire.Event{Backend: spec.Backend, Sandbox: sandboxDesc, PID: os.Getpid(), Started: processStart.UnixNano()},
+		Ready: wire.Event{Backend: spec.Backend, Sandbox: entry.Description, PID: os.Getpid(), Started: processStart.UnixNano()},
+	}
+	for _, p := range entry.Phases {
+		srv.Ready.Phases = append(srv.Ready.Phases, wire.Phase{Name: p.Name, Start: unixNano(p.Start), End: unixNano(p.End)})
 	}
 	if !restricted.IsZero() {
 		srv.Ready.Restricted = restricted.UnixNano()
 	}
 	return srv.Serve(ctx, in, out)
+}
+
+// unixNano is t in Unix nanoseconds, or 0 for the zero time (unknown).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // unavailableFiles answers every file tool with the error that kept the

@@ -29,7 +29,7 @@ func startRun(t *testing.T, open func(ws string) (Files, io.Closer, error)) (*wi
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(context.Background(), spec, "test", nil, inR, outW, func() (Files, io.Closer, error) { return open(ws) }, time.Time{})
+		done <- run(context.Background(), spec, sandbox.WorkerOutcome{Description: "test"}, inR, outW, func() (Files, io.Closer, error) { return open(ws) }, time.Time{})
 		outW.Close()
 	}()
 	c := wire.NewClient(inW, outR)

@@ -109,10 +109,10 @@ type Spec struct {
 	ConfigFile string
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // ValidName reports whether name can be an environment variable name.
-func ValidName(name string) bool { return nameRE.MatchString(name) }
+func ValidName(name string) bool { return nameRE().MatchString(name) }
 
 // Secret is a loaded secret. Its value is unexported and never formatted.
 type Secret struct {

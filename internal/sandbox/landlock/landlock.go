@@ -30,6 +30,21 @@
 // Stage 1 stays behind as the PID namespace's init: when it exits, the kernel
 // kills every process of the sandbox.
 //
+// Why stage 2 is a process of its own, re-executed: the nested user
+// namespace can only be entered by a single-threaded process
+// (unshare(CLONE_NEWUSER) and setns refuse a multi-threaded caller), and a
+// Go program has several threads before its first line runs; without cgo
+// there is no code before the runtime's. So it is created by clone with
+// CLONE_NEWUSER, which Go only offers together with exec. Merging the
+// stages would mean dropping that namespace: commands would then run in
+// the user namespace that owns the view's mounts, where only the dropped
+// capabilities, not the namespace boundary, keep them from changing the
+// view. And stage 1 has to stay unrestricted as init, setsid supervisor
+// and fence. The cost of the extra process is therefore kept
+// small instead: everything vak links is initialised lazily where it is
+// expensive (TestInitAllocations in internal/cli), and the worker builds
+// only its own command.
+//
 // If the kernel lacks Landlock or user namespaces, the worker refuses to
 // start unless trusted config sets sandbox.allow_weaker, which vak doctor
 // then reports.
@@ -40,9 +55,14 @@ import (
 	"errors"
 	"log"
 	"net"
+	"time"
 
 	"vak/internal/sandbox"
 )
+
+// processStart is when this package was initialised in this process: the
+// end of a stage's process start in vak run --trace.
+var processStart = time.Now()
 
 // ErrUnsupported is returned on platforms without Landlock.
 var ErrUnsupported = errors.New("landlock is only available on Linux")

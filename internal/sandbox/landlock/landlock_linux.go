@@ -2,6 +2,7 @@ package landlock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock"
@@ -189,6 +191,12 @@ func Configure(cmd *exec.Cmd, st Status) (namespaces bool, err error) {
 // invoking user, and then acts as init until stage 2 exits. It returns the
 // exit status for the process; it only returns early with an error.
 func Stage1(p Policy, spec []byte, argv []string) (int, error) {
+	// What stage 1 did, timed for vak run --trace (stage 2 reports it).
+	phases := []sandbox.Phase{{Name: "stage 1 process start (exec, Go start-up)", End: processStart}}
+	begin := func(name string) func() {
+		start := time.Now()
+		return func() { phases = append(phases, sandbox.Phase{Name: name, Start: start, End: time.Now()}) }
+	}
 	if os.Getpid() != 1 {
 		return 0, errors.New("landlock stage 1 must be PID 1 of a new PID namespace")
 	}
@@ -199,15 +207,19 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 	if p.Fence != nil {
 		// Before anything sandboxed runs, and for as long as stage 1 (the
 		// namespace's init) lives.
+		end := begin("stage 1 fence")
 		stopFence, err := startFence(p.Fence)
+		end()
 		if err != nil {
 			return 0, err
 		}
 		defer stopFence()
 	}
+	end := begin("stage 1 view")
 	if err := buildView(p); err != nil {
 		return 0, fmt.Errorf("landlock: build filesystem view: %w", err)
 	}
+	end()
 	if p.Fence != nil {
 		// The forwarder and the relay reach the gateway through
 		// /proc/self/fd of the view: without a /proc there, nothing could
@@ -242,13 +254,18 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 	}
 	if p.GoAhead {
+		end := begin("stage 1 go-ahead (cgroup joined)")
 		if err := awaitGoAhead(); err != nil {
 			return 0, err
 		}
+		end()
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// Stage 2 closes the last phase at its own start (stage2Phases).
+	phases = append(phases, sandbox.Phase{Name: "stage 2 process start (exec, Go start-up)", Start: time.Now()})
+	cmd.Env = append(cmd.Env, phasesEnv+"="+encodePhases(phases))
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("landlock: start stage 2: %w", err)
 	}
@@ -568,4 +585,21 @@ func setRlimits(l sandbox.Limits) error {
 		return fmt.Errorf("RLIMIT_CORE: %w", err)
 	}
 	return nil
+}
+
+// encodePhases is the value of phasesEnv.
+func encodePhases(ps []sandbox.Phase) string {
+	enc := make([]encodedPhase, 0, len(ps))
+	for _, p := range ps {
+		e := encodedPhase{Name: p.Name}
+		if !p.Start.IsZero() {
+			e.Start = p.Start.UnixNano()
+		}
+		if !p.End.IsZero() {
+			e.End = p.End.UnixNano()
+		}
+		enc = append(enc, e)
+	}
+	b, _ := json.Marshal(enc)
+	return string(b)
 }

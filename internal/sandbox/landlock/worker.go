@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"vak/internal/errclass"
 	"vak/internal/fsguard"
@@ -245,8 +246,9 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
+	phases := stage2Phases()
 	desc, spawn, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn}, err
+	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn, Phases: phases}, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and
@@ -264,4 +266,42 @@ func (b *Backend) Describe(context.Context) string {
 // brokers (as root).
 func (b *Backend) CleanStale(alive func(pid int) bool) []string {
 	return CleanStaleCgroups(alive)
+}
+
+// phasesEnv carries stage 1's timed phases to stage 2 (which reports them
+// in its ready event, sandbox.WorkerOutcome.Phases): Unix nanoseconds, as
+// JSON. It is stage 2's own environment, never a command's.
+const phasesEnv = "VAK_STAGE1_PHASES"
+
+type encodedPhase struct {
+	Name  string `json:"n"`
+	Start int64  `json:"s,omitempty"`
+	End   int64  `json:"e,omitempty"`
+}
+
+// stage2Phases reads (and removes) phasesEnv; a phase left open by stage 1
+// ends when this process began. Anything unreadable is dropped: the
+// phases only serve the trace.
+func stage2Phases() []sandbox.Phase {
+	v, ok := os.LookupEnv(phasesEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(phasesEnv)
+	var enc []encodedPhase
+	if json.Unmarshal([]byte(v), &enc) != nil {
+		return nil
+	}
+	ps := make([]sandbox.Phase, 0, len(enc))
+	for _, e := range enc {
+		p := sandbox.Phase{Name: e.Name, End: processStart}
+		if e.Start != 0 {
+			p.Start = time.Unix(0, e.Start)
+		}
+		if e.End != 0 {
+			p.End = time.Unix(0, e.End)
+		}
+		ps = append(ps, p)
+	}
+	return ps
 }

@@ -332,6 +332,19 @@ type Event struct {
 	// shows them. Zero when unknown.
 	Started    int64 `json:"started_ns,omitempty"`
 	Restricted int64 `json:"restricted_ns,omitempty"`
+	// Phases are earlier parts of the worker's start that its backend
+	// measured before this process began (landlock: stage 1's start-up,
+	// its view, stage 2's start), in the order they happened; vak run
+	// --trace shows them. Empty when unknown.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is one timed part of a worker's start (Event.Phases): Unix times
+// in nanoseconds; a zero Start means when the worker was spawned.
+type Phase struct {
+	Name  string `json:"name"`
+	Start int64  `json:"start_ns"`
+	End   int64  `json:"end_ns"`
 }
 
 // Error codes. They are stable: embedders switch on them.
