@@ -115,7 +115,11 @@ that survives Rebuild Container. See docs/devcontainer.md.`,
 			if err != nil {
 				return exitFor(err)
 			}
-			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath}
+			user, err := devcontainer.WorkspaceUser(ws)
+			if err != nil {
+				return exitFor(err)
+			}
+			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath, User: user}
 			if withDocker {
 				t.Docker, t.StateDir = true, state
 				if err := devcontainer.WriteSeccomp(state, key); err != nil {

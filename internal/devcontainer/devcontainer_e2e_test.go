@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,6 +245,13 @@ hosts = ["allowed.test"]
 		}
 		if data, _ := os.ReadFile(filepath.Join(ws, "from-agent")); strings.TrimSpace(string(data)) != "ok" {
 			t.Fatalf("control: the host does not see the agent's write")
+		}
+		// What the agent writes is the workspace owner's (a non-root user's
+		// workspace: the agent runs as that uid, not as the image's root).
+		if fi, err := os.Stat(filepath.Join(ws, "from-agent")); err != nil {
+			t.Fatal(err)
+		} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			t.Fatalf("the agent's file is owned by uid %v, want this user's %d", fi.Sys(), os.Getuid())
 		}
 		// Each attempt on its own, all in one exec.
 		var attempts []string

@@ -82,7 +82,17 @@ type Template struct {
 	// StateDir is vak's state dir on the host (Docker only: the seccomp
 	// profile prepare writes there, SeccompFile).
 	StateDir string
+	// User is "UID:GID" the agent's container runs as (the workspace
+	// owner's, WorkspaceUser), so what the agent writes is the user's and,
+	// with every capability dropped, it can write the workspace at all;
+	// HOME is then a private tmpfs (AppHome) owned by it. Empty: the
+	// image's user (a workspace owned by root).
+	User string
 }
+
+// AppHome is HOME in the agent's container when Template.User is set: a
+// tmpfs owned by that user (the image has no home for an arbitrary uid).
+const AppHome = "/home/vak"
 
 // Paths of the --docker variant, the same in dockerd and the agent's
 // container (so a bind of DOCKER_HOST's path is recognised by the guard).
@@ -293,6 +303,17 @@ func (t *Template) Compose() ([]byte, error) {
 	for _, name := range slices.Sorted(maps.Keys(t.Placeholders)) {
 		env = append(env, name+"="+t.Placeholders[name])
 	}
+	var appTmpfs []string
+	if t.User != "" {
+		uid, gid, ok := strings.Cut(t.User, ":")
+		if !ok || !allDigits(uid) || !allDigits(gid) {
+			return nil, fmt.Errorf("devcontainer: user %q: want UID:GID", t.User)
+		}
+		if _, set := t.Env["HOME"]; !set {
+			env = append(env, "HOME="+AppHome)
+		}
+		appTmpfs = []string{AppHome + ":uid=" + uid + ",gid=" + gid + ",mode=0700"}
+	}
 	vols := []string{t.Workspace + ":" + t.Workspace}
 	for _, d := range t.Pinned {
 		p := filepath.Join(t.Workspace, d)
@@ -356,6 +377,8 @@ func (t *Template) Compose() ([]byte, error) {
 				NetworkMode: "service:netclient",
 				DependsOn:   map[string]dependency{"netclient": {Condition: "service_healthy"}},
 				CapDrop:     []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
+				User:    t.User,
+				Tmpfs:   appTmpfs,
 				Volumes: vols,
 				Labels:  t.labels(),
 			},
@@ -582,6 +605,18 @@ func validName(s string) bool {
 	}
 	for _, r := range s {
 		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
 			return false
 		}
 	}

@@ -254,3 +254,65 @@ func TestComposeDocker(t *testing.T) {
 		t.Errorf("devcontainer.json does not run dockerd: %s", cfg)
 	}
 }
+
+// The agent's container runs as the workspace owner (Template.User) with a
+// home of its own; a malformed user is refused; root's workspace keeps the
+// image's user.
+func TestComposeAppUser(t *testing.T) {
+	app := func(tp *Template) *service {
+		t.Helper()
+		data, err := tp.Compose()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p composeProject
+		if err := json.Unmarshal(data[strings.Index(string(data), "{"):], &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Services["app"]
+	}
+	tp := testTemplate(t)
+	if a := app(tp); a.User != "" || len(a.Tmpfs) != 0 || strings.Contains(strings.Join(a.Environment, " "), "HOME=") {
+		t.Fatalf("no User: app runs as the image's user, got user %q tmpfs %v", a.User, a.Tmpfs)
+	}
+	tp.User = "1770:1771"
+	a := app(tp)
+	if a.User != "1770:1771" || len(a.Tmpfs) != 1 || a.Tmpfs[0] != AppHome+":uid=1770,gid=1771,mode=0700" {
+		t.Fatalf("app user %q tmpfs %v", a.User, a.Tmpfs)
+	}
+	if !slicesContains(a.Environment, "HOME="+AppHome) {
+		t.Fatalf("HOME not set to %s: %v", AppHome, a.Environment)
+	}
+	tp.Env = map[string]string{"HOME": "/work"}
+	if a := app(tp); slicesContains(a.Environment, "HOME="+AppHome) || !slicesContains(a.Environment, "HOME=/work") {
+		t.Fatalf("the user's HOME is kept: %v", a.Environment)
+	}
+	for _, bad := range []string{"1770", "vak:1", "1:2:3", ":1", "1:", "1; rm -rf /:0"} {
+		tp.User = bad
+		if _, err := tp.Compose(); err == nil {
+			t.Errorf("user %q accepted", bad)
+		}
+	}
+	// WorkspaceUser names the owner of a directory.
+	if os.Getuid() == 0 {
+		d := t.TempDir()
+		if err := os.Chown(d, 1770, 1771); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := WorkspaceUser(d); err != nil || u != "1770:1771" {
+			t.Fatalf("WorkspaceUser = %q, %v", u, err)
+		}
+		if u, err := WorkspaceUser(t.TempDir()); err != nil || u != "" {
+			t.Fatalf("WorkspaceUser of root's dir = %q, %v", u, err)
+		}
+	}
+}
+
+func slicesContains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
