@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
@@ -21,25 +20,7 @@ func TestGCRemovesOrphanedSidecars(t *testing.T) {
 	ctx := context.Background()
 	me := fmt.Sprint(os.Getuid())
 	id := func(n string) string { return "gcside" + n + "-" + randomHex(5) }
-	start := func(name string, labels map[string]string) string {
-		l := map[string]string{}
-		for k, v := range f.m.Labels {
-			l[k] = v
-		}
-		for k, v := range labels {
-			l[k] = v
-		}
-		c, err := f.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: f.image,
-			Config: &container.Config{Cmd: []string{"sleep", "300"}, Labels: l}, HostConfig: &container.HostConfig{NetworkMode: "none"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true}) })
-		if _, err := f.cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return c.ID
-	}
+	start := func(name string, labels map[string]string) string { return f.standIn(name, labels, true) }
 	sidecar := func(sid, owner, session string) string {
 		return start(SidecarPrefix+sid, map[string]string{LabelDocker: "true", LabelOwner: owner, LabelSession: session})
 	}
