@@ -3,10 +3,13 @@ package worker
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"vak/internal/fsguard"
 	"vak/internal/paths"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -83,5 +86,51 @@ func TestBashLargeOutput(t *testing.T) {
 	})
 	if err != nil || r.ExitCode != 0 || got.String() != want {
 		t.Errorf("streamed: %v %+v, %d bytes", err, r, got.Len())
+	}
+}
+
+// The tripwire's protected-path stats (protStats, which skips paths below
+// an absent first component) answer exactly what fsguard.Tree.Stat does,
+// whatever the first component is: absent, a directory, a file (gitdir),
+// a link to a directory inside or outside.
+func TestProtStatsAsTreeStat(t *testing.T) {
+	outside := t.TempDir()
+	os.MkdirAll(filepath.Join(outside, "hooks"), 0o755)
+	shapes := map[string]func(ws string){
+		"empty": func(string) {},
+		"git dir": func(ws string) {
+			os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+			os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644)
+			os.MkdirAll(filepath.Join(ws, ".config", "mise"), 0o755)
+		},
+		"gitdir file":  func(ws string) { os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: x\n"), 0o644) },
+		"link outside": func(ws string) { os.Symlink(outside, filepath.Join(ws, ".git")) },
+		"link inside": func(ws string) {
+			os.MkdirAll(filepath.Join(ws, "real", "hooks"), 0o755)
+			os.Symlink("real", filepath.Join(ws, ".git"))
+			os.WriteFile(filepath.Join(ws, ".config"), nil, 0o644)
+		},
+	}
+	for name, shape := range shapes {
+		t.Run(name, func(t *testing.T) {
+			ws, err := paths.CanonicalWorkspace(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			shape(ws)
+			tr, err := fsguard.OpenTree(ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			var ps protStats
+			for _, rel := range fsguard.ExpandProtected(sandbox.DefaultProtected, []string{""}) {
+				want, werr := tr.Stat(rel)
+				got, gerr := ps.stat(tr, rel)
+				if want != got || (werr == nil) != (gerr == nil) {
+					t.Errorf("%s: protStats %+v %v, Tree.Stat %+v %v", rel, got, gerr, want, werr)
+				}
+			}
+		})
 	}
 }
