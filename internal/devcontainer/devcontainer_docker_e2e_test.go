@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,15 +50,27 @@ func TestDevcontainerDockerComposeV2(t *testing.T) {
 	devcontainerDocker(t, composeV2(t), false)
 }
 
+// needSidecarImage skips (fails with VAK_REQUIRE_DOCKER=1) a non-root run
+// when the sidecar image is missing: prepare builds it when it is (as a
+// session's --docker does), which needs root (debootstrap, chroot), so the
+// non-root leg uses the image the root leg built.
+func needSidecarImage(t *testing.T) {
+	t.Helper()
+	if os.Getuid() == 0 {
+		return
+	}
+	tag := dockerd.DefaultRecipe.Tag()
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", tag).CombinedOutput(); err != nil {
+		testenv.Missing(t, testenv.EnvRequireDocker, "the sidecar image "+tag+" is not built, and building it needs root: run `go test -run TestDevcontainerDocker ./internal/devcontainer/` (or `vak devcontainer prepare` of a --docker template, or any `vak session create --docker`) as root first ("+strings.TrimSpace(string(out))+")")
+	}
+}
+
 // devcontainerDocker runs the --docker template's end-to-end test with
 // compose f; full adds what does not depend on the compose (the scan and
 // read-configuration, inner networks and compose, the guard's refusals,
 // the bind-source swap).
 func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
-	if os.Getuid() != 0 {
-		// prepare may have to build the sidecar image (debootstrap).
-		testenv.Missing(t, testenv.EnvRequireDocker, "the --docker dev-container test needs root (sidecar image)")
-	}
+	needSidecarImage(t)
 	dc := devcontainerCLI(t)
 	base := testenv.TestNetImage(t)
 	// The agent's image: Debian with docker.io's CLI and docker-compose
@@ -171,6 +185,41 @@ hosts = ["allowed.test"]
 	if out, _ := sb("echo $DOCKER_HOST"); lastLine(out) != "unix://"+devcontainer.DockerSocket {
 		t.Errorf("DOCKER_HOST = %q", out)
 	}
+	t.Run("AgentRunsAsTheWorkspaceOwner", func(t *testing.T) {
+		// The agent's container runs as the workspace owner (this user;
+		// root's workspace: the image's root), drives the nested engine
+		// as that user, and what it writes in the workspace is theirs.
+		if out, _ := sb("id -u; id -g"); strings.Join(strings.Fields(out), ":") != fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()) {
+			t.Errorf("the agent runs as %q, want the workspace owner %d:%d", out, os.Getuid(), os.Getgid())
+		}
+		if out, err := sb("echo ok > from-agent && cat from-agent"); err != nil || lastLine(out) != "ok" {
+			t.Fatalf("control: the workspace is not writable for the agent: %v\n%s", err, out)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, "from-agent")); err != nil {
+			t.Fatal(err)
+		} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+			t.Errorf("the agent's file is owned by %v, want this user's %d:%d", fi.Sys(), os.Getuid(), os.Getgid())
+		}
+		// Everything prepare wrote on the host (placeholders, digests,
+		// dockerd's seccomp profile) is the user's too.
+		n := 0
+		filepath.WalkDir(filepath.Join(xdgState, "vak"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Errorf("walk the state dir: %v", err)
+				return nil
+			}
+			n++
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+					t.Errorf("%s is owned by uid %d, not the user (%d)", p, st.Uid, os.Getuid())
+				}
+			}
+			return nil
+		})
+		if _, err := os.Stat(devcontainer.SeccompFile(filepath.Join(xdgState, "vak"), key)); err != nil || n < 3 {
+			t.Errorf("control: prepare's files in the state dir (%d entries): %v", n, err)
+		}
+	})
 	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") || !strings.Contains(out, "dockerd") {
 		t.Errorf("doctor after up: %v\n%s", err, out)
 	}
@@ -339,21 +388,30 @@ hosts = ["allowed.test"]
 		}
 		// dockerd (PID 1) is in a cgroup namespace other than the one
 		// compose created the container in (which a docker exec joins).
-		if out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup"); len(strings.Fields(out)) != 2 || strings.Fields(out)[0] == strings.Fields(out)[1] {
-			t.Errorf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
+		out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup")
+		ns := strings.Fields(out)
+		if len(ns) != 2 || ns[0] == ns[1] {
+			t.Fatalf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
 		}
-		// ... and not the host's (seen from the host: the test runs as root).
-		pid := testenv.Docker(t, "inspect", "--format", "{{.State.Pid}}", d)
-		host, err1 := os.Readlink("/proc/self/ns/cgroup")
-		ns, err2 := os.Readlink("/proc/" + pid + "/ns/cgroup")
-		if err1 != nil || err2 != nil || ns == host {
-			t.Errorf("dockerd (host pid %s) is in the host's cgroup namespace %s: %s (%v %v)", pid, host, ns, err1, err2)
+		// ... and not the host's: namespace ids are the kernel's, the same
+		// read inside the container as from the host, where this test runs.
+		host, err := os.Readlink("/proc/self/ns/cgroup")
+		if err != nil || ns[0] == host {
+			t.Errorf("dockerd (PID 1) is in the host's cgroup namespace %s: %s (%v)", host, ns[0], err)
+		}
+		if os.Getuid() == 0 {
+			// Root also sees it from the host, by dockerd's host pid (a
+			// user cannot read a root process's namespaces).
+			pid := testenv.Docker(t, "inspect", "--format", "{{.State.Pid}}", d)
+			if hns, err := os.Readlink("/proc/" + pid + "/ns/cgroup"); err != nil || hns != ns[0] {
+				t.Errorf("dockerd's host pid %s is in cgroup namespace %s, inside it reads %s (%v)", pid, hns, ns[0], err)
+			}
 		}
 		// Control: the same probe with the same capability in the host's
 		// cgroup namespace finds it (so the probe can fail).
-		out, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--entrypoint", "sh", devcontainer.DockerdImage, "-c", probe)...).CombinedOutput()
-		if !strings.Contains(string(out), "/tmp/cg/release_agent") || strings.Contains(string(out), "No such file") {
-			t.Errorf("control: the probe did not find release_agent in the host's cgroup namespace: %s", out)
+		ctl, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--entrypoint", "sh", devcontainer.DockerdImage, "-c", probe)...).CombinedOutput()
+		if !strings.Contains(string(ctl), "/tmp/cg/release_agent") || strings.Contains(string(ctl), "No such file") {
+			t.Errorf("control: the probe did not find release_agent in the host's cgroup namespace: %s", ctl)
 		}
 	})
 
