@@ -272,6 +272,65 @@ hosts = ["allowed.test"]
 			}
 			sb("docker rm -f srv; docker network rm vakinner")
 		})
+		t.Run("TemplateDirsReadOnlyForInnerContainers", func(t *testing.T) {
+			// The template's initializeCommand runs on the host: an inner
+			// container (root, Docker's default capabilities) binding the
+			// workspace, or the template dirs themselves, must not change
+			// them either. Control: the same container writes the workspace.
+			var attempts []string
+			for _, d := range devcontainer.ProtectedDirs {
+				attempts = append(attempts,
+					"echo x >> /w/"+d+"/"+devcontainer.ComposeFile,
+					"echo '{}' > /w/"+d+"/"+devcontainer.ConfigFile,
+					"touch /w/"+d+"/planted",
+					"echo x >> /d/"+devcontainer.ComposeFile,
+					"touch /d/planted",
+				)
+			}
+			for _, d := range devcontainer.ProtectedDirs {
+				script := strings.Join(append(attempts, "echo ok > /w/inner-control"), "; ")
+				out, err := sb("docker run --rm -v " + ws + ":/w -v " + ws + "/" + d + ":/d " + base + " sh -c \"" + script + "\" 2>&1")
+				if data, e := os.ReadFile(filepath.Join(ws, "inner-control")); e != nil || strings.TrimSpace(string(data)) != "ok" {
+					t.Fatalf("control: the inner container could not write the workspace: %v %v\n%s", err, e, out)
+				}
+				os.Remove(filepath.Join(ws, "inner-control"))
+			}
+			sb("docker run --rm -v " + ws + ":/w " + base + " rm -f /w/inner-control")
+			for _, d := range devcontainer.ProtectedDirs {
+				if _, err := os.Stat(filepath.Join(ws, d, "planted")); err == nil {
+					t.Errorf("an inner container planted a file in %s", d)
+				}
+			}
+			for _, f := range []string{devcontainer.ConfigFile, devcontainer.ComposeFile} {
+				data, err := os.ReadFile(filepath.Join(ws, devcontainer.Dir, f))
+				if err != nil || string(data) == "{}\n" || strings.HasSuffix(string(data), "x\n") {
+					t.Errorf("an inner container changed %s: %v", f, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, devcontainer.VSCodeDir, devcontainer.ComposeFile)); err == nil {
+				t.Errorf("an inner container wrote in %s", devcontainer.VSCodeDir)
+			}
+		})
+		t.Run("InnerContainerFileOwners", func(t *testing.T) {
+			// An inner container writes a bind-mounted workspace as its
+			// user: with -u as the workspace owner, the file is theirs;
+			// without, as the image's root, which is the host's root (the
+			// nested engine is rootful: docs/devcontainer.md, "The agent's
+			// user"), so an inner container removes that file again.
+			asUser := fmt.Sprintf("docker run --rm -u %d:%d -v %s:/w %s sh -c 'echo ok > /w/inner-as-user'", os.Getuid(), os.Getgid(), ws, base)
+			asRoot := "docker run --rm -v " + ws + ":/w " + base + " sh -c 'echo ok > /w/inner-as-root'"
+			if out, err := sb(asUser + " && " + asRoot); err != nil {
+				t.Fatalf("inner writes: %v\n%s", err, out)
+			}
+			defer sb("docker run --rm -v " + ws + ":/w " + base + " rm -f /w/inner-as-root /w/inner-as-user")
+			for f, uid := range map[string]int{"inner-as-user": os.Getuid(), "inner-as-root": 0} {
+				if fi, err := os.Stat(filepath.Join(ws, f)); err != nil {
+					t.Errorf("%s: %v", f, err)
+				} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+					t.Errorf("%s is owned by %v, want uid %d", f, fi.Sys(), uid)
+				}
+			}
+		})
 		t.Run("ComposeInside", func(t *testing.T) {
 			// docker-compose 1.29 in the agent's container, through the guard:
 			// a two-service stack on its own network, the client reaching the
