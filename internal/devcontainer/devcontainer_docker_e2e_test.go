@@ -16,6 +16,7 @@ import (
 
 	"vak/internal/devcontainer"
 	"vak/internal/dockerd"
+	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/testenv"
@@ -81,7 +82,7 @@ func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
 	}
 	vak := testenv.Vak(t)
 	id := testenv.TestID(t)
-	in := testenv.StartInternet(t, base, "allowed.test", "denied.test")
+	in := testenv.StartInternet(t, base, "allowed.test", "denied.test", "unbound.test")
 	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	t.Cleanup(func() { removeLabelled(id) })
 
@@ -97,18 +98,19 @@ policy = "proxied"
 [[network.rules]]
 name = "test upstream"
 action = "allow"
-hosts = ["allowed.test"]
+hosts = ["allowed.test", "unbound.test"]
 cidrs = ["%s/32"]
 [network.dns.overrides]
 "allowed.test" = [%q]
 "denied.test" = [%q]
+"unbound.test" = [%q]
 "canary.test" = [%q]
 [gateway]
 extra_ca_bundles = [%q]
 [secrets.TOKEN]
 value = %q
 hosts = ["allowed.test"]
-`, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
+`, upIP, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
 	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base0, testenv.UniqueName("ws"))))
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +258,91 @@ hosts = ["allowed.test"]
 		}
 	})
 	if full {
+		t.Run("AgentEgressAndPlaceholder", func(t *testing.T) {
+			// The agent's own container (not an inner one), as in the plain
+			// variant: the static probe, copied into the workspace.
+			data, err := os.ReadFile(testenv.Probe(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(ws, "probe"), data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			probe := func(args string) string {
+				t.Helper()
+				out, _ := sb(ws + "/probe " + args)
+				return lastLine(out)
+			}
+			testenv.ResetCanary(t, canIP)
+			if out := probe("tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+				t.Fatalf("the agent's HTTPS to the allowed upstream (verification on, no flags): %s", out)
+			}
+			if out := probe("http https://denied.test/status/200 5s"); strings.HasPrefix(out, "OK 200") {
+				t.Errorf("the agent reached a denied name: %s", out)
+			}
+			for _, a := range []string{
+				"http http://" + canIP + "/ 3s",
+				"connect " + canIP + ":22 3s",
+				"udp " + canIP + ":9 2s",
+				"dns leak-" + hex.EncodeToString(rnd[:3]) + ".exfil.test " + canIP,
+				"dns --tcp leak2.exfil.test " + canIP,
+				"connect canary.test:80 3s",
+			} {
+				out := probe(a)
+				sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
+				if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
+					t.Errorf("the agent's %s: %s", a, out)
+				}
+			}
+			ph, _ := sb("echo $TOKEN")
+			if ph = lastLine(ph); !strings.HasPrefix(ph, "vakph_") {
+				t.Fatalf("the agent sees TOKEN=%q (want its placeholder)", ph)
+			}
+			if env, _ := sb("env"); strings.Contains(env, secret) {
+				t.Fatalf("the real value is in the agent's environment")
+			}
+			testenv.ResetUpstream(t, upIP)
+			if out := probe(`http -H "Authorization: Bearer $TOKEN" https://allowed.test/sink 5s`); !strings.HasPrefix(out, "OK 200") {
+				t.Fatalf("the placeholder toward its bound host: %s", out)
+			}
+			if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 1 || strings.Join(reqs.Requests[0].Headers["Authorization"], "") != "Bearer "+secret {
+				t.Fatalf("the bound host did not receive the real value: %+v", reqs)
+			}
+			testenv.ResetUpstream(t, upIP)
+			if out := probe(`http -H "Authorization: Bearer $TOKEN" https://unbound.test/sink 5s`); !strings.Contains(out, "403") {
+				t.Errorf("the placeholder toward an allowed host it is not bound to was not blocked: %s", out)
+			}
+			if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 0 {
+				t.Errorf("the unbound host received the request: %+v", reqs)
+			}
+			if c := testenv.CanaryCounts(t, canIP); c.Total != 0 || c.DNS != 0 {
+				t.Errorf("the canary saw the agent's traffic: %+v", c)
+			}
+			os.Remove(filepath.Join(ws, "probe"))
+		})
+		t.Run("AgentGainsNoPrivileges", func(t *testing.T) {
+			// No capabilities (bounding set empty) and no-new-privileges:
+			// setuid binaries in the image (su, mount, passwd) and sudo, if
+			// the image had it, gain nothing.
+			status := func(out string) map[string]string {
+				m := map[string]string{}
+				for _, l := range strings.Split(out, "\n") {
+					if k, v, ok := strings.Cut(l, ":"); ok {
+						m[k] = strings.TrimSpace(v)
+					}
+				}
+				return m
+			}
+			out, _ := sb("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status")
+			if st := status(out); st["NoNewPrivs"] != "1" || st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" || st["CapBnd"] != "0000000000000000" {
+				t.Errorf("the agent's privileges: %s", out)
+			}
+			// Control: the same image without the template's options.
+			ctl, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--network", "none", "--entrypoint", "grep", img, "-E", "^(NoNewPrivs|CapBnd):", "/proc/self/status")...).CombinedOutput()
+			if st := status(string(ctl)); st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapBnd"] == "" {
+				t.Errorf("control: a plain container of %s: %s", img, ctl)
+			}
+		})
 		t.Run("TwoContainersOnAUserNetwork", func(t *testing.T) {
 			out, err := sb("docker network create vakinner && docker run -d --name srv --network vakinner " + base + " testnet canary")
 			if err != nil {
