@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"vak/internal/testenv"
 )
 
 // interruptScripts are the commands of the interrupt tests. Each carries a
@@ -162,9 +164,11 @@ func TestRunInterruptForwarded(t *testing.T) {
 // TestSessionExecInterruptForwarded: `vak session exec -i` forwards the
 // first SIGINT to the command in the session container; a second SIGINT or
 // a SIGTERM kills the command (the session lives on: a command runs in it
-// afterwards).
+// afterwards). Through the session's worker, and with --root (docker exec,
+// which forwards no signal: vak delivers them in the container).
 func TestSessionExecInterruptForwarded(t *testing.T) {
-	cfg, labels := sessionEnv(t)
+	_, labels := sessionEnv(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
 	ws := tempWorkspace(t)
 	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "intr")
 	if code != 0 {
@@ -172,12 +176,63 @@ func TestSessionExecInterruptForwarded(t *testing.T) {
 	}
 	id := strings.TrimSpace(out)
 	defer session(t, cfg, labels, "", "rm", id)
-	checkInterrupts(t, func(t *testing.T, script string) *interruptible {
-		args := append(append([]string{"--config", cfg, "session", "exec"}, labels...), "-i", id, "--", "sh", "-c", script)
-		return startInterruptible(t, args...)
-	}, func(t *testing.T) {
-		if code, out, errs := session(t, cfg, labels, "", "exec", id, "--", "echo", "alive"); code != 0 || out != "alive\n" {
-			t.Errorf("the session after the command: exit %d, %q %q", code, out, errs)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{{"worker", []string{"-i"}}, {"root", []string{"-i", "--root"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkInterrupts(t, func(t *testing.T, script string) *interruptible {
+				args := append(append([]string{"--config", cfg, "session", "exec"}, labels...), tc.flags...)
+				return startInterruptible(t, append(args, id, "--", "sh", "-c", script)...)
+			}, func(t *testing.T) {
+				if code, out, errs := session(t, cfg, labels, "", "exec", id, "--", "echo", "alive"); code != 0 || out != "alive\n" {
+					t.Errorf("the session after the command: exit %d, %q %q", code, out, errs)
+				}
+			})
+		})
+	}
+}
+
+// TestSessionExecRootStreams: `exec -i --root` (docker exec without a
+// terminal) behaves like `exec -i` through the worker: stdin streams to
+// the command until EOF, the command's exit status is vak's, without -i
+// the command reads EOF at once, and --timeout kills it (status 124,
+// nothing of it left in the container).
+func TestSessionExecRootStreams(t *testing.T) {
+	_, labels := sessionEnv(t)
+	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer session(t, cfg, labels, "", "rm", id)
+	for _, root := range []bool{false, true} {
+		flags := []string{"-i"}
+		if root {
+			flags = append(flags, "--root")
 		}
-	})
+		t.Run(strings.Join(flags, " "), func(t *testing.T) {
+			args := append(slices.Clone(flags), id, "--", "sh", "-c", "id -u; cat; echo eof; exit 3")
+			code, out, errs := session(t, cfg, labels, "line one\nline two\n", "exec", args...)
+			wantUID := strconv.Itoa(os.Getuid())
+			if root {
+				wantUID = "0"
+			}
+			if want := wantUID + "\nline one\nline two\neof\n"; code != 3 || out != want {
+				t.Errorf("exec %v: exit %d, %q (want 3, %q); stderr %q", flags, code, out, want, errs)
+			}
+		})
+	}
+	// Without -i the command's stdin is empty, even with input at hand.
+	if code, out, errs := session(t, cfg, labels, "not for the command\n", "exec", "--root", id, "--", "sh", "-c", "cat; echo eof"); code != 0 || out != "eof\n" {
+		t.Errorf("exec --root without -i: exit %d, %q %q", code, out, errs)
+	}
+	marker := "vak-root-timeout-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	code, out, errs = session(t, cfg, labels, "", "exec", "--root", "--timeout", "2s", id, "--", "sh", "-c", "sleep 600; : "+marker)
+	if code != ExitTimeout {
+		t.Errorf("exec --root --timeout: exit %d, %q %q; want %d", code, out, errs, ExitTimeout)
+	}
+	waitFor(t, "the timed-out command's processes to go", func() bool { return len(hostProcs(marker)) == 0 })
 }

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -299,7 +302,9 @@ the command runs is then forwarded to the command (if it is still running a
 second later vak says so on stderr), and a second one kills it; SIGTERM and
 SIGHUP kill it at once. -t runs 'docker exec -it' for an interactive
 terminal (Ctrl-C is a key typed into it); --root runs it as root (package
-installs), only in sessions created with session.allow_install = true.
+installs) through docker exec, only in sessions created with
+session.allow_install = true; without -t the rules above (stdin, Ctrl-C,
+--timeout) still hold.
 
 Exit status: the command's own (128+N if it died of signal N), or
   2   bad arguments, unknown session, cwd outside the workspace
@@ -397,21 +402,116 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 
 // sessionExecDocker runs docker exec for a terminal or as root.
 func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	var tty *taskenv.TTYSize
-	if f.tty {
-		sz := a.termSize()
-		tty = &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}
+	if !f.tty {
+		return a.sessionExecDockerPlain(ctx, m, f, id, argv, env)
 	}
-	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, tty, f.root)
+	sz := a.termSize()
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}, f.root)
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
-	if !f.interactive && !f.tty {
-		cmd.Stdin = nil
+	return dockerExecStatus(cmd.Run())
+}
+
+// sessionExecDockerPlain runs docker exec without a terminal (--root) with
+// the signal and timeout rules of the worker path: with -i the first
+// SIGINT goes to the command, a second one, SIGTERM, SIGHUP (and without
+// -i any of them) or --timeout kill it. docker exec forwards no signal, so
+// vak delivers them in the container itself (taskenv.SignalArgs), finding
+// the command by a random token in its environment.
+func (a *app) sessionExecDockerPlain(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
+	var rnd [12]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
 	}
-	err = cmd.Run()
+	token := hex.EncodeToString(rnd[:])
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[taskenv.ExecMarkerEnv] = token
+	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, nil, f.root)
+	if err != nil {
+		return err
+	}
+	deliver := func(sig string, all bool) {
+		sa, err := m.SignalArgs(context.WithoutCancel(ctx), id, token, sig, f.root, all)
+		if err == nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			var out []byte
+			out, err = exec.CommandContext(sctx, sa[0], sa[1:]...).CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(out))
+			}
+		}
+		if err != nil {
+			a.warnf("signal %s to the command: %v", sig, err)
+		}
+	}
+	sigctx, intr, stop := notifyInterrupts(ctx)
+	defer stop()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = a.stdio.Out, a.stdio.Err
+	if f.interactive {
+		cmd.Stdin = a.stdio.In
+	}
+	// A stdin that is not a file is copied by a goroutine that may block
+	// on a read after the command ended.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // the command succeeded; its stdin was still being read
+		}
+		done <- err
+	}()
+	var sigs <-chan string
+	if f.interactive {
+		var disarm func()
+		sigs, disarm = intr.arm(a.stdio.Err)
+		defer disarm()
+	}
+	var timeout <-chan time.Time
+	if f.timeout > 0 {
+		timer := time.NewTimer(f.timeout)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	// kill ends the command's process tree in the container and docker
+	// exec; it kills once more after docker exec ended, for a command
+	// that started while the first kill looked for it.
+	kill := func() {
+		deliver("KILL", true)
+		cmd.Process.Kill()
+		<-done
+		deliver("KILL", true)
+	}
+	for {
+		select {
+		case err := <-done:
+			return dockerExecStatus(err)
+		case sig := <-sigs:
+			deliver(sig, false)
+		case <-timeout:
+			kill()
+			return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
+		case <-sigctx.Done():
+			kill()
+			return exit(ExitInterrupted, errors.New("interrupted; command killed"))
+		}
+	}
+}
+
+// dockerExecStatus maps docker exec's result to vak's: the command's exit
+// status, or 69 when docker exec could not run.
+func dockerExecStatus(err error) error {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return exit(ee.ExitCode(), nil)

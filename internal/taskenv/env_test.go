@@ -1,6 +1,7 @@
 package taskenv
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -64,4 +65,18 @@ func containsValue(s string, host map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// TestSignalArgsRefusesOddInput: the signal name and the token reach a
+// shell program in the container as arguments; anything but letters and
+// digits is refused before a session is even looked up.
+func TestSignalArgsRefusesOddInput(t *testing.T) {
+	m := &Manager{}
+	for _, tc := range []struct{ token, sig string }{
+		{"", "INT"}, {"abc", ""}, {"ab c", "INT"}, {"abc", "INT;reboot"}, {"a$(x)", "KILL"}, {"abc\n", "INT"},
+	} {
+		if _, err := m.SignalArgs(context.Background(), "any", tc.token, tc.sig, true, false); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("SignalArgs(token %q, sig %q): %v, want ErrInvalidSpec", tc.token, tc.sig, err)
+		}
+	}
 }

@@ -462,6 +462,83 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 // TTYSize is a terminal's size.
 type TTYSize struct{ Rows, Cols uint16 }
 
+// ExecMarkerEnv names the variable through which a command started with
+// InteractiveArgs is found again to signal it (SignalArgs): the caller puts
+// ExecMarkerEnv=TOKEN (a random token per command) into its env. docker
+// exec forwards no signal, and the container's process IDs are not the
+// host's, so the command is found from inside the container by its
+// environment.
+const ExecMarkerEnv = "VAK_SESSION_EXEC"
+
+// SignalArgs returns the docker CLI argv that delivers sig (a signal name
+// such as INT or KILL) inside session id's container, as the user
+// InteractiveArgs would run the command as (root with root), to the
+// command whose environment holds ExecMarkerEnv=token: to the process
+// group of each such process that leads its group (docker exec makes the
+// command a session and group leader, so this is what Ctrl-C in a
+// terminal would reach), and with all also to every such process on its
+// own (its descendants that left the group). Nothing is signalled when no
+// process carries the token (the command has not started, or has ended).
+func (m *Manager) SignalArgs(ctx context.Context, id, token, sig string, root, all bool) ([]string, error) {
+	if !isAlnum(token) || !isAlnum(sig) {
+		return nil, fmt.Errorf("%w: signal %q to token %q", ErrInvalidSpec, sig, token)
+	}
+	rec, err := m.readRecord(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		rec, err = m.recordFromDaemon(ctx, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	user := rec.User
+	if root {
+		user = "0:0"
+	}
+	bin := m.Binary
+	if bin == "" {
+		bin = "docker"
+	}
+	a := "0"
+	if all {
+		a = "1"
+	}
+	return []string{bin, "exec", "-u", user, rec.Container, "sh", "-c", signalScript, "vak-signal", sig, ExecMarkerEnv + "=" + token, a}, nil
+}
+
+// signalScript is SignalArgs' program: $1 the signal, $2 the marker
+// (NAME=TOKEN, a whole line of /proc/PID/environ), $3 "1" to signal every
+// marked process too. kill's "--" before a negative PID: POSIX shells
+// (dash) need it, busybox's ash takes it for a PID and fails, so it is
+// used only where a harmless probe (signal 0 to this shell's own group:
+// docker exec made it a group leader) accepts it.
+const signalScript = `sig=$1 tok=$2 all=$3 dd=
+kill -s 0 -- -$$ 2>/dev/null && dd=--
+nl='
+'
+for d in /proc/[0-9]*; do
+	p=${d#/proc/}
+	[ "$p" = "$$" ] && continue
+	e=$(tr '\0' '\n' <"$d/environ" 2>/dev/null) || continue
+	case "$nl$e$nl" in *"$nl$tok$nl"*) ;; *) continue ;; esac
+	s=$(cat "$d/stat" 2>/dev/null) || continue
+	set -- ${s##*) }
+	[ "$3" = "$p" ] && kill -s "$sig" $dd -"$p" 2>/dev/null
+	[ "$all" = 1 ] && kill -s "$sig" "$p" 2>/dev/null
+done
+exit 0`
+
+func isAlnum(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // execScript starts a docker exec'd command: it removes the worker's spec
 // variable (the container's own, which docker exec would pass on: the
 // worker's commands never see it), sets the terminal's size ($1 rows, $2

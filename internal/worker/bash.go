@@ -314,7 +314,16 @@ func (x *Exec) signaler(cmd *exec.Cmd) func(syscall.Signal) error {
 	if x.Lifeline != nil {
 		target = pid
 	}
+	// Under the reap shim the command starts after the shim set up its
+	// signal handling: a signal before that would kill the shim instead.
+	shimReady := !x.Subreaper || len(x.Launcher) == 0
 	return func(sig syscall.Signal) error {
+		if !shimReady {
+			if err := waitShimReady(pid); err != nil {
+				return err
+			}
+			shimReady = true
+		}
 		if err := syscall.Kill(target, sig); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
 				return errCommandEnded

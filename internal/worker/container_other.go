@@ -26,3 +26,6 @@ type warmShims struct{}
 func (w *warmShims) run(argv []string, dir string, env []string, stdin *string, stdout, stderr io.Writer) (process, error) {
 	return nil, ErrContainerUnsupported
 }
+
+// waitShimReady: there are no reap shims off Linux.
+func waitShimReady(pid int) error { return nil }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -306,7 +308,14 @@ func Reap(args []string) int {
 	}
 	cmd.Dir, cmd.Env = req.Dir, req.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		// Only now may the worker signal the group (waitShimReady): a
+		// signal before the handlers above were installed would have
+		// killed the shim, not the command.
+		os.WriteFile("/proc/self/comm", []byte(shimReadyComm), 0)
+		err = cmd.Wait()
+	}
 	if err != nil && cmd.ProcessState == nil {
 		fmt.Fprintf(os.Stderr, "vak: %v\n", err)
 		var pe *os.PathError
@@ -324,4 +333,37 @@ func Reap(args []string) int {
 		return 128 + int(sig)
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// shimReadyComm is the name (comm) a reap shim takes once it has caught
+// the signals it passes on and started the command.
+const shimReadyComm = "vak-reap-ready"
+
+// shimReadyTimeout bounds waitShimReady: a shim that takes longer (a
+// /proc without a writable comm) gets the signal anyway.
+const shimReadyTimeout = 5 * time.Second
+
+// waitShimReady waits until the reap shim pid has started its command
+// (shimReadyComm), so that a signal for the command's group never reaches
+// a shim whose Go runtime is still starting and would die of it. It
+// returns errCommandEnded when the shim ended first.
+func waitShimReady(pid int) error {
+	dir := "/proc/" + strconv.Itoa(pid)
+	deadline := time.Now().Add(shimReadyTimeout)
+	for {
+		stat, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			return errCommandEnded
+		}
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return errCommandEnded
+		}
+		if comm, err := os.ReadFile(dir + "/comm"); err == nil && string(bytes.TrimSpace(comm)) == shimReadyComm {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

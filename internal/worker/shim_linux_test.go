@@ -140,3 +140,29 @@ func procsMatching(s string) []string {
 	}
 	return out
 }
+
+// TestShimSignalBeforeStart: a signal for an interactive command that
+// arrives before the command started (the worker queues it) is delivered
+// once the reap shim has started the command, never to a shim still
+// starting up (whose Go runtime would die of it, so the command would
+// never run). Here the command cannot start (a missing program): the shim
+// must live to report 127, not die of the SIGINT meant for the command.
+// Control: the same without a queued signal.
+func TestShimSignalBeforeStart(t *testing.T) {
+	x := shimExec(t)
+	for _, queued := range []bool{false, true} {
+		in := NewInteraction(wire.TTYSize{})
+		if queued {
+			if err := in.Signal("INT"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := x.bash(context.Background(), wire.BashArgs{Interactive: true}, []string{"/nonexistent/vak-no-such-program"}, in, func(string, []byte) {})
+		if err != nil {
+			t.Fatalf("queued=%v: %v", queued, err)
+		}
+		if res.ExitCode != 127 || res.Signal != "" {
+			t.Errorf("queued=%v: %+v; want the shim's 127 (program not found)", queued, res)
+		}
+	}
+}
