@@ -159,7 +159,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase of the create took to stderr (also VAK_TRACE=1)")
-	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under Sysbox when docker info lists sysbox-runc, else with a fixed capability list: session.docker_runtime)")
+	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under runc with a fixed capability list, under Sysbox only with session.docker_runtime = \"sysbox\")")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
