@@ -284,7 +284,9 @@ func TestMCPDockerBackend(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "f")); err != nil {
 		t.Fatalf("the container did not write the workspace: %v", err)
 	}
-	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "touch started; sleep 120", "timeout": 2}})
+	// The timeout leaves the container's start (seconds under a loaded
+	// CI machine) time to run the command's first step.
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "touch started; sleep 120", "timeout": 10}})
 	if err != nil || !res.IsError {
 		t.Fatalf("timeout under docker: %v %+v", err, res)
 	}

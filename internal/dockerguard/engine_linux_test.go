@@ -173,6 +173,24 @@ func TestGuardWithRealEngine(t *testing.T) {
 		if out, err := dockerVia(t, id, guardSock, nil, "build", "--network", "host", ctxDir); err == nil || !strings.Contains(out, "networkmode") {
 			t.Errorf("build --network host was not denied: %v %s", err, out)
 		}
+		// A denied BuildKit build returns: the CLI closes its session
+		// when the build fails, which does nothing while the session has
+		// not started; the guard ends a denied build's session itself
+		// (session.go). Repeated, as the race is one in several.
+		t.Setenv("VAK_T_BUILDKIT", "1")
+		for i := 0; i < 10; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			out, err := exec.CommandContext(ctx, "docker", "exec", "-e", "DOCKER_BUILDKIT=1", id,
+				"docker", "-H", "unix://"+guardSock, "build", "--network", "host", ctxDir).CombinedOutput()
+			hung := ctx.Err() != nil
+			cancel()
+			if hung {
+				t.Fatalf("BuildKit build --network host, try %d: no answer after 90 s (the build's session kept the CLI waiting)\n%s", i+1, out)
+			}
+			if err == nil || !strings.Contains(string(out), "networkmode") {
+				t.Fatalf("BuildKit build --network host, try %d, was not denied: %v %s", i+1, err, out)
+			}
+		}
 	})
 
 	// Each escape: denied by the guard (naming the field); the same through

@@ -89,6 +89,8 @@ type Guard struct {
 	client *http.Client
 	reaper bool
 	stage  *stageState
+	// sessions ends the BuildKit sessions of denied builds (session.go).
+	sessions *buildSessions
 }
 
 // stageState tracks the guard's staged bind sources (stageBind): a counter
@@ -130,7 +132,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 			return nil, err
 		}
 	}
-	g := &Guard{p: p, client: &http.Client{Transport: tr}, stage: newStageState()}
+	g := &Guard{p: p, client: &http.Client{Transport: tr}, stage: newStageState(), sessions: newBuildSessions()}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -142,6 +144,14 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 		// Content-Length) and upgraded connections are flushed on every
 		// write by ReverseProxy itself.
 		FlushInterval: 0,
+		// A build the engine refuses at once leaves its BuildKit session
+		// as a denied one does (session.go).
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode >= 400 && strings.HasSuffix(res.Request.URL.Path, "/build") {
+				g.sessions.deny(res.Request.URL.Query().Get("session"))
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "vak dockerguard: the nested Docker engine is not answering: "+err.Error())
 		},
@@ -152,7 +162,7 @@ func New(p Policy, rawSocket string) (*Guard, error) {
 // Reaper returns the filtered handler for the reaper socket: it shares the
 // upstream but allows only pinging, listing and removing.
 func (g *Guard) Reaper() http.Handler {
-	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, stage: g.stage}
+	return &Guard{p: g.p, proxy: g.proxy, client: g.client, reaper: true, stage: g.stage, sessions: g.sessions}
 }
 
 // Denied is a request the guard refuses.
@@ -191,6 +201,11 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if held, ok := r.Context().Value(stagedKey{}).(*stagedReq); ok {
 			g.release(held, true) // never reached the engine
 		}
+		if path == "/build" {
+			// The client would wait for the build's session forever
+			// (session.go).
+			g.sessions.deny(query(r).Get("session"))
+		}
 		code := http.StatusForbidden
 		var d *Denied
 		if !errors.As(err, &d) {
@@ -198,6 +213,14 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeError(w, code, err.Error())
 		return
+	}
+	if path == "/session" {
+		id := r.Header.Get(sessionHeader)
+		if g.sessions.isDenied(id) {
+			endSession(w)
+			return
+		}
+		w = &hijackHook{ResponseWriter: w, hijacked: func(c net.Conn) net.Conn { return g.sessions.track(id, c) }}
 	}
 	g.proxy.ServeHTTP(w, r)
 }

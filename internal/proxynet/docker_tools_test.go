@@ -3,13 +3,17 @@ package proxynet
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"vak/internal/dockerd"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -18,6 +22,34 @@ import (
 // Debian with docker.io's 20.10 CLI (BuildKit without buildx),
 // docker-compose 1.29 and curl (scripts/build-docker-test-image.sh).
 const DockerToolsImage = "vak-test-docker:bookworm"
+
+// toolStepTimeout bounds one `vak session exec` step of the tool tests
+// (the slowest, a build with its RUN step's probe matrix, takes well under
+// a minute).
+const toolStepTimeout = 5 * time.Minute
+
+// hangState describes a session whose command did not return: the
+// processes in the session container and in the sidecar, the inner
+// daemon's containers and the sidecar's log.
+func hangState(id string) string {
+	if id == "" {
+		return ""
+	}
+	var b strings.Builder
+	sidecar := taskenv.SidecarPrefix + id
+	for _, c := range [][]string{
+		{"top", taskenv.SessionPrefix + id, "-eo", "pid,ppid,stat,etime,args"},
+		{"top", sidecar, "-eo", "pid,ppid,stat,etime,args"},
+		{"exec", sidecar, "docker", "-H", "unix://" + dockerd.RawSocket, "ps", "-a"},
+		{"logs", "--tail", "40", sidecar},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		o, err := exec.CommandContext(ctx, "docker", c...).CombinedOutput()
+		cancel()
+		fmt.Fprintf(&b, "$ docker %s (%v)\n%s\n", strings.Join(c, " "), err, o)
+	}
+	return b.String()
+}
 
 // buildTCProbe builds testdata/tcprobe (a Testcontainers-go client, a
 // module of its own) static into dir.
@@ -56,13 +88,24 @@ func TestDockerSessionTools(t *testing.T) {
 
 	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
 	env := append(os.Environ(), "XDG_STATE_HOME="+xdg)
+	// Every vak command gets a deadline: a step that hangs (a build, an
+	// attach through the guard) fails this test with the session's and
+	// the sidecar's state instead of running into the package timeout.
+	var id string
 	vakCmd := func(args ...string) (string, string, error) {
 		t.Helper()
-		cmd := exec.Command(vak, append([]string{"--config", cfgFile}, args...)...)
+		ctx, cancel := context.WithTimeout(context.Background(), toolStepTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, vak, append([]string{"--config", cfgFile}, args...)...)
 		cmd.Env = env
+		cmd.WaitDelay = 10 * time.Second
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
+		if ctx.Err() != nil {
+			t.Errorf("vak %s: no answer after %v; output so far:\n%s%s\n%s", strings.Join(args, " "), toolStepTimeout, out.String(), errb.String(), hangState(id))
+			err = errors.Join(err, ctx.Err())
+		}
 		return out.String(), errb.String(), err
 	}
 	sexec := func(id, script string) (string, error) {
@@ -75,7 +118,7 @@ func TestDockerSessionTools(t *testing.T) {
 	if err != nil {
 		t.Fatalf("session create --docker: %v\n%s", err, errs)
 	}
-	id := strings.TrimSpace(out)
+	id = strings.TrimSpace(out)
 	sidecar := taskenv.SidecarPrefix + id
 	t.Cleanup(func() {
 		vakCmd(append(append([]string{"session", "rm"}, labels...), id)...)
