@@ -13,17 +13,30 @@
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the cold contender too, interleaved with the others, and
 // its trace breakdown is printed as well: a before/after in one run.
+//
+// With -warm-against BENCH, another build of this program (e.g. from an
+// older commit, whose worker and client it then uses) serves a warm worker
+// of its own (-warm-serve): its round trips are timed in that process and
+// interleaved, sample by sample, with this one's and with os/exec. -warm
+// skips the cold contenders.
+//
+//	go run ./bench/landlock -n 200 -warm -warm-against /tmp/bench-landlock-before -warm-against-vak /tmp/vak-before
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"time"
 
 	"vak/bench/internal/stats"
 	"vak/internal/broker"
@@ -36,10 +49,22 @@ import (
 func main() {
 	n := flag.Int("n", 200, "samples per contender")
 	against := flag.String("against", "", "another vak binary to run the cold contender with, interleaved (before/after)")
+	warmOnly := flag.Bool("warm", false, "measure only the warm worker round trip")
+	warmAgainst := flag.String("warm-against", "", "another build of this program whose warm worker runs too, interleaved (before/after)")
+	warmAgainstVak := flag.String("warm-against-vak", "", "the vak binary of -warm-against's build (its worker)")
+	warmServe := flag.Bool("warm-serve", false, "serve warm round trips on stdin for -warm-against (internal)")
+	vakBin := flag.String("vak", "", "a built vak binary to measure (default: build cmd/vak of this tree)")
 	flag.Parse()
-	vak, err := stats.BuildVak()
-	if err != nil {
-		log.Fatal(err)
+	vak := *vakBin
+	if vak == "" {
+		var err error
+		if vak, err = stats.BuildVak(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *warmServe {
+		serveWarm(vak)
+		return
 	}
 	tmp, _ := filepath.EvalSymlinks(os.TempDir())
 	dir, err := os.MkdirTemp(tmp, "vak-bench-ws-")
@@ -56,10 +81,25 @@ func main() {
 	defer os.Remove(cfgFile)
 	truePath, _ := exec.LookPath("true")
 
+	if !*warmOnly {
+		cold(vak, cfgFile, ws, truePath, *n, *against)
+	}
+	var againstArgv []string
+	if *warmAgainst != "" {
+		if *warmAgainstVak == "" {
+			log.Fatal("-warm-against needs -warm-against-vak")
+		}
+		againstArgv = []string{*warmAgainst, "-warm-serve", "-vak", *warmAgainstVak}
+	}
+	warm(vak, ws, truePath, *n, againstArgv)
+}
+
+// cold times `vak run -- true` against exec of true (and -against's vak).
+func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 	bare := &stats.Sample{Name: "exec true"}
 	cold := &stats.Sample{Name: "vak run --backend landlock -- true"}
-	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + *against + ")"}
-	for i := -3; i < *n; i++ {
+	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + against + ")"}
+	for i := -3; i < n; i++ {
 		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
 		if err != nil {
 			log.Fatal(err)
@@ -72,8 +112,8 @@ func main() {
 			bare.Add(d1)
 			cold.Add(d2)
 		}
-		if *against != "" {
-			d3, err := stats.Time(func() error { return stats.RunQuiet(*against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
+		if against != "" {
+			d3, err := stats.Time(func() error { return stats.RunQuiet(against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -83,55 +123,132 @@ func main() {
 		}
 	}
 
-	cfg := config.Default()
-	sess, err := broker.Start(context.Background(), broker.Options{Config: cfg, Workspace: ws, Backend: &landlock.Backend{}, Executable: vak})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer sess.Close()
-	goExec := &stats.Sample{Name: "os/exec true (Go)"}
-	warm := &stats.Sample{Name: "warm worker: bash true"}
-	ctx := context.Background()
-	for i := -10; i < *n; i++ {
-		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
-		if err != nil {
-			log.Fatal(err)
-		}
-		d2, err := stats.Time(func() error {
-			r, err := sess.Bash(ctx, wire.BashArgs{Command: "true"}, nil)
-			if err == nil && r.ExitCode != 0 {
-				err = fmt.Errorf("exit %d", r.ExitCode)
-			}
-			return err
-		})
-		if err != nil {
-			log.Fatal(err)
-		}
-		if i >= 0 {
-			goExec.Add(d1)
-			warm.Add(d2)
-		}
-	}
-	fmt.Printf("### landlock backend (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n, sess.Ready().Sandbox)
-	if *against != "" {
+	fmt.Printf("### landlock backend, cold (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n)
+	if against != "" {
 		fmt.Print(stats.Table(bare, cold, other))
 	} else {
 		fmt.Print(stats.Table(bare, cold))
 	}
 	fmt.Println()
 	// Where the cold run's time goes (separate runs, after the timed ones).
-	bd, err := stats.TraceBreakdown(min(*n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
+	bd, err := stats.TraceBreakdown(min(n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(bd)
 	fmt.Println()
-	if *against != "" {
-		bd, err := stats.TraceBreakdown(min(*n, 30), *against, "--config", cfgFile, "run", "-w", ws, "--", "true")
+	if against != "" {
+		bd, err := stats.TraceBreakdown(min(n, 30), against, "--config", cfgFile, "run", "-w", ws, "--", "true")
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("%s:\n\n%s\n", *against, bd)
+		fmt.Printf("%s:\n\n%s\n", against, bd)
 	}
-	fmt.Print(stats.Table(goExec, warm))
+}
+
+// warmSession starts a landlock session on ws with worker binary vak and
+// returns a function that runs one `true` round trip through it.
+func warmSession(vak, ws string) (roundTrip func() error, sess *broker.Session) {
+	sess, err := broker.Start(context.Background(), broker.Options{Config: config.Default(), Workspace: ws, Backend: &landlock.Backend{}, Executable: vak})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	return func() error {
+		r, err := sess.Bash(ctx, wire.BashArgs{Command: "true"}, nil)
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("exit %d", r.ExitCode)
+		}
+		return err
+	}, sess
+}
+
+// warm times a warm worker's round trip against os/exec of true (and, with
+// against, the warm worker of another build of this program).
+func warm(vak, ws, truePath string, n int, against []string) {
+	rt, sess := warmSession(vak, ws)
+	defer sess.Close()
+	var other func() (time.Duration, error)
+	name := ""
+	if against != nil {
+		name = against[3]
+		c := exec.Command(against[0], against[1:]...)
+		c.Stderr = os.Stderr
+		in, _ := c.StdinPipe()
+		out, _ := c.StdoutPipe()
+		if err := c.Start(); err != nil {
+			log.Fatal(err)
+		}
+		defer func() { in.Close(); c.Wait() }()
+		br := bufio.NewReader(out)
+		other = func() (time.Duration, error) {
+			if _, err := io.WriteString(in, "true\n"); err != nil {
+				return 0, err
+			}
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return 0, fmt.Errorf("%s -warm-serve: %w", against[0], err)
+			}
+			ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s -warm-serve: %s", against[0], line)
+			}
+			return time.Duration(ns), nil
+		}
+	}
+	goExec := &stats.Sample{Name: "os/exec true (Go)"}
+	warm := &stats.Sample{Name: "warm worker: bash true"}
+	before := &stats.Sample{Name: "warm worker: bash true (" + name + ")"}
+	for i := -10; i < n; i++ {
+		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
+		if err != nil {
+			log.Fatal(err)
+		}
+		d2, err := stats.Time(rt)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var d3 time.Duration
+		if other != nil {
+			if d3, err = other(); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if i >= 0 {
+			goExec.Add(d1)
+			warm.Add(d2)
+			before.Add(d3)
+		}
+	}
+	fmt.Printf("### landlock backend, warm (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n, sess.Ready().Sandbox)
+	if other != nil {
+		fmt.Print(stats.Table(goExec, warm, before))
+	} else {
+		fmt.Print(stats.Table(goExec, warm))
+	}
+}
+
+// serveWarm is -warm-serve: one timed round trip on a warm worker of its
+// own per line read from stdin, its duration in nanoseconds written back.
+func serveWarm(vak string) {
+	tmp, _ := filepath.EvalSymlinks(os.TempDir())
+	dir, err := os.MkdirTemp(tmp, "vak-bench-ws-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ws, err := paths.CanonicalWorkspace(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rt, sess := warmSession(vak, ws)
+	defer sess.Close()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		d, err := stats.Time(rt)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(int64(d))
+	}
 }

@@ -31,13 +31,17 @@ func OpenTree(workspace string) (*Tree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
 	}
-	if _, err := openat2(fd, ".", unix.O_PATH, 0, strictResolve); err != nil {
+	// A probe that the kernel has openat2(2); its descriptor is not kept
+	// (a worker opens a tree twice per command: a kept one would leak).
+	probe, err := openat2(fd, ".", unix.O_PATH, 0, strictResolve)
+	if err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.ENOSYS) {
 			return nil, fmt.Errorf("fsguard: %w: the kernel lacks openat2(2)", ErrUnsupported)
 		}
 		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
 	}
+	unix.Close(probe)
 	return &Tree{fd: fd, path: workspace}, nil
 }
 

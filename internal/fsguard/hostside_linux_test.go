@@ -305,3 +305,43 @@ func TestTreeUsage(t *testing.T) {
 		t.Errorf("usage = %d bytes: want the 256 KiB file counted and the linked 4 MiB host file not", u.Bytes)
 	}
 }
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	names, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(names)
+}
+
+// Opening, using and closing a tree leaves no descriptor behind: a worker
+// opens one twice per command (the tripwire before and after it), and a
+// leaked descriptor per tree grew its table until exec slowed down (every
+// close-on-exec descriptor is closed at each command's exec) and, at the
+// descriptor limit, commands failed.
+func TestTreeLeavesNoDescriptor(t *testing.T) {
+	w := newHostWorld(t)
+	os.MkdirAll(filepath.Join(w.ws, ".git", "hooks"), 0o755)
+	before := openFDs(t)
+	const n = 100
+	for range n {
+		tr, err := OpenTree(w.ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Scan(true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Stat(".git/hooks"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grown := openFDs(t) - before; grown >= n/2 {
+		t.Fatalf("%d trees opened and closed left %d more descriptors open", n, grown)
+	}
+}

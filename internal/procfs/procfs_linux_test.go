@@ -1,8 +1,12 @@
 package procfs
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParse(t *testing.T) {
@@ -45,4 +49,24 @@ func pidOf(line string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// Stat reads a live process (this one: its parent and session are known
+// from elsewhere) and reports a missing one as not existing.
+func TestStat(t *testing.T) {
+	p, err := Stat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != os.Getpid() || p.PPID != os.Getppid() || p.SID != sid || !p.Live() {
+		t.Errorf("Stat(self) = %+v, want ppid %d sid %d, live", p, os.Getppid(), sid)
+	}
+	// Beyond pid_max: no such process.
+	if _, err := Stat(1 << 23); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat of a missing process: %v, want not exist", err)
+	}
 }

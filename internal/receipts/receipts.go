@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,10 +106,7 @@ var (
 	ErrClosed = errors.New("receipts: log closed")
 )
 
-func hashLine(line []byte) string {
-	sum := sha256.Sum256(line)
-	return hex.EncodeToString(sum[:])
-}
+func hashLine(line []byte) string { return hexSum(sha256.Sum256(line)) }
 
 // Log appends records to a file. Append is safe for concurrent use. There
 // is no writer goroutine: the appender that finds nobody writing writes
@@ -413,9 +409,10 @@ func (l *Log) encode(r *Record, head Head) Head {
 		r.Seq = 0
 	}
 	r.Prev = head.Hash
-	line, err := json.Marshal(r)
+	line, err := marshalRecord(l.buf.AvailableBuffer(), r)
 	if err != nil {
-		// Cannot happen for Record; keep the chain intact anyway.
+		// Only a time json.Marshal refuses (a year beyond 9999); keep the
+		// chain intact anyway.
 		line = []byte(`{"seq":` + fmt.Sprint(r.Seq) + `,"protocol":"internal","rule":-1,"decision":"deny","reason":"unencodable record","bytes_out":0,"bytes_in":0,"prev":"` + r.Prev + `"}`)
 	}
 	l.buf.Write(line)

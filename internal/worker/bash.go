@@ -66,6 +66,11 @@ type Exec struct {
 	// warm, if set, hands commands to reap shims started ahead of need
 	// (their start-up is the slowest part of a short command).
 	warm *warmShims
+
+	// null is /dev/null, opened once: the stdin of every command that has
+	// none (os/exec would open and close it for each).
+	nullOnce sync.Once
+	null     *os.File
 }
 
 // envName is compiled on first use: every worker process would pay for it
@@ -178,6 +183,8 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 		cmd.Stdin = x.Lifeline
 	} else if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)
+	} else if null := x.devNull(); null != nil {
+		cmd.Stdin = null
 	}
 	var stdout, stderr outputSink
 	if emit != nil {
@@ -318,6 +325,17 @@ func (x *Exec) signaler(cmd *exec.Cmd) func(syscall.Signal) error {
 	}
 }
 
+// devNull returns /dev/null opened for reading, shared by every command
+// (nil if it cannot be opened: os/exec then opens it itself).
+func (x *Exec) devNull() *os.File {
+	x.nullOnce.Do(func() {
+		if f, err := os.Open(os.DevNull); err == nil {
+			x.null = f
+		}
+	})
+	return x.null
+}
+
 // process is a started command the worker waits for.
 type process interface {
 	pid() int
@@ -428,6 +446,33 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// copyBufs are the buffers output is read into (ReadFrom): os/exec's
+// io.Copy would allocate 32 KiB per stream and command otherwise.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readFrom copies r to w until r's end through a pooled buffer.
+func readFrom(w io.Writer, r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	var n int64
+	for {
+		m, err := r.Read(*bp)
+		if m > 0 {
+			w.Write((*bp)[:m])
+			n += int64(m)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// ReadFrom implements io.ReaderFrom (os/exec's copy of the output pipe).
+func (c *capBuffer) ReadFrom(r io.Reader) (int64, error) { return readFrom(c, r) }
+
 func (c *capBuffer) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -444,6 +489,9 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	s.emit(s.stream, slices.Clone(p))
 	return len(p), nil
 }
+
+// ReadFrom implements io.ReaderFrom (os/exec's copy of the output pipe).
+func (s *streamWriter) ReadFrom(r io.Reader) (int64, error) { return readFrom(s, r) }
 
 func setEnv(env []string, k, v string) []string {
 	prefix := k + "="

@@ -24,6 +24,10 @@ func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	// Run is called once the backend's worker entry has returned: the
 	// restrictions are in force from here on.
 	restricted := time.Now()
+	if p := pollable(in); p != in {
+		defer p.(io.Closer).Close()
+		in = p
+	}
 	return run(ctx, spec, entry, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
 		if err != nil {

@@ -225,6 +225,16 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		s.reply(wire.Response{ID: req.ID, Error: wire.Errorf(wire.CodeProtocol, "unknown op %q", req.Op)})
 		return
 	}
+	// A bash request's arguments are decoded once, here: they say whether
+	// it is interactive, and handle runs them (or answers their error).
+	var bash *wire.BashArgs
+	var argErr *wire.Error
+	if req.Op == wire.OpBash {
+		bash = new(wire.BashArgs)
+		if argErr = strictArgs(req.Args, bash); argErr != nil {
+			bash = nil
+		}
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
 	if _, dup := s.inflight[req.ID]; dup {
@@ -236,7 +246,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 	s.inflight[req.ID] = cancel
 	// An interactive command's input may follow on the next line: register
 	// it before reading on.
-	it := newInteraction(req)
+	it := newInteraction(bash)
 	if it != nil {
 		s.inputs[req.ID] = it
 	}
@@ -256,7 +266,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		}()
 		s.sem <- struct{}{}
 		defer func() { <-s.sem }()
-		res, err := s.handle(rctx, req, it)
+		res, err := s.handle(rctx, req, bash, argErr, it)
 		if err != nil {
 			var pe *wire.Error
 			if !errors.As(err, &pe) {
@@ -270,8 +280,9 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 }
 
 // handle runs one request; a panic becomes an internal error, never a dead
-// worker.
-func (s *Server) handle(ctx context.Context, req wire.Request, it *Interaction) (res any, err error) {
+// worker. A bash request comes with its arguments decoded (bash), or the
+// error decoding them gave (argErr).
+func (s *Server) handle(ctx context.Context, req wire.Request, bash *wire.BashArgs, argErr *wire.Error, it *Interaction) (res any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = wire.Errorf(wire.CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
@@ -279,10 +290,10 @@ func (s *Server) handle(ctx context.Context, req wire.Request, it *Interaction) 
 	}()
 	switch req.Op {
 	case wire.OpBash:
-		var a wire.BashArgs
-		if err := strictArgs(req.Args, &a); err != nil {
-			return nil, err
+		if argErr != nil {
+			return nil, argErr
 		}
+		a := *bash
 		var emit func(string, []byte)
 		if a.Stream {
 			emit = func(stream string, data []byte) {
@@ -338,17 +349,11 @@ func (s *Server) interaction(id string) *Interaction {
 	return s.inputs[id]
 }
 
-// newInteraction returns an Interaction for an interactive bash request,
-// nil for anything else (a malformed one fails later, in handle).
-func newInteraction(req wire.Request) *Interaction {
-	if req.Op != wire.OpBash {
-		return nil
-	}
-	var a struct {
-		Interactive bool          `json:"interactive"`
-		TTY         *wire.TTYSize `json:"tty"`
-	}
-	if json.Unmarshal(req.Args, &a) != nil || (!a.Interactive && a.TTY == nil) {
+// newInteraction returns an Interaction for an interactive bash request
+// (its decoded arguments), nil for anything else (nil: not bash, or
+// malformed arguments, which fail in handle).
+func newInteraction(a *wire.BashArgs) *Interaction {
+	if a == nil || (!a.Interactive && a.TTY == nil) {
 		return nil
 	}
 	var sz wire.TTYSize

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"runtime"
+	"strings"
 
 	"vak/internal/fsguard"
 	"vak/internal/worker/wire"
@@ -72,14 +73,44 @@ func snapshot(ws string, protected []string) tripState {
 		return tripState{err: err}
 	}
 	st := tripState{git: sc.Git, prot: map[string]fsguard.Entry{}}
+	var ps protStats
 	for _, rel := range fsguard.ExpandProtected(protected, sc.GitRoots()) {
-		e, err := t.Stat(rel)
+		e, err := ps.stat(t, rel)
 		if err != nil {
 			return tripState{err: err}
 		}
 		st.prot[rel] = e
 	}
 	return st
+}
+
+// protStats stats protected paths in one pass of the tripwire, remembering
+// which first components are absent: a path below an absent one is absent
+// too, without a system call of its own (".git" is absent in many
+// workspaces, and several protected entries sit below it). The answer is
+// the one Tree.Stat gives, which is absent from the first missing
+// component on.
+type protStats struct{ first map[string]bool } // first component: absent
+
+func (p *protStats) stat(t *fsguard.Tree, rel string) (fsguard.Entry, error) {
+	if first, _, deeper := strings.Cut(rel, "/"); deeper {
+		absent, known := p.first[first]
+		if !known {
+			e, err := t.Stat(first)
+			if err != nil {
+				return e, err
+			}
+			absent = e.Kind == fsguard.Absent
+			if p.first == nil {
+				p.first = map[string]bool{}
+			}
+			p.first[first] = absent
+		}
+		if absent {
+			return fsguard.Entry{Kind: fsguard.Absent}, nil
+		}
+	}
+	return t.Stat(rel)
 }
 
 // tripAfter removes what the command planted and reports it:
@@ -137,8 +168,9 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 	for r := range roots {
 		rootList = append(rootList, r)
 	}
+	var ps protStats
 	for _, rel := range fsguard.ExpandProtected(x.Protected, rootList) {
-		e, err := t.Stat(rel)
+		e, err := ps.stat(t, rel)
 		if err != nil {
 			errs = append(errs, err)
 			continue

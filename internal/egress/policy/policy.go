@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -279,10 +280,11 @@ func (r *Rule) matches(req *Request) bool {
 }
 
 func (p *Policy) describe(i int) string {
+	// Per request: concatenation, not fmt.
 	if n := p.rules[i].Name; n != "" {
-		return fmt.Sprintf("rule %d (%s)", i, n)
+		return "rule " + strconv.Itoa(i) + " (" + n + ")"
 	}
-	return fmt.Sprintf("rule %d", i)
+	return "rule " + strconv.Itoa(i)
 }
 
 // Decide returns the decision of the first rule matching req, or a denial.

@@ -223,7 +223,13 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	outreq := r.Clone(ctx)
+	// Keep "trailers" in TE for gRPC; everything else in TE is hop-by-hop.
+	keepTE := headerHasToken(r.Header, "Te", "trailers")
+	// A shallow copy: the outgoing request takes over the incoming one's
+	// header map (rewritten in place below; nothing reads the incoming
+	// headers after this point, and the servers decided the connection's
+	// fate, Connection: close included, when they read the request).
+	outreq := r.WithContext(ctx)
 	outreq.RequestURI = ""
 	outreq.URL = &url.URL{
 		Scheme:   t.scheme,
@@ -246,8 +252,7 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		outreq.Header.Set("Connection", "Upgrade")
 		outreq.Header.Set("Upgrade", "websocket")
 	}
-	// Keep "trailers" in TE for gRPC; everything else in TE is hop-by-hop.
-	if headerHasToken(r.Header, "Te", "trailers") {
+	if keepTE {
 		outreq.Header.Set("Te", "trailers")
 	}
 	redact := sess.Len() > 0
@@ -399,9 +404,10 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		decoded = rd
 	}
 	removeHopByHop(resp.Header)
+	// The response's header values are ours: moved, not copied.
 	dst := w.Header()
 	for k, vs := range resp.Header {
-		dst[k] = append([]string(nil), vs...)
+		dst[k] = vs
 	}
 	var body io.Reader = resp.Body
 	if redact {
@@ -482,7 +488,10 @@ func copyResponse(w http.ResponseWriter, src io.Reader, flush bool) (int64, erro
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	rc := http.NewResponseController(w)
+	var rc *http.ResponseController
+	if flush {
+		rc = http.NewResponseController(w)
+	}
 	var total int64
 	for {
 		n, rerr := src.Read(buf)

@@ -2,8 +2,11 @@ package secrets
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -67,4 +70,30 @@ func FuzzMatcherFind(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReplaceAllString checks the string form against replaceAll, around
+// the size of its on-stack copy, with and without matches and blocks.
+func TestReplaceAllString(t *testing.T) {
+	blocked := &BlockedError{Secret: "B"}
+	m := newMatcher([]literal{{from: []byte("PLACEHOLDER-A"), to: []byte("value-a"), secret: 0}, {from: []byte("REAL-B-VALUE"), block: blocked, secret: 1}})
+	pad := func(n int) string { return strings.Repeat("x", n) }
+	tests := []string{
+		"", "Bearer nothing", "Bearer PLACEHOLDER-A", "PLACEHOLDER-A and PLACEHOLDER-A",
+		"has REAL-B-VALUE", pad(243) + "PLACEHOLDER-A", pad(244) + "PLACEHOLDER-A", pad(300) + "PLACEHOLDER-A",
+		pad(256), pad(257), pad(250) + "REAL-B-VALUE",
+	}
+	for _, v := range tests {
+		want, wantUsed, wantErr := m.replaceAll([]byte(v))
+		got, gotUsed, gotErr := m.replaceAllString(v)
+		if wantErr != nil || gotErr != nil {
+			if !errors.Is(gotErr, wantErr) {
+				t.Errorf("replaceAllString(%.20q…) error %v, want %v", v, gotErr, wantErr)
+			}
+			continue
+		}
+		if got != string(want) || !slices.Equal(gotUsed, wantUsed) {
+			t.Errorf("replaceAllString(%.20q…) = %.40q %v, want %.40q %v", v, got, gotUsed, want, wantUsed)
+		}
+	}
 }

@@ -512,20 +512,21 @@ func (s *Session) RewriteRequest(host policy.Host, r *http.Request, tls bool) ([
 			return nil, err
 		}
 		for j, v := range vs {
-			nv, u, err := hm.replaceAll([]byte(v))
+			nv, u, err := hm.replaceAllString(v)
 			if err != nil {
 				return nil, withWhere(err, "header "+k)
 			}
 			used = append(used, u...)
-			if k == "Authorization" || k == "Proxy-Authorization" {
-				nv2, u2, err := s.rewriteBasic(hm, nv)
+			// rewriteBasic's own test of the scheme, without its copy.
+			if scheme, _, ok := strings.Cut(nv, " "); ok && (k == "Authorization" || k == "Proxy-Authorization") && strings.EqualFold(scheme, "basic") {
+				nv2, u2, err := s.rewriteBasic(hm, []byte(nv))
 				if err != nil {
 					return nil, withWhere(err, "header "+k+" (Basic credentials)")
 				}
-				nv = nv2
+				nv = string(nv2)
 				used = append(used, u2...)
 			}
-			vs[j] = string(nv)
+			vs[j] = nv
 		}
 	}
 	// The path and user information never receive secrets.
@@ -616,12 +617,13 @@ func (s *Session) ForeignCredential(host policy.Host, h http.Header) error {
 		return nil
 	}
 	guard := -1
-	var own [][]byte
+	var ownBuf [8]string
+	own := ownBuf[:0]
 	for i, sec := range s.secrets {
 		if !sec.boundTo(host) || sec.Inject&Header == 0 {
 			continue
 		}
-		own = append(own, []byte(s.placeholders[i]))
+		own = append(own, s.placeholders[i])
 		if !sec.AllowForeignCredentials && guard < 0 {
 			guard = i
 		}
@@ -629,9 +631,9 @@ func (s *Session) ForeignCredential(host policy.Host, h http.Header) error {
 	if guard < 0 {
 		return nil
 	}
-	carries := func(v []byte) bool {
+	carries := func(v string) bool {
 		for _, ph := range own {
-			if bytes.Contains(v, ph) {
+			if strings.Contains(v, ph) {
 				return true
 			}
 		}
@@ -642,12 +644,12 @@ func (s *Session) ForeignCredential(host policy.Host, h http.Header) error {
 			if strings.TrimSpace(v) == "" {
 				continue
 			}
-			ok := carries([]byte(v))
+			ok := carries(v)
 			if !ok {
 				// Basic credentials hide the placeholder in base64.
 				if scheme, cred, found := strings.Cut(v, " "); found && strings.EqualFold(scheme, "basic") {
 					if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
-						ok = carries(raw)
+						ok = carries(string(raw))
 					}
 				}
 			}
@@ -714,8 +716,7 @@ func (s *Session) RedactHeader(h http.Header) {
 	}
 	for k, vs := range h {
 		for j, v := range vs {
-			nv, _, _ := s.redact.replaceAll([]byte(v))
-			vs[j] = string(nv)
+			vs[j], _, _ = s.redact.replaceAllString(v)
 		}
 		if nk := s.redactFolded(k); nk != k {
 			delete(h, k)

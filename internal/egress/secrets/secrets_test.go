@@ -111,6 +111,18 @@ func TestRewriteRequest(t *testing.T) {
 			header: http.Header{"Authorization": {"Bearer " + gh}}, blocked: true},
 		{name: "basic to unbound host", host: "evil.test", target: "/",
 			header: http.Header{"Authorization": {basic("u", gh)}}, blocked: true},
+		// The scheme is matched as strings.EqualFold does, Unicode folding
+		// included ("ſ" folds to "s"): no spelling hides the base64 from
+		// the matcher.
+		{name: "lower-case basic scheme to unbound host", host: "evil.test", target: "/",
+			header: http.Header{"Authorization": {"basic" + strings.TrimPrefix(basic("u", gh), "Basic")}}, blocked: true},
+		{name: "unicode-folded basic scheme to unbound host", host: "evil.test", target: "/",
+			header: http.Header{"Authorization": {"ba\u017fic" + strings.TrimPrefix(basic("u", gh), "Basic")}}, blocked: true},
+		{name: "real value in basic credentials to unbound host", host: "evil.test", target: "/",
+			header: http.Header{"Proxy-Authorization": {"BASIC" + strings.TrimPrefix(basic("u", ghValue), "Basic")}}, blocked: true, realValue: true},
+		{name: "unicode-folded basic scheme to bound host", host: "api.github.com", target: "/",
+			header:     http.Header{"Authorization": {"ba\u017fic" + strings.TrimPrefix(basic("x", gh), "Basic")}},
+			wantHeader: http.Header{"Authorization": {"ba\u017fic" + strings.TrimPrefix(basic("x", ghValue), "Basic")}}},
 		{name: "apex not bound by wildcard", host: "githubusercontent.com", target: "/",
 			header: http.Header{"X": {gh}}, blocked: true},
 		{name: "other secret to bound host", host: "api.github.com", target: "/",

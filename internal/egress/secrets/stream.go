@@ -149,6 +149,26 @@ func (m *matcher) pendingFrom(b []byte) int {
 }
 
 // replaceAll rewrites s in one pass; it stops at the first blocking literal.
+// replaceAllString is replaceAll for a string: one that holds no literal
+// (nearly every header value) comes back as it is, without allocating.
+func (m *matcher) replaceAllString(v string) (string, []int, error) {
+	var buf [256]byte
+	var b []byte
+	if len(v) <= len(buf) {
+		b = append(buf[:0], v...)
+	} else {
+		b = []byte(v)
+	}
+	if i, _ := m.find(b); i < 0 {
+		return v, nil, nil
+	}
+	out, used, err := m.replaceAll([]byte(v))
+	if err != nil {
+		return "", used, err
+	}
+	return string(out), used, nil
+}
+
 func (m *matcher) replaceAll(s []byte) ([]byte, []int, error) {
 	var out []byte
 	var used []int
