@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,7 +76,31 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 	for _, f := range []string{"listen", "upstream", "workspace", "trust-dir", "pool", "dns"} {
 		cmd.MarkFlagRequired(f)
 	}
+	cmd.AddCommand(a.newDockerguardPingCmd())
 	return cmd
+}
+
+// newDockerguardPingCmd asks a Docker API socket (the guard's) for
+// `docker info` and prints the engine's version: how the claim of a
+// warm-pool --docker pair checks, from inside the session, that the
+// guard and the engine behind it answer.
+func (a *app) newDockerguardPingCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "ping SOCKET",
+		Short:  "Ask the Docker API on SOCKET for docker info; exit 0 when it answers",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
+			defer cancel()
+			v, err := dockerguard.Ping(ctx, args[0])
+			if err != nil {
+				return exit(ExitUnavailable, err)
+			}
+			fmt.Fprintln(a.stdio.Out, v)
+			return nil
+		},
+	}
 }
 
 func cutEq(s string) (string, string, bool) {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
 	"vak/internal/taskenv"
+	"vak/internal/trace"
 	"vak/internal/worker"
 )
 
@@ -119,7 +121,7 @@ func quietGC(ctx context.Context, m *taskenv.Manager) {
 type createFlags struct {
 	workspace, task, image, from, mode, network string
 	mounts                                      []string
-	hold, noRefill, docker                      bool
+	hold, noRefill, docker, trace               bool
 	timeout                                     time.Duration
 }
 
@@ -159,16 +161,28 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.DurationVar(&f.timeout, "timeout", 0, "default timeout of each command (default from config: sandbox.timeout)")
 	fl.BoolVar(&f.hold, "hold", false, "stay in the foreground as the session's owner; remove it on exit")
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
-	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under Sysbox when docker info lists sysbox-runc, else with a fixed capability list: session.docker_runtime)")
+	fl.BoolVar(&f.trace, "trace", false, "print how long each phase of the create took to stderr (also VAK_TRACE=1)")
+	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under runc with a fixed capability list, under Sysbox only with session.docker_runtime = \"sysbox\")")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
 
 func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags) error {
+	var tr *trace.Trace
+	if f.trace || trace.Enabled() {
+		tr = trace.New(processStart)
+		tr.Add("cli start", processStart, time.Now())
+		ctx = trace.With(ctx, tr)
+	}
+	// Printed once, before the pool refill (its time is not the create's).
+	printTrace := sync.OnceFunc(func() { tr.Print(a.stdio.Err) })
+	defer printTrace()
+	end := tr.Begin("config")
 	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
 	if err != nil {
 		return err
 	}
+	end()
 	if !cfg.Sandbox.Mode.Restricted() {
 		return exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
 	}
@@ -186,7 +200,15 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 			return exit(ExitUsage, err)
 		}
 	}
-	quietGC(ctx, m)
+	// The quiet gc and the nested Docker setup (engine access, runtimes,
+	// sidecar image) are independent: they run at once, and the create
+	// starts after both.
+	var gc sync.WaitGroup
+	gc.Go(func() {
+		defer tr.Begin("gc (quiet)")()
+		quietGC(ctx, m)
+	})
+	defer gc.Wait()
 	spec := taskenv.Spec{
 		Task:           f.task,
 		Workspace:      ws,
@@ -199,7 +221,11 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		DefaultTimeout: cfg.Sandbox.Timeout,
 	}
 	spec.NetworkPolicy = cfg.Network
-	if err := a.sessionDocker(ctx, m, cfg, &spec, f.docker); err != nil {
+	end = tr.Begin("docker setup")
+	err = a.sessionDocker(ctx, m, cfg, &spec, f.docker)
+	end()
+	gc.Wait()
+	if err != nil {
 		return err
 	}
 	if f.hold {
@@ -207,7 +233,9 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	}
 	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	end = tr.Begin("create")
 	s, err := m.Create(sigctx, spec)
+	end()
 	if err != nil {
 		if spec.Docker && m.DockerBaseline == dockerd.BaselineSysbox && errors.Is(err, taskenv.ErrDockerUnavailable) {
 			// Not exercised against a real Sysbox here (docs/nested-docker.md).
@@ -232,6 +260,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		return s.Discard(rmctx)
 	}
 	s.Close()
+	printTrace()
 	if m.PoolSize > 0 && !f.noRefill {
 		// After the ID is out: topping up the pool is the next create's speed.
 		if _, err := m.FillPool(sigctx, spec); err != nil {
@@ -259,14 +288,23 @@ func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config
 	if err != nil {
 		return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
 	}
-	if err := taskenv.CheckEngineAccess(ctx, eng); err != nil {
-		return err
-	}
-	b, why, err := dockerBaseline(ctx, eng, cfg)
+	tr := trace.From(ctx)
+	end := tr.Begin("docker setup: engine access")
+	err = taskenv.CheckEngineAccess(ctx, eng)
+	end()
 	if err != nil {
 		return err
 	}
-	if m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err); err != nil {
+	end = tr.Begin("docker setup: runtimes (docker info)")
+	b, why, err := dockerBaseline(ctx, eng, cfg)
+	end()
+	if err != nil {
+		return err
+	}
+	end = tr.Begin("docker setup: sidecar image")
+	m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err)
+	end()
+	if err != nil {
 		return err
 	}
 	m.DockerBaseline = b

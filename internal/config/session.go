@@ -25,7 +25,7 @@ import (
 //	run_network_idle = "10m"   # vak run's proxied network stays up this long after the last run ("0": removed after each run)
 //	docker = false             # nested Docker in every session (as --docker)
 //	docker_placeholders = []   # secret placeholders set in inner containers (none by default)
-//	docker_runtime = "auto"    # nested Docker's sidecar: "auto" (Sysbox when docker info lists sysbox-runc), "sysbox", "runc"
+//	docker_runtime = "auto"    # nested Docker's sidecar: "auto" (the capability-listed runc sidecar), "sysbox" (required), "runc"
 
 // Limits of the [session] values.
 const (
@@ -57,9 +57,10 @@ type Session struct {
 	// default) gives inner containers none.
 	DockerPlaceholders []string
 	// DockerRuntime chooses the nested Docker sidecar's baseline
-	// (dockerd.ChooseBaseline): "auto" (the default: Sysbox when the
-	// Engine lists sysbox-runc, else the capability-listed runc sidecar),
-	// "sysbox" (required; an error without it) or "runc" (never Sysbox).
+	// (dockerd.ChooseBaseline): "auto" (the default: the capability-listed
+	// runc sidecar, also where the Engine lists sysbox-runc, which is
+	// untested with the netclient's shared network namespace), "sysbox"
+	// (required; an error without it) or "runc" (never Sysbox).
 	DockerRuntime string
 }
 

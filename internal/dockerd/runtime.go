@@ -32,14 +32,24 @@ const SysboxRuntime = "sysbox-runc"
 
 // Runtime choices (the trusted config's session.docker_runtime).
 const (
-	// RuntimeAuto picks BaselineSysbox when the Engine lists SysboxRuntime,
-	// else BaselineCapabilities.
+	// RuntimeAuto, the default, picks BaselineCapabilities, also when the
+	// Engine lists SysboxRuntime: the sidecar joins the netclient's network
+	// namespace (a runc container), which Sysbox documents as unsupported
+	// for a Sysbox container (nestybox/sysbox issue 518) and which has never
+	// run against a real Sysbox here, so Sysbox is used only when asked for
+	// (RuntimeSysbox).
 	RuntimeAuto = "auto"
-	// RuntimeSysbox requires Sysbox (ErrNoSysbox without it).
+	// RuntimeSysbox requires Sysbox: ErrNoSysbox when the Engine does not
+	// list SysboxRuntime (fail closed, nothing started).
 	RuntimeSysbox = "sysbox"
-	// RuntimeRunc forces BaselineCapabilities even where Sysbox is listed.
+	// RuntimeRunc is BaselineCapabilities, named explicitly.
 	RuntimeRunc = "runc"
 )
+
+// SysboxIssue is the upstream issue about a Sysbox container joining
+// another container's network namespace (why RuntimeAuto does not pick
+// Sysbox).
+const SysboxIssue = "nestybox/sysbox issue 518"
 
 // RuntimeChoices are the valid runtime choices, in documentation order.
 var RuntimeChoices = []string{RuntimeAuto, RuntimeSysbox, RuntimeRunc}
@@ -52,20 +62,25 @@ var ErrNoSysbox = errors.New("dockerd: the Docker Engine lists no " + SysboxRunt
 // (system.Info.Runtimes, `docker info`) and choice (RuntimeChoices; empty
 // means RuntimeAuto). It also returns why, for `vak session create
 // --docker` and `vak doctor`.
+//
+//	choice      Engine lists sysbox-runc    Engine does not
+//	auto, ""    capabilities (not used)     capabilities
+//	sysbox      sysbox                      ErrNoSysbox
+//	runc        capabilities (not used)     capabilities
 func ChooseBaseline(runtimes map[string]system.RuntimeWithStatus, choice string) (Baseline, string, error) {
 	_, sysbox := runtimes[SysboxRuntime]
 	listed := runtimeNames(runtimes)
 	switch choice {
 	case "", RuntimeAuto:
 		if sysbox {
-			return BaselineSysbox, "docker info lists " + SysboxRuntime, nil
+			return BaselineCapabilities, "docker info lists " + SysboxRuntime + ", not used: \"auto\" takes Sysbox only when asked for (session.docker_runtime = \"sysbox\"), as the sidecar shares the runc netclient's network namespace, untested under Sysbox (" + SysboxIssue + ")", nil
 		}
 		return BaselineCapabilities, "docker info lists no " + SysboxRuntime + " (runtimes: " + listed + ")", nil
 	case RuntimeSysbox:
 		if !sysbox {
-			return "", "", fmt.Errorf("%w (runtimes: %s)", ErrNoSysbox, listed)
+			return "", "", fmt.Errorf("%w (runtimes: %s); install and register Sysbox, or set session.docker_runtime to \"auto\" or \"runc\" for the capability-listed runc sidecar", ErrNoSysbox, listed)
 		}
-		return BaselineSysbox, "required by the configuration; docker info lists " + SysboxRuntime, nil
+		return BaselineSysbox, "required by the configuration; docker info lists " + SysboxRuntime + " (untested here with the shared network namespace: " + SysboxIssue + ")", nil
 	case RuntimeRunc:
 		why := "forced by the configuration"
 		if sysbox {

@@ -152,6 +152,29 @@ func TestDockerPoolPairs(t *testing.T) {
 		}
 	})
 
+	// The sidecar runs but its guard does not answer (killed inside the
+	// sidecar; dockerd, PID 1, goes on): the claim's `docker info` through
+	// the guard, asked from inside the session, refuses the pair.
+	t.Run("DeadGuardNotClaimed", func(t *testing.T) {
+		dir := e.fill(e.cfg, e.ws)
+		_, slot := entrySlot(t, dir)
+		testenv.Docker(t, "exec", taskenv.SidecarPrefix+slot, "sh", "-c",
+			`for p in /proc/[0-9]*; do [ "$(readlink $p/exe)" = /opt/vak/vak ] && kill ${p#/proc/}; done; true`)
+		if st, _ := dockerOut("inspect", "-f", "{{.State.Running}}", taskenv.SidecarPrefix+slot); strings.TrimSpace(st) != "true" {
+			t.Fatalf("the sidecar stopped with its guard (running %q): this case needs it running", st)
+		}
+		id, warn := create(e.cfg, e.ws, "afterguard")
+		if got := e.slot(id); got != id {
+			t.Errorf("a create claimed a pair whose guard is dead (slot %s)", got)
+		}
+		if !strings.Contains(warn, "not claimed") || !strings.Contains(warn, taskenv.SidecarPrefix+slot) || !strings.Contains(warn, "docker info through the guard") {
+			t.Errorf("no warning naming the pair and its guard:\n%s", warn)
+		}
+		if !slotGone(t, slot) {
+			t.Errorf("the pair of slot %s with a dead guard was not removed", slot)
+		}
+	})
+
 	t.Run("ForeignPairsNeverClaimed", func(t *testing.T) {
 		dA := e.fill(e.cfg, e.ws)
 		dB := e.fill(e.cfg, wsB)

@@ -169,7 +169,12 @@ func gatewayStart(ctx context.Context, cli *client.Client, gw string) (string, e
 	if ins.Container.State == nil {
 		return "", errors.New("no state")
 	}
-	return ins.Container.ID + " " + ins.Container.State.StartedAt, nil
+	return startOf(ins), nil
+}
+
+// startOf is gatewayStart for an inspected gateway with a state.
+func startOf(ins client.ContainerInspectResult) string {
+	return ins.Container.ID + " " + ins.Container.State.StartedAt
 }
 
 func markSelfTest(stateDir, key, start string) {

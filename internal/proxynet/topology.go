@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -33,6 +34,7 @@ import (
 	"vak/internal/receipts"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/trace"
 )
 
 // Labels of proxied-network resources.
@@ -176,7 +178,9 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if o.Engine == nil || o.Workspace == "" || o.StateDir == "" {
 		return nil, errors.New("proxynet: Engine, Workspace and StateDir are required")
 	}
+	end := trace.From(ctx).Begin("proxied network: gateway sections")
 	sections, err := gatewaySections(o.ConfigFile, o.Sections)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -325,32 +329,39 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 // ErrFenceSelfTest.
 func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.Sections) (*Net, error) {
 	_, sandboxNet, gwName, ncName, _ := names(key)
-	for _, c := range []string{gwName, ncName} {
-		if !healthy(ctx, o.Engine, c) {
-			return nil, errors.New("not running")
-		}
+	tr := trace.From(ctx)
+	// One inspect of each container, at once: everything below is read
+	// from them (a create that reuses a topology pays two round trips to
+	// the daemon here, not eight in a row).
+	end := tr.Begin("proxied network: reuse: inspect")
+	var (
+		gw, nc       client.ContainerInspectResult
+		gwErr, ncErr error
+		wg           sync.WaitGroup
+	)
+	wg.Go(func() { gw, gwErr = o.Engine.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{}) })
+	wg.Go(func() { nc, ncErr = o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}) })
+	wg.Wait()
+	end()
+	if gwErr != nil || ncErr != nil || !isHealthy(gw) || !isHealthy(nc) {
+		return nil, errors.New("not running")
 	}
-	if ins, err := o.Engine.ContainerInspect(ctx, gwName, client.ContainerInspectOptions{}); err != nil || ins.Container.Config == nil || ins.Container.Config.Labels[docker.LabelOwner] != owner() {
+	if gw.Container.Config == nil || gw.Container.Config.Labels[docker.LabelOwner] != owner() {
 		return nil, errors.New("not the caller's")
 	}
 	if o.NestedPool.IsValid() {
-		nc, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{})
-		if err != nil {
-			return nil, err
-		}
 		if got := NestedPoolOf(nc.Container.Config); got != o.NestedPool {
 			return nil, fmt.Errorf("the running netclient's nested pool is %v, need %v (nested Docker)", got, o.NestedPool)
 		}
 	}
-	gwIP, err := addressOn(ctx, o.Engine, gwName, sandboxNet)
+	gwIP, err := addressIn(gw, gwName, sandboxNet)
 	if err != nil {
 		return nil, err
 	}
-	start, err := gatewayStart(ctx, o.Engine, gwName)
-	if err != nil {
-		return nil, err
-	}
+	start := startOf(gw)
+	end = tr.Begin("proxied network: reuse: refresh")
 	changed, err := o.refresh(ctx, key, sections)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -362,11 +373,28 @@ func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.
 		}
 		markSelfTest(o.StateDir, key, start)
 	}
-	return o.describe(ctx, key, gwIP)
+	defer tr.Begin("proxied network: reuse: describe")()
+	// A reload (refresh) does not restart the gateway: start still names it.
+	return o.describeRunning(ctx, key, gwIP, start, nc.Container.ID)
 }
 
 // describe finishes a Net: trust files on the host and the placeholders.
 func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*Net, error) {
+	_, _, gwName, ncName, _ := names(key)
+	start, err := gatewayStart(ctx, o.Engine, gwName)
+	if err != nil {
+		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
+	}
+	ncID := ""
+	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
+		ncID = ins.Container.ID
+	}
+	return o.describeRunning(ctx, key, gwIP, start, ncID)
+}
+
+// describeRunning is describe for a gateway whose start (gatewayStart) and
+// netclient's container ID are known.
+func (o *Options) describeRunning(ctx context.Context, key string, gwIP netip.Addr, gwStart, ncID string) (*Net, error) {
 	_, _, gwName, ncName, _ := names(key)
 	auth, err := ca.LoadOrCreate(paths.GatewayCADir(o.StateDir))
 	if err != nil {
@@ -376,14 +404,11 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 	if err := WriteTrust(trustDir, auth.CertPEM(), SystemRoots()); err != nil {
 		return nil, err
 	}
-	out, err := o.gatewayEnv(ctx, key, gwName)
+	out, err := o.gatewayEnv(ctx, key, gwName, gwStart)
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: read placeholders: %w", err)
 	}
-	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}, NestedPool: o.NestedPool}
-	if ins, err := o.Engine.ContainerInspect(ctx, ncName, client.ContainerInspectOptions{}); err == nil {
-		n.NetclientID = ins.Container.ID
-	}
+	n := &Net{Key: key, Gateway: gwName, Netclient: ncName, GatewayIP: gwIP, HostTrustDir: trustDir, Placeholders: map[string]string{}, NestedPool: o.NestedPool, NetclientID: ncID}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && k != "" {
@@ -397,13 +422,9 @@ func (o *Options) describe(ctx context.Context, key string, gwIP netip.Addr) (*N
 // gatewayEnv returns the running gateway's `vak gateway env` (its
 // placeholders). They change only when the gateway starts again or loads a
 // new configuration, so the answer is kept in the state dir keyed by the
-// gateway's start and the digest of the configuration it was last given:
-// a warm run then reads a file instead of paying a docker exec.
-func (o *Options) gatewayEnv(ctx context.Context, key, gwName string) (string, error) {
-	start, err := gatewayStart(ctx, o.Engine, gwName)
-	if err != nil {
-		return "", err
-	}
+// gateway's start (gatewayStart) and the digest of the configuration it was
+// last given: a warm run then reads a file instead of paying a docker exec.
+func (o *Options) gatewayEnv(ctx context.Context, key, gwName, start string) (string, error) {
 	conf, _ := os.ReadFile(configDigestFile(o.StateDir, key))
 	stamp := start + "\n" + strings.TrimSpace(string(conf)) + "\n"
 	cache := filepath.Join(o.StateDir, "proxynet", key, "gateway-env")
@@ -634,7 +655,12 @@ func waitHealthy(ctx context.Context, cli *client.Client, name string) error {
 
 func healthy(ctx context.Context, cli *client.Client, name string) bool {
 	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
-	return err == nil && res.Container.State != nil && res.Container.State.Running &&
+	return err == nil && isHealthy(res)
+}
+
+// isHealthy reports an inspected container that runs and is healthy.
+func isHealthy(res client.ContainerInspectResult) bool {
+	return res.Container.State != nil && res.Container.State.Running &&
 		res.Container.State.Health != nil && res.Container.State.Health.Status == container.Healthy
 }
 
@@ -658,6 +684,11 @@ func addressOn(ctx context.Context, cli *client.Client, name, net string) (netip
 	if err != nil {
 		return netip.Addr{}, err
 	}
+	return addressIn(res, name, net)
+}
+
+// addressIn is addressOn for an inspected container.
+func addressIn(res client.ContainerInspectResult, name, net string) (netip.Addr, error) {
 	if res.Container.NetworkSettings != nil {
 		if ep, ok := res.Container.NetworkSettings.Networks[net]; ok && ep != nil {
 			if a := ep.IPAddress; a.IsValid() {

@@ -2,7 +2,9 @@ package proxynet
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
 )
@@ -68,7 +71,50 @@ func SandboxEnv(dir string, placeholders map[string]string) []string {
 
 // WriteTrust writes the trust files for caPEM into dir (created 0755; files
 // 0644: they are public). systemRoots is a PEM bundle (may be empty).
+//
+// Every proxied create calls it: when dir already holds all the files
+// written from the same caPEM and systemRoots (the digest of both, in
+// trustStamp, written last), nothing is parsed, encoded or written again.
 func WriteTrust(dir string, caPEM, systemRoots []byte) error {
+	stamp := trustDigest(caPEM, systemRoots)
+	if trustCurrent(dir, stamp) {
+		return nil
+	}
+	if err := writeTrust(dir, caPEM, systemRoots); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, trustStamp), []byte(stamp+"\n"), 0o644)
+}
+
+// trustStamp, in a trust dir, is the digest of the inputs its files were
+// written from (trustDigest).
+const trustStamp = ".written-from"
+
+func trustDigest(caPEM, systemRoots []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "vak trust v1\n%d\n", len(caPEM))
+	h.Write(caPEM)
+	h.Write(systemRoots)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// trustCurrent reports whether dir's files were written from the inputs
+// whose digest is stamp and are all there (regular, not empty).
+func trustCurrent(dir, stamp string) bool {
+	got, err := os.ReadFile(filepath.Join(dir, trustStamp))
+	if err != nil || strings.TrimSpace(string(got)) != stamp {
+		return false
+	}
+	for _, name := range []string{CAFile, BundleFile, TrustStoreFile} {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func writeTrust(dir string, caPEM, systemRoots []byte) error {
 	ca, err := parseCerts(caPEM)
 	if err != nil || len(ca) != 1 {
 		return fmt.Errorf("proxynet: CA certificate: want exactly one PEM certificate: %v", err)

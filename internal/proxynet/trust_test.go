@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +93,65 @@ func sectionsOf(t *testing.T, file string) *egressconfig.Sections {
 		t.Fatal(err)
 	}
 	return cfg.EgressSections
+}
+
+// WriteTrust skips the work when the files were written from the same
+// inputs, and writes them again when an input changed or a file is gone.
+func TestWriteTrustOnlyWhenChanged(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := testCA(t, true), testCA(t, true)
+	ino := func(name string) uint64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	if err := WriteTrust(dir, ca, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := ino(BundleFile)
+	if err := WriteTrust(dir, ca, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ino(BundleFile) != first {
+		t.Error("the same inputs wrote the bundle again")
+	}
+	// Control: another system bundle writes the files again.
+	if err := WriteTrust(dir, ca, other); err != nil {
+		t.Fatal(err)
+	}
+	if ino(BundleFile) == first {
+		t.Error("a changed system bundle did not write the bundle again")
+	}
+	if certs, _ := parseCerts(mustRead(t, filepath.Join(dir, BundleFile))); len(certs) != 2 {
+		t.Errorf("bundle holds %d certs after the change, want 2", len(certs))
+	}
+	// Another CA: the CA file is the new one.
+	if err := WriteTrust(dir, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := parseCerts(mustRead(t, filepath.Join(dir, CAFile)))
+	want, _ := parseCerts(other)
+	if len(got) != 1 || !got[0].Equal(want[0]) {
+		t.Error("a changed CA did not replace the CA file")
+	}
+	// A file removed by hand comes back with the same inputs.
+	os.Remove(filepath.Join(dir, TrustStoreFile))
+	if err := WriteTrust(dir, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, TrustStoreFile)); err != nil {
+		t.Errorf("removed trust store not written again: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

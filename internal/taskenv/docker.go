@@ -273,14 +273,22 @@ func (m *Manager) checkSidecar(ctx context.Context, rec *record) error {
 		}
 		return apiErr("inspect the Docker sidecar", err)
 	}
-	if st := ins.Container.State; st == nil || !st.Running {
+	if err := sidecarRunning(rec, name, ins.Container.State); err != nil {
+		return err
+	}
+	return m.checkFence(ctx, cli, rec, ins.Container.HostConfig, ins.Container.State.StartedAt)
+}
+
+// sidecarRunning reports a sidecar (container name) that is not running.
+func sidecarRunning(rec *record, name string, st *container.State) error {
+	if st == nil || !st.Running {
 		code := -1
 		if st != nil {
 			code = st.ExitCode
 		}
 		return fmt.Errorf("%w: session %s: its Docker engine (container %s) is not running (exit %d); remove the session (vak session rm %s) and create it again", ErrDockerUnavailable, rec.ID, name, code, rec.ID)
 	}
-	return m.checkFence(ctx, cli, rec, ins.Container.HostConfig, ins.Container.State.StartedAt)
+	return nil
 }
 
 // checkFence checks that the netclient named by the sidecar's network mode
@@ -293,10 +301,17 @@ func (m *Manager) checkFence(ctx context.Context, cli *client.Client, rec *recor
 	if !ok {
 		return fmt.Errorf("%w: session %s: its Docker engine's network mode is %q, not the netclient's namespace", ErrDockerUnavailable, rec.ID, hc.NetworkMode)
 	}
+	ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
+	return fenceHolds(rec, nc, ins, err, sidecarStarted)
+}
+
+// fenceHolds checks the netclient nc (its inspect result ins, or the
+// inspect's error) against the sidecar's start: it runs, is not paused,
+// and was not started again after the sidecar.
+func fenceHolds(rec *record, nc string, ins client.ContainerInspectResult, err error, sidecarStarted string) error {
 	fail := func(why string) error {
 		return fmt.Errorf("%w: session %s: the network fence of its Docker engine is gone: the netclient (container %s) %s; inner containers have no network; remove the session (vak session rm %s) and create it again", ErrDockerUnavailable, rec.ID, nc, why, rec.ID)
 	}
-	ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return fail("is gone")

@@ -24,6 +24,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -37,16 +38,22 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr := trace.From(ctx)
+	end := tr.Begin("create: prepare")
 	p, err := m.prepare(ctx, cli, spec)
+	end()
 	if err != nil {
 		return nil, err
 	}
 	if m.PoolSize > 0 {
+		end := tr.Begin("create: claim")
 		s, err := m.claim(ctx, cli, p)
+		end()
 		if s != nil || err != nil {
 			return s, err
 		}
 	}
+	defer tr.Begin("create: cold")()
 	return m.createDirect(ctx, cli, p)
 }
 

@@ -21,6 +21,7 @@ import (
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/trace"
 	"vak/internal/worker"
 )
 
@@ -59,7 +60,10 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		if m.ProxyNet == nil {
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
-		if p.net, err = m.ProxyNet(ctx, ws, spec.Docker); err != nil {
+		end := trace.From(ctx).Begin("create: prepare: proxied network")
+		p.net, err = m.ProxyNet(ctx, ws, spec.Docker)
+		end()
+		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, err)
 		}
 	}
@@ -75,6 +79,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		ii  client.ImageInspectResult
 		err error
 	}
+	end := trace.From(ctx).Begin("create: prepare: image + sessions")
 	imgCh := make(chan inspected, 1)
 	go func() {
 		ii, err := cli.ImageInspect(ctx, img)
@@ -82,6 +87,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 	}()
 	others, err := m.otherWorkspaces(ctx, cli, ws)
 	got := <-imgCh
+	end()
 	if err != nil {
 		return nil, err
 	}

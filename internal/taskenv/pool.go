@@ -9,21 +9,25 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"vak/internal/dockerd"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
+	"vak/internal/shellquote"
+	"vak/internal/trace"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -273,10 +277,16 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 	if p.spec.Docker && m.DockerImage == "" {
 		return nil, nil // the cold create names what is missing
 	}
-	if err := m.pinDockerImage(ctx, cli, p); err != nil {
+	tr := trace.From(ctx)
+	end := tr.Begin("claim: sidecar image ID")
+	err := m.pinDockerImage(ctx, cli, p)
+	end()
+	if err != nil {
 		return nil, err
 	}
+	end = tr.Begin("claim: pool key")
 	key, err := m.poolKey(p)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -291,53 +301,81 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 		}
 	}
 	for {
+		end := tr.Begin("claim: lock + rename")
 		rec, poolName, err := m.claimOne(ctx, cli, p, dir, owner)
+		end()
 		if rec == nil || err != nil {
 			return nil, err
 		}
+		end = tr.Begin("claim: worker ready")
+		wc, conn, err := readyWorker(ctx, rec)
+		end()
+		if err != nil {
+			// A pooled container that died (idle timeout) is removed; try the next.
+			m.dropClaimed(rec)
+			continue
+		}
 		if p.spec.Docker {
-			if err := m.claimPair(ctx, cli, p, rec); err != nil {
+			end := tr.Begin("claim: pair check")
+			err := m.claimPair(ctx, cli, p, rec, wc)
+			end()
+			if err != nil {
 				// Not exactly what a cold create would start, or not
 				// answering: the pair goes; try the next.
-				m.removeContainer(rec.Container, rec.RunDir, rec.ID)
-				if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
-					m.removeSidecar(key)
-				}
+				conn.Close()
+				m.dropClaimed(rec)
 				if m.OnPoolReject != nil {
 					m.OnPoolReject(poolName, err)
 				}
 				continue
 			}
 		}
-		conn, err := dialWorker(ctx, rec.RunDir, rec.Container)
-		if err == nil {
-			wc := wire.NewClient(halfCloser{conn}, conn)
-			if err = wc.WaitReady(ctx); err == nil {
-				s := &Session{m: m, rec: rec, client: wc, conn: conn}
-				m.remember(s)
-				return s, nil
-			}
-			conn.Close()
-		}
-		// A pooled container that died (idle timeout) is removed; try the next.
-		m.removeContainer(rec.Container, rec.RunDir, rec.ID)
-		if rec.Docker {
-			if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
-				m.removeSidecar(key)
-			}
+		s := &Session{m: m, rec: rec, client: wc, conn: conn}
+		m.remember(s)
+		return s, nil
+	}
+}
+
+// readyWorker connects to the worker of a claimed pool container and waits
+// until it answers.
+func readyWorker(ctx context.Context, rec *record) (*wire.Client, net.Conn, error) {
+	conn, err := dialWorker(ctx, rec.RunDir, rec.Container)
+	if err != nil {
+		return nil, nil, err
+	}
+	wc := wire.NewClient(halfCloser{conn}, conn)
+	if err := wc.WaitReady(ctx); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return wc, conn, nil
+}
+
+// dropClaimed removes a claimed pool container that is not handed out, and
+// its pool pair's sidecar.
+func (m *Manager) dropClaimed(rec *record) {
+	m.removeContainer(rec.Container, rec.RunDir, rec.ID)
+	if rec.Docker {
+		if key, kerr := rec.dockerSlot(); kerr == nil && key != rec.ID {
+			m.removeSidecar(key)
 		}
 	}
 }
 
 // claimPair checks the sidecar of a claimed --docker pool pair before the
 // session is handed out: its docker slot is a pool slot, the session
-// container is labelled with it, the sidecar is exactly the one a cold
-// create would start for p in that slot (image ID, network mode, guard
-// command line with its policy, capabilities, seccomp, private cgroup
-// namespace, mounts, limits), it runs, the netclient whose namespace it
-// shares runs and was not started again after it (checkSidecar), and
-// `docker info` answers through its guard.
-func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, rec *record) error {
+// container is labelled with it and mounts that slot's socket volume
+// read-only, the sidecar is exactly the one a cold create would start for
+// p in that slot (image ID, network mode, guard command line with its
+// policy, runtime, capabilities, seccomp, private cgroup namespace, mounts,
+// limits), it runs, the netclient whose namespace it shares runs, is not
+// paused and was not started again after it (the exec check), and
+// `docker info` answers through its guard, asked from inside the session
+// by its worker (wc) on the socket the session's commands use.
+//
+// The three inspects and the guard's answer are independent: they are
+// asked at once, and every check is made on what they returned.
+func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, rec *record, wc *wire.Client) error {
 	key, err := rec.dockerSlot()
 	if err != nil {
 		return err
@@ -353,37 +391,100 @@ func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, re
 	if err != nil {
 		return err
 	}
-	sc, err := cli.ContainerInspect(ctx, want.Name, client.ContainerInspectOptions{})
-	if err != nil {
-		return apiErr("inspect the pool's sidecar "+want.Name, err)
+	ncName, inNamespace := strings.CutPrefix(string(hc.NetworkMode), "container:")
+	if !inNamespace {
+		return fmt.Errorf("%w: pool sidecar %s: a cold create's network mode is %q, not a netclient's namespace", ErrDockerUnavailable, want.Name, hc.NetworkMode)
 	}
-	sess, err := cli.ContainerInspect(ctx, rec.Container, client.ContainerInspectOptions{})
-	if err != nil {
-		return apiErr("inspect the pool container", err)
+	tr := trace.From(ctx)
+	var (
+		sc, sess, nc          client.ContainerInspectResult
+		scErr, sessErr, ncErr error
+		pingErr               error
+		wg                    sync.WaitGroup
+	)
+	inspect := func(name string, res *client.ContainerInspectResult, err *error) {
+		*res, *err = cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	}
+	wg.Go(func() {
+		defer tr.Begin("claim: pair check: inspect sidecar, session, netclient")()
+		var iw sync.WaitGroup
+		iw.Go(func() { inspect(want.Name, &sc, &scErr) })
+		iw.Go(func() { inspect(rec.Container, &sess, &sessErr) })
+		iw.Go(func() { inspect(ncName, &nc, &ncErr) })
+		iw.Wait()
+	})
+	wg.Go(func() {
+		defer tr.Begin("claim: pair check: docker info through the guard (worker)")()
+		pingErr = guardPing(ctx, wc)
+	})
+	wg.Wait()
+	if scErr != nil {
+		return apiErr("inspect the pool's sidecar "+want.Name, scErr)
+	}
+	if sessErr != nil {
+		return apiErr("inspect the pool container", sessErr)
 	}
 	if sess.Container.Config == nil || sess.Container.Config.Labels[LabelDockerSlot] != key {
 		return fmt.Errorf("%w: pool container %s is not labelled with docker slot %s", ErrDockerUnavailable, rec.Name, key)
 	}
+	if err := mountsSocketVolume(sess.Container, key); err != nil {
+		return fmt.Errorf("%w: pool container %s: %w", ErrDockerUnavailable, rec.Name, err)
+	}
+	if ncErr != nil {
+		return fenceHolds(rec, ncName, nc, ncErr, "")
+	}
 	// The daemon records container:NAME as container:ID.
-	if nc, ok := strings.CutPrefix(string(hc.NetworkMode), "container:"); ok {
-		ins, err := cli.ContainerInspect(ctx, nc, client.ContainerInspectOptions{})
-		if err != nil {
-			return apiErr("inspect the netclient "+nc, err)
-		}
-		if sc.Container.HostConfig != nil && string(sc.Container.HostConfig.NetworkMode) == "container:"+ins.Container.ID {
-			hc.NetworkMode = sc.Container.HostConfig.NetworkMode
-		}
+	if sc.Container.HostConfig != nil && string(sc.Container.HostConfig.NetworkMode) == "container:"+nc.Container.ID {
+		hc.NetworkMode = sc.Container.HostConfig.NetworkMode
 	}
 	if err := sameSidecar(sc.Container, p.dockerImage, cfg, hc); err != nil {
 		return fmt.Errorf("%w: pool sidecar %s: %w", ErrDockerUnavailable, want.Name, err)
 	}
-	if err := m.checkSidecar(ctx, rec); err != nil {
+	// The exec check (checkSidecar), on what was inspected above.
+	if err := sidecarRunning(rec, want.Name, sc.Container.State); err != nil {
 		return err
 	}
-	if out, err := dockerd.Exec(ctx, cli, sc.Container.ID, "docker", "-H", "unix://"+ContainerDockerSocket, "info", "--format", "{{.ServerVersion}}"); err != nil {
-		return fmt.Errorf("%w: pool sidecar %s: docker info through the guard: %w: %s", ErrDockerUnavailable, want.Name, err, strings.TrimSpace(out))
+	if err := fenceHolds(rec, ncName, nc, ncErr, sc.Container.State.StartedAt); err != nil {
+		return err
+	}
+	if pingErr != nil {
+		return fmt.Errorf("%w: pool sidecar %s: docker info through the guard: %w", ErrDockerUnavailable, want.Name, pingErr)
 	}
 	return nil
+}
+
+// guardPing asks the guard for `docker info` from inside the session: the
+// worker runs `vak dockerguard ping` on the socket DOCKER_HOST names.
+func guardPing(ctx context.Context, wc *wire.Client) error {
+	res, err := wc.Bash(ctx, wire.BashArgs{
+		Command:   shellquote.Join([]string{ContainerWorker, "dockerguard", "ping", ContainerDockerSocket}),
+		TimeoutMS: DefaultSidecarTimeout.Milliseconds(),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || res.Signal != "" || res.TimedOut {
+		return fmt.Errorf("exit %d%s: %s", res.ExitCode, res.Signal, strings.TrimSpace(res.Stderr+" "+res.Stdout))
+	}
+	return nil
+}
+
+// mountsSocketVolume checks that a session container mounts the socket
+// volume of docker slot key, read-only, at ContainerDockerDir (the guard
+// socket its commands and the claim's check use).
+func mountsSocketVolume(got container.InspectResponse, key string) error {
+	_, _, sockVol := sidecarNames(key)
+	if got.HostConfig != nil {
+		for _, mt := range got.HostConfig.Mounts {
+			if mt.Target == ContainerDockerDir {
+				if mt.Type != mount.TypeVolume || mt.Source != sockVol || !mt.ReadOnly {
+					return fmt.Errorf("%s is %s %s (read-only %t), want the volume %s read-only", ContainerDockerDir, mt.Type, mt.Source, mt.ReadOnly, sockVol)
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s is not mounted (want the volume %s read-only)", ContainerDockerDir, sockVol)
 }
 
 // capSet normalises capability names as the daemon records them (CAP_
