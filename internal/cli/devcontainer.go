@@ -11,6 +11,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/devcontainer"
+	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
@@ -60,7 +61,7 @@ func (a *app) newDevcontainerCmd() *cobra.Command {
 func (a *app) newDevcontainerInitCmd() *cobra.Command {
 	var f devcontainerFlags
 	var image, vakPath, fromSandcat string
-	var nets []string
+	var nets, presets []string
 	var force, withDocker bool
 	cmd := &cobra.Command{
 		Use:   "init",
@@ -81,7 +82,12 @@ vak session create --docker: the same capabilities, seccomp profile, limits
 and private cgroup namespace) in the netclient's namespace (netfence nested
 mode), vak's Docker API guard in front of it, and DOCKER_HOST in the agent's
 container pointing at the guard. Its state (images) is on a named volume
-that survives Rebuild Container. See docs/devcontainer.md.`,
+that survives Rebuild Container. See docs/devcontainer.md.
+
+--preset NAME (e.g. vscode, for VS Code's server and extension downloads)
+makes init check that the trusted config names the gateway preset NAME and
+fail, saying what to add, when it does not: init never writes policy, and a
+preset in the workspace's files would be policy from the workspace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ws, labels, err := f.resolve()
@@ -100,6 +106,14 @@ that survives Rebuild Container. See docs/devcontainer.md.`,
 			}
 			if n := cfg.EgressSections; n == nil || n.Network == nil || len(n.Network.Rules)+len(n.Network.Presets) == 0 {
 				return exit(ExitConfig, fmt.Errorf("%w (%s has none)", proxynet.ErrNoPolicy, trustedFile(cfg)))
+			}
+			for _, p := range presets {
+				if !slices.Contains(egressconfig.PresetNames(), p) {
+					return exit(ExitUsage, fmt.Errorf("--preset %q: %w (built in: %s)", p, egressconfig.ErrUnknownPreset, strings.Join(egressconfig.PresetNames(), ", ")))
+				}
+				if !slices.Contains(cfg.EgressSections.Network.Presets, p) {
+					return exit(ExitConfig, fmt.Errorf("--preset %q: %s does not name it; add it under [network] there (presets = [%q]): init never writes policy (docs/devcontainer.md)", p, trustedFile(cfg), p))
+				}
 			}
 			state, err := paths.EnsureStateDir()
 			if err != nil {
@@ -148,6 +162,7 @@ that survives Rebuild Container. See docs/devcontainer.md.`,
 	cmd.Flags().StringArrayVar(&nets, "gateway-network", nil, "an existing Docker network the gateway also joins (repeatable)")
 	cmd.Flags().StringVar(&vakPath, "vak", "", "the vak the host runs as initializeCommand (default: this executable)")
 	cmd.Flags().BoolVar(&withDocker, "docker", false, "add a nested Docker engine (dockerd service, API guard, DOCKER_HOST in the agent's container)")
+	cmd.Flags().StringArrayVar(&presets, "preset", nil, "require the trusted config to name the gateway preset NAME, e.g. vscode (repeatable; init never writes policy)")
 	cmd.Flags().BoolVar(&force, "force", false, "overwrite an existing devcontainer.json and compose.yml")
 	cmd.Flags().StringVar(&fromSandcat, "from-sandcat", "", "convert the sandcat project DIR's settings (user, .sandcat/settings.json, settings.local.json) first")
 	return cmd

@@ -125,9 +125,14 @@ func TestInitDockerAndVSCodeNote(t *testing.T) {
 	for _, tc := range []struct {
 		name, presets string
 		docker, note  bool
+		flags         []string
+		refused       string // init fails, saying this (nothing written)
 	}{
-		{"plain without the preset", ``, false, true},
-		{"docker with the preset", `presets = ["vscode"]`, true, false},
+		{"plain without the preset", ``, false, true, nil, ""},
+		{"docker with the preset", `presets = ["vscode"]`, true, false, nil, ""},
+		{"--preset named by the trusted config", `presets = ["vscode"]`, false, false, []string{"--preset", "vscode"}, ""},
+		{"--preset missing from the trusted config", ``, false, false, []string{"--preset", "vscode"}, `add it under [network] there (presets = ["vscode"])`},
+		{"--preset unknown", `presets = ["vscode"]`, false, false, []string{"--preset", "vscodium"}, "unknown preset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
@@ -139,9 +144,19 @@ func TestInitDockerAndVSCodeNote(t *testing.T) {
 			if tc.docker {
 				args = append(args, "--docker")
 			}
+			args = append(args, tc.flags...)
 			cmd := exec.Command(vak, args...)
 			cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+cfgHome, "XDG_STATE_HOME="+state, "HOME="+base)
 			out, err := cmd.CombinedOutput()
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(string(out), tc.refused) {
+					t.Errorf("init %v: %v, want a refusal saying %q\n%s", tc.flags, err, tc.refused, out)
+				}
+				if _, err := os.Stat(filepath.Join(ws, devcontainer.Dir)); err == nil {
+					t.Errorf("init %v wrote %s although it refused", tc.flags, devcontainer.Dir)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("init: %v\n%s", err, out)
 			}
