@@ -86,6 +86,11 @@ func (s *buildSessions) deny(id string) {
 func (s *buildSessions) isDenied(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.deniedLocked(id)
+}
+
+// deniedLocked is isDenied with s.mu held.
+func (s *buildSessions) deniedLocked(id string) bool {
 	t, ok := s.denied[id]
 	return ok && s.now().Sub(t) <= deniedSessionTTL
 }
@@ -95,7 +100,7 @@ func (s *buildSessions) isDenied(id string) bool {
 func (s *buildSessions) track(id string, c net.Conn) net.Conn {
 	sc := &sessionConn{Conn: c}
 	s.mu.Lock()
-	if t, ok := s.denied[id]; ok && s.now().Sub(t) <= deniedSessionTTL {
+	if s.deniedLocked(id) {
 		s.mu.Unlock()
 		sc.end()
 		return sc
