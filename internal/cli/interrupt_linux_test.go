@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"vak/internal/testenv"
 )
 
 // interruptScripts are the commands of the interrupt tests. Each carries a
@@ -167,15 +165,7 @@ func TestRunInterruptForwarded(t *testing.T) {
 // afterwards). Through the session's worker, and with --root (docker exec,
 // which forwards no signal: vak delivers them in the container).
 func TestSessionExecInterruptForwarded(t *testing.T) {
-	_, labels := sessionEnv(t)
-	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
-	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "intr")
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	defer session(t, cfg, labels, "", "rm", id)
+	cfg, labels, id := installSession(t, "--task", "intr")
 	for _, tc := range []struct {
 		name  string
 		flags []string
@@ -199,15 +189,7 @@ func TestSessionExecInterruptForwarded(t *testing.T) {
 // the command reads EOF at once, and --timeout kills it (status 124,
 // nothing of it left in the container).
 func TestSessionExecRootStreams(t *testing.T) {
-	_, labels := sessionEnv(t)
-	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
-	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws)
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	defer session(t, cfg, labels, "", "rm", id)
+	cfg, labels, id := installSession(t)
 	for _, root := range []bool{false, true} {
 		flags := []string{"-i"}
 		if root {
@@ -230,7 +212,7 @@ func TestSessionExecRootStreams(t *testing.T) {
 		t.Errorf("exec --root without -i: exit %d, %q %q", code, out, errs)
 	}
 	marker := "vak-root-timeout-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	code, out, errs = session(t, cfg, labels, "", "exec", "--root", "--timeout", "2s", id, "--", "sh", "-c", "sleep 600; : "+marker)
+	code, out, errs := session(t, cfg, labels, "", "exec", "--root", "--timeout", "2s", id, "--", "sh", "-c", "sleep 600; : "+marker)
 	if code != ExitTimeout {
 		t.Errorf("exec --root --timeout: exit %d, %q %q; want %d", code, out, errs, ExitTimeout)
 	}

@@ -226,18 +226,26 @@ func TestSessionCLIKilledBroker(t *testing.T) {
 	}
 }
 
-// With session.allow_install, `exec --root` runs as root through docker
-// exec (no TTY needed), and what it installs is there for the next turn.
-func TestSessionCLIRootInstall(t *testing.T) {
-	_, labels := sessionEnv(t)
-	cfg := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
-	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws)
+// installSession creates a session with session.allow_install (exec
+// --root allowed) in a fresh workspace, removed when the test ends; extra
+// are more create flags.
+func installSession(t *testing.T, extra ...string) (cfg string, labels []string, id string) {
+	t.Helper()
+	_, labels = sessionEnv(t)
+	cfg = writeConfig(t, "version = 1\n[sandbox]\nimage = \""+testenv.Image(t)+"\"\n[session]\nallow_install = true\n")
+	code, out, errs := session(t, cfg, labels, "", "create", append([]string{"-w", tempWorkspace(t)}, extra...)...)
 	if code != 0 {
 		t.Fatalf("create: %d %s", code, errs)
 	}
-	id := strings.TrimSpace(out)
-	defer session(t, cfg, labels, "", "rm", id)
+	id = strings.TrimSpace(out)
+	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	return cfg, labels, id
+}
+
+// With session.allow_install, `exec --root` runs as root through docker
+// exec (no TTY needed), and what it installs is there for the next turn.
+func TestSessionCLIRootInstall(t *testing.T) {
+	cfg, labels, id := installSession(t)
 	if code, out, errs := session(t, cfg, labels, "", "exec", "--root", id, "--", "sh", "-c", "echo pkg > /bin/installed-tool; id -u"); code != 0 || out != "0\n" {
 		t.Fatalf("exec --root: %d %q %s", code, out, errs)
 	}
