@@ -146,13 +146,23 @@ func TestRunFailsClosedWithoutDaemon(t *testing.T) {
 func TestRunTimeoutKillsContainer(t *testing.T) {
 	cfg := dockerConfig(t)
 	ws := tempWorkspace(t)
-	start := time.Now()
-	code, _, errs := vakMain(t, cfg, "run", "-w", ws, "--timeout", "3s", "--", "sh", "-c", "touch started; sleep 120")
-	if code != ExitTimeout {
-		t.Fatalf("exit %d, want %d: %s", code, ExitTimeout, errs)
-	}
-	if !strings.Contains(errs, "timed out after 3s") {
-		t.Fatalf("message: %s", errs)
+	// The timeout must outlast the container's start, which takes longer
+	// on a loaded machine: a run whose command never started proves
+	// nothing, so it is repeated with a longer timeout.
+	var start time.Time
+	for _, timeout := range []string{"3s", "15s", "60s"} {
+		start = time.Now()
+		code, _, errs := vakMain(t, cfg, "run", "-w", ws, "--timeout", timeout, "--", "sh", "-c", "touch started; sleep 120")
+		if code != ExitTimeout {
+			t.Fatalf("exit %d, want %d: %s", code, ExitTimeout, errs)
+		}
+		if !strings.Contains(errs, "timed out after "+timeout) {
+			t.Fatalf("message: %s", errs)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		t.Logf("the command had not started when --timeout %s ran out: again with a longer one", timeout)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "started")); err != nil {
 		t.Fatal("command never started, so the timeout test proves nothing")
