@@ -226,6 +226,60 @@ func TestSessionCLIKilledBroker(t *testing.T) {
 	}
 }
 
+// A `vak session exec` client killed with SIGKILL hangs up on the worker:
+// its command is killed in the session, not left running with nobody to
+// read its output. The check that the command is alive before the kill is
+// the positive control for the one after it.
+func TestSessionExecClientKilled(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "hangup")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer session(t, cfg, labels, "", "rm", id)
+	pidFile := filepath.Join(ws, "cmd.pid")
+	cmd := exec.Command(testenv.Vak(t), append(append([]string{"--config", cfg, "session", "exec"}, labels...), id, "--", "sh", "-c", "echo $$ > cmd.pid.tmp && mv cmd.pid.tmp cmd.pid; sleep 300; touch finished")...)
+	cmd.Dir = ws
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var pid string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(pidFile)
+		if err == nil {
+			pid = strings.TrimSpace(string(b))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	alive := func() bool {
+		code, _, _ := session(t, cfg, labels, "", "exec", id, "--", "sh", "-c", "kill -0 "+pid)
+		return code == 0
+	}
+	if !alive() {
+		t.Fatalf("the command (pid %s) is not running before its client is killed: the check cannot fail", pid)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	deadline = time.Now().Add(time.Minute)
+	for alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("the command still runs a minute after its client was killed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "finished")); err == nil {
+		t.Fatal("the command ran to its end")
+	}
+}
+
 // installSession creates a session with session.allow_install (exec
 // --root allowed) in a fresh workspace, removed when the test ends; extra
 // are more create flags.

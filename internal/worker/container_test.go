@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,5 +134,83 @@ func TestReadSpecEnv(t *testing.T) {
 		if _, _, err := ReadSpecEnv(); err == nil {
 			t.Errorf("spec %q accepted", bad)
 		}
+	}
+}
+
+// A client that hangs up (closes both sides) with a command in flight gets
+// it killed; the same command from a client that only ends its requests
+// (half close) runs to its end and is answered.
+func TestHangUpKillsInFlight(t *testing.T) {
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell := &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}}
+	sock := filepath.Join(t.TempDir(), "w.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeListener(ctx, ln, func() *Server { return &Server{Shell: shell, Ready: wire.Event{Backend: BackendContainer}} })
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for _, tc := range []struct {
+		name   string
+		hangUp bool
+		sleep  string
+	}{
+		{"half-close", false, "0.5"},
+		{"hang-up", true, "120"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(ws, tc.name+".pid")
+			marker := filepath.Join(ws, tc.name+".done")
+			cl, conn := dialClient(t, sock)
+			defer conn.Close()
+			res := make(chan *wire.BashResult, 1)
+			errc := make(chan error, 1)
+			go func() {
+				r, err := cl.Bash(context.Background(), wire.BashArgs{Command: "echo $$ > '" + pidFile + "'; sleep " + tc.sleep + "; touch '" + marker + "'"}, nil)
+				res <- r
+				errc <- err
+			}()
+			var pid int
+			waitUntil(t, "the command to start", func() bool {
+				b, err := os.ReadFile(pidFile)
+				if err != nil || len(b) == 0 || b[len(b)-1] != '\n' {
+					return false
+				}
+				pid, err = strconv.Atoi(string(b[:len(b)-1]))
+				return err == nil
+			})
+			if !tc.hangUp {
+				cl.Close(context.Background()) // CloseWrite: answers are still read
+				if err := <-errc; err != nil {
+					t.Fatalf("in-flight answer lost after a half close: %v", err)
+				}
+				if r := <-res; r.ExitCode != 0 {
+					t.Fatalf("exit %d", r.ExitCode)
+				}
+				if _, err := os.Stat(marker); err != nil {
+					t.Fatalf("command did not finish: %v", err)
+				}
+				return
+			}
+			conn.Close() // both sides, as when the client is killed
+			// The positive control is the half close above: the same
+			// command finishes when the client stays.
+			waitUntil(t, "the command to be killed", func() bool {
+				return syscall.Kill(pid, 0) == syscall.ESRCH
+			})
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the command ran to its end after its client hung up")
+			}
+		})
 	}
 }

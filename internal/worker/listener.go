@@ -12,7 +12,9 @@ import (
 // with a fresh Server from newServer (servers may share Files and Shell; a
 // Server itself belongs to one connection). Each connection starts with the
 // ready event, exactly like stdio. A connection ends when its peer closes
-// its side: requests in flight finish and are answered first.
+// its side: requests in flight finish and are answered first. A peer that
+// hangs up (closes both sides: it exited or was killed) gets the commands
+// in flight canceled instead, since nobody reads their answers.
 //
 // ServeListener returns nil when ctx ends, or the error that made Accept
 // fail for good; either way it first closes ln and every connection

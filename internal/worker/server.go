@@ -65,7 +65,8 @@ func (s *Server) tools() []string {
 
 // Serve reads requests from r and writes responses and events to w until r
 // reaches EOF; then it waits for requests in flight and returns. ctx cancels
-// everything in flight.
+// everything in flight, and so does the peer of a Unix socket r hanging up
+// (closing both sides) while Serve waits: see watchHangUp.
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	s.w = bufio.NewWriterSize(w, 64<<10)
 	s.inflight = map[string]context.CancelFunc{}
@@ -87,7 +88,11 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			s.dispatch(ctx, line)
 		}
 		if err != nil {
+			// A client that ended its requests (EOF) gets the answers in
+			// flight; one that hung up gets its commands canceled.
+			stop := watchHangUp(r, cancel)
 			s.wg.Wait()
+			stop()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
