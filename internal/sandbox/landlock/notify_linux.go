@@ -98,10 +98,36 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// superviseSetsid answers setsid notifications on fd until it fails (the
-// process exits). parent is the worker's pid.
+// superviseSetsid answers setsid notifications on fd until no process uses
+// the filter any more (or the listener fails). parent is the worker's pid.
+//
+// The listener polls POLLHUP once the filter has no user left (every
+// sandboxed process exited and was reaped). Without that check the loop
+// would never end: recent kernels (6.18 here) answer RECV on such a filter
+// with ENOENT at once, which the loop took for a caller that died and
+// retried, at full speed, for as long as the supervising process lived (the
+// broker, when there is no stage 1); older ones block RECV for good. The
+// poll costs one system call per notification.
 func superviseSetsid(fd int, parent int) {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
+		pfd[0].Revents = 0
+		if _, err := unix.Poll(pfd, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
+			return
+		}
+		switch ev := pfd[0].Revents; {
+		case ev&unix.POLLIN != 0:
+			// A notification waits: answer it first, even with POLLHUP.
+		case ev&unix.POLLHUP != 0:
+			return // no process uses the filter any more
+		default:
+			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: poll events %#x\n", ev)
+			return
+		}
 		var req seccompNotif
 		if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOENT) {
