@@ -45,23 +45,54 @@ func SupervisorPair() (local, remote *os.File, err error) {
 // notifications for the rest of the sandbox's life: allowed only for direct
 // children of worker (a pid as this process sees it).
 func Supervise(local *os.File, worker int) {
+	fd, ok := receiveListener(local)
+	if !ok {
+		return
+	}
+	defer unix.Close(fd)
+	// Best effort: a kernel without it (before Linux 6.6) refuses the
+	// flag, and the hand-off is then an ordinary wake-up, as it always was.
+	syncWakeUp(fd)
+	superviseSetsid(fd, worker)
+}
+
+// receiveListener reads the listener stage 2 sends on local (handOver) and
+// closes local. ok is false if stage 2 died before restricting itself.
+func receiveListener(local *os.File) (fd int, ok bool) {
 	defer local.Close()
 	buf := make([]byte, 16)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := unix.Recvmsg(int(local.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil || n == 0 {
-		return // stage 2 died before restricting itself
+		return -1, false
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return
+		return -1, false
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
 	if err != nil || len(fds) != 1 {
-		return
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, false
 	}
-	superviseSetsid(fds[0], worker)
-	unix.Close(fds[0])
+	return fds[0], true
+}
+
+// syncWakeUp sets SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on the listener
+// (Linux 6.6): the kernel then wakes the supervisor on the CPU of the task
+// that notified, and that task on the supervisor's when it is answered. A
+// setsid notification is a strict hand-off (the command's fork child waits
+// for the answer, the supervisor waits for the next notification), which
+// otherwise costs a wake-up on another CPU, often an idle one, each way.
+// Older kernels refuse the ioctl (EINVAL).
+func syncWakeUp(fd int) error {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	if e != 0 {
+		return fmt.Errorf("landlock: seccomp listener: set SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: %w", e)
+	}
+	return nil
 }
 
 // handOver sends the listener to the supervisor and closes it here: the

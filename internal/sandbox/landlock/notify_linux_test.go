@@ -2,9 +2,11 @@ package landlock
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,20 +68,57 @@ func notifyHelper() error {
 	return nil
 }
 
+// kernelAtLeast reports whether the running kernel is major.minor or newer.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	fields := strings.FieldsFunc(release, func(r rune) bool { return r < '0' || r > '9' })
+	if len(fields) < 2 {
+		t.Fatalf("kernel release %q", release)
+	}
+	maj, _ := strconv.Atoi(fields[0])
+	mnr, _ := strconv.Atoi(fields[1])
+	return maj > major || maj == major && mnr >= minor
+}
+
 // The supervisor answers a supervised process's setsid notifications
-// (its direct child may, it may not) and returns once no process uses the
-// filter any more: a broker that supervises a worker without namespaces
-// keeps no thread spinning on the listener (Linux 6.18 answers its RECV
-// with ENOENT at once then) or blocked in it for the rest of its life.
+// (its direct child may, it may not), sets the synchronous wake-up on the
+// listener where the kernel has it (Linux 6.6; the flag cannot be read
+// back, so the test sees the ioctl Supervise makes succeed), and returns
+// once no process uses the filter any more: a broker that supervises a
+// worker without namespaces keeps no thread spinning on the listener
+// (Linux 6.18 answers its RECV with ENOENT at once then) or blocked in it
+// for the rest of its life.
 func TestSupervise(t *testing.T) {
 	if err := unix.Prctl(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
 		t.Skipf("no seccomp: %v", err)
 	}
+	syncWanted := kernelAtLeast(t, 6, 6)
 	for _, tc := range []struct {
 		name  string
 		serve func(t *testing.T, local *os.File, pid int)
 	}{
 		{"Supervise", func(t *testing.T, local *os.File, pid int) { Supervise(local, pid) }},
+		{"its steps, checking the wake-up flag", func(t *testing.T, local *os.File, pid int) {
+			fd, ok := receiveListener(local)
+			if !ok {
+				t.Error("no listener received")
+				return
+			}
+			defer unix.Close(fd)
+			err := syncWakeUp(fd)
+			switch {
+			case syncWanted && err != nil:
+				t.Errorf("Linux 6.6 or newer refused the synchronous wake-up: %v", err)
+			case !syncWanted && !errors.Is(err, unix.EINVAL):
+				t.Errorf("a kernel before 6.6 answered %v to the synchronous wake-up, want EINVAL", err)
+			}
+			superviseSetsid(fd, pid)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local, remote, err := SupervisorPair()
