@@ -733,6 +733,10 @@ type walker struct {
 	// onDir, if set, is called for every directory entry (with the
 	// descriptor of its parent) before enter decides about it.
 	onDir func(dirfd int, name string, rel []string)
+	// onList, if set, is called with each directory's entries, sorted,
+	// before they are visited; complete says the directory was read to its
+	// end (no read error, no MaxWalkEntries stop).
+	onList func(rel []string, ents []dirent, complete bool)
 	// cost is the match work one path segment costs (the total length of
 	// the glob patterns consulted per entry), charged against MaxMatchWork.
 	cost      int
@@ -748,7 +752,10 @@ type dirent struct {
 }
 
 func (w *walker) dir(fd int, rel []string, depth int) {
-	ents := w.readDir(fd)
+	ents, complete := w.readDir(fd)
+	if w.onList != nil {
+		w.onList(rel, ents, complete)
+	}
 	for _, e := range ents {
 		if w.stopped {
 			return
@@ -793,21 +800,26 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 }
 
 // readDir reads a directory's entries (without . and ..), sorted by name,
-// counting them against MaxWalkEntries.
-func (w *walker) readDir(fd int) []dirent {
-	var ents []dirent
+// counting them against MaxWalkEntries. complete says it read them all.
+func (w *walker) readDir(fd int) (ents []dirent, complete bool) {
 	buf := make([]byte, 32<<10)
+	malformed := false
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || n <= 0 {
+		if err != nil || n < 0 {
+			break
+		}
+		if n == 0 {
+			complete = true
 			break
 		}
 		for off := 0; off+19 <= n; {
 			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
 			if reclen < 19 || off+reclen > n {
+				malformed = true
 				break
 			}
 			name := buf[off+19 : off+reclen]
@@ -830,7 +842,7 @@ func (w *walker) readDir(fd int) []dirent {
 		}
 	}
 	slices.SortFunc(ents, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
-	return ents
+	return ents, complete && !malformed && !w.stopped
 }
 
 // dtype converts a stat mode to a dirent type.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Host-side maintenance of a workspace after a sandboxed command (the
@@ -76,6 +77,41 @@ type Scan struct {
 	Setuid []string
 	// Truncated says the walk stopped at MaxWalkEntries or MaxWalkDepth.
 	Truncated bool
+
+	// rootFold holds the names in the workspace directory itself, folded
+	// to lower case and sorted, when rootListed: the walk read all of it
+	// and every name is ASCII.
+	rootFold   []string
+	rootListed bool
+}
+
+// Lacks reports whether the walk found no entry in the workspace directory
+// itself that a lookup of name (one path segment) could find, so that the
+// tripwire can take name, and every path below it, as absent without a
+// system call of its own. It answers true only when the walk read the
+// whole directory and name is an ordinary ASCII name, and it compares
+// names as a case-folding file system would (an ext4 or f2fs directory
+// with +F, vfat, SMB, a macOS host's share): there a lookup of .vscode
+// finds .VSCode, which an exact comparison would miss, and the tripwire
+// with it. A directory holding any non-ASCII name answers false for every
+// name: how such a name folds (Unicode case folding, normalization,
+// ignorable code points) depends on the file system. An entry created
+// after the walk read the directory is not seen (see the tripwire).
+func (s Scan) Lacks(name string) bool {
+	if !s.rootListed || name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || !isASCII(name) {
+		return false
+	}
+	_, found := slices.BinarySearch(s.rootFold, strings.ToLower(name))
+	return !found
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // GitRoots returns the directories (workspace-relative, "" for the

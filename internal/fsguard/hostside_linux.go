@@ -326,9 +326,31 @@ func (t *Tree) Scan(setuid bool) (Scan, error) {
 			record(dirfd, name, rel)
 		}
 	}
+	w.onList = func(rel []string, ents []dirent, complete bool) {
+		if len(rel) == 0 {
+			sc.listRoot(ents, complete)
+		}
+	}
 	w.dir(fd, nil, 0)
 	sc.Truncated = w.truncated
 	return sc, nil
+}
+
+// listRoot records the entries of the workspace directory (ents, read to
+// the end when complete) for Scan.Lacks.
+func (s *Scan) listRoot(ents []dirent, complete bool) {
+	if !complete {
+		return
+	}
+	fold := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if !isASCII(e.name) {
+			return
+		}
+		fold = append(fold, strings.ToLower(e.name))
+	}
+	slices.Sort(fold)
+	s.rootFold, s.rootListed = fold, true
 }
 
 // ClearSetuid removes the setuid and setgid bits of the regular file rel

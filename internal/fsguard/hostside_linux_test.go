@@ -345,3 +345,58 @@ func TestTreeLeavesNoDescriptor(t *testing.T) {
 		t.Fatalf("%d trees opened and closed left %d more descriptors open", n, grown)
 	}
 }
+
+// Scan.Lacks answers from the walk's listing of the workspace directory:
+// true only for a plain ASCII name that no entry matches, even in another
+// case (a case-folding file system's lookup would find that one); never
+// for a path, ".", "..", a non-ASCII name, or when the directory holds a
+// non-ASCII name (whose folding the file system decides); never for a
+// Scan that did not list the directory (the zero Scan).
+func TestScanLacks(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []string // created at the workspace root: a trailing / makes a directory
+		lacks   map[string]bool
+	}{
+		{"empty", nil, map[string]bool{".vscode": true, ".git": true, "": false, ".": false, "..": false, ".config/mise": false, "é": false}},
+		{"present", []string{".vscode/", ".envrc", "src/"}, map[string]bool{".vscode": false, ".envrc": false, "src": false, ".git": true, ".vak": true}},
+		{"other case", []string{".VSCode/", "MISE.TOML"}, map[string]bool{".vscode": false, ".VSCODE": false, "mise.toml": false, ".mise.toml": true}},
+		{"non-ASCII entry", []string{"caf\u00e9", ".vscode/"}, map[string]bool{".git": false, ".envrc": false, ".vscode": false}},
+		{"below the root", []string{"sub/.git/"}, map[string]bool{".git": true, "sub": false, "sub/.git": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tc.entries {
+				p := filepath.Join(ws, e)
+				if strings.HasSuffix(e, "/") {
+					err = os.MkdirAll(p, 0o755)
+				} else {
+					err = os.WriteFile(p, nil, 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr, err := OpenTree(ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			sc, err := tr.Scan(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tc.lacks {
+				if got := sc.Lacks(name); got != want {
+					t.Errorf("Lacks(%q) = %v, want %v", name, got, want)
+				}
+				if (Scan{}).Lacks(name) {
+					t.Errorf("the zero Scan lacks %q", name)
+				}
+			}
+		})
+	}
+}

@@ -89,10 +89,15 @@ func TestBashLargeOutput(t *testing.T) {
 	}
 }
 
-// The tripwire's protected-path stats (protStats, which skips paths below
-// an absent first component) answer exactly what fsguard.Tree.Stat does,
-// whatever the first component is: absent, a directory, a file (gitdir),
-// a link to a directory inside or outside.
+// The tripwire's protected-path stats (protStats, which answers absent
+// without a system call for a first component the Scan's listing of the
+// workspace lacks, and for paths below an absent first component) answer
+// exactly what fsguard.Tree.Stat does, whatever the first component is:
+// absent, a directory, a file (gitdir), a link to a directory inside or
+// outside, another case of the name (found by a case-folding file system's
+// lookup, so never taken as absent), in a workspace with a non-ASCII name
+// (no answer from the listing), in a nested repository; with and without a
+// Scan.
 func TestProtStatsAsTreeStat(t *testing.T) {
 	outside := t.TempDir()
 	os.MkdirAll(filepath.Join(outside, "hooks"), 0o755)
@@ -110,6 +115,25 @@ func TestProtStatsAsTreeStat(t *testing.T) {
 			os.Symlink("real", filepath.Join(ws, ".git"))
 			os.WriteFile(filepath.Join(ws, ".config"), nil, 0o644)
 		},
+		"present": func(ws string) {
+			os.MkdirAll(filepath.Join(ws, ".vscode"), 0o755)
+			os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
+			os.Symlink(outside, filepath.Join(ws, ".vak"))
+			os.MkdirAll(filepath.Join(ws, ".config"), 0o755)
+			os.WriteFile(filepath.Join(ws, ".config", "mise.toml"), nil, 0o644)
+		},
+		"other case": func(ws string) {
+			os.MkdirAll(filepath.Join(ws, ".VSCode"), 0o755)
+			os.MkdirAll(filepath.Join(ws, ".GIT", "hooks"), 0o755)
+		},
+		"non-ASCII name": func(ws string) {
+			os.WriteFile(filepath.Join(ws, "caf\u00e9"), nil, 0o644)
+			os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
+		},
+		"nested repository": func(ws string) {
+			os.MkdirAll(filepath.Join(ws, "sub", ".git", "hooks"), 0o755)
+			os.MkdirAll(filepath.Join(ws, "sub2", ".git"), 0o755)
+		},
 	}
 	for name, shape := range shapes {
 		t.Run(name, func(t *testing.T) {
@@ -123,14 +147,58 @@ func TestProtStatsAsTreeStat(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			var ps protStats
-			for _, rel := range fsguard.ExpandProtected(sandbox.DefaultProtected, []string{""}) {
-				want, werr := tr.Stat(rel)
-				got, gerr := ps.stat(tr, rel)
-				if want != got || (werr == nil) != (gerr == nil) {
-					t.Errorf("%s: protStats %+v %v, Tree.Stat %+v %v", rel, got, gerr, want, werr)
+			sc, err := tr.Scan(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ps := range []*protStats{{}, {scan: &sc}} {
+				for _, rel := range fsguard.ExpandProtected(sandbox.DefaultProtected, sc.GitRoots()) {
+					want, werr := tr.Stat(rel)
+					got, gerr := ps.stat(tr, rel)
+					if want != got || (werr == nil) != (gerr == nil) {
+						t.Errorf("%s (scan %v): protStats %+v %v, Tree.Stat %+v %v", rel, ps.scan != nil, got, gerr, want, werr)
+					}
 				}
 			}
 		})
+	}
+}
+
+// An entry created after the Scan read the workspace directory is absent to
+// protStats: its answer is what Tree.Stat said when the Scan listed the
+// directory (the tripwire's doc says why that is harmless), and an entry
+// removed since is absent, as Tree.Stat says now.
+func TestProtStatsAnswerAsListed(t *testing.T) {
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
+	tr, err := fsguard.OpenTree(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	sc, err := tr.Scan(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]fsguard.Entry{}
+	for _, rel := range []string{".vscode", ".config/mise"} {
+		if listed[rel], err = tr.Stat(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(ws, ".vscode"), 0o755)
+	os.MkdirAll(filepath.Join(ws, ".config", "mise"), 0o755)
+	os.Remove(filepath.Join(ws, ".envrc"))
+	ps := protStats{scan: &sc}
+	for rel, want := range listed {
+		if got, err := ps.stat(tr, rel); err != nil || got != want {
+			t.Errorf("%s created after the Scan: protStats %+v %v, want %+v as listed", rel, got, err, want)
+		}
+	}
+	if got, err := ps.stat(tr, ".envrc"); err != nil || got.Kind != fsguard.Absent {
+		t.Errorf(".envrc removed after the Scan: protStats %+v %v, want absent", got, err)
 	}
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"path"
 	"runtime"
 	"strings"
 
@@ -73,7 +74,7 @@ func snapshot(ws string, protected []string) tripState {
 		return tripState{err: err}
 	}
 	st := tripState{git: sc.Git, prot: map[string]fsguard.Entry{}}
-	var ps protStats
+	ps := protStats{scan: &sc}
 	for _, rel := range fsguard.ExpandProtected(protected, sc.GitRoots()) {
 		e, err := ps.stat(t, rel)
 		if err != nil {
@@ -84,16 +85,35 @@ func snapshot(ws string, protected []string) tripState {
 	return st
 }
 
-// protStats stats protected paths in one pass of the tripwire, remembering
-// which first components are absent: a path below an absent one is absent
-// too, without a system call of its own (".git" is absent in many
-// workspaces, and several protected entries sit below it). The answer is
-// the one Tree.Stat gives, which is absent from the first missing
-// component on.
-type protStats struct{ first map[string]bool } // first component: absent
+// protStats stats protected paths in one pass of the tripwire. A path
+// whose first component the pass's Scan did not find in the workspace
+// directory (fsguard.Scan.Lacks, which compares names as a case-folding
+// file system would) is absent without a system call: most protected
+// entries do not exist in most workspaces (.vscode, .envrc, .mise.toml,
+// ...; .git and the entries below it in a workspace that is no
+// repository). Of the others, it remembers which first components it found
+// absent: a path below an absent one is absent too. The answer is the one
+// Tree.Stat gives, which is absent from the first missing component on.
+//
+// An entry created between the Scan's read of the workspace directory and
+// the stat is absent here, where Tree.Stat would have found it: the answer
+// is the directory as the Scan read it. Before a command, such an entry
+// then counts as planted and is removed after it, as anything the command
+// or its background jobs create; after a command, it is treated exactly as
+// an entry planted a moment after this check (only a background job or the
+// user can make either): the broker's sweep at the end of the session,
+// against the state at its start, removes it.
+type protStats struct {
+	scan  *fsguard.Scan   // the pass's walk
+	first map[string]bool // first component: absent
+}
 
 func (p *protStats) stat(t *fsguard.Tree, rel string) (fsguard.Entry, error) {
-	if first, _, deeper := strings.Cut(rel, "/"); deeper {
+	first, _, deeper := strings.Cut(path.Clean(rel), "/")
+	if p.scan != nil && p.scan.Lacks(first) {
+		return fsguard.Entry{Kind: fsguard.Absent}, nil
+	}
+	if deeper {
 		absent, known := p.first[first]
 		if !known {
 			e, err := t.Stat(first)
@@ -168,7 +188,7 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 	for r := range roots {
 		rootList = append(rootList, r)
 	}
-	var ps protStats
+	ps := protStats{scan: &sc}
 	for _, rel := range fsguard.ExpandProtected(x.Protected, rootList) {
 		e, err := ps.stat(t, rel)
 		if err != nil {
