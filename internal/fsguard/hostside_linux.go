@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,19 +32,27 @@ func OpenTree(workspace string) (*Tree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
 	}
-	// A probe that the kernel has openat2(2); its descriptor is not kept
-	// (a worker opens a tree twice per command: a kept one would leak).
-	probe, err := openat2(fd, ".", unix.O_PATH, 0, strictResolve)
-	if err != nil {
-		unix.Close(fd)
-		if errors.Is(err, unix.ENOSYS) {
-			return nil, fmt.Errorf("fsguard: %w: the kernel lacks openat2(2)", ErrUnsupported)
+	// A probe that the kernel has openat2(2), until it has once answered:
+	// a worker opens a tree twice per command, and the answer does not
+	// change (an operation that fails later is an error of its own). Its
+	// descriptor is not kept (a kept one would leak).
+	if !openat2Works.Load() {
+		probe, err := openat2(fd, ".", unix.O_PATH, 0, strictResolve)
+		if err != nil {
+			unix.Close(fd)
+			if errors.Is(err, unix.ENOSYS) {
+				return nil, fmt.Errorf("fsguard: %w: the kernel lacks openat2(2)", ErrUnsupported)
+			}
+			return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
 		}
-		return nil, fmt.Errorf("fsguard: open workspace %q: %w", workspace, err)
+		unix.Close(probe)
+		openat2Works.Store(true)
 	}
-	unix.Close(probe)
 	return &Tree{fd: fd, path: workspace}, nil
 }
+
+// openat2Works is set once OpenTree's probe of openat2 succeeded.
+var openat2Works atomic.Bool
 
 // Path is the workspace path.
 func (t *Tree) Path() string { return t.path }
