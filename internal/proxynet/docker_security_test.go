@@ -48,9 +48,7 @@ func newDindEnvPool(t *testing.T) *dindEnv { return newDindEnvMode(t, true) }
 
 func newDindEnvMode(t *testing.T, pool bool) *dindEnv {
 	testenv.CheckLeftovers(t)
-	if os.Getuid() != 0 {
-		testenv.Missing(t, testenv.EnvRequireDocker, "the nested Docker session tests need root (sidecar image)")
-	}
+	needSidecarImage(t) // as non-root: only where root built it
 	e := &dindEnv{t: t, pool: pool}
 	e.base = testenv.TestNetImage(t)
 	e.img = testenv.DockerCLIImage(t, e.base)
