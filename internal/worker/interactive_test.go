@@ -3,9 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"os/signal"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
@@ -267,5 +272,49 @@ func TestInteractionSignalEnded(t *testing.T) {
 		if _, ok := signalNumbers[name]; !ok {
 			t.Errorf("wire.Signals has %s, the worker no number for it", name)
 		}
+	}
+}
+
+// TestCommandsStartWithDefaultSignals: a worker started with SIGINT and
+// SIGHUP ignored (a background job of a script, nohup) starts its commands
+// with the default dispositions. The helper process inherits the ignores
+// (positive control: it reports them ignored itself) and runs a command
+// through Exec after UnignoreSignals.
+func TestCommandsStartWithDefaultSignals(t *testing.T) {
+	if os.Getenv("VAK_TEST_SIGNALS_HELPER") == "1" {
+		ignored := signal.Ignored(syscall.SIGINT) && signal.Ignored(syscall.SIGHUP)
+		UnignoreSignals()
+		x := &Exec{Workspace: os.Getenv("VAK_TEST_WS"), Env: []string{"PATH=" + os.Getenv("PATH")}}
+		res, err := x.Bash(context.Background(), wire.BashArgs{Command: "grep SigIgn /proc/self/status"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("helper-ignored=%v command:%s", ignored, res.Stdout)
+		return
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/self/status")
+	}
+	ws, err := paths.CanonicalWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sh -c "trap '' INT HUP; exec helper": the helper starts with both ignored.
+	cmd := exec.Command("/bin/sh", "-c", `trap '' INT HUP; exec "$0" -test.run '^TestCommandsStartWithDefaultSignals$' -test.count=1`, os.Args[0])
+	cmd.Env = append(os.Environ(), "VAK_TEST_SIGNALS_HELPER=1", "VAK_TEST_WS="+ws)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "helper-ignored=true") {
+		t.Fatalf("the helper did not start with SIGINT and SIGHUP ignored: the test proves nothing\n%s", out)
+	}
+	m := regexp.MustCompile(`command:SigIgn:\s*([0-9a-f]+)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("no SigIgn line from the command:\n%s", out)
+	}
+	mask, _ := strconv.ParseUint(m[1], 16, 64)
+	if bad := mask & (1<<(syscall.SIGINT-1) | 1<<(syscall.SIGHUP-1)); bad != 0 {
+		t.Fatalf("the command started with SigIgn %s (SIGINT or SIGHUP ignored)", m[1])
 	}
 }

@@ -24,6 +24,7 @@ func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	// Run is called once the backend's worker entry has returned: the
 	// restrictions are in force from here on.
 	restricted := time.Now()
+	UnignoreSignals()
 	if p := pollable(in); p != in {
 		defer p.(io.Closer).Close()
 		in = p

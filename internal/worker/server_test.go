@@ -23,6 +23,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ReapCommand {
 		os.Exit(Reap(os.Args[2:])) // the test binary is the reap shim in shim tests
 	}
+	// The tests run Exec in this process, as the worker process would
+	// after Run: commands must not inherit an ignored SIGINT from a test
+	// runner started in the background (TestBashInteractiveSignal's trap).
+	// (TestCommandsStartWithDefaultSignals' helper checks it itself.)
+	if os.Getenv("VAK_TEST_SIGNALS_HELPER") != "1" {
+		UnignoreSignals()
+	}
 	goleak.VerifyTestMain(m)
 }
 
