@@ -6,9 +6,10 @@
 // A sidecar file (the log path + ".head") holds the sequence number and hash
 // of the last record written; Verify compares it too, which catches
 // truncation of the tail. A log opened with OpenSigned also gets a
-// signature file (the log path + ".sig"): after every batch of records the
-// writer appends an Ed25519 signature over the last record's hash (a
-// checkpoint), and the head is signed too. VerifyFileSigned checks every
+// signature file (the log path + ".sig"): after batches of records, at
+// most every SignInterval, the log's timer goroutine (never an Append)
+// appends an Ed25519 signature over the last record's hash (a checkpoint),
+// and the head is signed too. VerifyFileSigned checks every
 // checkpoint against the public key and fails on records no checkpoint
 // covers, so records appended or edited by someone without the key are
 // reported. Truncating the log and its signature file back to an earlier
@@ -117,7 +118,14 @@ func hashLine(line []byte) string { return hexSum(sha256.Sum256(line)) }
 // arriving one by one are written by their own request's goroutine (no
 // hand-off to another thread, which costs a thread wake-up per record on a
 // small machine), and records arriving together are written in batches.
-// Checkpoints and head rewrites that are not yet due are done by a timer.
+//
+// Appenders never sign and never rewrite the head file: checkpoints (an
+// Ed25519 signature and a write to the signature file) and head rewrites
+// are the upkeep, done by the log's timers on their own goroutine, at most
+// every SignInterval and HeadInterval. Upkeep and record writes run side by
+// side (they write different files): an Append that arrives while a
+// checkpoint is being signed writes its record at once, and the next
+// checkpoint covers it.
 type Log struct {
 	path string
 	f    *os.File
@@ -137,23 +145,21 @@ type Log struct {
 	// pending counts appended records not yet written (queued or in the
 	// batch being written).
 	pending int
-	// writing is set while one goroutine (an Append, a timer or Close)
-	// writes; the fields below up to now are used only by it.
+	// writing is set while one goroutine (an Append, the goroutine an
+	// Append handed its backlog to, or Close) writes records; buf is used
+	// only by it.
 	writing bool
-	// kick asks the goroutine that is writing to look at the checkpoint
-	// and head again (a timer fired meanwhile).
-	kick bool
+	buf     bytes.Buffer
+	// upkeep is set while a timer's goroutine (or Close) signs a checkpoint
+	// or rewrites the head; lastSign and lastHead are used only by it.
+	upkeep bool
 	// unsigned is set while written records wait for their checkpoint
-	// (at most SignInterval).
+	// (at most SignInterval, plus the time to sign).
 	unsigned bool
 	// signArmed and headArmed are set while signTimer and headTimer run.
 	signArmed, headArmed bool
 	signTimer, headTimer *time.Timer
-
-	buf bytes.Buffer
-	// signHead is the head the next checkpoint signs; lastSign is when
-	// the last one was written.
-	signHead Head
+	// lastSign is when the last checkpoint was started.
 	lastSign time.Time
 	// dirty is set when the head sidecar is behind; lastHead is when it
 	// was last written.
@@ -161,6 +167,9 @@ type Log struct {
 	lastHead time.Time
 	// Now is the clock (tests); nil means time.Now.
 	now func() time.Time
+	// testHookSign, if set, runs on the upkeep goroutine before each
+	// checkpoint is signed (tests hold a checkpoint in progress with it).
+	testHookSign func()
 }
 
 // queueLen bounds the records waiting for the writer; Append blocks beyond
@@ -172,9 +181,9 @@ const queueLen = 4096
 // a damaged log is looked at (with Verify) before more is written to it.
 func Open(path string) (*Log, error) { return open(path, nil) }
 
-// OpenSigned is Open for a signed log: after every batch of records a
-// checkpoint signed with key is appended to path + SigSuffix, and the head
-// is signed. Continuing an unsigned log is allowed: the first checkpoint
+// OpenSigned is Open for a signed log: after batches of records (at most
+// every SignInterval) a checkpoint signed with key is appended to path +
+// SigSuffix by the log's timer, and the head is signed. Continuing an unsigned log is allowed: the first checkpoint
 // covers every earlier record through the hash chain.
 func OpenSigned(path string, key ed25519.PrivateKey) (*Log, error) {
 	if len(key) != ed25519.PrivateKeySize {
@@ -268,8 +277,9 @@ func (l *Log) Path() string { return l.path }
 // Append adds r to the log. It fills in Seq, Prev and (if zero) Time. When
 // no other Append is writing, it writes r (and whatever others queued
 // meanwhile) before it returns; otherwise it queues r for the one that is.
-// It returns the sticky error of an earlier failed write, in which case the
-// gateway must stop allowing traffic.
+// It never signs a checkpoint or rewrites the head file (the log's timers
+// do, see Log). It returns the sticky error of an earlier failed write, in
+// which case the gateway must stop allowing traffic.
 func (l *Log) Append(r Record) error {
 	if r.Time.IsZero() {
 		r.Time = l.now()
@@ -303,31 +313,14 @@ func (l *Log) Append(r Record) error {
 // request waits on the log for long.
 const appendRounds = 2
 
-// timerFired runs when the checkpoint or head timer is up: it does what is
-// due, or leaves it to the goroutine writing at the time.
-func (l *Log) timerFired(armed *bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	*armed = false
-	if l.closed {
-		return
-	}
-	if l.writing {
-		l.kick = true
-		return
-	}
-	l.writing = true
-	l.runLocked(0)
-}
-
 // runLocked is the writer: called with l.mu held and l.writing set, it
-// writes the queued records, signs and rewrites the head when due (or arms
-// their timers), until nothing is left, then clears l.writing. It releases
-// l.mu around file writes. After rounds batches (0: no limit) it hands
-// what is left to a new goroutine, which keeps l.writing.
+// writes the queued records in batches until none is left, then clears
+// l.writing. It releases l.mu around file writes. After rounds batches (0:
+// no limit) it hands what is left to a new goroutine, which keeps
+// l.writing.
 func (l *Log) runLocked(rounds int) {
-	for n := 1; ; n++ {
-		if rounds > 0 && n > rounds && len(l.queue) > 0 {
+	for n := 1; len(l.queue) > 0; n++ {
+		if rounds > 0 && n > rounds {
 			go func() {
 				l.mu.Lock()
 				defer l.mu.Unlock()
@@ -336,67 +329,101 @@ func (l *Log) runLocked(rounds int) {
 			return
 		}
 		l.writeQueuedLocked()
-		l.kick = false
-		if l.key != nil && l.unsigned && l.err == nil {
-			if wait := SignInterval - time.Since(l.lastSign); wait <= 0 {
-				l.signLocked()
-			} else if !l.signArmed {
-				l.signArmed = true
-				l.signTimer.Reset(wait)
-			}
-		}
-		if l.dirty {
-			if since := time.Since(l.lastHead); since >= HeadInterval {
-				l.flushHeadLocked()
-			} else if !l.headArmed {
-				l.headArmed = true
-				l.headTimer.Reset(HeadInterval - since)
-			}
-		}
-		if len(l.queue) == 0 && !l.kick {
-			break
-		}
 	}
 	l.writing = false
 	l.flushed.Broadcast()
 }
 
-// writeQueuedLocked writes the queued records as one batch (one write).
+// writeQueuedLocked writes the queued records as one batch (one write) and
+// arms the upkeep timers for the checkpoint and head that now are due.
 func (l *Log) writeQueuedLocked() {
-	if len(l.queue) > 0 {
-		batch := l.queue
-		l.queue = l.spare[:0]
-		head, failed := l.head, l.err != nil
-		l.mu.Unlock()
-		var werr error
-		if !failed {
-			l.buf.Reset()
-			for i := range batch {
-				head = l.encode(&batch[i], head)
-			}
-			_, werr = l.f.Write(l.buf.Bytes())
+	if len(l.queue) == 0 {
+		return
+	}
+	batch := l.queue
+	l.queue = l.spare[:0]
+	head, failed := l.head, l.err != nil
+	l.mu.Unlock()
+	var werr error
+	if !failed {
+		l.buf.Reset()
+		for i := range batch {
+			head = l.encode(&batch[i], head)
 		}
-		clear(batch)
-		l.mu.Lock()
-		l.spare = batch[:0]
-		l.pending -= len(batch)
+		_, werr = l.f.Write(l.buf.Bytes())
+	}
+	clear(batch)
+	l.mu.Lock()
+	l.spare = batch[:0]
+	l.pending -= len(batch)
+	switch {
+	case failed:
+		// After a failed write nothing more is written: the chain on
+		// disk would not continue where the in-memory head says.
+	case werr != nil:
+		if l.err == nil {
+			l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
+		}
+	default:
+		l.head = head
+		l.dirty = true
+		if l.key != nil {
+			l.unsigned = true
+		}
+		l.scheduleLocked()
+	}
+	l.flushed.Broadcast()
+}
+
+// scheduleLocked arms the checkpoint and head timers for upkeep that is
+// pending and not armed yet: a checkpoint SignInterval after the last one
+// (at once when that is past), the head HeadInterval after its last
+// rewrite. While the upkeep goroutine runs it is left to it: it looks
+// again when it is done.
+func (l *Log) scheduleLocked() {
+	if l.upkeep || l.closed {
+		return
+	}
+	signDue := l.unsigned && !l.signArmed && l.err == nil
+	headDue := l.dirty && !l.headArmed
+	if !signDue && !headDue {
+		return
+	}
+	now := time.Now()
+	if signDue {
+		l.signArmed = true
+		l.signTimer.Reset(max(0, SignInterval-now.Sub(l.lastSign)))
+	}
+	if headDue {
+		l.headArmed = true
+		l.headTimer.Reset(max(0, HeadInterval-now.Sub(l.lastHead)))
+	}
+}
+
+// timerFired runs on a timer's goroutine when the checkpoint or the head
+// timer is up: it does the upkeep that is due (both, when both are), or
+// leaves it to the goroutine doing upkeep at the time.
+func (l *Log) timerFired(armed *bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*armed = false
+	if l.closed || l.upkeep {
+		return
+	}
+	l.upkeep = true
+	for {
+		now := time.Now()
 		switch {
-		case failed:
-			// After a failed write nothing more is written: the chain on
-			// disk would not continue where the in-memory head says.
-		case werr != nil:
-			if l.err == nil {
-				l.err = fmt.Errorf("receipts: write %s: %w", l.path, werr)
-			}
+		case l.unsigned && l.err == nil && now.Sub(l.lastSign) >= SignInterval:
+			l.signLocked()
+		case l.dirty && now.Sub(l.lastHead) >= HeadInterval:
+			l.flushHeadLocked()
 		default:
-			l.head = head
-			l.dirty = true
-			if l.key != nil {
-				l.unsigned = true
-				l.signHead = head
-			}
+			l.upkeep = false
+			l.scheduleLocked()
+			l.flushed.Broadcast()
+			return
 		}
-		l.flushed.Broadcast()
 	}
 }
 
@@ -421,14 +448,19 @@ func (l *Log) encode(r *Record, head Head) Head {
 }
 
 // signLocked writes a checkpoint for the last written record (it
-// authenticates everything before it through the chain).
+// authenticates everything before it through the chain). It releases l.mu
+// while it signs and writes, so appends go on meanwhile; records written
+// in between stay unsigned for the next checkpoint.
 func (l *Log) signLocked() {
 	if !l.unsigned || l.err != nil {
 		return
 	}
 	l.lastSign = time.Now()
-	h := l.signHead
+	h := l.head
 	l.mu.Unlock()
+	if l.testHookSign != nil {
+		l.testHookSign()
+	}
 	cp := Checkpoint{Seq: h.Seq, Records: h.Records, Hash: h.Hash}
 	cp.Key, cp.Sig = sign(l.key, cp.Seq, cp.Records, cp.Hash)
 	line, _ := json.Marshal(cp)
@@ -437,7 +469,7 @@ func (l *Log) signLocked() {
 	if err != nil && l.err == nil {
 		l.err = fmt.Errorf("receipts: write %s: signature file: %w", l.path, err)
 	}
-	l.unsigned = false
+	l.unsigned = l.head.Records != h.Records
 	l.flushed.Broadcast()
 }
 
@@ -487,10 +519,10 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
-	for l.writing {
+	for l.writing || l.upkeep {
 		l.flushed.Wait()
 	}
-	l.writing = true
+	l.writing, l.upkeep = true, true
 	for len(l.queue) > 0 {
 		l.writeQueuedLocked()
 	}
@@ -503,7 +535,7 @@ func (l *Log) Close() error {
 	if l.dirty {
 		l.flushHeadLocked()
 	}
-	l.writing = false
+	l.writing, l.upkeep = false, false
 	l.flushed.Broadcast()
 	err := l.err
 	l.mu.Unlock()
@@ -523,11 +555,13 @@ const HeadInterval = 250 * time.Millisecond
 // SignInterval is the least time between two checkpoints of a signed log:
 // a batch written sooner after the last checkpoint is signed when the
 // interval is up (or on Close), together with whatever was written in
-// between. Signing (an Ed25519 signature and a write) once per batch was a
-// tenth of the gateway's CPU time when requests arrive one by one. A crash
-// can leave up to this much of the log without a checkpoint; verify
-// reports such a tail, as it did for a crash between a batch's two writes
-// before.
+// between; a batch written later is signed at once. Either way the
+// signature is made on the log's timer goroutine, not by the Append that
+// wrote the batch. Signing (an Ed25519 signature and a write) once per
+// batch was a tenth of the gateway's CPU time when requests arrive one by
+// one. A crash can leave up to this much of the log (plus the time one
+// signature takes) without a checkpoint; verify reports such a tail, as it
+// did for a crash between a batch's two writes before.
 const SignInterval = 5 * time.Millisecond
 
 // writeHead replaces the head sidecar atomically.

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -327,5 +330,210 @@ func TestConcurrentAppendsSigned(t *testing.T) {
 	}
 	if _, err := VerifyFileSigned(path, pub, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// holdSigning makes the log's next checkpoint wait, once it has started,
+// until release is called; entered receives when it has started. Later
+// checkpoints go through. signedInAppend reports whether a checkpoint was
+// ever signed on a goroutine inside Append (never held). Defer release
+// after deferring Close, so that a failing test does not hang in Close.
+func holdSigning(l *Log) (entered <-chan struct{}, release func(), signedInAppend *atomic.Bool) {
+	ent := make(chan struct{}, 1)
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	signedInAppend = &atomic.Bool{}
+	var first atomic.Bool
+	l.testHookSign = func() {
+		if strings.Contains(string(debug.Stack()), "receipts.(*Log).Append") {
+			// Never held, and the test that waits for entered fails
+			// instead of hanging.
+			signedInAppend.Store(true)
+			select {
+			case ent <- struct{}{}:
+			default:
+			}
+			return
+		}
+		if first.Swap(true) {
+			return
+		}
+		ent <- struct{}{}
+		<-held
+	}
+	return ent, release, signedInAppend
+}
+
+func checkpointsOf(t *testing.T, path string, pub ed25519.PublicKey) []Checkpoint {
+	t.Helper()
+	cps, probs, err := readCheckpoints(path+SigSuffix, pub)
+	if err != nil || len(probs) > 0 {
+		t.Fatalf("signature file: %v %+v", err, probs)
+	}
+	return cps
+}
+
+// TestAppendLeavesSigningToTimers: Append writes the record and returns
+// without signing; the checkpoint is made on the log's timer goroutine
+// afterwards.
+func TestAppendLeavesSigningToTimers(t *testing.T) {
+	t.Parallel()
+	key, pub := testKey(t)
+	path := filepath.Join(t.TempDir(), "timer.jsonl")
+	l, err := OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	entered, release, inAppend := holdSigning(l)
+	defer release()
+	// The first checkpoint is due at once: the timer starts it and holds
+	// in the hook, before anything is signed or written.
+	if err := l.Append(Record{Protocol: "https", Host: "a.test", Rule: 0, Decision: Allow}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lines(t, path)); n != 1 {
+		t.Fatalf("%d record lines after Append returned, want 1", n)
+	}
+	if cps := checkpointsOf(t, path, pub); len(cps) != 0 {
+		t.Fatalf("checkpoint written before the timer's signature was released: %+v", cps)
+	}
+	<-entered
+	release()
+	// Sync waits for the condition (the record covered by a checkpoint).
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if inAppend.Load() {
+		t.Fatal("a checkpoint was signed inside Append")
+	}
+	if cps := checkpointsOf(t, path, pub); len(cps) != 1 || cps[0].Records != 1 {
+		t.Fatalf("checkpoints %+v, want one for record 0", cps)
+	}
+	if rep, err := VerifyFileSigned(path, pub, false); err != nil || rep.Records != 1 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}
+
+// TestAppendsDuringCheckpoint: records appended (concurrently) while a
+// checkpoint is being signed do not wait for it: they are in the log when
+// their Append returns, the checkpoint in progress does not cover them, and
+// the next one does.
+func TestAppendsDuringCheckpoint(t *testing.T) {
+	t.Parallel()
+	key, pub := testKey(t)
+	path := filepath.Join(t.TempDir(), "during.jsonl")
+	l, err := OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	entered, release, inAppend := holdSigning(l)
+	defer release()
+	if err := l.Append(Record{Protocol: "https", Host: "first.test", Rule: 0, Decision: Allow}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the checkpoint for record 0 is in progress, and stays so
+	if inAppend.Load() {
+		t.Fatal("a checkpoint was signed inside Append")
+	}
+	const workers, each = 4, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if err := l.Append(Record{Protocol: "https", Host: fmt.Sprintf("w%d-%d.test", w, i), Rule: 0, Decision: Allow}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// An Append that found another writing left its record to that one:
+	// wait until every record is written (the checkpoint is still held).
+	l.mu.Lock()
+	for l.pending > 0 && l.err == nil {
+		l.flushed.Wait()
+	}
+	l.mu.Unlock()
+	const total = 1 + workers*each
+	if n := len(lines(t, path)); n != total {
+		t.Fatalf("%d record lines while the checkpoint is held, want %d (appends must not wait for signing)", n, total)
+	}
+	if cps := checkpointsOf(t, path, pub); len(cps) != 0 {
+		t.Fatalf("checkpoints %+v while the first one is held", cps)
+	}
+	release()
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	cps := checkpointsOf(t, path, pub)
+	if len(cps) < 2 || cps[0].Records != 1 || cps[len(cps)-1].Records != total {
+		t.Fatalf("checkpoints %+v, want the held one for record 0, then one covering all %d", cps, total)
+	}
+	if inAppend.Load() {
+		t.Fatal("a checkpoint was signed inside Append")
+	}
+	if rep, err := VerifyFileSigned(path, pub, false); err != nil || rep.Records != total || !rep.Signed {
+		t.Fatalf("after concurrent appends during a checkpoint: %+v %v", rep, err)
+	}
+}
+
+// TestCloseSignsEverything: Close writes what is queued, signs it and
+// rewrites the head, however soon after the appends it comes.
+func TestCloseSignsEverything(t *testing.T) {
+	t.Parallel()
+	key, pub := testKey(t)
+	for _, tc := range []struct {
+		name             string
+		workers, perWork int
+	}{
+		{"empty", 0, 0},
+		{"one record", 1, 1},
+		{"one appender", 1, 300},
+		{"concurrent appenders", 8, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "close.jsonl")
+			l, err := OpenSigned(path, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for w := range tc.workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range tc.perWork {
+						if err := l.Append(Record{Protocol: "dns", Host: fmt.Sprintf("w%d-%d.test", w, i), Rule: -1, Decision: Deny}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Append(Record{Protocol: "dns", Rule: -1, Decision: Deny}); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Append after Close: %v", err)
+			}
+			want := uint64(tc.workers * tc.perWork)
+			rep, err := VerifyFileSigned(path, pub, false)
+			if err != nil || rep.Records != want || !rep.HeadChecked || rep.AfterHead != 0 {
+				t.Fatalf("after Close: %+v %v", rep, err)
+			}
+			var h Head
+			b, _ := os.ReadFile(path + HeadSuffix)
+			if err := json.Unmarshal(b, &h); err != nil || h.Records != want || (want > 0 && h.Sig == "") {
+				t.Fatalf("head after Close: %s %v", b, err)
+			}
+		})
 	}
 }
