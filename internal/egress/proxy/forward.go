@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -221,15 +222,13 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		return
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	// Keep "trailers" in TE for gRPC; everything else in TE is hop-by-hop.
 	keepTE := headerHasToken(r.Header, "Te", "trailers")
 	// A shallow copy: the outgoing request takes over the incoming one's
 	// header map (rewritten in place below; nothing reads the incoming
 	// headers after this point, and the servers decided the connection's
 	// fate, Connection: close included, when they read the request).
-	outreq := r.WithContext(ctx)
+	outreq := r.WithContext(r.Context())
 	outreq.RequestURI = ""
 	outreq.URL = &url.URL{
 		Scheme:   t.scheme,
@@ -318,14 +317,35 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	}
 
 	f := &flow{req: preq, rec: rec}
-	f.addCloser(cancel)
 	p.track(f)
 	defer p.untrack(f)
 
 	var resp *http.Response
 	if r.ProtoMajor < 2 && directEligible(outreq, ws) {
-		resp, err = p.roundTripDirect(outreq, t)
+		// Stopping the request closes its connections (flow.closeAll), so
+		// it needs no context of its own. On the HTTP/1 loop the
+		// connection's cancellation (client gone, revoke of the
+		// connection, Close) reaches the flow through the loop, without
+		// an allocation per request; through net/http, through the
+		// request's context.
+		var client net.Conn
+		if hw, ok := w.ResponseWriter.(*h1Response); ok {
+			client = hw.s.raw
+			hw.s.inflight.Store(f)
+			defer hw.s.inflight.CompareAndSwap(f, nil)
+			if r.Context().Err() != nil {
+				f.closeAll()
+			}
+		} else {
+			stop := context.AfterFunc(r.Context(), f.closeAll)
+			defer stop()
+		}
+		resp, err = p.roundTripDirect(outreq, t, f, client)
 	} else {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		f.addCloser(cancel)
+		outreq = outreq.WithContext(ctx)
 		rt := p.transport
 		if r.ProtoMajor < 2 {
 			rt = p.transport1

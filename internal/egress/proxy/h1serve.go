@@ -192,6 +192,7 @@ type h1Server struct {
 	p        *Proxy
 	ci       *connInfo
 	c        net.Conn
+	raw      net.Conn // under c (TCP, below TLS)
 	cr       *h1ConnReader
 	br       *bufio.Reader
 	bw       *bufio.Writer
@@ -203,11 +204,25 @@ type h1Server struct {
 	head     []byte
 	// lastMethod lets a client send a stray CRLF after a POST body.
 	lastMethod string
+	// inflight is the flow of the request on the direct upstream path,
+	// if any: the connection's cancellation closes it (abortInflight).
+	inflight atomic.Pointer[flow]
+}
+
+// abortInflight stops the request in flight, if any, when the
+// connection's context ends (the client went away, the connection was
+// revoked, the gateway closes).
+func (s *h1Server) abortInflight() {
+	if f := s.inflight.Load(); f != nil {
+		f.closeAll()
+	}
 }
 
 // serveH1 serves HTTP/1.x requests on c until the connection ends. It runs
 // on the caller's goroutine; the caller closes the connection afterwards.
-func (p *Proxy) serveH1(c net.Conn, ci *connInfo, tc *tls.Conn) {
+// raw is the connection under c (TCP, below TLS): what stopping a request
+// closes on the client's side.
+func (p *Proxy) serveH1(c, raw net.Conn, ci *connInfo, tc *tls.Conn) {
 	ctx, cancel := context.WithCancel(p.baseCtx)
 	defer cancel()
 	// Closing a TLS connection sends close_notify, as net/http's server.
@@ -217,7 +232,7 @@ func (p *Proxy) serveH1(c net.Conn, ci *connInfo, tc *tls.Conn) {
 		ci.flow.addCloser(cancel)
 		defer p.untrack(ci.flow)
 	}
-	s := &h1Server{p: p, ci: ci, c: c, lim: p.limits(), ctx: context.WithValue(ctx, ctxKey{}, ci)}
+	s := &h1Server{p: p, ci: ci, c: c, raw: raw, lim: p.limits(), ctx: context.WithValue(ctx, ctxKey{}, ci)}
 	if tc != nil {
 		st := tc.ConnectionState()
 		s.tlsState = &st
@@ -225,6 +240,7 @@ func (p *Proxy) serveH1(c net.Conn, ci *connInfo, tc *tls.Conn) {
 	if ra := c.RemoteAddr(); ra != nil {
 		s.remote = ra.String()
 	}
+	defer context.AfterFunc(ctx, s.abortInflight)()
 	s.cr = &h1ConnReader{c: c, remain: -1, cancel: cancel}
 	s.cr.cond.L = &s.cr.mu
 	s.bgTimer = time.AfterFunc(time.Hour, s.cr.backgroundRead)

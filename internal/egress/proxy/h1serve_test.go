@@ -644,7 +644,7 @@ func fuzzHandler(w http.ResponseWriter, r *http.Request) {
 func loopStatuses(p *Proxy, raw []byte) []string {
 	c := newMemConn(raw)
 	go c.closeWhenIdle(&fuzzActive)
-	p.serveH1(c, &connInfo{via: ViaTransparent}, nil)
+	p.serveH1(c, c, &connInfo{via: ViaTransparent}, nil)
 	return statusCodes(c.output())
 }
 

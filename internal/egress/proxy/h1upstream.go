@@ -187,7 +187,11 @@ func hostLiteralBare(h policy.Host) string {
 // roundTripDirect sends outreq (no body) to t over a pooled HTTP/1.1
 // connection and reads the response head on the calling goroutine. The
 // response body returns the connection to the pool when read to its end.
-func (p *Proxy) roundTripDirect(outreq *http.Request, t target) (*http.Response, error) {
+// The request is stopped (revoke, client gone, Close) by f.closeAll, which
+// closes the upstream connection (and client, the client's connection, when
+// not nil): that ends a blocked write or read without a context per
+// request. outreq's context (the client connection's) bounds the dial.
+func (p *Proxy) roundTripDirect(outreq *http.Request, t target, f *flow, client net.Conn) (*http.Response, error) {
 	ctx := outreq.Context()
 	key := t.scheme + "://" + outreq.URL.Host
 	lim := p.limits()
@@ -201,13 +205,17 @@ func (p *Proxy) roundTripDirect(outreq *http.Request, t target) (*http.Response,
 				return nil, err
 			}
 		}
-		// Cancelling the request (client gone, revoke) closes the connection,
-		// which ends a blocked write or read.
-		stop := context.AfterFunc(ctx, func() { pc.conn.Close() })
+		if !f.setUpstream(pc.conn, client) {
+			pc.conn.Close()
+			return nil, errFlowClosed
+		}
 		resp, err := pc.exchange(outreq, lim.ResponseHeaderTimeout, maxHead)
 		if err != nil {
-			stop()
+			stopped := !f.clearUpstream()
 			pc.conn.Close()
+			if stopped {
+				return nil, errFlowClosed
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -219,10 +227,14 @@ func (p *Proxy) roundTripDirect(outreq *http.Request, t target) (*http.Response,
 			}
 			return nil, err
 		}
-		resp.Body = &h1Body{rc: resp.Body, pc: pc, pool: &p.h1, stop: stop, reuse: !resp.Close && !outreq.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+		resp.Body = &h1Body{rc: resp.Body, pc: pc, pool: &p.h1, f: f, reuse: !resp.Close && !outreq.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 		return resp, nil
 	}
 }
+
+// errFlowClosed ends a direct request whose flow was closed (revoked, or
+// its client went away).
+var errFlowClosed = errors.New("request stopped (revoked or the client went away)")
 
 // exchange writes req and reads the final response head (skipping 1xx
 // informational responses other than 101).
@@ -265,7 +277,7 @@ type h1Body struct {
 	rc    io.ReadCloser
 	pc    *h1Conn
 	pool  *h1Pool
-	stop  func() bool
+	f     *flow
 	reuse bool
 	done  bool
 }
@@ -289,9 +301,9 @@ func (b *h1Body) finish(complete bool) {
 		return
 	}
 	b.done = true
-	// stop reports false when the request was cancelled and the
+	// clearUpstream reports false when the request was stopped and the
 	// connection already closed.
-	if b.stop() && complete && b.reuse {
+	if b.f.clearUpstream() && complete && b.reuse {
 		b.pool.put(b.pc)
 		return
 	}

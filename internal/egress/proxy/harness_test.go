@@ -93,7 +93,10 @@ type harness struct {
 	canaryP *egresstest.Canary // canaryIP:plainPort
 	echo    *egresstest.Canary // raw TCP echo on upstreamIP
 	seen    *seen
-	release chan struct{} // lets /slow finish
+	release chan struct{} // lets /slow and /hold finish
+	// held receives when /hold has its request, gone when /hold saw its
+	// client (the gateway) go away before release.
+	held, gone chan struct{}
 
 	mu      sync.Mutex
 	clients []*http.Transport
@@ -158,7 +161,7 @@ func (h *harness) defaultPolicy() *policy.Policy {
 // no goroutine leaked.
 func newHarness(t testing.TB) *harness {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	h := &harness{t: t, sink: &egresstest.Sink{}, seen: &seen{}, release: make(chan struct{})}
+	h := &harness{t: t, sink: &egresstest.Sink{}, seen: &seen{}, release: make(chan struct{}), held: make(chan struct{}, 4), gone: make(chan struct{}, 4)}
 	h.upCA = egresstest.NewCA(t)
 	var err error
 	h.gwCA, err = ca.NewEphemeral()
@@ -294,6 +297,17 @@ func (h *harness) upstreamHandler() http.Handler {
 			return
 		}
 		io.WriteString(w, "second\n")
+	})
+	// /hold sends nothing until release: the gateway waits for the
+	// response head meanwhile.
+	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+		h.held <- struct{}{}
+		select {
+		case <-h.release:
+			io.WriteString(w, "held\n")
+		case <-r.Context().Done():
+			h.gone <- struct{}{}
+		}
 	})
 	ws := func(w http.ResponseWriter, r *http.Request) {
 		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {

@@ -323,6 +323,12 @@ type flow struct {
 	mu      sync.Mutex
 	closers []func()
 	closed  bool
+	// upstream and client are the connections of a request on the direct
+	// HTTP/1.1 path while it runs (h1upstream.go): closing them is how
+	// the request is stopped, without a context of its own. client is
+	// nil for requests served by net/http.
+	upstream net.Conn
+	client   net.Conn
 }
 
 // addCloser registers how to stop the flow; if the flow was already revoked
@@ -343,10 +349,41 @@ func (f *flow) closeAll() {
 	fns := f.closers
 	f.closers = nil
 	f.closed = true
+	up, cl := f.upstream, f.client
+	f.upstream, f.client = nil, nil
 	f.mu.Unlock()
 	for _, fn := range fns {
 		fn()
 	}
+	if up != nil {
+		_ = up.Close()
+	}
+	if cl != nil {
+		_ = cl.Close()
+	}
+}
+
+// setUpstream makes closeAll close c (the upstream connection of the
+// request), and client, the client's connection, when not nil. It reports
+// false, and sets nothing, when the flow was already closed: the caller
+// closes c and gives up.
+func (f *flow) setUpstream(c, client net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.upstream, f.client = c, client
+	return true
+}
+
+// clearUpstream takes back what setUpstream set (the response is over). It
+// reports false when closeAll has closed the connections meanwhile.
+func (f *flow) clearUpstream() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.upstream, f.client = nil, nil
+	return !f.closed
 }
 
 func (p *Proxy) track(f *flow) *flow {
@@ -404,8 +441,13 @@ func (p *Proxy) Revoke() int {
 		}
 	}
 	p.mu.Unlock()
+	// Every victim is marked before any is closed: closing a connection's
+	// flow stops the request in flight on it too, which must then know
+	// that it was revoked (not that its client went away).
 	for _, f := range victims {
 		f.revoked.Store(true)
+	}
+	for _, f := range victims {
 		rec := f.rec
 		rec.Decision = receipts.Deny
 		rec.Time = time.Time{}

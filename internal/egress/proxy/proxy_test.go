@@ -610,6 +610,65 @@ ports = [%d]
 	})
 }
 
+// TestRevokeWhileAwaitingResponse: a request revoked while the gateway
+// waits for the upstream's response head ends with an error for the
+// client, its upstream connection is closed (the upstream sees its client
+// go), and it has one receipt of its own besides Revoke's, on the HTTP/1
+// loop (intercepted TLS) and through net/http (the explicit proxy's plain
+// HTTP) alike.
+func TestRevokeWhileAwaitingResponse(t *testing.T) {
+	for _, scheme := range []string{"https", "http"} {
+		t.Run(scheme, func(t *testing.T) {
+			h := newHarness(t)
+			c := h.client(false)
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := c.Get(h.url(scheme, "allowed.test", "/hold"))
+				if err == nil {
+					resp.Body.Close()
+					err = fmt.Errorf("revoked request got a response: %s", resp.Status)
+				} else {
+					err = nil
+				}
+				errc <- err
+			}()
+			<-h.held // the gateway now waits for the response head
+			h.pol.Store(h.policyFromTOML(fmt.Sprintf(`
+[[network.rules]]
+hosts = ["other.test"]
+cidrs = ["127.0.0.2/32"]
+ports = [%d, %d]
+`, h.upTLS.Port(), h.upPlain.Port())))
+			if n := h.p.Revoke(); n < 1 {
+				t.Fatalf("Revoke closed %d flows", n)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			<-h.gone // the upstream connection was closed
+			h.receipt(func(r receipts.Record) bool {
+				return r.Path == "/hold" && r.Reason == "revoked before the response arrived"
+			})
+			var own, revoked int
+			for _, r := range h.sink.Records() {
+				switch {
+				case r.Path != "/hold":
+				case strings.HasPrefix(r.Reason, "revoked:"):
+					revoked++
+				default:
+					own++
+					if r.Decision != receipts.Deny || r.Reason != "revoked before the response arrived" {
+						t.Errorf("request's receipt: %+v", r)
+					}
+				}
+			}
+			if own != 1 || revoked != 1 {
+				t.Fatalf("receipts for /hold: %d of its own, %d from Revoke; want 1 and 1: %+v", own, revoked, h.sink.Records())
+			}
+		})
+	}
+}
+
 func TestReceiptsFailClosed(t *testing.T) {
 	h := newHarness(t)
 	h.sink.Fail.Store(true)

@@ -275,7 +275,7 @@ func (p *Proxy) serveHTTPConn(c, raw net.Conn, ci *connInfo, tc *tls.Conn) bool 
 	if tc == nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
 		// HTTP/1.x: served on this goroutine (h1serve.go); the caller
 		// closes the connection afterwards.
-		p.serveH1(c, ci, tc)
+		p.serveH1(c, raw, ci, tc)
 		return false
 	}
 	p.tlsConns.Store(tc, ci)
