@@ -183,6 +183,11 @@ func (m *matcher) replaceAll(s []byte) ([]byte, []int, error) {
 		if lit.block != nil {
 			return nil, used, lit.block
 		}
+		if out == nil {
+			// Room for this replacement and the rest: usually the only
+			// allocation.
+			out = make([]byte, 0, len(s)-len(lit.from)+len(lit.to))
+		}
 		out = append(out, s[:i]...)
 		out = append(out, lit.to...)
 		used = append(used, lit.secret)
@@ -201,8 +206,11 @@ type Stream struct {
 	in     []byte // unprocessed input: the carry-over window plus new data
 	out    []byte // processed output not yet returned
 	outBuf []byte
-	srcErr error
-	err    error
+	// inP and outP are the pooled buffers in and outBuf started with,
+	// returned to the pool (the same pointers: no allocation) by release.
+	inP, outP *[]byte
+	srcErr    error
+	err       error
 	// Used is called with the secret index of each replacement.
 	used func(int)
 
@@ -270,8 +278,9 @@ func (s *Stream) Close() error {
 // maxHold when bytes are being held, and reports that.
 func (s *Stream) fill() (timedOut bool) {
 	if s.in == nil {
-		s.in = getBuf()[:0]
-		s.outBuf = getBuf()[:0]
+		s.inP, s.outP = getBuf(), getBuf()
+		s.in = (*s.inP)[:0]
+		s.outBuf = (*s.outP)[:0]
 	}
 	if cap(s.in)-len(s.in) < streamChunk/2 {
 		n := make([]byte, len(s.in), len(s.in)+streamChunk+s.m.maxLen)
@@ -311,19 +320,18 @@ const bufSize = 2 * streamChunk
 
 var bufs = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
 
-func getBuf() []byte { return *(bufs.Get().(*[]byte)) }
+func getBuf() *[]byte { return bufs.Get().(*[]byte) }
 
-func putBuf(b []byte) {
-	if cap(b) == bufSize {
-		b = b[:bufSize]
-		bufs.Put(&b)
-	}
-}
-
-// release returns the buffers once the stream has ended.
+// release returns the buffers once the stream has ended (the ones it
+// started with: a window that outgrew its buffer left that one unused).
 func (s *Stream) release() {
-	putBuf(s.in)
-	putBuf(s.outBuf)
+	if s.inP != nil {
+		bufs.Put(s.inP)
+	}
+	if s.outP != nil {
+		bufs.Put(s.outP)
+	}
+	s.inP, s.outP = nil, nil
 	s.in, s.outBuf, s.out = nil, nil, nil
 }
 
