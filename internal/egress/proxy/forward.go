@@ -30,7 +30,15 @@ type target struct {
 // CONNECT), Host must name the same host and port, else 421.
 func (p *Proxy) serveInner(w http.ResponseWriter, r *http.Request) {
 	ci := ciFrom(r.Context())
-	cw := &countingWriter{ResponseWriter: w, wc: ci.wc}
+	var cw *countingWriter
+	if hw, ok := w.(*h1Response); ok {
+		// The HTTP/1 loop serves one request at a time: its connection
+		// keeps one countingWriter for all of them.
+		cw = &hw.s.cw
+		*cw = countingWriter{ResponseWriter: w, wc: ci.wc}
+	} else {
+		cw = &countingWriter{ResponseWriter: w, wc: ci.wc}
+	}
 	scheme := "http"
 	if ci.tls {
 		scheme = "https"

@@ -204,6 +204,8 @@ type h1Server struct {
 	head     []byte
 	// lastMethod lets a client send a stray CRLF after a POST body.
 	lastMethod string
+	// cw wraps the response of the request being served (serveInner).
+	cw countingWriter
 	// inflight is the flow of the request on the direct upstream path,
 	// if any: the connection's cancellation closes it (abortInflight).
 	inflight atomic.Pointer[flow]

@@ -35,15 +35,19 @@ type h1Pool struct {
 	mu     sync.Mutex
 	gen    uint64 // bumped by closeIdle: older connections are not reused
 	closed bool
-	idle   map[string][]*h1Conn
+	idle   map[h1Key][]*h1Conn
 }
+
+// h1Key names the destination of a pooled connection (a struct of the
+// request's own strings: no key is built per request).
+type h1Key struct{ scheme, authority string }
 
 // h1MaxIdlePerKey matches the Transport's MaxIdleConnsPerHost.
 const h1MaxIdlePerKey = 64
 
 // h1Conn is one upstream connection.
 type h1Conn struct {
-	key  string
+	key  h1Key
 	gen  uint64
 	conn net.Conn
 	lr   *limitReader
@@ -76,7 +80,7 @@ func (l *limitReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (h *h1Pool) get(key string) *h1Conn {
+func (h *h1Pool) get(key h1Key) *h1Conn {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l := h.idle[key]
@@ -104,7 +108,7 @@ func (h *h1Pool) put(c *h1Conn) {
 		return
 	}
 	if h.idle == nil {
-		h.idle = map[string][]*h1Conn{}
+		h.idle = map[h1Key][]*h1Conn{}
 	}
 	h.idle[c.key] = append(h.idle[c.key], c)
 	h.mu.Unlock()
@@ -150,7 +154,7 @@ func idempotent(r *http.Request) bool {
 
 // dialH1 opens a connection to t through the policy-checked dialer, with
 // TLS verified like the Transport's for https.
-func (p *Proxy) dialH1(ctx context.Context, key string, t target, gen uint64) (*h1Conn, error) {
+func (p *Proxy) dialH1(ctx context.Context, key h1Key, t target, gen uint64) (*h1Conn, error) {
 	lim := p.limits()
 	addr := net.JoinHostPort(hostLiteralBare(t.host), strconv.Itoa(int(t.port)))
 	dctx, cancel := context.WithTimeout(ctx, lim.DialTimeout)
@@ -193,7 +197,7 @@ func hostLiteralBare(h policy.Host) string {
 // request. outreq's context (the client connection's) bounds the dial.
 func (p *Proxy) roundTripDirect(outreq *http.Request, t target, f *flow, client net.Conn) (*http.Response, error) {
 	ctx := outreq.Context()
-	key := t.scheme + "://" + outreq.URL.Host
+	key := h1Key{t.scheme, outreq.URL.Host}
 	lim := p.limits()
 	maxHead := int64(max(lim.MaxHeaderBytes, 1<<20))
 	for attempt := 0; ; attempt++ {
