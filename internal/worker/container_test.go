@@ -34,32 +34,47 @@ func dialClient(t *testing.T, sock string) (*wire.Client, net.Conn) {
 	return cl, c
 }
 
-// ServeListener serves every connection independently, each starting with
-// the ready event; one client leaving does not disturb another; ending the
-// context ends every connection.
-func TestServeListener(t *testing.T) {
+// listenerShell is a workspace and an Exec in it for listener tests.
+func listenerShell(t *testing.T) (string, *Exec) {
+	t.Helper()
 	ws, err := paths.CanonicalWorkspace(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := OpenFiles(ws, sandbox.WorkspaceWrite, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer files.Close()
-	shell := &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}}
-	sock := filepath.Join(t.TempDir(), "w.sock")
+	return ws, &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}}
+}
+
+// serveListener runs ServeListener on a fresh socket with copies of
+// proto (the container backend's ready event) until cancel; done gets its
+// result.
+func serveListener(t *testing.T, proto *Server) (sock string, cancel context.CancelFunc, done chan error) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "w.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done = make(chan error, 1)
 	go func() {
 		done <- ServeListener(ctx, ln, func() *Server {
-			return &Server{Files: files, Shell: shell, Ready: wire.Event{Backend: BackendContainer}}
+			return &Server{Files: proto.Files, Shell: proto.Shell, Ready: wire.Event{Backend: BackendContainer}}
 		})
 	}()
+	return sock, cancel, done
+}
+
+// ServeListener serves every connection independently, each starting with
+// the ready event; one client leaving does not disturb another; ending the
+// context ends every connection.
+func TestServeListener(t *testing.T) {
+	ws, shell := listenerShell(t)
+	files, err := OpenFiles(ws, sandbox.WorkspaceWrite, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	sock, cancel, done := serveListener(t, &Server{Files: files, Shell: shell})
 	c1, conn1 := dialClient(t, sock)
 	c2, conn2 := dialClient(t, sock)
 	defer conn2.Close()
@@ -141,21 +156,8 @@ func TestReadSpecEnv(t *testing.T) {
 // it killed; the same command from a client that only ends its requests
 // (half close) runs to its end and is answered.
 func TestHangUpKillsInFlight(t *testing.T) {
-	ws, err := paths.CanonicalWorkspace(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shell := &Exec{Workspace: ws, Env: []string{"PATH=" + os.Getenv("PATH")}}
-	sock := filepath.Join(t.TempDir(), "w.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- ServeListener(ctx, ln, func() *Server { return &Server{Shell: shell, Ready: wire.Event{Backend: BackendContainer}} })
-	}()
+	ws, shell := listenerShell(t)
+	sock, cancel, done := serveListener(t, &Server{Shell: shell})
 	defer func() {
 		cancel()
 		<-done
