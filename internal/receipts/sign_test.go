@@ -374,19 +374,27 @@ func checkpointsOf(t *testing.T, path string, pub ed25519.PublicKey) []Checkpoin
 	return cps
 }
 
+// heldSignedLog opens a signed log in a fresh directory whose checkpoints
+// hold in the test hook (holdSigning) until released.
+func heldSignedLog(t *testing.T) (l *Log, path string, pub ed25519.PublicKey, entered <-chan struct{}, release func(), inAppend *atomic.Bool) {
+	t.Helper()
+	key, pub := testKey(t)
+	path = filepath.Join(t.TempDir(), "held.jsonl")
+	l, err := OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release, inAppend = holdSigning(l)
+	return l, path, pub, entered, release, inAppend
+}
+
 // TestAppendLeavesSigningToTimers: Append writes the record and returns
 // without signing; the checkpoint is made on the log's timer goroutine
 // afterwards.
 func TestAppendLeavesSigningToTimers(t *testing.T) {
 	t.Parallel()
-	key, pub := testKey(t)
-	path := filepath.Join(t.TempDir(), "timer.jsonl")
-	l, err := OpenSigned(path, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, path, pub, entered, release, inAppend := heldSignedLog(t)
 	defer l.Close()
-	entered, release, inAppend := holdSigning(l)
 	defer release()
 	// The first checkpoint is due at once: the timer starts it and holds
 	// in the hook, before anything is signed or written.
@@ -422,14 +430,8 @@ func TestAppendLeavesSigningToTimers(t *testing.T) {
 // the next one does.
 func TestAppendsDuringCheckpoint(t *testing.T) {
 	t.Parallel()
-	key, pub := testKey(t)
-	path := filepath.Join(t.TempDir(), "during.jsonl")
-	l, err := OpenSigned(path, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, path, pub, entered, release, inAppend := heldSignedLog(t)
 	defer l.Close()
-	entered, release, inAppend := holdSigning(l)
 	defer release()
 	if err := l.Append(Record{Protocol: "https", Host: "first.test", Rule: 0, Decision: Allow}); err != nil {
 		t.Fatal(err)
