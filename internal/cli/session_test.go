@@ -233,12 +233,7 @@ func TestSessionCLIKilledBroker(t *testing.T) {
 func TestSessionExecClientKilled(t *testing.T) {
 	cfg, labels := sessionEnv(t)
 	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "hangup")
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	defer session(t, cfg, labels, "", "rm", id)
+	id := createSession(t, cfg, labels, ws, "hangup")
 	pidFile := filepath.Join(ws, "cmd.pid")
 	cmd := exec.Command(testenv.Vak(t), append(append([]string{"--config", cfg, "session", "exec"}, labels...), id, "--", "sh", "-c", "echo $$ > cmd.pid.tmp && mv cmd.pid.tmp cmd.pid; sleep 300; touch finished")...)
 	cmd.Dir = ws
@@ -278,6 +273,19 @@ func TestSessionExecClientKilled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "finished")); err == nil {
 		t.Fatal("the command ran to its end")
 	}
+}
+
+// createSession creates a session for task in ws with cfg and labels and
+// returns its ID; it is removed when the test ends.
+func createSession(t *testing.T, cfg string, labels []string, ws, task string) string {
+	t.Helper()
+	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", task)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	return id
 }
 
 // installSession creates a session with session.allow_install (exec
@@ -322,12 +330,7 @@ func TestSessionExecEnvAllowlist(t *testing.T) {
 	withEnv := writeConfig(t, "version = 1\n[sandbox]\nimage = \""+img+"\"\nenv = [\"EXTRA_TOOL_FLAGS\"]\n")
 	t.Setenv("EXTRA_TOOL_FLAGS", "copied")
 	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "envlist")
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	id := createSession(t, cfg, labels, ws, "envlist")
 	if code, _, errs := session(t, cfg, labels, "", "exec", "-e", "EXTRA_TOOL_FLAGS", id, "--", "true"); code != ExitUsage || !strings.Contains(errs, "not allowed") {
 		t.Fatalf("without sandbox.env: %d %q, want %d and not allowed", code, errs, ExitUsage)
 	}
@@ -342,12 +345,7 @@ func TestSessionExecEnvAllowlist(t *testing.T) {
 func TestSessionExecStdinStreams(t *testing.T) {
 	cfg, labels := sessionEnv(t)
 	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "stream")
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	defer session(t, cfg, labels, "", "rm", id)
+	id := createSession(t, cfg, labels, ws, "stream")
 
 	pr, pw := io.Pipe()
 	outw := &lockedBuffer{}

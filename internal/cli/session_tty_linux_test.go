@@ -23,12 +23,7 @@ import (
 func TestSessionExecTTY(t *testing.T) {
 	cfg, labels := sessionEnv(t)
 	ws := tempWorkspace(t)
-	code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "tty")
-	if code != 0 {
-		t.Fatalf("create: %d %s", code, errs)
-	}
-	id := strings.TrimSpace(out)
-	t.Cleanup(func() { session(t, cfg, labels, "", "rm", id) })
+	id := createSession(t, cfg, labels, ws, "tty")
 	// Through sh -c, as the -t command below (sh counts SHLVL).
 	code, plainEnv, errs := session(t, cfg, labels, "", "exec", id, "--", "sh", "-c", "env")
 	if code != 0 {
