@@ -21,6 +21,14 @@
 // skips the cold contenders.
 //
 //	go run ./bench/landlock -n 200 -warm -warm-against /tmp/bench-landlock-before -warm-against-vak /tmp/vak-before
+//
+// With -files N the workspace is not empty but holds N small files in a
+// tree of directories of ten (three levels, like a vendored dependency
+// tree) and a .git directory: the tripwire walks it before and after every
+// command, so this shows how the per-command cost grows with the
+// workspace.
+//
+//	go run ./bench/landlock -n 100 -warm -files 10000
 package main
 
 import (
@@ -54,6 +62,7 @@ func main() {
 	warmAgainstVak := flag.String("warm-against-vak", "", "the vak binary of -warm-against's build (its worker)")
 	warmServe := flag.Bool("warm-serve", false, "serve warm round trips on stdin for -warm-against (internal)")
 	vakBin := flag.String("vak", "", "a built vak binary to measure (default: build cmd/vak of this tree)")
+	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
 	flag.Parse()
 	vak := *vakBin
 	if vak == "" {
@@ -75,6 +84,11 @@ func main() {
 	ws, err := paths.CanonicalWorkspace(dir)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *files > 0 {
+		if err := fill(ws, *files); err != nil {
+			log.Fatal(err)
+		}
 	}
 	cfgFile := dir + ".toml"
 	os.WriteFile(cfgFile, []byte("version = 1\n[sandbox]\nbackend = \"landlock\"\n"), 0o600)
@@ -251,4 +265,31 @@ func serveWarm(vak string) {
 		}
 		fmt.Println(int64(d))
 	}
+}
+
+// fill writes n small files into ws, ten per directory, in a tree three
+// directories deep (vendor/d0/d3/d7/f4), plus a .git directory with a few
+// entries, as a repository with its dependencies would have.
+func fill(ws string, n int) error {
+	for _, d := range []string{".git/objects", ".git/refs/heads", ".git/hooks"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		d := i / 10
+		dir := filepath.Join(ws, "vendor", "d"+strconv.Itoa(d/100), "d"+strconv.Itoa(d/10%10), "d"+strconv.Itoa(d%10))
+		if i%10 == 0 {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i%10)), []byte("x\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
