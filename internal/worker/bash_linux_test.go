@@ -142,15 +142,7 @@ func TestProtStatsAsTreeStat(t *testing.T) {
 				t.Fatal(err)
 			}
 			shape(ws)
-			tr, err := fsguard.OpenTree(ws)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tr.Close()
-			sc, err := tr.Scan(false)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, sc := scanTree(t, ws)
 			for _, ps := range []*protStats{{}, {scan: &sc}} {
 				for _, rel := range fsguard.ExpandProtected(sandbox.DefaultProtected, sc.GitRoots()) {
 					want, werr := tr.Stat(rel)
@@ -164,6 +156,22 @@ func TestProtStatsAsTreeStat(t *testing.T) {
 	}
 }
 
+// scanTree opens ws as a tree, closed when the test ends, and scans it as
+// the tripwire's pass before a command does.
+func scanTree(t *testing.T, ws string) (*fsguard.Tree, fsguard.Scan) {
+	t.Helper()
+	tr, err := fsguard.OpenTree(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	sc, err := tr.Scan(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, sc
+}
+
 // An entry created after the Scan read the workspace directory is absent to
 // protStats: its answer is what Tree.Stat said when the Scan listed the
 // directory (the tripwire's doc says why that is harmless), and an entry
@@ -174,15 +182,7 @@ func TestProtStatsAnswerAsListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(ws, ".envrc"), nil, 0o644)
-	tr, err := fsguard.OpenTree(ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	sc, err := tr.Scan(false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, sc := scanTree(t, ws)
 	listed := map[string]fsguard.Entry{}
 	for _, rel := range []string{".vscode", ".config/mise"} {
 		if listed[rel], err = tr.Stat(rel); err != nil {
