@@ -737,6 +737,10 @@ type walker struct {
 	// before they are visited; complete says the directory was read to its
 	// end (no read error, no MaxWalkEntries stop).
 	onList func(rel []string, ents []dirent, complete bool)
+	// opened, if set, is called with the descriptor of every directory
+	// the walk enters, before it reads it, or with the error that kept the
+	// walk from opening it; false skips the directory.
+	opened func(fd int, rel []string, err error) bool
 	// cost is the match work one path segment costs (the total length of
 	// the glob patterns consulted per entry), charged against MaxMatchWork.
 	cost      int
@@ -791,6 +795,12 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 		}
 		// A directory swapped for a symbolic link since getdents fails here.
 		cfd, err := openat2(fd, e.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, strictResolve)
+		if w.opened != nil && !w.opened(cfd, child, err) {
+			if err == nil {
+				unix.Close(cfd)
+			}
+			continue
+		}
 		if err != nil {
 			continue
 		}

@@ -1,0 +1,344 @@
+package fsguard
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireWatchAgrees fails the test unless the Watch's Scan is the Scan a
+// full walk gives now (the walk is the positive control: it sees every
+// change, so a change the Watch missed shows as a difference).
+func requireWatchAgrees(t *testing.T, w *Watch, tree *Tree, step string) {
+	t.Helper()
+	requireWatchAgreesOrWalks(t, w, tree, step, false)
+}
+
+// requireWatchAgreesOrWalks is requireWatchAgrees where the Watch may have
+// given up (mayWalk): its Scan must still be right.
+func requireWatchAgreesOrWalks(t *testing.T, w *Watch, tree *Tree, step string, mayWalk bool) {
+	t.Helper()
+	want, err := tree.Scan(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.Scan(tree, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Err() != nil && !mayWalk {
+		t.Fatalf("%s: the watch gave up: %v", step, w.Err())
+	}
+	slices.Sort(want.Setuid)
+	slices.Sort(got.Setuid)
+	if !maps.Equal(got.Git, want.Git) || !slices.Equal(got.Setuid, want.Setuid) || got.Truncated != want.Truncated {
+		t.Fatalf("%s: watch and walk differ:\nwatch git %v setuid %q\nwalk  git %v setuid %q", step, got.GitNames(), got.Setuid, want.GitNames(), want.Setuid)
+	}
+	names := []string{".git", ".GIT", ".vscode", "a", "b", "A", "zz"}
+	if ents, err := os.ReadDir(tree.Path()); err == nil {
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	for _, n := range names {
+		if got.Lacks(n) != want.Lacks(n) {
+			t.Fatalf("%s: Lacks(%q): watch %v, walk %v", step, n, got.Lacks(n), want.Lacks(n))
+		}
+	}
+}
+
+// The Watch against the full walk over random changes of every kind the
+// tripwire must see: new directories with .git entries made in one go
+// (before any pass could watch them), renames of directories holding .git
+// entries, .git renamed to a plain name and back, directories moved out of
+// the workspace and in from outside, RENAME_EXCHANGE, symbolic links in
+// place of directories, hard links, and setuid and setgid bits set by
+// chmod and by creation.
+func TestWatchAgreesWithWalk(t *testing.T) {
+	names := []string{"a", "b", "c", ".git", ".GIT", "x.git", "a b"}
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			hw := newHostWorld(t)
+			out := filepath.Join(hw.other, "moved")
+			os.MkdirAll(out, 0o755)
+			r := rand.New(rand.NewPCG(seed, 7))
+			pick := func() string {
+				segs := make([]string, 1+r.IntN(4))
+				for i := range segs {
+					segs[i] = names[r.IntN(len(names))]
+				}
+				return filepath.Join(segs...)
+			}
+			w := NewWatch(hw.ws)
+			defer w.Close()
+			requireWatchAgrees(t, w, hw.tree, "empty")
+			var log []string
+			linked := false
+			for i := range 300 {
+				p, q := pick(), pick()
+				abs := func(rel string) string { return filepath.Join(hw.ws, rel) }
+				op := r.IntN(14)
+				switch op {
+				case 0, 1:
+					os.MkdirAll(abs(p), 0o755)
+				case 2:
+					os.MkdirAll(filepath.Dir(abs(p)), 0o755)
+					os.WriteFile(abs(p), []byte("x"), 0o644)
+				case 3:
+					chmodFile(abs(p), os.ModeSetuid|0o755)
+				case 4:
+					chmodFile(abs(p), os.ModeSetgid|0o644)
+				case 5:
+					chmodFile(abs(p), 0o644)
+				case 6:
+					os.Rename(abs(p), abs(q))
+				case 7:
+					unix.Renameat2(unix.AT_FDCWD, abs(p), unix.AT_FDCWD, abs(q), unix.RENAME_EXCHANGE)
+				case 8:
+					os.RemoveAll(abs(p))
+				case 9:
+					// Links lead nowhere outside the test's directory: the
+					// operations here follow them.
+					os.Symlink([]string{"..", hw.other, "a"}[r.IntN(3)], abs(p))
+				case 10:
+					linked = linked || os.Link(abs(p), abs(q)) == nil
+				case 11:
+					// Out of the workspace, and later back in elsewhere.
+					os.RemoveAll(filepath.Join(out, "d"))
+					os.Rename(abs(p), filepath.Join(out, "d"))
+				case 12:
+					os.MkdirAll(filepath.Join(out, "d", "n", ".git"), 0o755)
+					os.Rename(filepath.Join(out, "d"), abs(q))
+				case 13:
+					os.MkdirAll(filepath.Dir(abs(p)), 0o755)
+					if fd, err := unix.Open(abs(p), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755); err == nil {
+						unix.Close(fd)
+					}
+				}
+				log = append(log, fmt.Sprintf("%d %q %q", op, p, q))
+				if r.IntN(3) == 0 {
+					requireWatchAgreesOrWalks(t, w, hw.tree, fmt.Sprintf("after step %d (last ops: %s)", i, strings.Join(log[max(0, len(log)-6):], "; ")), linked)
+				}
+			}
+			requireWatchAgreesOrWalks(t, w, hw.tree, "at the end", linked)
+			t.Logf("%d rebuilds", w.Rebuilds())
+		})
+	}
+}
+
+// An overflowing event queue (more changes than
+// fs.inotify.max_queued_events between two passes) makes the next Scan
+// walk again; a .git planted among the flood is found.
+func TestWatchOverflowRebuilds(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events")
+	if err != nil {
+		t.Skip(err)
+	}
+	max, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if max <= 0 || max > 100_000 {
+		t.Skipf("max_queued_events %d: too many to overflow here", max)
+	}
+	hw := newHostWorld(t)
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	requireWatchAgrees(t, w, hw.tree, "empty")
+	dir := filepath.Join(hw.ws, "flood")
+	os.Mkdir(dir, 0o755)
+	requireWatchAgrees(t, w, hw.tree, "flood dir")
+	for i := range max + 100 {
+		fd, err := unix.Open(filepath.Join(dir, strconv.Itoa(i)), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	os.MkdirAll(filepath.Join(dir, "deep", "er", ".git"), 0o755)
+	requireWatchAgrees(t, w, hw.tree, "after the flood")
+	if w.Rebuilds() != 1 {
+		t.Fatalf("rebuilds %d after an overflow, want 1", w.Rebuilds())
+	}
+	if _, err := w.Scan(hw.tree, true); err != nil || w.Rebuilds() != 1 {
+		t.Fatalf("a quiet pass rebuilt again: %d, %v", w.Rebuilds(), err)
+	}
+}
+
+// A tree with more directories than the Watch may watch makes it give up:
+// every Scan is then a full walk, and still right.
+func TestWatchGivesUpOverLimit(t *testing.T) {
+	hw := newHostWorld(t)
+	for i := range 6 {
+		os.MkdirAll(filepath.Join(hw.ws, strconv.Itoa(i)), 0o755)
+	}
+	w := NewWatch(hw.ws)
+	w.limit = 4
+	defer w.Close()
+	sc, err := w.Scan(hw.tree, true)
+	if err != nil || w.Err() == nil || !strings.Contains(w.Err().Error(), "more than 4 directories") {
+		t.Fatalf("Scan over the limit: %v; Err %v", err, w.Err())
+	}
+	os.MkdirAll(filepath.Join(hw.ws, "3", "n", ".git"), 0o755)
+	if sc, err = w.Scan(hw.tree, true); err != nil || sc.Git["3/n/.git"].Kind != Dir {
+		t.Fatalf("walk after giving up missed 3/n/.git: %v %v", sc.GitNames(), err)
+	}
+}
+
+// The workspace directory renamed away and a new one made at its path:
+// the Watch rebuilds on the new directory.
+func TestWatchWorkspaceReplaced(t *testing.T) {
+	hw := newHostWorld(t)
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	requireWatchAgrees(t, w, hw.tree, "empty")
+	if err := os.Rename(hw.ws, hw.ws+".old"); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(hw.ws, "r", ".git"), 0o755)
+	tree, err := OpenTree(hw.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	requireWatchAgrees(t, w, tree, "new workspace")
+	if w.Rebuilds() != 1 {
+		t.Fatalf("rebuilds %d, want 1", w.Rebuilds())
+	}
+}
+
+// Two paths to one directory (a bind mount inside the workspace): one
+// watch cannot tell them apart, so the Watch gives up and walks.
+func TestWatchGivesUpOnBindMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind mount")
+	}
+	hw := newHostWorld(t)
+	os.MkdirAll(filepath.Join(hw.ws, "a"), 0o755)
+	os.MkdirAll(filepath.Join(hw.ws, "b"), 0o755)
+	if err := unix.Mount(filepath.Join(hw.ws, "a"), filepath.Join(hw.ws, "b"), "", unix.MS_BIND, ""); err != nil {
+		t.Skip(err)
+	}
+	defer unix.Unmount(filepath.Join(hw.ws, "b"), unix.MNT_DETACH)
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	if _, err := w.Scan(hw.tree, true); err != nil || w.Err() == nil || !strings.Contains(w.Err().Error(), "are one directory") {
+		t.Fatalf("bind mount: %v; Err %v", err, w.Err())
+	}
+	os.Mkdir(filepath.Join(hw.ws, "a", ".git"), 0o755)
+	sc, err := w.Scan(hw.tree, true)
+	if err != nil || sc.Git["a/.git"].Kind != Dir || sc.Git["b/.git"].Kind != Dir {
+		t.Fatalf("walk after giving up: %v %v", sc.GitNames(), err)
+	}
+}
+
+// A nil Watch is a full walk.
+func TestWatchNil(t *testing.T) {
+	hw := newHostWorld(t)
+	os.MkdirAll(filepath.Join(hw.ws, "q", ".git"), 0o755)
+	var w *Watch
+	sc, err := w.Scan(hw.tree, false)
+	if err != nil || sc.Git["q/.git"].Kind != Dir || w.Err() == nil || w.Close() != nil {
+		t.Fatalf("nil watch: %v %v", sc.GitNames(), err)
+	}
+}
+
+// Ways to give a file the setuid bit that raise no event for any name the
+// Watch records: through a second hard link (inside .git, which Tree.Scan
+// never enters, or anywhere), through a descriptor whose name is gone,
+// and behind a directory the Watch cannot open. Each ends with the file
+// found, as the full walk (the positive control) finds it.
+func TestWatchSetuidThroughOtherNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(t *testing.T, ws string)
+	}{
+		{"hard link inside .git", func(t *testing.T, ws string) {
+			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, ".git", "y")))
+			must(t, os.Chmod(filepath.Join(ws, ".git", "y"), os.ModeSetuid|0o755))
+		}},
+		{"fchmod after unlink of a second name", func(t *testing.T, ws string) {
+			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "y")))
+			f, err := os.Open(filepath.Join(ws, "d", "y"))
+			must(t, err)
+			defer f.Close()
+			must(t, os.Remove(filepath.Join(ws, "d", "y")))
+			must(t, f.Chmod(os.ModeSetuid|0o755))
+		}},
+		{"a directory it cannot open", func(t *testing.T, ws string) {
+			if os.Geteuid() == 0 {
+				t.Skip("root opens any directory")
+			}
+			must(t, os.Chmod(filepath.Join(ws, "d"), 0o300)) // write and search, no read
+			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "y")))
+			defer os.Chmod(filepath.Join(ws, "d"), 0o755)
+			must(t, os.Chmod(filepath.Join(ws, "d", "y"), os.ModeSetuid|0o755))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hw := newHostWorld(t)
+			os.MkdirAll(filepath.Join(hw.ws, ".git"), 0o755)
+			os.MkdirAll(filepath.Join(hw.ws, "d"), 0o755)
+			writeFile(t, filepath.Join(hw.ws, "x"), "#!/bin/sh\n")
+			w := NewWatch(hw.ws)
+			defer w.Close()
+			requireWatchAgrees(t, w, hw.tree, "before")
+			tc.do(t, hw.ws)
+			requireWatchAgreesOrWalks(t, w, hw.tree, "after", true)
+			sc, err := w.Scan(hw.tree, true)
+			if err != nil || !slices.Contains(sc.Setuid, "x") {
+				t.Fatalf("setuid x not found: %q %v (watch: %v)", sc.Setuid, err, w.Err())
+			}
+		})
+	}
+}
+
+// A regular file with a second name when the Watch starts: it walks.
+func TestWatchGivesUpOnHardLinks(t *testing.T) {
+	hw := newHostWorld(t)
+	writeFile(t, filepath.Join(hw.ws, "x"), "x")
+	must(t, os.Link(filepath.Join(hw.ws, "x"), filepath.Join(hw.ws, "y")))
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	requireWatchAgreesOrWalks(t, w, hw.tree, "linked", true)
+	if w.Err() == nil || !strings.Contains(w.Err().Error(), "hard links") {
+		t.Fatalf("Err %v, want the hard links", w.Err())
+	}
+}
+
+// chmodFile changes the mode of p if it is a regular file (never through
+// a final link, never a directory the test's clean-up must enter).
+func chmodFile(p string, mode os.FileMode) {
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		os.Chmod(p, mode)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chmod, then rename into place (how many tools install a file): the file
+// is looked at under its new name, without a walk.
+func TestWatchChmodThenRename(t *testing.T) {
+	hw := newHostWorld(t)
+	os.MkdirAll(filepath.Join(hw.ws, "bin"), 0o755)
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	requireWatchAgrees(t, w, hw.tree, "before")
+	writeFile(t, filepath.Join(hw.ws, ".tmp1"), "#!/bin/sh\n")
+	must(t, os.Chmod(filepath.Join(hw.ws, ".tmp1"), os.ModeSetuid|0o755))
+	must(t, os.Rename(filepath.Join(hw.ws, ".tmp1"), filepath.Join(hw.ws, "bin", "tool")))
+	requireWatchAgrees(t, w, hw.tree, "after")
+	if sc, _ := w.Scan(hw.tree, true); !slices.Equal(sc.Setuid, []string{"bin/tool"}) || w.Rebuilds() != 0 {
+		t.Fatalf("setuid %q, rebuilds %d", sc.Setuid, w.Rebuilds())
+	}
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package fsguard
+
+// Watch keeps a Tree.Scan current (Linux only: inotify).
+type Watch struct{}
+
+// NewWatch returns a Watch whose Scan is Tree.Scan.
+func NewWatch(ws string) *Watch { return &Watch{} }
+
+// Close does nothing here.
+func (w *Watch) Close() error { return nil }
+
+// Err says why the Watch walks every time: it is unsupported here.
+func (w *Watch) Err() error { return errUnsupported }
+
+// Rebuilds is always 0 here.
+func (w *Watch) Rebuilds() int { return 0 }
+
+// Scan is t.Scan(setuid).
+func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) { return t.Scan(setuid) }
