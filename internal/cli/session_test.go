@@ -398,3 +398,44 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A session's worker keeps the tripwire's walk of the workspace current
+// between commands (fsguard.Watch, from the second command on): what later
+// commands plant, in directories they create in one go, move in or
+// rename, is still removed and reported through `vak session exec`. The
+// directories around each plant survive: the commands did run.
+func TestSessionExecTripwire(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	ws := tempWorkspace(t)
+	if err := os.MkdirAll(filepath.Join(ws, "lib", "repo", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := createSession(t, cfg, labels, ws, "tripwire")
+	for _, tc := range []struct{ cmd, removed, kept string }{
+		{"true", "", ""},
+		{"mkdir -p a/b/c/.git && echo x > a/b/c/.git/config", "a/b/c/.git", "a/b/c"},
+		{"mkdir -p /tmp/x/y/.git && mv /tmp/x lib/x", "lib/x/y/.git", "lib/x/y"},
+		{"mkdir -p lib/plain/objects && mv lib/plain lib/.git", "lib/.git", "lib/repo/.git"},
+		{"mkdir -p d/e && mv d lib/d && echo 'gitdir: /x' > lib/d/e/.GIT", "lib/d/e/.GIT", "lib/d/e"},
+	} {
+		code, _, errs := session(t, cfg, labels, "", "exec", id, "--", "sh", "-c", tc.cmd)
+		if code != 0 {
+			t.Fatalf("%q: exit %d %s", tc.cmd, code, errs)
+		}
+		if tc.removed == "" {
+			if strings.Contains(errs, "protected path") {
+				t.Fatalf("%q: %s", tc.cmd, errs)
+			}
+			continue
+		}
+		if !strings.Contains(errs, "protected path "+tc.removed+";") {
+			t.Errorf("%q: no report of %s: %q", tc.cmd, tc.removed, errs)
+		}
+		if _, err := os.Lstat(filepath.Join(ws, tc.removed)); err == nil {
+			t.Errorf("%q: %s survived", tc.cmd, tc.removed)
+		}
+		if _, err := os.Lstat(filepath.Join(ws, tc.kept)); err != nil {
+			t.Errorf("%q: %s is gone too: %v", tc.cmd, tc.kept, err)
+		}
+	}
+}

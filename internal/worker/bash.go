@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,14 @@ type Exec struct {
 	// NoTripwire turns the checks around each command off (full access:
 	// nothing is sandboxed, and what the command does is the user's).
 	NoTripwire bool
+	// Watch, if set, keeps the tripwire's walk of the workspace current
+	// between commands (fsguard.Watch), so that a pass costs what changed
+	// rather than what the workspace holds. Set it only where every writer
+	// of the workspace shares this kernel: a worker beside its commands.
+	// It is used from the second command on: a worker that runs one
+	// command (vak run) walks twice, as without it, and does not pay for
+	// watches it would not use.
+	Watch *fsguard.Watch
 	// Lifeline, if set, is the stdin of every command instead of the
 	// request's (the docker backend: see Spec.Lifeline); an interactive
 	// command gets it on sandbox.InteractiveLifelineFD instead.
@@ -71,6 +80,10 @@ type Exec struct {
 	// none (os/exec would open and close it for each).
 	nullOnce sync.Once
 	null     *os.File
+
+	// watching is set once a command's tripwire finished: later commands
+	// use Watch.
+	watching atomic.Bool
 }
 
 // envName is compiled on first use: every worker process would pay for it

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vak/internal/fsguard"
 	"vak/internal/procfs"
 	"vak/internal/worker/wire"
 )
@@ -56,11 +57,17 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 	}
 	defer files.Close()
 	reg := newChildRegistry()
+	// Every command of the session, and every inner container of a
+	// --docker session, runs on this kernel: the tripwire can keep its
+	// walk current instead of repeating it.
+	watch := fsguard.NewWatch(spec.Workspace)
+	defer watch.Close()
 	shell := &Exec{
 		Workspace:      spec.Workspace,
 		Env:            spec.Env,
 		DefaultTimeout: spec.DefaultTimeout,
 		Protected:      spec.Protected,
+		Watch:          watch,
 		Launcher:       []string{self, ReapCommand, "--"},
 		Subreaper:      true,
 		reg:            reg,

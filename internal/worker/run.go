@@ -61,6 +61,13 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 		}
 		defer lifeline.Close()
 	}
+	var watch *fsguard.Watch
+	if spec.Mode != sandbox.FullAccess {
+		// The commands are ours, on this kernel: the tripwire can keep
+		// its walk current instead of repeating it.
+		watch = fsguard.NewWatch(spec.Workspace)
+		defer watch.Close()
+	}
 	srv := &Server{
 		Files: files,
 		Shell: &Exec{
@@ -69,6 +76,7 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
 			NoTripwire:     spec.Mode == sandbox.FullAccess,
+			Watch:          watch,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
 			Spawn:          entry.Spawn,

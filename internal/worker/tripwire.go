@@ -33,7 +33,16 @@ func (x *Exec) tripBefore() tripState {
 	if runtime.GOOS != "linux" {
 		return x.tripBeforeLegacy()
 	}
-	return snapshot(x.Workspace, x.Protected)
+	return snapshot(x.Workspace, x.Protected, x.watch())
+}
+
+// watch is the Watch to use for a pass: none before the first command's
+// tripwire finished (see Exec.Watch).
+func (x *Exec) watch() *fsguard.Watch {
+	if x.watching.Load() {
+		return x.Watch
+	}
+	return nil
 }
 
 // TripwireState is what a workspace's .git entries and protected paths
@@ -47,7 +56,7 @@ func Snapshot(ws string, protected []string) *TripwireState {
 	if runtime.GOOS != "linux" {
 		return nil
 	}
-	return &TripwireState{snapshot(ws, protected)}
+	return &TripwireState{snapshot(ws, protected, nil)}
 }
 
 // Sweep removes what was planted in ws since the snapshot and clears
@@ -63,13 +72,15 @@ func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResul
 	return x.tripAfter(s.st, res)
 }
 
-func snapshot(ws string, protected []string) tripState {
+// snapshot records the state of ws; w, if set, is the worker's Watch of
+// it.
+func snapshot(ws string, protected []string, w *fsguard.Watch) tripState {
 	t, err := fsguard.OpenTree(ws)
 	if err != nil {
 		return tripState{err: err}
 	}
 	defer t.Close()
-	sc, err := t.Scan(false)
+	sc, err := w.Scan(t, false)
 	if err != nil {
 		return tripState{err: err}
 	}
@@ -158,7 +169,10 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 		return fmt.Errorf("tripwire: %w", err)
 	}
 	defer t.Close()
-	sc, err := t.Scan(true)
+	sc, err := x.watch().Scan(t, true)
+	if x.Watch != nil {
+		x.watching.Store(true)
+	}
 	if err != nil {
 		return fmt.Errorf("tripwire: %w", err)
 	}
