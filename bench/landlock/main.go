@@ -86,7 +86,7 @@ func main() {
 		log.Fatal(err)
 	}
 	if *files > 0 {
-		if err := fill(ws, *files); err != nil {
+		if err := stats.Fill(ws, *files); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -265,31 +265,4 @@ func serveWarm(vak string) {
 		}
 		fmt.Println(int64(d))
 	}
-}
-
-// fill writes n small files into ws, ten per directory, in a tree three
-// directories deep (vendor/d0/d3/d7/f4), plus a .git directory with a few
-// entries, as a repository with its dependencies would have.
-func fill(ws string, n int) error {
-	for _, d := range []string{".git/objects", ".git/refs/heads", ".git/hooks"} {
-		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
-		return err
-	}
-	for i := 0; i < n; i++ {
-		d := i / 10
-		dir := filepath.Join(ws, "vendor", "d"+strconv.Itoa(d/100), "d"+strconv.Itoa(d/10%10), "d"+strconv.Itoa(d%10))
-		if i%10 == 0 {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i%10)), []byte("x\n"), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -38,6 +38,7 @@ func main() {
 	nCreate := flag.Int("n-create", 30, "create samples per contender")
 	nSnap := flag.Int("n-snap", 5, "snapshot samples")
 	image := flag.String("image", "vak-test:latest", "image")
+	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -52,6 +53,10 @@ func main() {
 	tmp, _ := filepath.EvalSymlinks(os.TempDir())
 	ws, _ := os.MkdirTemp(tmp, "vak-bench-ws-")
 	defer os.RemoveAll(ws)
+	if *files > 0 {
+		must(stats.Fill(ws, *files))
+		fmt.Printf("The workspace holds %d files (`-files`).\n\n", *files)
+	}
 	m := &taskenv.Manager{Worker: vak, Labels: labels}
 	defer cleanup(m)
 
@@ -85,14 +90,24 @@ func main() {
 	sock.Close()
 	must(s.Discard(ctx))
 
+	if *nCreate > 0 {
+		createToExec(ctx, m, vak, ws, *image, *nCreate, true_)
+	}
+	if *nSnap > 0 {
+		snapshots(ctx, m, ws, *image, *nSnap)
+	}
+}
+
+// createToExec measures create to first exec (2).
+func createToExec(ctx context.Context, m *taskenv.Manager, vak, ws, image string, nCreate int, true_ taskenv.Command) {
 	// 2. Create to first exec.
 	cold := &stats.Sample{Name: "session create + first exec (cold)"}
 	warm := &stats.Sample{Name: "session create + first exec (warm pool)"}
 	run := &stats.Sample{Name: "`docker run --rm --network none IMAGE true`"}
 	pooled := &taskenv.Manager{Worker: vak, Labels: labels, PoolSize: 1}
 	defer cleanup(pooled)
-	spec := taskenv.Spec{Workspace: ws, BaseImage: *image}
-	for i := -2; i < *nCreate; i++ {
+	spec := taskenv.Spec{Workspace: ws, BaseImage: image}
+	for i := -2; i < nCreate; i++ {
 		spec.Task = fmt.Sprintf("cold%d", i+2)
 		var cs *taskenv.Session
 		d1 := timeIt(func() error {
@@ -117,7 +132,7 @@ func main() {
 		})
 		must(ws.Discard(ctx))
 		d3 := timeIt(func() error {
-			return stats.RunQuiet("docker", "run", "--rm", "--network", "none", "--label", "vak.bench=session", *image, "true")
+			return stats.RunQuiet("docker", "run", "--rm", "--network", "none", "--label", "vak.bench=session", image, "true")
 		})
 		if i >= 0 {
 			cold.Add(d1)
@@ -125,16 +140,21 @@ func main() {
 			run.Add(d3)
 		}
 	}
-	fmt.Printf("#### create to first exec (n=%d)\n\n", *nCreate)
+	fmt.Printf("#### create to first exec (n=%d)\n\n", nCreate)
 	fmt.Print(stats.Table(run, cold, warm))
 	fmt.Println()
+}
 
+// snapshots measures snapshots (3).
+func snapshots(ctx context.Context, m *taskenv.Manager, ws, image string, nSnap int) {
+	true_ := taskenv.Command{Argv: []string{"true"}}
+	spec := taskenv.Spec{Workspace: ws, BaseImage: image}
 	// 3. Snapshots.
 	snap := &stats.Sample{Name: "Snapshot, 100 MB change (commit)"}
 	commit := &stats.Sample{Name: "`docker commit`, same 100 MB change"}
 	hit := &stats.Sample{Name: "Snapshot, cache hit (same key)"}
 	fromKey := &stats.Sample{Name: "create --from KEY + first exec"}
-	for i := 0; i < *nSnap; i++ {
+	for i := 0; i < nSnap; i++ {
 		spec.Task = fmt.Sprintf("snap%d", i)
 		ss, err := m.Create(ctx, spec)
 		must(err)
@@ -170,12 +190,12 @@ func main() {
 			}
 			return err
 		}))
-		spec.BaseImage = *image
+		spec.BaseImage = image
 		must(fs.Discard(ctx))
 		must(ss.Discard(ctx))
 		must(m.RemoveSnapshot(ctx, ref.Key))
 	}
-	fmt.Printf("#### snapshots (n=%d)\n\n", *nSnap)
+	fmt.Printf("#### snapshots (n=%d)\n\n", nSnap)
 	fmt.Print(stats.Table(commit, snap, hit, fromKey))
 }
 
