@@ -71,6 +71,13 @@ type Options struct {
 	// sandbox): Tools lists each while it is Listed, CallHostTool serves
 	// it; the worker never sees their calls.
 	HostTools []HostTool
+	// OneCommand says the session runs one command and then closes (vak
+	// run). Where the broker sweeps the workspace at Close
+	// (sandbox.WorkerLaunch.SweepAtClose, in workspace-write mode), that
+	// sweep, made after every process of the sandbox is gone, is the
+	// command's check: the worker makes none of its own
+	// (worker.Spec.SweptAtClose), two walks of the workspace fewer.
+	OneCommand bool
 	// BashOnly says the session runs only non-interactive bash commands
 	// (vak run without a terminal): no file tools, no interactive
 	// commands. A command-scoped backend (sandbox.Wrapper) then starts no
@@ -197,6 +204,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			// Background jobs outlive the command that started them (until
 			// the session ends) and can plant after its check.
 			snapshot = true
+			spec.SweptAtClose = opts.OneCommand
 		}
 	case sandbox.Wrapper:
 		s.wrapper = b

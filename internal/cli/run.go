@@ -282,7 +282,7 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	// One command and no file tools: a command-scoped backend needs no
 	// worker process for that (broker.Options.BashOnly).
 	_, interactive := a.interactiveMode(b, f.stdin)
-	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach, BashOnly: !interactive})
+	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach, BashOnly: !interactive, OneCommand: true})
 	if err != nil {
 		if errors.Is(err, errclass.Unavailable) {
 			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))

@@ -61,8 +61,10 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 		}
 		defer lifeline.Close()
 	}
+	// Full access checks nothing: what the command does is the user's.
+	noTripwire := spec.Mode == sandbox.FullAccess || spec.SweptAtClose
 	var watch *fsguard.Watch
-	if spec.Mode != sandbox.FullAccess {
+	if !noTripwire {
 		// The commands are ours, on this kernel: the tripwire can keep
 		// its walk current instead of repeating it.
 		watch = fsguard.NewWatch(spec.Workspace)
@@ -75,7 +77,7 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 			Env:            spec.Env,
 			DefaultTimeout: spec.DefaultTimeout,
 			Protected:      spec.Protected,
-			NoTripwire:     spec.Mode == sandbox.FullAccess,
+			NoTripwire:     noTripwire,
 			Watch:          watch,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,

@@ -47,6 +47,13 @@ type Spec struct {
 	// Container configures a worker that is a session container's
 	// entrypoint (backend BackendContainer); see RunContainer.
 	Container *ContainerSpec `json:"container,omitempty"`
+	// SweptAtClose says the worker runs one command and the broker then
+	// checks the workspace itself, after every process of the sandbox is
+	// gone, against its state before the worker started
+	// (sandbox.WorkerLaunch.SweepAtClose): that sweep is the command's
+	// check, and the worker makes none of its own (it would walk the
+	// workspace twice more to find a subset of what the sweep finds).
+	SweptAtClose bool `json:"swept_at_close,omitempty"`
 }
 
 // Encode serialises the spec.

@@ -368,3 +368,35 @@ func TestLandlockCloseSweepsBackgroundPlants(t *testing.T) {
 		t.Errorf("the user's own .envrc did not survive the sweep: %q %v", data, err)
 	}
 }
+
+// A one-command session (vak run) leaves the command's check to the sweep
+// at Close, made after every process of the sandbox is gone: the worker
+// reports nothing of its own, the sweep removes and reports what the
+// command planted (a nested .git, .vak/config.toml). Control: the same
+// command in an ordinary session has the worker's check report both.
+func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
+	plant := `mkdir -p sub/.git .vak && echo x > sub/.git/config && echo 'version = 1' > .vak/config.toml`
+	for _, one := range []bool{false, true} {
+		e := NewEnv(t, landlockBackend(t))
+		e.OneCommand = one
+		s := e.Start(sandbox.WorkspaceWrite)
+		r := Sh(t, s, plant)
+		if r.ExitCode != 0 {
+			t.Fatalf("plant: %+v", r)
+		}
+		if worker := len(r.ProtectedRemoved) > 0; worker == one {
+			t.Errorf("one command %v: the worker's own check reported %q", one, r.ProtectedRemoved)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"sub/.git", ".vak"} {
+			if _, err := os.Lstat(filepath.Join(e.Workspace, p)); err == nil {
+				t.Errorf("one command %v: %s survived", one, p)
+			}
+		}
+		if sw := s.Swept(); one && (sw == nil || !contains(sw.ProtectedRemoved, "sub/.git") || !slices.ContainsFunc(sw.ProtectedRemoved, func(p string) bool { return strings.HasPrefix(p, ".vak") })) {
+			t.Errorf("the sweep did not report the plants: %+v", sw)
+		}
+	}
+}

@@ -41,7 +41,9 @@ type Env struct {
 	Marker    string // the secret's content
 	Probe     string // static probe binary inside the workspace
 	Config    *config.Config
-	backend   Backend
+	// OneCommand starts sessions as vak run does (broker.Options.OneCommand).
+	OneCommand bool
+	backend    Backend
 }
 
 // NewEnv prepares a world. HOME is pointed at a fresh directory holding
@@ -107,6 +109,7 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 		Stderr:     testWriter{e.T},
 		Labels:     map[string]string{testenv.TestLabel: "1"},
 		BashOnly:   bashOnly,
+		OneCommand: e.OneCommand,
 	})
 	if err != nil {
 		e.T.Fatalf("start %s worker: %v", b.Name(), err)
