@@ -14,6 +14,7 @@ import (
 	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/trace"
 )
 
 // workerSpec is the landlock backend's part of the worker spec
@@ -61,7 +62,9 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 		pp.HomeDir = "" // the default home: a fresh one here
 	}
+	endPlan := trace.From(ctx).Begin("  mount plan (a walk of the workspace for .git entries and protected paths)")
 	plan, err := protectionPlan(pp.Workspace, pp.Protected)
+	endPlan()
 	if err != nil {
 		return nil, err
 	}
