@@ -22,10 +22,11 @@ const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN
 
 // Reasons a Watch rebuilds its model (the next Scan walks again).
 var (
-	errOverflow  = errors.New("the kernel's event queue overflowed")
-	errRootMoved = errors.New("the workspace directory itself changed")
-	errUnmounted = errors.New("a file system below the workspace was unmounted")
-	errLostName  = errors.New("a mode changed through a name that is gone")
+	errOverflow     = errors.New("the kernel's event queue overflowed")
+	errRootMoved    = errors.New("the workspace directory itself changed")
+	errUnmounted    = errors.New("a file system below the workspace was unmounted")
+	errLostName     = errors.New("a mode changed through a name that is gone")
+	errLinkedSetuid = errors.New("a file with more than one hard link has the setuid or setgid bit")
 )
 
 // Watch is a Tree.Scan kept current by inotify(7): one full walk, which
@@ -52,16 +53,19 @@ var (
 //   - the kernel's queue overflowed, the workspace directory itself moved,
 //     a file system below it was unmounted, or a mode changed through a
 //     name that is gone by the time the Watch looks (fchmod through a
-//     descriptor after unlink): the next Scan rebuilds;
+//     descriptor after unlink): that Scan walks again and the Watch
+//     starts over;
+//   - a file with more than one hard link (which the Watch watches itself,
+//     see linked) gains the setuid or setgid bit, or changes while the
+//     Watch knows none of its names: the same;
 //   - inotify is unavailable, there is no /proc/self/fd (watches are added
 //     through the descriptor the walk opened, never by a path a command
 //     could swap), two paths lead to one directory (a bind mount), a
-//     directory cannot be opened, a regular file has more than one hard
-//     link (a mode changed through one name raises an event only for that
-//     name), or the tree needs more than the Watch's share of the user's
-//     watches, is deeper than MaxWalkDepth or has more than
-//     MaxWalkEntries entries: the Watch gives up for good (Err says why)
-//     and every Scan is a Tree.Scan.
+//     directory cannot be opened, or the tree needs more than the Watch's
+//     share of the user's watches (directories plus linked files), is
+//     deeper than MaxWalkDepth or has more than MaxWalkEntries entries:
+//     the Watch gives up for good (Err says why) and every Scan is a
+//     Tree.Scan.
 //
 // A nil *Watch is valid: its Scan is Tree.Scan. A Watch is safe for
 // concurrent use.
@@ -76,17 +80,30 @@ type Watch struct {
 	off      error // set when the Watch gave up for good
 	rebuilds int   // builds after the first (tests, the trace)
 
-	nodes  map[int32]*wnode  // by watch descriptor
-	byRel  map[string]*wnode // by workspace-relative path ("" the workspace)
-	git    map[string]Entry  // as Scan.Git
-	setuid map[string]bool   // as Scan.Setuid
-	root   map[string]bool   // names in the workspace directory
+	nodes map[int32]*wnode  // by watch descriptor
+	byRel map[string]*wnode // by workspace-relative path ("" the workspace)
+	// Files with more than one hard link, watched themselves (see
+	// linked), by watch descriptor, by identity, and by the names the
+	// model knows for them.
+	inodes map[int32]*winode
+	byIno  map[fileID]*winode
+	linkOf map[string]*winode
+	git    map[string]Entry // as Scan.Git
+	setuid map[string]bool  // as Scan.Setuid
+	root   map[string]bool  // names in the workspace directory
 	// rootComplete says the build read the workspace directory to its end.
 	rootComplete bool
 	rootFold     []string // Scan.rootFold, or nil when it must be redone
 	rootASCII    bool
 
 	buf []byte
+}
+
+// winode is a watched file with more than one hard link.
+type winode struct {
+	wd    int32
+	id    fileID
+	names map[string]bool // the names the model knows (any may be gone)
 }
 
 // wnode is a watched directory.
@@ -168,7 +185,7 @@ func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) {
 		if err == nil {
 			return w.snapshot(setuid), nil
 		}
-		if !errors.Is(err, errOverflow) && !errors.Is(err, errRootMoved) && !errors.Is(err, errUnmounted) && !errors.Is(err, errLostName) {
+		if !errors.Is(err, errOverflow) && !errors.Is(err, errRootMoved) && !errors.Is(err, errUnmounted) && !errors.Is(err, errLostName) && !errors.Is(err, errLinkedSetuid) {
 			return w.giveUp(t, setuid, err)
 		}
 		w.rebuilds++
@@ -192,6 +209,7 @@ func (w *Watch) reset() {
 	}
 	w.ifd = -1
 	w.nodes, w.byRel, w.git, w.setuid, w.root = nil, nil, nil, nil, nil
+	w.inodes, w.byIno, w.linkOf = nil, nil, nil
 	w.rootFold = nil
 }
 
@@ -206,6 +224,7 @@ func (w *Watch) build(t *Tree) error {
 	}
 	w.ifd = ifd
 	w.nodes, w.byRel = map[int32]*wnode{}, map[string]*wnode{}
+	w.inodes, w.byIno, w.linkOf = map[int32]*winode{}, map[fileID]*winode{}, map[string]*winode{}
 	w.git, w.setuid, w.root = map[string]Entry{}, map[string]bool{}, map[string]bool{}
 	if w.buf == nil {
 		w.buf = make([]byte, 64<<10)
@@ -235,7 +254,7 @@ func (w *Watch) walk(fd int, rel []string, depth int) error {
 	record := func(dirfd int, name string, rel []string) {
 		var st unix.Stat_t
 		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			if err := checkLinks(&st, rel); err != nil && werr == nil {
+			if err := w.linked(dirfd, name, &st, rel); err != nil && werr == nil {
 				werr = err
 			}
 			e := entryOf(&st)
@@ -256,7 +275,7 @@ func (w *Watch) walk(fd int, rel []string, depth int) error {
 			case typ == unix.DT_REG:
 				var st unix.Stat_t
 				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-					if err := checkLinks(&st, rel); err != nil && werr == nil {
+					if err := w.linked(dirfd, name, &st, rel); err != nil && werr == nil {
 						werr = err
 					}
 					if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
@@ -319,15 +338,41 @@ func inGitDir(rel []string) bool {
 	return false
 }
 
-// checkLinks refuses a regular file with more than one name. A change of
-// its mode through another name raises an event only for that name's
-// directory, and through a descriptor whose name is gone (fchmod after
-// unlink) for a name no longer there: neither says which file to look at.
-// A Scan there cannot be kept current, only walked.
-func checkLinks(st *unix.Stat_t, rel []string) error {
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
-		return fmt.Errorf("%q has %d hard links", strings.Join(rel, "/"), st.Nlink)
+// linked watches the regular file name in dirfd (rel in the workspace,
+// st its lstat) itself if it has more than one hard link. A change of its
+// mode through another name raises an event only for that name's
+// directory, which may be one no walk enters (inside .git), and through a
+// descriptor whose name is gone (fchmod after unlink) for a name no
+// longer there; the file's own watch sees every change (see drain).
+func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
+		return nil
 	}
+	r := strings.Join(rel, "/")
+	id := idOf(st)
+	if in := w.byIno[id]; in != nil {
+		in.names[r] = true
+		w.linkOf[r] = in
+		return nil
+	}
+	if len(w.nodes)+len(w.inodes) >= w.limit {
+		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
+	}
+	fd, err := openat2(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW, 0, strictResolve)
+	if err != nil {
+		return nil // gone or replaced since the stat: an event says so
+	}
+	defer unix.Close(fd)
+	var fst unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || idOf(&fst) != id {
+		return nil // replaced since the stat: an event says so
+	}
+	wd, err := unix.InotifyAddWatch(w.ifd, "/proc/self/fd/"+strconv.Itoa(fd), unix.IN_ATTRIB|unix.IN_DELETE_SELF)
+	if err != nil {
+		return fmt.Errorf("inotify_add_watch: %w", err)
+	}
+	in := &winode{wd: int32(wd), id: id, names: map[string]bool{r: true}}
+	w.inodes[in.wd], w.byIno[id], w.linkOf[r] = in, in, in
 	return nil
 }
 
@@ -335,8 +380,8 @@ func checkLinks(st *unix.Stat_t, rel []string) error {
 // /proc/self/fd: the watch is on the directory the walk opened, whatever a
 // command did to the path since.
 func (w *Watch) watchDir(fd int, rel []string, depth int) error {
-	if len(w.nodes) >= w.limit {
-		return fmt.Errorf("more than %d directories (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
+	if len(w.nodes)+len(w.inodes) >= w.limit {
+		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
 	}
 	wd, err := unix.InotifyAddWatch(w.ifd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
 	if err != nil {
@@ -394,6 +439,7 @@ func (w *Watch) stillAt(rel string, fd int) bool {
 func (w *Watch) drain(t *Tree) error {
 	pending := map[string]bool{} // rel: whether its metadata changed
 	movedFrom := map[uint32]string{}
+	touched := map[*winode]bool{} // linked files whose metadata changed
 	for {
 		n, err := unix.Read(w.ifd, w.buf)
 		if err == unix.EINTR {
@@ -421,6 +467,18 @@ func (w *Watch) drain(t *Tree) error {
 			off = start + nameLen
 			if mask&unix.IN_Q_OVERFLOW != 0 {
 				return errOverflow
+			}
+			if in := w.inodes[wd]; in != nil {
+				if mask&(unix.IN_DELETE_SELF|unix.IN_IGNORED) != 0 {
+					delete(w.inodes, wd)
+					delete(w.byIno, in.id)
+					for r := range in.names {
+						delete(w.linkOf, r)
+					}
+				} else {
+					touched[in] = true
+				}
+				continue
 			}
 			node := w.nodes[wd]
 			if node == nil {
@@ -456,6 +514,69 @@ func (w *Watch) drain(t *Tree) error {
 			}
 		}
 	}
+	if err := w.updateAll(t, pending); err != nil {
+		return err
+	}
+	return w.checkLinked(t, touched)
+}
+
+// checkLinked looks at the linked files whose metadata changed: through
+// a name the model knows, it finds the mode the file has now. One with the
+// setuid or setgid bit has names the model may not know (all of them are
+// in the Scan), and one the model knows no name of left is unknown: the
+// Scan walks again for both. Any other change (a link made or removed, the
+// bits cleared) at most removes names from the model's setuid files.
+func (w *Watch) checkLinked(t *Tree, touched map[*winode]bool) error {
+	for in := range touched {
+		if w.inodes[in.wd] != in {
+			continue
+		}
+		found := false
+		for r := range in.names {
+			st, ok := lstatRel(t, r)
+			if !ok || idOf(&st) != in.id {
+				continue
+			}
+			if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+				return errLinkedSetuid
+			}
+			found = true
+			break
+		}
+		if !found {
+			return errLostName
+		}
+	}
+	if len(touched) > 0 {
+		// Bits cleared through one name are gone from every name: look
+		// again at every file the model holds as setuid (a handful).
+		for r := range w.setuid {
+			if st, ok := lstatRel(t, r); !ok || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
+				delete(w.setuid, r)
+			}
+		}
+	}
+	return nil
+}
+
+// lstatRel is rel's lstat, resolved beneath the workspace without
+// following a link; ok is false if there is nothing there to stat.
+func lstatRel(t *Tree, rel string) (st unix.Stat_t, ok bool) {
+	dirfd, name := t.fd, rel
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		pfd, err := openat2(t.fd, rel[:i], unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
+		if err != nil {
+			return st, false
+		}
+		defer unix.Close(pfd)
+		dirfd, name = pfd, rel[i+1:]
+	}
+	return st, unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// updateAll looks again at every entry in pending (rel: whether its
+// metadata changed).
+func (w *Watch) updateAll(t *Tree, pending map[string]bool) error {
 	if len(pending) == 0 {
 		return nil
 	}
@@ -532,7 +653,12 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 		w.root[name], w.rootFold = true, nil
 	}
 	segs := strings.Split(rel, "/")
-	if err := checkLinks(&st, segs); err != nil {
+	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		// Its other names may be ones the model does not know (made
+		// where a walk does not go, or before its own watch was in place).
+		return false, errLinkedSetuid
+	}
+	if err := w.linked(pfd, name, &st, segs); err != nil {
 		return false, err
 	}
 	e := entryOf(&st)
@@ -572,6 +698,10 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 func (w *Watch) forget(rel string) {
 	delete(w.git, rel)
 	delete(w.setuid, rel)
+	if in := w.linkOf[rel]; in != nil {
+		delete(in.names, rel)
+		delete(w.linkOf, rel)
+	}
 	if !strings.Contains(rel, "/") && w.root[rel] {
 		delete(w.root, rel)
 		w.rootFold = nil
@@ -589,6 +719,12 @@ func (w *Watch) forget(rel string) {
 	for r := range w.setuid {
 		if strings.HasPrefix(r, prefix) {
 			delete(w.setuid, r)
+		}
+	}
+	for r, in := range w.linkOf {
+		if strings.HasPrefix(r, prefix) {
+			delete(in.names, r)
+			delete(w.linkOf, r)
 		}
 	}
 	if i := strings.LastIndexByte(rel, '/'); i >= 0 {

@@ -81,7 +81,6 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 			defer w.Close()
 			requireWatchAgrees(t, w, hw.tree, "empty")
 			var log []string
-			linked := false
 			for i := range 300 {
 				p, q := pick(), pick()
 				abs := func(rel string) string { return filepath.Join(hw.ws, rel) }
@@ -109,7 +108,7 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 					// operations here follow them.
 					os.Symlink([]string{"..", hw.other, "a"}[r.IntN(3)], abs(p))
 				case 10:
-					linked = linked || os.Link(abs(p), abs(q)) == nil
+					os.Link(abs(p), abs(q))
 				case 11:
 					// Out of the workspace, and later back in elsewhere.
 					os.RemoveAll(filepath.Join(out, "d"))
@@ -125,10 +124,10 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 				}
 				log = append(log, fmt.Sprintf("%d %q %q", op, p, q))
 				if r.IntN(3) == 0 {
-					requireWatchAgreesOrWalks(t, w, hw.tree, fmt.Sprintf("after step %d (last ops: %s)", i, strings.Join(log[max(0, len(log)-6):], "; ")), linked)
+					requireWatchAgrees(t, w, hw.tree, fmt.Sprintf("after step %d (last ops: %s)", i, strings.Join(log[max(0, len(log)-6):], "; ")))
 				}
 			}
-			requireWatchAgreesOrWalks(t, w, hw.tree, "at the end", linked)
+			requireWatchAgrees(t, w, hw.tree, "at the end")
 			t.Logf("%d rebuilds", w.Rebuilds())
 		})
 	}
@@ -249,28 +248,36 @@ func TestWatchNil(t *testing.T) {
 }
 
 // Ways to give a file the setuid bit that raise no event for any name the
-// Watch records: through a second hard link (inside .git, which Tree.Scan
-// never enters, or anywhere), through a descriptor whose name is gone,
-// and behind a directory the Watch cannot open. Each ends with the file
-// found, as the full walk (the positive control) finds it.
+// Watch records: through a second hard link inside .git (which Tree.Scan
+// never enters), through a descriptor whose name is gone, through a second
+// name when both existed before the Watch started, and behind a directory
+// the Watch cannot open. Each ends with the file found, as the full walk
+// (the positive control) finds it; only the last makes the Watch give up.
 func TestWatchSetuidThroughOtherNames(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		do   func(t *testing.T, ws string)
+		name    string
+		before  func(t *testing.T, ws string)
+		do      func(t *testing.T, ws string)
+		givesUp bool
 	}{
-		{"hard link inside .git", func(t *testing.T, ws string) {
+		{"hard link inside .git", nil, func(t *testing.T, ws string) {
 			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, ".git", "y")))
 			must(t, os.Chmod(filepath.Join(ws, ".git", "y"), os.ModeSetuid|0o755))
-		}},
-		{"fchmod after unlink of a second name", func(t *testing.T, ws string) {
+		}, false},
+		{"fchmod after unlink of a second name", nil, func(t *testing.T, ws string) {
 			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "y")))
 			f, err := os.Open(filepath.Join(ws, "d", "y"))
 			must(t, err)
 			defer f.Close()
 			must(t, os.Remove(filepath.Join(ws, "d", "y")))
 			must(t, f.Chmod(os.ModeSetuid|0o755))
-		}},
-		{"a directory it cannot open", func(t *testing.T, ws string) {
+		}, false},
+		{"a second name from before", func(t *testing.T, ws string) {
+			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, ".git", "y")))
+		}, func(t *testing.T, ws string) {
+			must(t, os.Chmod(filepath.Join(ws, ".git", "y"), os.ModeSetgid|0o755))
+		}, false},
+		{"a directory it cannot open", nil, func(t *testing.T, ws string) {
 			if os.Geteuid() == 0 {
 				t.Skip("root opens any directory")
 			}
@@ -278,36 +285,50 @@ func TestWatchSetuidThroughOtherNames(t *testing.T) {
 			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "y")))
 			defer os.Chmod(filepath.Join(ws, "d"), 0o755)
 			must(t, os.Chmod(filepath.Join(ws, "d", "y"), os.ModeSetuid|0o755))
-		}},
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hw := newHostWorld(t)
 			os.MkdirAll(filepath.Join(hw.ws, ".git"), 0o755)
 			os.MkdirAll(filepath.Join(hw.ws, "d"), 0o755)
 			writeFile(t, filepath.Join(hw.ws, "x"), "#!/bin/sh\n")
+			if tc.before != nil {
+				tc.before(t, hw.ws)
+			}
 			w := NewWatch(hw.ws)
 			defer w.Close()
 			requireWatchAgrees(t, w, hw.tree, "before")
 			tc.do(t, hw.ws)
-			requireWatchAgreesOrWalks(t, w, hw.tree, "after", true)
+			requireWatchAgreesOrWalks(t, w, hw.tree, "after", tc.givesUp)
 			sc, err := w.Scan(hw.tree, true)
 			if err != nil || !slices.Contains(sc.Setuid, "x") {
 				t.Fatalf("setuid x not found: %q %v (watch: %v)", sc.Setuid, err, w.Err())
+			}
+			if (w.Err() != nil) != tc.givesUp {
+				t.Fatalf("gave up: %v, want %v", w.Err(), tc.givesUp)
 			}
 		})
 	}
 }
 
-// A regular file with a second name when the Watch starts: it walks.
-func TestWatchGivesUpOnHardLinks(t *testing.T) {
+// Files with hard links are watched themselves, within the Watch's share
+// of the user's watches: past it, the Watch gives up.
+func TestWatchLinkedFilesCount(t *testing.T) {
 	hw := newHostWorld(t)
-	writeFile(t, filepath.Join(hw.ws, "x"), "x")
-	must(t, os.Link(filepath.Join(hw.ws, "x"), filepath.Join(hw.ws, "y")))
+	for i := range 3 {
+		f := filepath.Join(hw.ws, fmt.Sprint("f", i))
+		writeFile(t, f, "x")
+		must(t, os.Link(f, f+".link"))
+	}
 	w := NewWatch(hw.ws)
 	defer w.Close()
-	requireWatchAgreesOrWalks(t, w, hw.tree, "linked", true)
-	if w.Err() == nil || !strings.Contains(w.Err().Error(), "hard links") {
-		t.Fatalf("Err %v, want the hard links", w.Err())
+	requireWatchAgrees(t, w, hw.tree, "three linked files")
+	w2 := NewWatch(hw.ws)
+	w2.limit = 3 // the workspace and two linked files
+	defer w2.Close()
+	requireWatchAgreesOrWalks(t, w2, hw.tree, "over the limit", true)
+	if w2.Err() == nil || !strings.Contains(w2.Err().Error(), "linked files") {
+		t.Fatalf("Err %v, want the limit", w2.Err())
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 // control: each step's removal is asserted on the walking worker too),
 // over commands that plant .git entries in directories they create in one
 // go, move them in from elsewhere, replace a repository's .git, rename a
-// directory holding one, and set the setuid bit.
+// directory holding one, and set the setuid bit (directly, through a hard
+// link inside .git, through a descriptor whose name is gone).
 func TestTripwireWatchMatchesWalk(t *testing.T) {
 	steps := []struct {
 		cmd     string
@@ -25,6 +26,9 @@ func TestTripwireWatchMatchesWalk(t *testing.T) {
 		setuid  bool
 	}{
 		{"true", nil, false}, // the watch is used from the second command on
+		{"echo '#!/bin/sh' > h && echo x > k && ln k lib/k2", nil, false},
+		{"ln h repo/.git/h2 && chmod 4755 repo/.git/h2", nil, true},
+		{"exec 3<lib/k2 && rm lib/k2 && chmod 2755 /proc/self/fd/3", nil, true},
 		{"mkdir -p a/b/c/.git/hooks && echo x > a/b/c/.git/config", []string{"a/b/c/.git"}, false},
 		{"mkdir -p ../outside-$$/x/.git && mv ../outside-$$/x lib/x && rmdir ../outside-$$", []string{"lib/x/.git"}, false},
 		{"mv repo/.git repo/old && mkdir repo/.git", []string{"repo/.git"}, false},
