@@ -234,7 +234,7 @@ func (w *Watch) build(t *Tree) error {
 		return fail("watch", t.path, err)
 	}
 	defer unix.Close(fd)
-	if err := w.walk(fd, nil, 0); err != nil {
+	if err := w.walk(fd, nil, 0, true); err != nil {
 		return err
 	}
 	// Events raised while the walk read what they report are harmless to
@@ -243,10 +243,13 @@ func (w *Watch) build(t *Tree) error {
 }
 
 // walk adds the directory fd (at rel, depth levels down) and everything
-// below it to the model. It watches the inside of .git directories too,
+// below it to the model; full says it is the whole workspace (build). A
+// walk of part of it that meets a hard-linked file with the setuid or
+// setgid bit fails with errLinkedSetuid: the file's other names may lie
+// outside the part. It watches the inside of .git directories too,
 // where it records nothing (Tree.Scan never enters them): a name made
 // there is still a name of whatever file it links to.
-func (w *Watch) walk(fd int, rel []string, depth int) error {
+func (w *Watch) walk(fd int, rel []string, depth int, full bool) error {
 	var werr error
 	if werr = w.watchDir(fd, rel, depth); werr != nil {
 		return werr
@@ -254,7 +257,7 @@ func (w *Watch) walk(fd int, rel []string, depth int) error {
 	record := func(dirfd int, name string, rel []string) {
 		var st unix.Stat_t
 		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			if err := w.linked(dirfd, name, &st, rel); err != nil && werr == nil {
+			if err := w.linked(dirfd, name, &st, rel, full); err != nil && werr == nil {
 				werr = err
 			}
 			e := entryOf(&st)
@@ -275,7 +278,7 @@ func (w *Watch) walk(fd int, rel []string, depth int) error {
 			case typ == unix.DT_REG:
 				var st unix.Stat_t
 				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-					if err := w.linked(dirfd, name, &st, rel); err != nil && werr == nil {
+					if err := w.linked(dirfd, name, &st, rel, full); err != nil && werr == nil {
 						werr = err
 					}
 					if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
@@ -343,10 +346,18 @@ func inGitDir(rel []string) bool {
 // mode through another name raises an event only for that name's
 // directory, which may be one no walk enters (inside .git), and through a
 // descriptor whose name is gone (fchmod after unlink) for a name no
-// longer there; the file's own watch sees every change (see drain).
-func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string) error {
+// longer there; the file's own watch sees every change (see drain). full
+// says rel was found by a walk of the whole workspace, which finds every
+// name; otherwise a linked file with the setuid or setgid bit is
+// errLinkedSetuid.
+func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string, full bool) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
 		return nil
+	}
+	if !full && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		// Its other names may be ones the model does not know (made
+		// where no walk goes, or before its own watch was in place).
+		return errLinkedSetuid
 	}
 	r := strings.Join(rel, "/")
 	id := idOf(st)
@@ -653,12 +664,7 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 		w.root[name], w.rootFold = true, nil
 	}
 	segs := strings.Split(rel, "/")
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-		// Its other names may be ones the model does not know (made
-		// where a walk does not go, or before its own watch was in place).
-		return false, errLinkedSetuid
-	}
-	if err := w.linked(pfd, name, &st, segs); err != nil {
+	if err := w.linked(pfd, name, &st, segs, false); err != nil {
 		return false, err
 	}
 	e := entryOf(&st)
@@ -690,7 +696,7 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 		return false, fmt.Errorf("directory %q: %w", rel, err)
 	}
 	defer unix.Close(cfd)
-	return true, w.walk(cfd, segs, parent.depth+1)
+	return true, w.walk(cfd, segs, parent.depth+1, false)
 }
 
 // forget drops rel, and everything the model holds below it, from the

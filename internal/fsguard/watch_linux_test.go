@@ -282,8 +282,8 @@ func TestWatchSetuidThroughOtherNames(t *testing.T) {
 				t.Skip("root opens any directory")
 			}
 			must(t, os.Chmod(filepath.Join(ws, "d"), 0o300)) // write and search, no read
+			t.Cleanup(func() { os.Chmod(filepath.Join(ws, "d"), 0o755) })
 			must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "y")))
-			defer os.Chmod(filepath.Join(ws, "d"), 0o755)
 			must(t, os.Chmod(filepath.Join(ws, "d", "y"), os.ModeSetuid|0o755))
 		}, true},
 	} {
