@@ -60,8 +60,11 @@ var (
 //     Watch knows none of its names: the same;
 //   - inotify is unavailable, there is no /proc/self/fd (watches are added
 //     through the descriptor the walk opened, never by a path a command
-//     could swap), two paths lead to one directory (a bind mount), a
-//     directory cannot be opened, or the tree needs more than the Watch's
+//     could swap), a directory is on a file system that can change
+//     without an event here (see localFS: an NFS home, the share of a
+//     Docker Desktop VM, where the user's editor writes from outside),
+//     two paths lead to one directory (a bind mount), a directory cannot
+//     be opened, or the tree needs more than the Watch's
 //     share of the user's watches (directories plus linked files), is
 //     deeper than MaxWalkDepth or has more than MaxWalkEntries entries:
 //     the Watch gives up for good (Err says why) and every Scan is a
@@ -394,6 +397,13 @@ func (w *Watch) watchDir(fd int, rel []string, depth int) error {
 	if len(w.nodes)+len(w.inodes) >= w.limit {
 		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
 	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return fmt.Errorf("statfs %q: %w", strings.Join(rel, "/"), err)
+	}
+	if !localFS(int64(fs.Type)) {
+		return fmt.Errorf("%q is on a file system (type %#x) that another machine or the host of a virtual machine may change without an event here", strings.Join(rel, "/"), fs.Type)
+	}
 	wd, err := unix.InotifyAddWatch(w.ifd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
 	if err != nil {
 		return fmt.Errorf("inotify_add_watch: %w", err)
@@ -425,6 +435,20 @@ func (w *Watch) watchDir(fd int, rel []string, depth int) error {
 		}
 	}
 	return nil
+}
+
+// localFS says whether a file system of type magic (statfs f_type) is
+// changed only through this kernel: a local disk's or memory's. A network
+// file system (NFS, SMB, Ceph), a virtual machine's share (virtiofs, 9p,
+// and FUSE in general) can change without an inotify event here.
+func localFS(magic int64) bool {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.F2FS_SUPER_MAGIC,
+		unix.BCACHEFS_SUPER_MAGIC, unix.TMPFS_MAGIC, unix.RAMFS_MAGIC, unix.OVERLAYFS_SUPER_MAGIC,
+		0x2fc12fc1: // ZFS
+		return true
+	}
+	return false
 }
 
 // stillAt says whether rel leads to the directory fd.

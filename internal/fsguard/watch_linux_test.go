@@ -363,3 +363,18 @@ func TestWatchChmodThenRename(t *testing.T) {
 		t.Fatalf("setuid %q, rebuilds %d", sc.Setuid, w.Rebuilds())
 	}
 }
+
+// Only file systems that change through this kernel alone are watched.
+func TestWatchLocalFS(t *testing.T) {
+	for magic, want := range map[int64]bool{
+		unix.EXT4_SUPER_MAGIC: true, unix.XFS_SUPER_MAGIC: true, unix.BTRFS_SUPER_MAGIC: true,
+		unix.TMPFS_MAGIC: true, unix.OVERLAYFS_SUPER_MAGIC: true, 0x2fc12fc1: true,
+		unix.FUSE_SUPER_MAGIC: false, unix.V9FS_MAGIC: false, unix.NFS_SUPER_MAGIC: false,
+		unix.CIFS_SUPER_MAGIC: false, unix.SMB2_SUPER_MAGIC: false, unix.CEPH_SUPER_MAGIC: false,
+		unix.PROC_SUPER_MAGIC: false,
+	} {
+		if localFS(magic) != want {
+			t.Errorf("localFS(%#x) = %v, want %v", magic, !want, want)
+		}
+	}
+}
