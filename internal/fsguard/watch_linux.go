@@ -75,7 +75,7 @@ var (
 type Watch struct {
 	mu   sync.Mutex
 	path string
-	// limit is the most directories the Watch watches.
+	// limit is the most watches (directories and linked files) it adds.
 	limit int
 
 	ifd      int   // the inotify descriptor, -1 when there is no model
@@ -183,20 +183,41 @@ func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) {
 		return t.Scan(setuid)
 	}
 	w.tfd = t.fd
-	if w.ifd >= 0 {
+	first := w.ifd < 0 // no model yet: the first build
+	if !first {
 		err := w.drain(t)
 		if err == nil {
 			return w.snapshot(setuid), nil
 		}
-		if !errors.Is(err, errOverflow) && !errors.Is(err, errRootMoved) && !errors.Is(err, errUnmounted) && !errors.Is(err, errLostName) && !errors.Is(err, errLinkedSetuid) {
+		if !rebuildable(err) {
 			return w.giveUp(t, setuid, err)
 		}
-		w.rebuilds++
 	}
-	if err := w.build(t); err != nil {
-		return w.giveUp(t, setuid, err)
+	// A build can meet what makes a model stale too (a flood of changes
+	// while it walks): it tries once more before it gives up.
+	for try := 0; ; try++ {
+		if !first || try > 0 {
+			w.rebuilds++
+		}
+		err := w.build(t)
+		if err == nil {
+			return w.snapshot(setuid), nil
+		}
+		if try > 0 || !rebuildable(err) {
+			return w.giveUp(t, setuid, err)
+		}
 	}
-	return w.snapshot(setuid), nil
+}
+
+// rebuildable says whether err makes the model stale (a walk brings it
+// back) rather than impossible to keep.
+func rebuildable(err error) bool {
+	for _, e := range []error{errOverflow, errRootMoved, errUnmounted, errLostName, errLinkedSetuid} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Watch) giveUp(t *Tree, setuid bool, err error) (Scan, error) {
