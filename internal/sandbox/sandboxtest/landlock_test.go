@@ -400,3 +400,51 @@ func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
 		}
 	}
 }
+
+// A landlock session's worker keeps the tripwire's walk current with
+// inotify from its second command on, inside the view (its /proc, the
+// pinned .git mounts): what later commands plant, in directories made in
+// one go, moved in from the sandbox's /tmp or renamed, is still removed
+// and reported, in a workspace of a thousand files. The directories
+// around each plant survive: the commands did run.
+func TestLandlockTripwireWatch(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	for i := range 1000 {
+		dir := filepath.Join(e.Workspace, "vendor", fmt.Sprint(i/100), fmt.Sprint(i/10))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(e.Workspace, "repo", ".git", "objects"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := e.Start(sandbox.WorkspaceWrite)
+	for _, tc := range []struct{ cmd, removed, kept string }{
+		{"true", "", ""},
+		{"mkdir -p vendor/3/31/x/.git && echo x > vendor/3/31/x/.git/config", "vendor/3/31/x/.git", "vendor/3/31/x"},
+		{"mkdir -p /tmp/m/n/.git && mv /tmp/m vendor/m", "vendor/m/n/.git", "vendor/m/n"},
+		{"mkdir -p vendor/p/objects && mv vendor/p vendor/5/.git", "vendor/5/.git", "vendor/5/50"},
+		{"mkdir -p d/e && mv d vendor/d && echo 'gitdir: /x' > vendor/d/e/.GIT", "vendor/d/e/.GIT", "vendor/d/e"},
+		{"ln -s " + e.Home + " vendor/7/.git", "vendor/7/.git", "vendor/7/70"},
+	} {
+		r := Sh(t, s, tc.cmd)
+		if r.ExitCode != 0 {
+			t.Fatalf("%q: %+v", tc.cmd, r)
+		}
+		if tc.removed == "" {
+			continue
+		}
+		if !contains(r.ProtectedRemoved, tc.removed) {
+			t.Errorf("%q: removed %q, want %s", tc.cmd, r.ProtectedRemoved, tc.removed)
+		}
+		if _, err := os.Lstat(filepath.Join(e.Workspace, tc.removed)); err == nil {
+			t.Errorf("%q: %s survived", tc.cmd, tc.removed)
+		}
+		if _, err := os.Lstat(filepath.Join(e.Workspace, tc.kept)); err != nil {
+			t.Errorf("%q: %s is gone too: %v", tc.cmd, tc.kept, err)
+		}
+	}
+}
