@@ -132,6 +132,9 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
 	fmt.Fprintf(out, "protected paths: %v\n", cfg.Files.Protected)
+	if cfg.Sandbox.Mode.Restricted() && ws != "" {
+		fmt.Fprintf(out, "tripwire: %s\n", describeTripwire(ws))
+	}
 	fmt.Fprintf(out, "home: %s\n", describeHome(cfg, ws, res.Effective))
 	{
 		switch netPolicy := cfg.Network; {
@@ -152,6 +155,15 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		return exit(ExitUnavailable, nil)
 	}
 	return nil
+}
+
+// describeTripwire says how a long-lived worker checks the workspace
+// around each command: kept current with inotify, or walked every time.
+func describeTripwire(ws string) string {
+	if err := fsguard.CheckWatch(ws); err != nil {
+		return fmt.Sprintf("every command walks the workspace (no inotify watch: %v)", err)
+	}
+	return fmt.Sprintf("a session's worker keeps its walk current with inotify from its second command on (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
 }
 
 func scopeOf(b sandbox.Backend) string {

@@ -128,13 +128,49 @@ var maxWatches = 65536
 // NewWatch returns a Watch of the canonical workspace ws. It does nothing
 // until its first Scan.
 func NewWatch(ws string) *Watch {
+	return &Watch{path: ws, limit: WatchLimit(), ifd: -1}
+}
+
+// WatchLimit is the most watches (directories and hard-linked files) one
+// Watch adds: a quarter of the user's fs.inotify.max_user_watches, at most
+// 65,536.
+func WatchLimit() int {
 	limit := maxWatches
 	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n/watchShare < limit {
 			limit = n / watchShare
 		}
 	}
-	return &Watch{path: ws, limit: limit, ifd: -1}
+	return limit
+}
+
+// CheckWatch says why a Watch of the canonical workspace ws would walk
+// around every command from the start (nil: it would not), without a walk:
+// inotify, /proc/self/fd and the workspace's file system. What a walk
+// finds (too many directories, a bind mount, an unreadable directory) can
+// still make it give up later.
+func CheckWatch(ws string) error {
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer unix.Close(ifd)
+	fd, err := unix.Open(ws, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return err
+	}
+	if !localFS(int64(fs.Type)) {
+		return fmt.Errorf("the workspace is on a file system (type %#x) that another machine or the host of a virtual machine may change without an event here", fs.Type)
+	}
+	if _, err := unix.InotifyAddWatch(ifd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask); err != nil {
+		return fmt.Errorf("inotify_add_watch through /proc/self/fd: %w", err)
+	}
+	return nil
 }
 
 // Close releases the inotify descriptor; later Scans walk.

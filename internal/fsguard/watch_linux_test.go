@@ -378,3 +378,17 @@ func TestWatchLocalFS(t *testing.T) {
 		}
 	}
 }
+
+// CheckWatch accepts a workspace on a local file system (the control) and
+// names the file system of one that can change behind its back.
+func TestCheckWatch(t *testing.T) {
+	if err := CheckWatch(t.TempDir()); err != nil {
+		t.Fatalf("a temp dir: %v", err)
+	}
+	if err := CheckWatch("/proc"); err == nil || !strings.Contains(err.Error(), "file system (type 0x9fa0)") {
+		t.Fatalf("/proc: %v", err)
+	}
+	if WatchLimit() < 1 || WatchLimit() > maxWatches {
+		t.Fatalf("WatchLimit %d", WatchLimit())
+	}
+}

@@ -19,3 +19,9 @@ func (w *Watch) Rebuilds() int { return 0 }
 
 // Scan is t.Scan(setuid).
 func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) { return t.Scan(setuid) }
+
+// WatchLimit is 0 here.
+func WatchLimit() int { return 0 }
+
+// CheckWatch fails with ErrUnsupported here.
+func CheckWatch(ws string) error { return errUnsupported }
