@@ -285,6 +285,16 @@ func (t *Tree) Usage() (Usage, error) {
 	return u, nil
 }
 
+// gitEntry is the Scan.Git entry of the .git entry rel with lstat st: a
+// link carries its own path in Via.
+func gitEntry(st *unix.Stat_t, rel string) Entry {
+	e := entryOf(st)
+	if e.Kind == Link {
+		e.Via = rel
+	}
+	return e
+}
+
 // Scan walks the workspace without following links or entering .git
 // directories, collecting every .git entry and (when setuid is set) every
 // regular file with the setuid or setgid bit. It stops at MaxWalkEntries
@@ -299,11 +309,8 @@ func (t *Tree) Scan(setuid bool) (Scan, error) {
 	record := func(dirfd int, name string, rel []string) {
 		var st unix.Stat_t
 		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			e := entryOf(&st)
-			if e.Kind == Link {
-				e.Via = strings.Join(rel, "/")
-			}
-			sc.Git[strings.Join(rel, "/")] = e
+			r := strings.Join(rel, "/")
+			sc.Git[r] = gitEntry(&st, r)
 		}
 	}
 	w := &walker{

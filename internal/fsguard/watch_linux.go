@@ -79,7 +79,6 @@ type Watch struct {
 	limit int
 
 	ifd      int   // the inotify descriptor, -1 when there is no model
-	tfd      int   // the Tree's descriptor, during a Scan
 	off      error // set when the Watch gave up for good
 	rebuilds int   // builds after the first (tests, the trace)
 
@@ -218,7 +217,6 @@ func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) {
 	if w.off != nil {
 		return t.Scan(setuid)
 	}
-	w.tfd = t.fd
 	first := w.ifd < 0 // no model yet: the first build
 	if !first {
 		err := w.drain(t)
@@ -294,7 +292,7 @@ func (w *Watch) build(t *Tree) error {
 		return fail("watch", t.path, err)
 	}
 	defer unix.Close(fd)
-	if err := w.walk(fd, nil, 0, true); err != nil {
+	if err := w.walk(t, fd, nil, 0, true); err != nil {
 		return err
 	}
 	// Events raised while the walk read what they report are harmless to
@@ -309,9 +307,9 @@ func (w *Watch) build(t *Tree) error {
 // outside the part. It watches the inside of .git directories too,
 // where it records nothing (Tree.Scan never enters them): a name made
 // there is still a name of whatever file it links to.
-func (w *Watch) walk(fd int, rel []string, depth int, full bool) error {
+func (w *Watch) walk(t *Tree, fd int, rel []string, depth int, full bool) error {
 	var werr error
-	if werr = w.watchDir(fd, rel, depth); werr != nil {
+	if werr = w.watchDir(t, fd, rel, depth); werr != nil {
 		return werr
 	}
 	record := func(dirfd int, name string, rel []string) {
@@ -320,12 +318,8 @@ func (w *Watch) walk(fd int, rel []string, depth int, full bool) error {
 			if err := w.linked(dirfd, name, &st, rel, full); err != nil && werr == nil {
 				werr = err
 			}
-			e := entryOf(&st)
 			r := strings.Join(rel, "/")
-			if e.Kind == Link {
-				e.Via = r
-			}
-			w.git[r] = e
+			w.git[r] = gitEntry(&st, r)
 		}
 	}
 	wk := &walker{
@@ -369,7 +363,7 @@ func (w *Watch) walk(fd int, rel []string, depth int, full bool) error {
 		switch {
 		case werr != nil:
 		case err == nil:
-			werr = w.watchDir(cfd, r, len(r))
+			werr = w.watchDir(t, cfd, r, len(r))
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP):
 			return false // removed or replaced since it was read: an event says so
 		default:
@@ -450,7 +444,7 @@ func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string, fu
 // watchDir watches the directory fd, rel in the workspace, through
 // /proc/self/fd: the watch is on the directory the walk opened, whatever a
 // command did to the path since.
-func (w *Watch) watchDir(fd int, rel []string, depth int) error {
+func (w *Watch) watchDir(t *Tree, fd int, rel []string, depth int) error {
 	if len(w.nodes)+len(w.inodes) >= w.limit {
 		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
 	}
@@ -470,7 +464,7 @@ func (w *Watch) watchDir(fd int, rel []string, depth int) error {
 		// The directory the model has at n.rel: moved here since (an
 		// event about n.rel is in the queue), or still there as well (a
 		// bind mount), which one watch cannot tell apart.
-		if w.stillAt(n.rel, fd) {
+		if stillAt(t, n.rel, fd) {
 			return fmt.Errorf("%q and %q are one directory", n.rel, r)
 		}
 		w.forget(n.rel) // removes the watch too: add it afresh
@@ -509,21 +503,17 @@ func localFS(magic int64) bool {
 }
 
 // stillAt says whether rel leads to the directory fd.
-func (w *Watch) stillAt(rel string, fd int) bool {
-	var a, b unix.Stat_t
-	if unix.Fstat(fd, &a) != nil {
+func stillAt(t *Tree, rel string, fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
 		return true
 	}
-	at := w.tfd
-	if rel != "" {
-		pfd, err := openat2(w.tfd, rel, unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
-		if err != nil {
-			return false
-		}
-		defer unix.Close(pfd)
-		at = pfd
+	if rel == "" {
+		var root unix.Stat_t
+		return unix.Fstat(t.fd, &root) != nil || idOf(&root) == idOf(&st)
 	}
-	return unix.Fstat(at, &b) != nil || (a.Dev == b.Dev && a.Ino == b.Ino)
+	e, err := t.Stat(rel)
+	return err == nil && e.Kind == Dir && (fileID{e.Dev, e.Ino}) == idOf(&st)
 }
 
 // drain reads the kernel's queue to its end and looks again at every entry
@@ -625,11 +615,11 @@ func (w *Watch) checkLinked(t *Tree, touched map[*winode]bool) error {
 		}
 		found := false
 		for r := range in.names {
-			st, ok := lstatRel(t, r)
-			if !ok || idOf(&st) != in.id {
+			e, err := t.Stat(r)
+			if err != nil || e.Kind != File || (fileID{e.Dev, e.Ino}) != in.id {
 				continue
 			}
-			if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			if e.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
 				return errLinkedSetuid
 			}
 			found = true
@@ -643,27 +633,12 @@ func (w *Watch) checkLinked(t *Tree, touched map[*winode]bool) error {
 		// Bits cleared through one name are gone from every name: look
 		// again at every file the model holds as setuid (a handful).
 		for r := range w.setuid {
-			if st, ok := lstatRel(t, r); !ok || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
+			if e, err := t.Stat(r); err != nil || e.Kind != File || e.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
 				delete(w.setuid, r)
 			}
 		}
 	}
 	return nil
-}
-
-// lstatRel is rel's lstat, resolved beneath the workspace without
-// following a link; ok is false if there is nothing there to stat.
-func lstatRel(t *Tree, rel string) (st unix.Stat_t, ok bool) {
-	dirfd, name := t.fd, rel
-	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
-		pfd, err := openat2(t.fd, rel[:i], unix.O_PATH|unix.O_DIRECTORY, 0, strictResolve)
-		if err != nil {
-			return st, false
-		}
-		defer unix.Close(pfd)
-		dirfd, name = pfd, rel[i+1:]
-	}
-	return st, unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 }
 
 // updateAll looks again at every entry in pending (rel: whether its
@@ -753,10 +728,7 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 	switch {
 	case inGit:
 	case IsGitName(name):
-		if e.Kind == Link {
-			e.Via = rel
-		}
-		w.git[rel] = e
+		w.git[rel] = gitEntry(&st, rel)
 	case e.Kind == File:
 		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
 			w.setuid[rel] = true
@@ -777,7 +749,7 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 		return false, fmt.Errorf("directory %q: %w", rel, err)
 	}
 	defer unix.Close(cfd)
-	return true, w.walk(cfd, segs, parent.depth+1, false)
+	return true, w.walk(t, cfd, segs, parent.depth+1, false)
 }
 
 // forget drops rel, and everything the model holds below it, from the
