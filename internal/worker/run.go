@@ -61,7 +61,9 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 		}
 		defer lifeline.Close()
 	}
-	// Full access checks nothing: what the command does is the user's.
+	// Full access checks nothing (what the command does is the user's); a
+	// one-command worker leaves the check to the broker's sweep
+	// (Spec.SweptAtClose).
 	noTripwire := spec.Mode == sandbox.FullAccess || spec.SweptAtClose
 	var watch *fsguard.Watch
 	if !noTripwire {
