@@ -10,6 +10,10 @@
 //
 //     go run ./bench/landlock -n 200
 //
+// Each table also has floors (see floor.go): what the design costs before
+// vak does any work of its own, so a ratio target can be checked against
+// what this machine allows at all.
+//
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the cold contender too, interleaved with the others, and
 // its trace breakdown is printed as well: a before/after in one run.
@@ -63,7 +67,12 @@ func main() {
 	warmServe := flag.Bool("warm-serve", false, "serve warm round trips on stdin for -warm-against (internal)")
 	vakBin := flag.String("vak", "", "a built vak binary to measure (default: build cmd/vak of this tree)")
 	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
+	floorServeFlag := flag.Bool("floor-serve", false, "serve the warm floor's round trips on stdin (internal)")
 	flag.Parse()
+	if *floorServeFlag {
+		floorServe()
+		return
+	}
 	vak := *vakBin
 	if vak == "" {
 		var err error
@@ -113,6 +122,19 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 	bare := &stats.Sample{Name: "exec true"}
 	cold := &stats.Sample{Name: "vak run --backend landlock -- true"}
 	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + against + ")"}
+	fVak := floorSample("3 × `vak version`")
+	fGo := floorSample("3 × a minimal Go program")
+	fNS := floorSample("`unshare` of stage 1's namespaces around `true`")
+	nsArgv := unshareArgv(truePath)
+	helloDir, err := os.MkdirTemp("", "vak-bench-hello-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(helloDir)
+	hello, err := buildHello(helloDir)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for i := -3; i < n; i++ {
 		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
 		if err != nil {
@@ -122,9 +144,26 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 		if err != nil {
 			log.Fatal(err)
 		}
+		d4, err := stats.Time(floorVak(vak))
+		if err != nil {
+			log.Fatal(err)
+		}
+		d5, err := stats.Time(floorGo(hello))
+		if err != nil {
+			log.Fatal(err)
+		}
+		var d6 time.Duration
+		if nsArgv != nil {
+			if d6, err = stats.Time(func() error { return exec.Command(nsArgv[0], nsArgv[1:]...).Run() }); err != nil {
+				log.Fatal(err)
+			}
+		}
 		if i >= 0 {
 			bare.Add(d1)
 			cold.Add(d2)
+			fVak.Add(d4)
+			fGo.Add(d5)
+			fNS.Add(d6)
 		}
 		if against != "" {
 			d3, err := stats.Time(func() error { return stats.RunQuiet(against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
@@ -138,10 +177,14 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 	}
 
 	fmt.Printf("### landlock backend, cold (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n)
+	floors := []*stats.Sample{fVak, fGo}
+	if nsArgv != nil {
+		floors = append(floors, fNS)
+	}
 	if against != "" {
-		fmt.Print(stats.Table(bare, cold, other))
+		fmt.Print(stats.Table(bare, append([]*stats.Sample{cold, other}, floors...)...))
 	} else {
-		fmt.Print(stats.Table(bare, cold))
+		fmt.Print(stats.Table(bare, append([]*stats.Sample{cold}, floors...)...))
 	}
 	fmt.Println()
 	// Where the cold run's time goes (separate runs, after the timed ones).
@@ -213,6 +256,13 @@ func warm(vak, ws, truePath string, n int, against []string) {
 	goExec := &stats.Sample{Name: "os/exec true (Go)"}
 	warm := &stats.Sample{Name: "warm worker: bash true"}
 	before := &stats.Sample{Name: "warm worker: bash true (" + name + ")"}
+	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
+	fServe := floorSample("the same in a child process asked over a pipe")
+	serveRT, stopServe, err := startFloorServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stopServe()
 	for i := -10; i < n; i++ {
 		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
 		if err != nil {
@@ -221,6 +271,18 @@ func warm(vak, ws, truePath string, n int, against []string) {
 		d2, err := stats.Time(rt)
 		if err != nil {
 			log.Fatal(err)
+		}
+		d4, err := stats.Time(floorShell)
+		if err != nil {
+			log.Fatal(err)
+		}
+		d5, err := stats.Time(serveRT)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if i >= 0 {
+			fShell.Add(d4)
+			fServe.Add(d5)
 		}
 		var d3 time.Duration
 		if other != nil {
@@ -236,9 +298,9 @@ func warm(vak, ws, truePath string, n int, against []string) {
 	}
 	fmt.Printf("### landlock backend, warm (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n, sess.Ready().Sandbox)
 	if other != nil {
-		fmt.Print(stats.Table(goExec, warm, before))
+		fmt.Print(stats.Table(goExec, warm, before, fShell, fServe))
 	} else {
-		fmt.Print(stats.Table(goExec, warm))
+		fmt.Print(stats.Table(goExec, warm, fShell, fServe))
 	}
 }
 
