@@ -70,7 +70,13 @@ func main() {
 	mitmDefaultUpload := flag.Bool("mitm-default-upload", false, "also upload through mitmproxy with its default settings (buffers the whole body; very slow)")
 	flag.Var(&vakEnv, "vak-env", "extra NAME=value for the vak process (repeatable; e.g. GOMAXPROCS=1)")
 	concList := flag.String("conc", "1,32", "comma-separated client concurrencies")
+	relayServe := flag.String("relay-serve", "", "serve the floor relay on this address (internal)")
+	skipRelay := flag.Bool("skip-relay", false, "leave out the floor relay")
 	flag.Parse()
+	if *relayServe != "" {
+		serveRelay(*relayServe)
+		return
+	}
 	var concs []int
 	for _, f := range strings.Split(*concList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -91,7 +97,8 @@ func main() {
 	caCert, caKey := newCA()
 	caPEM := filepath.Join(dir, "upstream-ca.pem")
 	os.WriteFile(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw}), 0o644)
-	up, upPort := startUpstream(leaf(caCert, caKey, benchHost))
+	upCert := leaf(caCert, caKey, benchHost)
+	up, upPort := startUpstream(upCert)
 	defer up.Close()
 	upPool := x509.NewCertPool()
 	upPool.AddCert(caCert)
@@ -128,6 +135,11 @@ func main() {
 		base = startVak(*vakBase, baseDir, upPort, caPEM)
 		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder, base.cmd.Process.Pid})
 	}
+	var relay *proxyProc
+	if !*skipRelay {
+		relay = startRelay(dir, upPort, upCert, caPEM, upPool)
+		cs = append(cs, contender{"floor relay", relay.transport(), "Bearer " + relay.placeholder, relay.cmd.Process.Pid})
+	}
 	var mitm *proxyProc
 	if !*skipMitm {
 		mitm = startMitm(*mitmBin, dir, upPort, caPEM, "")
@@ -160,6 +172,9 @@ func main() {
 	if base != nil {
 		base.stop()
 	}
+	if relay != nil {
+		relay.stop()
+	}
 	var mitmPeak int64
 	if mitm != nil {
 		mitmPeak = peakRSS(mitm.cmd.Process.Pid)
@@ -187,7 +202,7 @@ func main() {
 	fmt.Println()
 	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | proxy CPU/req | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, name := range []string{"direct", "vak", "vak-base", "mitmproxy"} {
+	for _, name := range []string{"direct", "vak", "vak-base", "floor relay", "mitmproxy"} {
 		for _, c := range concs {
 			s, ok := results[name][c]
 			if !ok {
@@ -211,6 +226,11 @@ func main() {
 	if b, ok := results["vak-base"]; ok {
 		for _, c := range concs {
 			fmt.Printf("- vak vs vak-base at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/b[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(b[c].p50-results["direct"][c].p50))
+		}
+	}
+	if f, ok := results["floor relay"]; ok {
+		for _, c := range concs {
+			fmt.Printf("- vak vs the floor relay at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/f[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(f[c].p50-results["direct"][c].p50))
 		}
 	}
 	if m, ok := results["mitmproxy"]; ok {
