@@ -121,8 +121,8 @@ func checkSpec(spec Spec) (Spec, error) {
 	if spec.Task == "" {
 		spec.Task = DefaultTask
 	}
-	if !taskRe().MatchString(spec.Task) {
-		return spec, bad("task %q must match %s", spec.Task, taskRe)
+	if !validTask(spec.Task) {
+		return spec, bad("task %q must match %s", spec.Task, taskPattern)
 	}
 	switch spec.Mode {
 	case 0:

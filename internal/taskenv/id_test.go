@@ -1,0 +1,73 @@
+package taskenv
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The patterns validTask and ValidID implement by hand, as regexps: the
+// oracle of the tests below.
+var (
+	taskOracle = regexp.MustCompile(taskPattern)
+	idOracle   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}-[0-9a-f]{10}$`)
+)
+
+func TestValidTaskAndID(t *testing.T) {
+	long := strings.Repeat("a", 40)
+	for _, tc := range []struct {
+		s        string
+		task, id bool
+	}{
+		{"default", true, false},
+		{"a", true, false},
+		{long, true, false},
+		{long + "a", false, false},
+		{"_x", false, false},
+		{"-x", false, false},
+		{".x", false, false},
+		{"x/y", false, false},
+		{"x y", false, false},
+		{"ä", false, false},
+		{"", false, false},
+		{"default-0123456789", true, true},
+		{"default-abcdef0123", true, true},
+		{"default-ABCDEF0123", true, false}, // upper-case hash
+		{"default-012345678", true, false},  // hash too short
+		{"a-b-0123456789", true, true},
+		{"-0123456789", false, false},
+		{"x--0123456789", true, true},
+		{long + "-0123456789", false, true},
+		{long + "a-0123456789", false, false},
+		{"../x-0123456789", false, false},
+		{"x-0123456789\n", false, false},
+		{"default_0123456789", true, false},
+		{SessionID("default", "/w"), true, true},
+	} {
+		if got := validTask(tc.s); got != tc.task {
+			t.Errorf("validTask(%q) = %v, want %v", tc.s, got, tc.task)
+		}
+		if got := ValidID(tc.s); got != tc.id {
+			t.Errorf("ValidID(%q) = %v, want %v", tc.s, got, tc.id)
+		}
+		if taskOracle.MatchString(tc.s) != tc.task || idOracle.MatchString(tc.s) != tc.id {
+			t.Errorf("the table disagrees with the patterns on %q", tc.s)
+		}
+	}
+}
+
+// FuzzValidID checks the hand-written checks against the patterns (IDs
+// come from the command line: vak session exec ID).
+func FuzzValidID(f *testing.F) {
+	for _, s := range []string{"default-0123456789", "a-b-0123456789", "x", "", "-", "a\x00-0123456789", strings.Repeat("a", 41) + "-0123456789"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidID(s), idOracle.MatchString(s); got != want {
+			t.Errorf("ValidID(%q) = %v, the pattern says %v", s, got, want)
+		}
+		if got, want := validTask(s), taskOracle.MatchString(s); got != want {
+			t.Errorf("validTask(%q) = %v, the pattern says %v", s, got, want)
+		}
+	})
+}
