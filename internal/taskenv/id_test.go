@@ -1,6 +1,7 @@
 package taskenv
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -70,4 +71,21 @@ func FuzzValidID(f *testing.F) {
 			t.Errorf("validTask(%q) = %v, the pattern says %v", s, got, want)
 		}
 	})
+}
+
+// TestCheckSpecNamesTheTaskPattern: a bad task name is refused with the
+// pattern it must match (the message once printed a function value).
+func TestCheckSpecNamesTheTaskPattern(t *testing.T) {
+	_, err := checkSpec(Spec{Task: "../evil"})
+	if !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("checkSpec(task ../evil) = %v, want ErrInvalidSpec", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `"../evil"`) || !strings.Contains(msg, taskPattern) {
+		t.Errorf("the refusal does not name the task and the pattern: %s", msg)
+	}
+	// The control: a valid name passes the task check (the spec then
+	// fails on its empty workspace, a later check).
+	if _, err := checkSpec(Spec{Task: "ok-task.1"}); err == nil || strings.Contains(err.Error(), "must match") {
+		t.Errorf("control: checkSpec(task ok-task.1) = %v, want the workspace refused, not the task", err)
+	}
 }
