@@ -89,3 +89,13 @@ func TestCheckSpecNamesTheTaskPattern(t *testing.T) {
 		t.Errorf("control: checkSpec(task ok-task.1) = %v, want the workspace refused, not the task", err)
 	}
 }
+
+// isAlnum shares validTask's byte predicate: ASCII letters and digits
+// only, never empty.
+func TestIsAlnum(t *testing.T) {
+	for s, want := range map[string]bool{"abc123": true, "Z": true, "": false, "a-b": false, "a b": false, "é": false, "a\xff": false, "TERM": true} {
+		if got := isAlnum(s); got != want {
+			t.Errorf("isAlnum(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

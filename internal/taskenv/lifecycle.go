@@ -534,12 +534,13 @@ for d in /proc/[0-9]*; do
 done
 exit 0`
 
+// isAlnum reports whether s is non-empty and only ASCII letters and digits.
 func isAlnum(s string) bool {
 	if s == "" {
 		return false
 	}
-	for _, r := range s {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+	for i := 0; i < len(s); i++ {
+		if !alnumByte(s[i]) {
 			return false
 		}
 	}
