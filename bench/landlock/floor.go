@@ -20,8 +20,8 @@ import (
 //
 //   - cold: `vak run` is three starts of the vak binary one after the other
 //     (the CLI, stage 1 in the new namespaces, stage 2 that restricts itself
-//     and serves), before any sandbox work: floorVak runs `vak version`
-//     three times. floorGo does the same with a minimal static Go program
+//     and serves), before any sandbox work: the first floor runs `vak
+//     version` three times, the second a minimal static Go program
 //     (built here), the cost of three Go process starts of any size; and
 //     util-linux unshare creating the same namespaces, their kernel cost.
 //   - warm: a bash request is `sh -c COMMAND` as a session leader with its
@@ -32,12 +32,13 @@ import (
 //     asked over a pipe, one line each way, the least a worker in a process
 //     of its own costs.
 
-// floorVak runs `vak version` three times.
-func floorVak(vak string) func() error {
+// runTimes returns a function that runs argv n times, one after the
+// other, as `vak run` starts its three processes.
+func runTimes(n int, argv ...string) func() error {
 	return func() error {
-		for range 3 {
-			if err := exec.Command(vak, "version").Run(); err != nil {
-				return fmt.Errorf("%s version: %w", vak, err)
+		for range n {
+			if err := exec.Command(argv[0], argv[1:]...).Run(); err != nil {
+				return fmt.Errorf("%q: %w", argv, err)
 			}
 		}
 		return nil
@@ -66,18 +67,6 @@ func buildHello(dir string) (string, error) {
 		return "", fmt.Errorf("go build (hello): %w: %s", err, out)
 	}
 	return bin, nil
-}
-
-// floorGo runs the minimal Go program three times.
-func floorGo(bin string) func() error {
-	return func() error {
-		for range 3 {
-			if err := exec.Command(bin).Run(); err != nil {
-				return fmt.Errorf("%s: %w", bin, err)
-			}
-		}
-		return nil
-	}
 }
 
 // floorShell runs `sh -c true` as the worker must: a new session, stdout

@@ -144,17 +144,17 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		d4, err := stats.Time(floorVak(vak))
+		d4, err := stats.Time(runTimes(3, vak, "version"))
 		if err != nil {
 			log.Fatal(err)
 		}
-		d5, err := stats.Time(floorGo(hello))
+		d5, err := stats.Time(runTimes(3, hello))
 		if err != nil {
 			log.Fatal(err)
 		}
 		var d6 time.Duration
 		if nsArgv != nil {
-			if d6, err = stats.Time(func() error { return exec.Command(nsArgv[0], nsArgv[1:]...).Run() }); err != nil {
+			if d6, err = stats.Time(runTimes(1, nsArgv...)); err != nil {
 				log.Fatal(err)
 			}
 		}
