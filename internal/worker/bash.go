@@ -58,8 +58,8 @@ type Exec struct {
 	// rather than what the workspace holds. Set it only where every writer
 	// of the workspace shares this kernel: a worker beside its commands.
 	// It is used from the second command on: a worker that runs one
-	// command (vak run) walks twice, as without it, and does not pay for
-	// watches it would not use.
+	// command walks twice, as without it, and does not pay for watches it
+	// would not use (vak run's worker walks not at all: Spec.SweptAtClose).
 	Watch *fsguard.Watch
 	// Lifeline, if set, is the stdin of every command instead of the
 	// request's (the docker backend: see Spec.Lifeline); an interactive
