@@ -420,8 +420,8 @@ func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string, fu
 		w.linkOf[r] = in
 		return nil
 	}
-	if len(w.nodes)+len(w.inodes) >= w.limit {
-		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
+	if err := w.atLimit(); err != nil {
+		return err
 	}
 	fd, err := openat2(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW, 0, strictResolve)
 	if err != nil {
@@ -441,12 +441,21 @@ func (w *Watch) linked(dirfd int, name string, st *unix.Stat_t, rel []string, fu
 	return nil
 }
 
+// atLimit is the error for a Watch that has added as many watches
+// (directories and linked files) as it may, nil while there is room.
+func (w *Watch) atLimit() error {
+	if len(w.nodes)+len(w.inodes) >= w.limit {
+		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
+	}
+	return nil
+}
+
 // watchDir watches the directory fd, rel in the workspace, through
 // /proc/self/fd: the watch is on the directory the walk opened, whatever a
 // command did to the path since.
 func (w *Watch) watchDir(t *Tree, fd int, rel []string, depth int) error {
-	if len(w.nodes)+len(w.inodes) >= w.limit {
-		return fmt.Errorf("more than %d directories and linked files (a quarter of fs.inotify.max_user_watches, at most %d)", w.limit, maxWatches)
+	if err := w.atLimit(); err != nil {
+		return err
 	}
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
