@@ -29,7 +29,9 @@
 //	                                    (vak/internal/testenv/testnet.Bench); FAIL if any
 //	                                    request failed or answered >= 400
 //	probe sleep-tree N SECONDS          start N sleeping children (process-tree tests)
-//	probe unix PATH                     connect to a UNIX socket
+//	probe unix PATH [FILE]              connect to a UNIX socket; with FILE, send its bytes
+//	                                    (a raw HTTP request, say) and print OK and, quoted,
+//	                                    what comes back until the peer closes (60s at most)
 //	probe attempt NAME                  try a forbidden kernel operation (socket-inet,
 //	                                    ptrace-parent, io_uring, unshare-user, mount, ...)
 //	probe chmod VIA MODE FILE           set FILE's mode (octal) through one syscall VIA:
@@ -92,6 +94,10 @@ func main() {
 	case "sleep-tree":
 		err = sleepTree(args)
 	case "unix":
+		if len(args) == 2 {
+			err = unixSend(args[0], args[1])
+			break
+		}
 		err = unixConnect(args[0])
 	case "attempt":
 		err = attempt(args[0])
@@ -123,7 +129,7 @@ func usage() {
   tls URL [TIMEOUT] | dns [--tcp] [--type A|AAAA] NAME SERVER[:53] [TIMEOUT]
   quic HOST:PORT [TIMEOUT] | ping HOST [TIMEOUT]
   bench [--http1] [--timeout D] URL N CONCURRENCY
-  sleep-tree N SECONDS | unix PATH | attempt NAME`)
+  sleep-tree N SECONDS | unix PATH [FILE] | attempt NAME`)
 	os.Exit(2)
 }
 

@@ -3,10 +3,14 @@ package main
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	mdns "github.com/miekg/dns"
@@ -178,4 +182,38 @@ func peerIP(a net.Addr) string {
 		return "?"
 	}
 	return a.String()
+}
+
+// unixSendWait bounds how long unixSend waits for the peer to close.
+const unixSendWait = 60 * time.Second
+
+// unixSend writes file's bytes to the UNIX socket path as they are (a
+// request no client library would send) and prints OK and what the peer
+// answers, quoted on one line, once it closes (or, having answered,
+// resets) the connection.
+func unixSend(path, file string) error {
+	req, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("unix", path, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(unixSendWait))
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	reply, err := io.ReadAll(c)
+	if errors.Is(err, syscall.ECONNRESET) && len(reply) > 0 {
+		// A server that answers before it has read the whole request
+		// (a refusal) and then closes resets the connection.
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("after %d bytes of reply %s: %w", len(reply), strconv.Quote(string(reply)), err)
+	}
+	fmt.Println("OK", strconv.Quote(string(reply)))
+	return nil
 }
