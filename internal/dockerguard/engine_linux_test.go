@@ -1,6 +1,8 @@
 package dockerguard_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -150,11 +152,34 @@ func TestGuardWithRealEngine(t *testing.T) {
 		if err != nil || !strings.Contains(out, "from the workspace") {
 			t.Fatalf("exec through the guard: %v %s", err, out)
 		}
+		// Disconnect's body is decoded and re-encoded like connect's.
+		for _, verb := range []string{"disconnect", "connect"} {
+			if out, err := dockerVia(t, id, guardSock, nil, "network", verb, "inner-net", "svc"); err != nil {
+				t.Fatalf("network %s through the guard: %v %s", verb, err, out)
+			}
+		}
 		if out, err := dockerVia(t, id, guardSock, nil, "rm", "-f", "svc"); err != nil {
 			t.Fatalf("rm: %v %s", err, out)
 		}
 		if out, err := dockerVia(t, id, guardSock, nil, "network", "rm", "inner-net"); err != nil {
 			t.Fatalf("network rm: %v %s", err, out)
+		}
+	})
+
+	t.Run("import from stdin", func(t *testing.T) {
+		// docker import - streams the archive as the body of
+		// POST /images/create?fromSrc=- (the CLI says text/plain).
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		tw.WriteHeader(&tar.Header{Name: "imported.txt", Mode: 0o644, Size: 9})
+		tw.Write([]byte("imported\n"))
+		tw.Close()
+		if out, err := dockerVia(t, id, guardSock, tb.Bytes(), "import", "-", "imported:1"); err != nil {
+			t.Fatalf("docker import - through the guard: %v %s", err, out)
+		}
+		out, err := dockerVia(t, id, guardSock, nil, "image", "inspect", "-f", "{{len .RootFS.Layers}}", "imported:1")
+		if err != nil || strings.TrimSpace(out) != "1" {
+			t.Errorf("the imported image: %v %s", err, out)
 		}
 	})
 

@@ -1,10 +1,7 @@
 package dockerguard
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +15,9 @@ import (
 func TestNoBodyFraming(t *testing.T) {
 	e := setup(t)
 	bad := `{"Privileged":true,"Binds":["/:/host"]}`
-	send := func(raw string) string {
-		c, err := net.Dial("unix", e.sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, raw)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(bufio.NewReader(c))
-		return string(b)
-	}
+	// A request whose framing leaves bytes over keeps the connection
+	// waiting for a next request: the wait bounds the read only.
+	send := func(raw string) string { return sendRaw(t, e.sock, raw, 5*time.Second) }
 	const head = "POST /v1.41/containers/x/start HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
 	for name, raw := range map[string]string{
 		"content-length 0 with a body": head + "Content-Length: 0\r\nConnection: close\r\n\r\n" + bad,

@@ -6,10 +6,12 @@
 // body field it does not know, and forwards its own re-encoding of what it
 // checked (so the engine never sees bytes the guard did not decode: the
 // CVE-2024-41110 class of "Content-Length: 0 with a body" or chunked
-// bodies). On container create it injects the trust bind, the CA
-// environment, the DNS server and owner labels. A bind of the guard's own
-// socket (Testcontainers' Ryuk) is rewritten to a reaper socket that only
-// lists and removes. See docs/nested-docker.md.
+// bodies). The engine reads parameters from the query only, as the guard
+// does: form and multipart bodies are refused and the engine gets the
+// guard's Content-Type (params.go). On container create it injects the
+// trust bind, the CA environment, the DNS server and owner labels. A bind
+// of the guard's own socket (Testcontainers' Ryuk) is rewritten to a
+// reaper socket that only lists and removes. See docs/nested-docker.md.
 package dockerguard
 
 import (
@@ -301,7 +303,7 @@ var routes = sync.OnceValue(func() []route {
 		rt("GET", "/networks/{id}", noBody, true),
 		rt("POST", "/networks/create", (*Guard).networkCreate, false),
 		rt("POST", "/networks/{id}/connect", (*Guard).networkConnect, false),
-		rt("POST", "/networks/{id}/disconnect", stream, false),
+		rt("POST", "/networks/{id}/disconnect", (*Guard).networkDisconnect, false),
 		rt("DELETE", "/networks/{id}", noBody, true),
 		rt("POST", "/networks/prune", noBody, true),
 
@@ -314,6 +316,9 @@ var routes = sync.OnceValue(func() []route {
 })
 
 func (g *Guard) check(r *http.Request, path string) error {
+	if err := checkParams(r); err != nil {
+		return err
+	}
 	for _, rt := range routes() {
 		if r.Method != rt.method {
 			continue
@@ -325,7 +330,11 @@ func (g *Guard) check(r *http.Request, path string) error {
 		if g.reaper && !rt.reaper {
 			return deny("the reaper socket does not allow %s %s", r.Method, path)
 		}
-		return rt.check(g, r, m)
+		if err := rt.check(g, r, m); err != nil {
+			return err
+		}
+		forwardType(r)
+		return nil
 	}
 	return deny("endpoint %s %s is not allowed (unknown endpoints are denied: plugins, swarm, services, secrets, configs, ...)", r.Method, path)
 }
@@ -347,9 +356,10 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// setBody replaces the body with exactly b, framed by Content-Length.
+// setBody replaces the body with exactly b (JSON the guard encoded, or
+// nothing), framed by Content-Length.
 func setBody(r *http.Request, b []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.Body = encodedBody{bytes.NewReader(b)}
 	r.ContentLength = int64(len(b))
 	r.TransferEncoding = nil
 	r.Header.Del("Transfer-Encoding")

@@ -1,7 +1,7 @@
 package dockerguard
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,10 +32,18 @@ var lookup = regexp.MustCompile(`^/(images|containers)/[^/]+/json$`)
 type recorded struct {
 	Method, Path string
 	Body         []byte
+	// ContentType is every Content-Type header the engine received.
+	ContentType []string
+	// Form is what the engine's handlers read as parameters: they call
+	// Request.ParseForm (moby's httputils.ParseForm) or FormValue, which
+	// parses the query and, by Content-Type, a form or multipart body
+	// (engineForm).
+	Form url.Values
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
+	form := engineForm(r, b)
 	switch {
 	case r.Method == "GET" && strings.HasSuffix(r.URL.Path, "/images/app:1/json"):
 		w.Write([]byte(`{"Config":{"Env":["PATH=/bin","JAVA_TOOL_OPTIONS=-Xmx1g"]}}`))
@@ -50,9 +59,24 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.mu.Lock()
-	u.reqs = append(u.reqs, recorded{r.Method, r.URL.Path, b})
+	u.reqs = append(u.reqs, recorded{r.Method, r.URL.Path, b, r.Header.Values("Content-Type"), form})
 	u.mu.Unlock()
 	w.Write([]byte(`{"ok":true}`))
+}
+
+// engineForm parses r's parameters as the engine does, its body being b:
+// /build's handler starts with FormValue, which parses a multipart body
+// too; the others call ParseForm (query and urlencoded body). Both are
+// what net/http does for the engine; FormValue's parse is the superset.
+func engineForm(r *http.Request, b []byte) url.Values {
+	c := r.Clone(r.Context())
+	c.Body = io.NopCloser(bytes.NewReader(b))
+	c.Form, c.PostForm, c.MultipartForm = nil, nil, nil
+	c.FormValue("")
+	if c.MultipartForm != nil {
+		c.MultipartForm.RemoveAll()
+	}
+	return c.Form
 }
 
 func (u *upstream) last() (recorded, int) {
@@ -210,6 +234,9 @@ func TestDenials(t *testing.T) {
 		{"build client-session without BuildKit", req{"POST", "/build?remote=client-session", ""}, "remote", req{"POST", "/build?remote=client-session&version=2", ""}},
 		{"network legacy field with a value", req{"POST", "/networks/create", `{"Name":"n","CheckDuplicate":true,"Driver":"overlay"}`}, "Driver", req{"POST", "/networks/create", `{"Name":"n","CheckDuplicate":true}`}},
 		{"image import url", req{"POST", "/images/create?fromSrc=http://canary.test/x.tar", ""}, "fromSrc", req{"POST", "/images/create?fromImage=app&tag=1", ""}},
+		{"image import url as a second value", req{"POST", "/images/create?fromSrc=-&fromSrc=http://canary.test/x.tar", ""}, "fromSrc", req{"POST", "/images/create?fromSrc=-&repo=x", ""}},
+		{"build securityopt as a second value", req{"POST", "/build?securityopt=&securityopt=seccomp%3Dunconfined", ""}, "securityopt", req{"POST", "/build?t=x&t=y", ""}},
+		{"query with a ; separator", req{"POST", "/images/create?repo=x;fromSrc=http://canary.test/x.tar", ""}, "query", req{"POST", "/images/create?repo=x&fromSrc=-", ""}},
 		{"plugins", req{"GET", "/v1.41/plugins", ""}, "not allowed", req{"GET", "/v1.41/images/json", ""}},
 		{"plugin install", req{"POST", "/plugins/pull?remote=x", ""}, "not allowed", req{"GET", "/info", ""}},
 		{"swarm", req{"POST", "/swarm/init", `{}`}, "not allowed", req{"GET", "/version", ""}},
@@ -279,19 +306,9 @@ func TestInjection(t *testing.T) {
 func TestBodyFraming(t *testing.T) {
 	e := setup(t)
 	bad := `{"Image":"app:1","HostConfig":{"Privileged":true}}`
-	send := func(raw string) string {
-		c, err := net.Dial("unix", e.sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, raw)
-		// Bounds the read only: a request whose framing leaves bytes over
-		// keeps the connection waiting for a next request.
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(bufio.NewReader(c))
-		return string(b)
-	}
+	// A request whose framing leaves bytes over keeps the connection
+	// waiting for a next request: the wait bounds the read only.
+	send := func(raw string) string { return sendRaw(t, e.sock, raw, 5*time.Second) }
 	for name, raw := range map[string]string{
 		"content-length 0 with a body": "POST /v1.41/containers/create HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" + bad,
 		"chunked":                      fmt.Sprintf("POST /v1.41/containers/create HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(bad), bad),

@@ -379,27 +379,34 @@ func (g *Guard) execStart(r *http.Request, _ []string) error {
 }
 
 func (g *Guard) imageCreate(r *http.Request, _ []string) error {
-	if src := query(r).Get("fromSrc"); src != "" && src != "-" {
+	if src, bad := badValue(query(r), "fromSrc", func(v string) bool { return v == "" || v == "-" }); bad {
 		return deny("images/create fromSrc %q (import from a URL) is not allowed", src)
 	}
 	return nil
 }
 
+// buildParams are the /build parameters the guard checks (what names
+// one in a denial), and what each may be. BuildKit (version=2) sends the
+// context over its /session stream and says so with
+// remote=client-session; any other remote is a URL.
+var buildParams = []struct {
+	key, what string
+	ok        func(v string, buildKit bool) bool
+}{
+	{"remote", "remote context", func(v string, buildKit bool) bool { return v == "" || v == "client-session" && buildKit }},
+	{"networkmode", "networkmode", func(v string, _ bool) bool { return v == "" || v == "default" || v == "bridge" || v == "none" }},
+	{"cgroupparent", "cgroupparent", func(v string, _ bool) bool { return v == "" }},
+	{"securityopt", "securityopt", func(v string, _ bool) bool { return v == "" || v == "[]" || v == "null" }},
+}
+
 func (g *Guard) build(r *http.Request, _ []string) error {
 	q := query(r)
-	// BuildKit (version=2) sends the context over its /session stream and
-	// says so with remote=client-session; any other remote is a URL.
-	if remote := q.Get("remote"); remote != "" && !(remote == "client-session" && q.Get("version") == "2") {
-		return deny("build remote context %q is not allowed", remote)
-	}
-	if nm := q.Get("networkmode"); nm != "" && nm != "default" && nm != "bridge" && nm != "none" {
-		return deny("build networkmode %q is not allowed", nm)
-	}
-	if cp := q.Get("cgroupparent"); cp != "" {
-		return deny("build cgroupparent %q is not allowed", cp)
-	}
-	if so := q.Get("securityopt"); so != "" && so != "[]" && so != "null" {
-		return deny("build securityopt %q is not allowed", so)
+	// The engine takes the first version (FormValue), as Get does.
+	buildKit := q.Get("version") == "2"
+	for _, p := range buildParams {
+		if v, bad := badValue(q, p.key, func(v string) bool { return p.ok(v, buildKit) }); bad {
+			return deny("build %s %q is not allowed", p.what, v)
+		}
 	}
 	return nil
 }
@@ -453,6 +460,10 @@ func (g *Guard) networkCreate(r *http.Request, _ []string) error {
 		}
 		return nil
 	})
+}
+
+func (g *Guard) networkDisconnect(r *http.Request, _ []string) error {
+	return rewrite(r, "network disconnect", nil, func(*network.DisconnectRequest) error { return nil })
 }
 
 func (g *Guard) networkConnect(r *http.Request, _ []string) error {
