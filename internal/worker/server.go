@@ -79,13 +79,15 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	br := bufio.NewReaderSize(r, 64<<10)
+	lr := wire.NewLineReader(r, wire.MaxRequestBytes)
 	for {
-		line, tooLong, err := readLine(br, wire.MaxRequestBytes)
-		if tooLong {
-			s.reply(wire.Response{Error: wire.Errorf(wire.CodeTooLarge, "request line exceeds %d bytes", wire.MaxRequestBytes)})
-		} else if len(bytes.TrimSpace(line)) > 0 {
-			s.dispatch(ctx, line)
+		line, err := lr.Next()
+		if line.TooLong {
+			// Answered under its id when it has one, so that a client
+			// waiting for it gets the answer.
+			s.reply(wire.Response{ID: line.StringID(), Error: wire.TooLarge(line.Size)})
+		} else if len(bytes.TrimSpace(line.Data)) > 0 {
+			s.dispatch(ctx, line.Data)
 		}
 		if err != nil {
 			// A client that ended its requests (EOF) gets the answers in
@@ -98,24 +100,6 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 			}
 			return err
 		}
-	}
-}
-
-// readLine reads one '\n'-terminated line of at most max bytes. A longer
-// line is consumed and discarded, reported with tooLong.
-func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	for {
-		frag, err := br.ReadSlice('\n')
-		if len(line)+len(frag) > max+1 {
-			tooLong = true
-			line = nil
-		} else if !tooLong {
-			line = append(line, frag...)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return line, tooLong, err
 	}
 }
 
@@ -381,7 +365,7 @@ func strictArgs(raw json.RawMessage, v any) *wire.Error {
 }
 
 func (s *Server) result(id string, v any) {
-	data, err := json.Marshal(v)
+	data, err := wire.Marshal(v)
 	if err != nil {
 		s.reply(wire.Response{ID: id, Error: wire.Errorf(wire.CodeInternal, "encode result: %v", err)})
 		return
@@ -392,7 +376,7 @@ func (s *Server) result(id string, v any) {
 func (s *Server) reply(r wire.Response) { _ = s.send(r) }
 
 func (s *Server) send(v any) error {
-	data, err := json.Marshal(v)
+	data, err := wire.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("worker: encode: %w", err)
 	}

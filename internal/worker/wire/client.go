@@ -322,11 +322,19 @@ func (c *Client) signals(id string, signals <-chan string, stop <-chan struct{})
 }
 
 func (c *Client) call(ctx context.Context, op string, args, result any, output func(string, []byte), sent func(id string)) error {
-	raw, err := json.Marshal(args)
+	raw, err := Marshal(args)
 	if err != nil {
 		return err
 	}
 	id := strconv.FormatUint(c.nextID.Add(1), 10)
+	line, err := Marshal(Request{ID: id, Op: op, Args: raw})
+	if err != nil {
+		return err
+	}
+	if len(line) > MaxRequestBytes {
+		// The worker would refuse it: refuse it here, without sending.
+		return TooLarge(int64(len(line)))
+	}
 	cl := &call{resp: make(chan Response, 1), output: output}
 	c.mu.Lock()
 	select {
@@ -337,7 +345,7 @@ func (c *Client) call(ctx context.Context, op string, args, result any, output f
 	}
 	c.pending[id] = cl
 	c.mu.Unlock()
-	if err := c.send(Request{ID: id, Op: op, Args: raw}); err != nil {
+	if err := c.write(line); err != nil {
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
@@ -350,8 +358,10 @@ func (c *Client) call(ctx context.Context, op string, args, result any, output f
 	case r, ok := <-cl.resp:
 		return decodeResponse(r, ok, result, c)
 	case <-ctx.Done():
-		cargs, _ := json.Marshal(CancelArgs{Target: id})
-		c.send(Request{ID: id + "-cancel", Op: OpCancel, Args: cargs})
+		cargs, _ := Marshal(CancelArgs{Target: id})
+		if cancel, err := Marshal(Request{ID: id + "-cancel", Op: OpCancel, Args: cargs}); err == nil {
+			c.write(cancel)
+		}
 		// The worker still answers the canceled request (with its partial
 		// result); wait for it briefly so the process tree is known dead.
 		select {
@@ -381,15 +391,11 @@ func decodeResponse(r Response, ok bool, result any, c *Client) error {
 	return nil
 }
 
-func (c *Client) send(req Request) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
+// write sends one request line (without its newline).
+func (c *Client) write(line []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err = c.w.Write(data)
+	_, err := c.w.Write(append(line, '\n'))
 	return err
 }
 
