@@ -34,10 +34,30 @@ func (f *fsFiles) Read(a wire.ReadArgs) (*wire.ReadResult, error) {
 		return nil, fsError(err)
 	}
 	out := &wire.ReadResult{Content: string(r.Content), Size: r.Size, Truncated: r.Truncated}
-	if !utf8.Valid(r.Content) {
+	if !utf8.Valid(r.Content) || jsonTextLen(r.Content) > base64.StdEncoding.EncodedLen(len(r.Content)) {
 		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(r.Content), wire.EncodingBase64
 	}
 	return out, nil
+}
+
+// jsonTextLen is the length of valid UTF-8 b inside a JSON string as
+// wire.Marshal writes it: control characters take six bytes (\u001b)
+// or two (\n), quotes and backslashes two, U+2028 and U+2029 six. Read
+// sends text whose JSON form is longer than its base64 as base64: a file
+// of control characters grows sixfold as JSON text, by a third as base64.
+func jsonTextLen(b []byte) int {
+	n := len(b)
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+			n++
+		case c < 0x20:
+			n += 5
+		case c == 0xe2 && i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xa8 || b[i+2] == 0xa9):
+			n += 3
+		}
+	}
+	return n
 }
 
 func (f *fsFiles) Write(a wire.WriteArgs) (*wire.WriteResult, error) {
