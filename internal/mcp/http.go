@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"vak/internal/peercred"
+	"vak/internal/worker/wire"
 )
 
 // ErrListen is wrapped by errors about a --listen address.
@@ -107,7 +108,13 @@ type peerResult struct {
 // authentication: a request without the bearer token (TCP) or from another
 // uid (unix socket) gets 401 or 403 and reaches nothing.
 func (s *Server) HTTPHandler(l *Listener) http.Handler {
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{Logger: s.sdkLog})
+	opts := &sdk.StreamableHTTPOptions{
+		Logger: s.sdkLog,
+		// The request limit of stdio and of the worker: a larger body
+		// gets 413 Request Entity Too Large.
+		MaxRequestBodyBytes: wire.MaxRequestBytes,
+	}
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, opts)
 	if l.Socket != "" {
 		return requirePeer(os.Getuid(), h, s)
 	}

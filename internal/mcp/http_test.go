@@ -178,3 +178,36 @@ func TestUnixSocketPeer(t *testing.T) {
 		t.Fatalf("control: own uid with curl: %q %v", code, err)
 	}
 }
+
+// TestHTTPRequestLimit: over HTTP a request body takes the limit of stdio
+// and the worker (wire.MaxRequestBytes), not the SDK's 4 MiB default: a
+// write_file of 8 MiB works, one of 17,000,000 bytes gets an answer (413;
+// the SDK's client then closes its session), and the server goes on.
+func TestHTTPRequestLimit(t *testing.T) {
+	f := newFixture(t, sandbox.WorkspaceWrite, nil)
+	l := serveHTTP(t, f, "127.0.0.1:0")
+	cs := connectHTTP(t, l.URL, &http.Client{Transport: headerTransport{http.DefaultTransport, "Authorization", "Bearer " + l.Token}})
+	ctx := context.Background()
+	content := strings.Repeat("a", 8<<20)
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "8m.txt", "content": content}})
+	if err != nil {
+		t.Fatalf("write_file of 8 MiB over HTTP: %v", err)
+	}
+	if res.IsError {
+		t.Fatalf("write_file of 8 MiB over HTTP: %s", text(res))
+	}
+	if st, err := os.Stat(filepath.Join(f.ws, "8m.txt")); err != nil || st.Size() != int64(len(content)) {
+		t.Fatalf("8m.txt: %v %v", st, err)
+	}
+	_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "17m.txt", "content": strings.Repeat("a", 17_000_000)}})
+	if err == nil || !strings.Contains(err.Error(), "413") && !strings.Contains(err.Error(), "Too Large") {
+		t.Fatalf("write_file of 17,000,000 bytes over HTTP: %v, want 413", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "17m.txt")); err == nil {
+		t.Fatal("the oversized write was carried out")
+	}
+	cs = connectHTTP(t, l.URL, &http.Client{Transport: headerTransport{http.DefaultTransport, "Authorization", "Bearer " + l.Token}})
+	if res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "echo still"}}); err != nil || res.IsError {
+		t.Fatalf("after it: %v %+v", err, res)
+	}
+}

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -146,7 +145,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	w := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	go s.filterLines(in, pw, w)
-	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: pr, Writer: w, MaxLineLength: maxLine + 1})
+	err := s.srv.Run(ctx, &sdk.IOTransport{Reader: pr, Writer: w, MaxLineLength: wire.MaxRequestBytes + 1})
 	pr.Close()
 	if errors.Is(err, io.EOF) || ctx.Err() != nil {
 		return nil
@@ -154,23 +153,26 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	return err
 }
 
-// maxLine bounds one JSON-RPC line on stdio (a write_file call carries a
-// whole file; the worker takes requests up to wire.MaxRequestBytes).
-const maxLine = 2 * wire.MaxRequestBytes
-
-var parseError = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not a JSON-RPC message or is longer than 32 MiB"}}` + "\n")
+var parseError = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the line is not a JSON-RPC message"}}` + "\n")
 
 // filterLines passes JSON lines from in to the SDK (pw) and answers the
-// others itself.
+// others itself. A line over wire.MaxRequestBytes, the worker protocol's
+// request limit (a write_file call carries a whole file), is answered
+// under its id, if it has one, with the worker's request_too_large error.
 func (s *Server) filterLines(in io.Reader, pw *io.PipeWriter, out io.Writer) {
-	br := bufio.NewReaderSize(in, 64<<10)
+	lr := wire.NewLineReader(in, wire.MaxRequestBytes)
 	for {
-		line, tooLong, err := readLine(br)
-		if len(bytes.TrimSpace(line)) > 0 || tooLong {
-			if tooLong || !json.Valid(line) {
-				s.opts.Log.Warn("answered a stdio line that is not JSON with a parse error", "bytes", len(line), "too_long", tooLong)
-				out.Write(parseError)
-			} else if _, werr := pw.Write(append(line, '\n')); werr != nil {
+		line, err := lr.Next()
+		switch {
+		case line.TooLong:
+			s.opts.Log.Warn("refused a stdio line over the request limit", "bytes", line.Size, "limit", wire.MaxRequestBytes, "id", string(line.ID))
+			out.Write(tooLargeError(line))
+		case len(bytes.TrimSpace(line.Data)) == 0:
+		case !json.Valid(line.Data):
+			s.opts.Log.Warn("answered a stdio line that is not JSON with a parse error", "bytes", line.Size)
+			out.Write(parseError)
+		default:
+			if _, werr := pw.Write(append(line.Data, '\n')); werr != nil {
 				return
 			}
 		}
@@ -181,22 +183,25 @@ func (s *Server) filterLines(in io.Reader, pw *io.PipeWriter, out io.Writer) {
 	}
 }
 
-// readLine reads one line without its newline, up to maxLine bytes; a longer
-// one is consumed and reported as tooLong.
-func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
-	for {
-		frag, err := br.ReadSlice('\n')
-		if !tooLong {
-			line = append(line, frag...)
-			if len(line) > maxLine {
-				tooLong, line = true, nil
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
+// tooLargeError is the JSON-RPC error line (invalid request, -32600) for
+// a line over the request limit: under the line's id (null without one),
+// its message is the worker's request_too_large error, naming the size,
+// the limit and what to do.
+func tooLargeError(line wire.Line) []byte {
+	id := line.ID
+	if id == nil {
+		id = json.RawMessage("null")
 	}
+	type rpcError struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	data, _ := wire.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcError        `json:"error"`
+	}{"2.0", id, rpcError{-32600, wire.TooLarge(line.Size).Error()}})
+	return append(data, '\n')
 }
 
 // lockedWriter serializes the SDK's messages and filterLines' answers (each
@@ -262,7 +267,6 @@ var codeHints = map[string]string{
 	wire.CodeNoMatch:      "old_string must occur in the file exactly as given, including whitespace",
 	wire.CodeAmbiguous:    "give more surrounding context so old_string occurs once, or set replace_all",
 	wire.CodeNotFound:     "no such file",
-	wire.CodeTooLarge:     "the request is larger than the worker accepts",
 	wire.CodeInvalidRegex: "the pattern does not compile",
 }
 

@@ -23,6 +23,7 @@ import (
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/landlock"
 	"vak/internal/testenv"
+	"vak/internal/worker/wire"
 )
 
 // fixture is a server on a real landlock sandbox in a fresh workspace and
@@ -527,12 +528,19 @@ func TestStdioGarbageLine(t *testing.T) {
 		t.Fatalf("initialize: %v", m)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	for _, garbage := range []string{"garbage{{{", `{"jsonrpc":"2.0","id":`, strings.Repeat("x", maxLine+10)} {
-		send(garbage)
+	for _, tc := range []struct {
+		garbage string
+		code    float64
+	}{
+		{"garbage{{{", -32700},
+		{`{"jsonrpc":"2.0","id":`, -32700},
+		{strings.Repeat("x", wire.MaxRequestBytes+10), -32600}, // request_too_large
+	} {
+		send(tc.garbage)
 		m := recv()
 		e, _ := m["error"].(map[string]any)
-		if e == nil || e["code"] != float64(-32700) {
-			t.Fatalf("answer to %.20q: %v", garbage, m)
+		if e == nil || e["code"] != tc.code || m["id"] != nil {
+			t.Fatalf("answer to %.20q: %v", tc.garbage, m)
 		}
 	}
 	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo alive"}}}`)
