@@ -381,32 +381,40 @@ type ReadInput struct {
 	Limit  int64  `json:"limit,omitempty" jsonschema:"most bytes to return (default 262144)"`
 }
 
-// ReadOutput is read_file's result.
+// ReadOutput is read_file's result: the JSON object of its one text block
+// (read_file has no structured content).
 type ReadOutput struct {
 	Content   string `json:"content" jsonschema:"the bytes read: text as is, or base64 when encoding is base64"`
-	Encoding  string `json:"encoding,omitempty" jsonschema:"base64 when the file is not valid UTF-8"`
+	Encoding  string `json:"encoding,omitempty" jsonschema:"base64 when the bytes are not valid UTF-8 or are text full of control characters"`
 	Size      int64  `json:"size" jsonschema:"the file's total size in bytes"`
 	Truncated bool   `json:"truncated" jsonschema:"more bytes follow; read again with a larger offset"`
 }
 
+// addRead adds read_file. Its result is one text block holding the JSON
+// object ReadOutput, and no structured content: a file's bytes (up to the
+// read cap, 10 MiB) are sent once, not also as structured content, which
+// the SDK would add for a tool with an output schema.
 func (s *Server) addRead() {
 	sdk.AddTool(s.srv, &sdk.Tool{
 		Name:        "read_file",
 		Annotations: annotations("Read a workspace file", true, false),
-		Description: "Read a file of the workspace (" + s.opts.Workspace + "). Paths outside the workspace, including through '..' or symbolic links that lead out of it, are refused. Returns up to limit bytes from offset; text comes back as is, other files as base64.",
-	}, func(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (*sdk.CallToolResult, ReadOutput, error) {
-		var out ReadOutput
+		Description: "Read a file of the workspace (" + s.opts.Workspace + "). Paths outside the workspace, including through '..' or symbolic links that lead out of it, are refused. Returns up to limit bytes from offset as a JSON object: content (text as is, other files and text full of control characters as base64, with encoding \"base64\"), size (the file's) and truncated.",
+	}, func(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (*sdk.CallToolResult, any, error) {
 		if in.Offset < 0 || in.Limit < 0 {
-			return nil, out, errors.New("read_file: offset and limit must not be negative")
+			return nil, nil, errors.New("read_file: offset and limit must not be negative")
 		}
 		if in.Limit == 0 {
 			in.Limit = DefaultReadBytes
 		}
 		var r wire.ReadResult
 		if err := s.call(ctx, "read_file", wire.OpRead, wire.ReadArgs{Path: in.Path, Offset: in.Offset, Limit: in.Limit}, &r); err != nil {
-			return nil, out, err
+			return nil, nil, err
 		}
-		return nil, ReadOutput{Content: r.Content, Encoding: r.Encoding, Size: r.Size, Truncated: r.Truncated}, nil
+		text, err := wire.Marshal(ReadOutput{Content: r.Content, Encoding: r.Encoding, Size: r.Size, Truncated: r.Truncated})
+		if err != nil {
+			return nil, nil, fmt.Errorf("read_file: encode the result: %w", err)
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: string(text)}}}, nil, nil
 	})
 }
 

@@ -101,7 +101,8 @@ func (f *fixture) call(t *testing.T, name string, args any) *sdk.CallToolResult 
 	return res
 }
 
-// ok calls a tool that must succeed and decodes its structured result.
+// ok calls a tool that must succeed and decodes its structured result
+// (read_file's: the JSON object of its one text block).
 func ok[T any](t *testing.T, f *fixture, name string, args any) T {
 	t.Helper()
 	res := f.call(t, name, args)
@@ -110,6 +111,9 @@ func ok[T any](t *testing.T, f *fixture, name string, args any) T {
 	}
 	var out T
 	data, _ := json.Marshal(res.StructuredContent)
+	if res.StructuredContent == nil {
+		data = []byte(text(res))
+	}
 	if err := json.Unmarshal(data, &out); err != nil {
 		t.Fatalf("%s: structured result %s: %v", name, data, err)
 	}
@@ -153,8 +157,10 @@ func TestToolList(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if tool.Description == "" || tool.InputSchema == nil || tool.OutputSchema == nil {
-					t.Errorf("%s: missing description or schema", tool.Name)
+				// read_file sends its result once, as text: no output
+				// schema (which would make the SDK send it twice).
+				if tool.Description == "" || tool.InputSchema == nil || (tool.OutputSchema == nil) != (tool.Name == "read_file") {
+					t.Errorf("%s: missing description or schema, or read_file with an output schema", tool.Name)
 				}
 				got = append(got, tool.Name)
 				if tool.Name == "bash" && strings.Contains(tool.Description, "read-only mode") != (tc.mode == sandbox.ReadOnly) {
