@@ -141,6 +141,9 @@ type Options struct {
 	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// PolicyFile names the file the policies come from (the trusted user
+	// config) in refused registrations; empty means "the user config".
+	PolicyFile string
 }
 
 type task struct {
@@ -183,6 +186,8 @@ type Broker struct {
 	// instance names this broker process's run: registrations live in
 	// memory, so a client that sees another instance re-registers.
 	instance string
+	// policyFile names the policies' file in errors (Options.PolicyFile).
+	policyFile string
 
 	mu         sync.Mutex
 	policies   map[string]Policy    // by canonical workspace path
@@ -230,6 +235,9 @@ func New(opts Options) (*Broker, error) {
 	}
 	if b.now == nil {
 		b.now = time.Now
+	}
+	if b.policyFile = opts.PolicyFile; b.policyFile == "" {
+		b.policyFile = "the user config"
 	}
 	if err := b.loadIdentities(); err != nil {
 		return nil, err
@@ -445,8 +453,10 @@ func (b *Broker) closeEdgeLocked(e [2]string, why string) {
 }
 
 // Register creates (on first use) the identity of the workspace and a task
-// registration for it, and returns the task token. The token is a bearer
-// credential: keep it in the trusted process, never in a model's context.
+// registration for it, and returns the task token. Only a workspace that
+// an enabled policy names registers: any other gets ErrRegister, saying
+// which entry to add, and no identity. The token is a bearer credential:
+// keep it in the trusted process, never in a model's context.
 func (b *Broker) Register(workspace string, uid int) (string, Identity, error) {
 	ws, err := Canonical(workspace)
 	if err != nil {
@@ -457,6 +467,10 @@ func (b *Broker) Register(workspace string, uid int) (string, Identity, error) {
 	if uid != b.uid {
 		b.receipt("register", "", "", ws, receipts.Deny, fmt.Sprintf("uid %d is not the broker's uid %d", uid, b.uid), 0)
 		return "", Identity{}, fmt.Errorf("%w: uid %d is not the broker's uid %d", ErrRegister, uid, b.uid)
+	}
+	if why := b.unregistrableLocked(ws); why != "" {
+		b.receipt("register", "", "", ws, receipts.Deny, why, 0)
+		return "", Identity{}, fmt.Errorf("%w: %s", ErrRegister, why)
 	}
 	id := b.idents[ws]
 	if id == nil {
@@ -478,6 +492,21 @@ func (b *Broker) Register(workspace string, uid int) (string, Identity, error) {
 	b.receipt("register", id.ID, t.id, ws, receipts.Allow, "", 0)
 	b.recomputeLocked("registration of " + ws)
 	return b.tokenLocked(t), *id, nil
+}
+
+// unregistrableLocked says why workspace ws may not register ("" when it
+// may): it needs an enabled policy, which only the trusted user config
+// declares. Called with mu held.
+func (b *Broker) unregistrableLocked(ws string) string {
+	entry := fmt.Sprintf("[[agent_network.workspace]] entry with path = %q", ws)
+	p, ok := b.policies[ws]
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s has no [agent_network] policy: add an %s (and its peers) to %s, then run `vak agentnet reload`", ws, entry, b.policyFile)
+	case !p.Enabled:
+		return fmt.Sprintf("%s has agent_network disabled: remove enabled = false from its %s in %s, then run `vak agentnet reload`", ws, entry, b.policyFile)
+	}
+	return ""
 }
 
 func (b *Broker) tokenLocked(t *task) string {

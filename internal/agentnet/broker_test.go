@@ -76,6 +76,22 @@ func (e *env) policy(name string, enabled bool, q Quota, peers ...string) Policy
 	return p
 }
 
+// allow gives each named workspace an enabled policy without peers on b
+// (e's broker when nil): only workspaces with a policy register.
+func (e *env) allow(t *testing.T, b *Broker, names ...string) {
+	t.Helper()
+	if b == nil {
+		b = e.b
+	}
+	var ps []Policy
+	for _, n := range names {
+		ps = append(ps, e.policy(n, true, Quota{}))
+	}
+	if err := b.SetPolicies(ps); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) register(t *testing.T, name string) (string, Identity) {
 	t.Helper()
 	tok, id, err := e.b.Register(e.ws[name], 1000)
@@ -145,11 +161,14 @@ func TestMutualApproval(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, "a", "b")
+			// Both register while their policies allow it; then the
+			// case's policies apply (a reload).
+			e.allow(t, nil, "a", "b")
+			ta, _ := e.register(t, "a")
+			tb, _ := e.register(t, "b")
 			if err := e.b.SetPolicies(tc.policies(e)); err != nil {
 				t.Fatal(err)
 			}
-			ta, _ := e.register(t, "a")
-			tb, _ := e.register(t, "b")
 			_, err := e.b.Send(ta, e.ws["b"], "t", []byte("hi"))
 			if tc.wantUp {
 				if err != nil {
@@ -207,6 +226,7 @@ func TestTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.allow(t, other, "a")
 	otherTok, _, err := other.Register(e.ws["a"], 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +288,7 @@ func TestTokens(t *testing.T) {
 
 func TestRenew(t *testing.T) {
 	e := newEnv(t, "a")
+	e.allow(t, nil, "a")
 	tok, _ := e.register(t, "a")
 	e.clk.add(DefaultTokenTTL - time.Second)
 	tok2, err := e.b.Renew(tok)
@@ -285,23 +306,26 @@ func TestRenew(t *testing.T) {
 
 func TestIdentityPersistsAndBindsUID(t *testing.T) {
 	e := newEnv(t, "a")
+	e.allow(t, nil, "a")
 	_, id := e.register(t, "a")
 	b2, err := New(Options{StateDir: e.b.dir, Receipts: e.log, UID: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.allow(t, b2, "a")
 	_, id2, err := b2.Register(e.ws["a"], 1000)
 	if err != nil || id2.ID != id.ID {
 		t.Fatalf("identity not persisted: %v %v %v", id, id2, err)
 	}
-	if _, _, err := b2.Register(e.ws["a"], 1001); !errors.Is(err, ErrRegister) {
+	if _, _, err := b2.Register(e.ws["a"], 1001); !errors.Is(err, ErrRegister) || !strings.Contains(err.Error(), "uid 1001") {
 		t.Fatalf("other uid: %v", err)
 	}
 	b3, err := New(Options{StateDir: e.b.dir, Receipts: e.log, UID: 1001})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b3.Register(e.ws["a"], 1001); !errors.Is(err, ErrRegister) {
+	e.allow(t, b3, "a")
+	if _, _, err := b3.Register(e.ws["a"], 1001); !errors.Is(err, ErrRegister) || !strings.Contains(err.Error(), "belongs to uid 1000") {
 		t.Fatalf("identity of another uid: %v", err)
 	}
 	for _, f := range []string{"identities.json", "token.key"} {

@@ -41,6 +41,9 @@ type RunOptions struct {
 	Policies func() ([]Policy, error)
 	// Ready, if set, is called once the socket listens.
 	Ready func(socket string)
+	// PolicyFile names the file Policies reads, in refused registrations
+	// (Options.PolicyFile).
+	PolicyFile string
 }
 
 // Run is `vak agentnet serve`: it opens the signed receipts log, loads the
@@ -60,7 +63,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		return fmt.Errorf("agentnet: receipts: %w", err)
 	}
 	defer log.Close()
-	b, err := New(Options{StateDir: o.Dir, Receipts: log, UID: o.UID})
+	b, err := New(Options{StateDir: o.Dir, Receipts: log, UID: o.UID, PolicyFile: o.PolicyFile})
 	if err != nil {
 		return err
 	}

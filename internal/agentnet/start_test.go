@@ -22,14 +22,23 @@ import (
 )
 
 // brokerDirEnv makes the test binary a broker (TestMain): Ensure's tests
-// start it as the real, detached broker process.
-const brokerDirEnv = "VAK_AGENTNET_TEST_BROKER_DIR"
+// start it as the real, detached broker process. brokerPoliciesEnv lists
+// the workspaces (separated by os.PathListSeparator) it has an enabled
+// policy for, with no peers.
+const (
+	brokerDirEnv      = "VAK_AGENTNET_TEST_BROKER_DIR"
+	brokerPoliciesEnv = "VAK_AGENTNET_TEST_BROKER_POLICIES"
+)
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(brokerDirEnv); dir != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		err := Run(ctx, RunOptions{Dir: dir, UID: os.Getuid(), Policies: func() ([]Policy, error) { return nil, nil }})
+		var ps []Policy
+		for _, ws := range filepath.SplitList(os.Getenv(brokerPoliciesEnv)) {
+			ps = append(ps, Policy{Workspace: ws, Enabled: true})
+		}
+		err := Run(ctx, RunOptions{Dir: dir, UID: os.Getuid(), Policies: func() ([]Policy, error) { return ps, nil }})
 		if err != nil {
 			os.Stderr.WriteString("test broker: " + err.Error() + "\n")
 			os.Exit(1)
@@ -57,8 +66,9 @@ func brokerDir(t *testing.T) string {
 	return dir
 }
 
-// brokerCommand counts the brokers it starts.
-func brokerCommand(dir string, n *atomic.Int32) func() (*exec.Cmd, error) {
+// brokerCommand counts the brokers it starts; the broker has an enabled
+// policy for each of workspaces.
+func brokerCommand(dir string, n *atomic.Int32, workspaces ...string) func() (*exec.Cmd, error) {
 	return func() (*exec.Cmd, error) {
 		n.Add(1)
 		exe, err := os.Executable() // absolute: the broker runs in its state dir
@@ -66,7 +76,7 @@ func brokerCommand(dir string, n *atomic.Int32) func() (*exec.Cmd, error) {
 			return nil, err
 		}
 		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), brokerDirEnv+"="+dir)
+		cmd.Env = append(os.Environ(), brokerDirEnv+"="+dir, brokerPoliciesEnv+"="+strings.Join(workspaces, string(os.PathListSeparator)))
 		return cmd, nil
 	}
 }

@@ -73,7 +73,7 @@ runs per user: a second one exits with "already running".`,
 					}
 				}
 			}()
-			err = agentnet.Run(ctx, agentnet.RunOptions{Dir: dir, UID: os.Getuid(), Policies: load,
+			err = agentnet.Run(ctx, agentnet.RunOptions{Dir: dir, UID: os.Getuid(), Policies: load, PolicyFile: a.policyFile(),
 				Ready: func(s string) { fmt.Fprintf(a.stdio.Err, "vak: agentnet broker listening on %s\n", s) }})
 			return exitFor(err)
 		},
@@ -134,6 +134,21 @@ runs per user: a second one exits with "already running".`,
 	}
 	cmd.AddCommand(serve, edges, revoke, reload)
 	return cmd
+}
+
+// policyFile names the user config the broker's policies come from (the
+// --config file, or the default one), for its refused registrations.
+func (a *app) policyFile() string {
+	if a.userConfig != "" {
+		if f, err := filepath.Abs(a.userConfig); err == nil {
+			return f
+		}
+		return a.userConfig
+	}
+	if f, err := paths.UserConfigFile(); err == nil {
+		return f
+	}
+	return ""
 }
 
 // agentNetRefresh is how often `vak mcp` re-checks its agent network
