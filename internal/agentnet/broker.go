@@ -50,6 +50,8 @@ var (
 	ErrRegister = errclass.New(errclass.Invalid, "agentnet: registration refused")
 	// ErrBadRequest: an operation's arguments are invalid.
 	ErrBadRequest = errclass.New(errclass.Invalid, "agentnet: bad request")
+	// ErrTooLarge: a request line is over the broker's limit (MaxLine).
+	ErrTooLarge = errclass.New(errclass.Invalid, "agentnet: request too large")
 )
 
 // Quota bounds one edge. Zero fields take the defaults.

@@ -2,6 +2,7 @@ package agentnet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,10 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 	if err != nil {
 		return response{}, fmt.Errorf("agentnet: request: %w", err)
 	}
+	if len(line) > MaxLine {
+		// The broker would refuse it (and close the connection).
+		return response{}, tooLarge(len(line))
+	}
 	line = append(line, '\n')
 	if cc := c.get(); cc != nil {
 		data, err := c.roundTrip(ctx, cc, line)
@@ -110,7 +115,10 @@ func (c *Client) roundTrip(ctx context.Context, cc *clientConn, line []byte) ([]
 	// A write error is reported only if no response follows: a broker
 	// that refuses the connection answers and closes before reading.
 	_, werr := cc.Write(line)
-	data, rerr := readLine(cc.r, maxLine)
+	data, rerr := readLine(cc.r, MaxLine)
+	if errors.Is(rerr, errLongLine) {
+		rerr = fmt.Errorf("agentnet: the response exceeds %d bytes", MaxLine)
+	}
 	if !stop() || rerr != nil {
 		cc.Close()
 		if ctx.Err() != nil {
@@ -125,27 +133,26 @@ func (c *Client) roundTrip(ctx context.Context, cc *clientConn, line []byte) ([]
 	return data, nil
 }
 
-// readLine reads one \n-terminated line of at most max bytes.
+// errLongLine is a line over readLine's limit.
+var errLongLine = errors.New("line too long")
+
+// readLine reads one line of at most max bytes, not counting its newline
+// (which it returns with the line, if the line has one). A longer line is
+// errLongLine as soon as it is known: the rest is not read.
 func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
-	if err == nil {
-		return line, nil
-	}
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return nil, err
-	}
-	buf := append([]byte(nil), line...)
+	var buf []byte
 	for {
-		line, err = r.ReadSlice('\n')
-		buf = append(buf, line...)
-		if len(buf) > max {
-			return nil, fmt.Errorf("agentnet: response exceeds %d bytes", max)
+		frag, err := r.ReadSlice('\n')
+		body := bytes.TrimSuffix(frag, []byte("\n"))
+		if len(buf)+len(body) > max {
+			return nil, errLongLine
 		}
-		if err == nil {
-			return buf, nil
+		if err == nil && buf == nil {
+			return frag, nil // the reader's buffer: valid until the next read
 		}
+		buf = append(buf, frag...)
 		if !errors.Is(err, bufio.ErrBufferFull) {
-			return nil, err
+			return buf, err
 		}
 	}
 }

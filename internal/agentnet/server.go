@@ -2,6 +2,7 @@ package agentnet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,9 +25,21 @@ const SocketName = "agentnet.sock"
 // MaxWait bounds a receive's wait.
 const MaxWait = 5 * time.Minute
 
-// maxLine bounds one request line (a message body is bounded by quotas
-// well below this).
-const maxLine = 32 << 20
+// MaxLine bounds one request or response line, without its newline, on
+// the broker's socket (a message body is bounded by quotas well below
+// this: at most 16 MiB, 22 MiB as base64). The broker answers a longer
+// request with ErrTooLarge and closes the connection; Client refuses to
+// send one.
+const MaxLine = 32 << 20
+
+// tooLarge is the error for a request line over MaxLine.
+func tooLarge(size int) error {
+	what := "the request line is over"
+	if size > 0 {
+		what = fmt.Sprintf("the request is %d bytes, over", size)
+	}
+	return fmt.Errorf("%w: %s the broker's limit of %d bytes (%d MiB) per request: send smaller messages (an edge's max_message_bytes is at most 16 MiB)", ErrTooLarge, what, MaxLine, MaxLine>>20)
+}
 
 // request is one line a client sends.
 type request struct {
@@ -60,6 +73,7 @@ type response struct {
 var kinds = map[string]error{
 	"token": ErrToken, "no-edge": ErrNoEdge, "destination": ErrDestination, "quota": ErrQuota,
 	"revoked": ErrRevoked, "timeout": ErrTimeout, "register": ErrRegister, "bad-request": ErrBadRequest,
+	"too-large": ErrTooLarge,
 }
 
 // kindOf names every sentinel err matches, comma-separated in a fixed
@@ -180,13 +194,25 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	// Clients keep their connections open between calls: a stopping
 	// broker closes them.
 	context.AfterFunc(ctx, func() { c.Close() })
-	sc := bufio.NewScanner(c)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
+	br := bufio.NewReaderSize(c, 64<<10)
 	enc := json.NewEncoder(c)
-	for sc.Scan() {
+	for {
+		line, err := readLine(br, MaxLine)
+		if errors.Is(err, errLongLine) {
+			// Answered before the close: the rest of the line is not read.
+			err = tooLarge(0)
+			enc.Encode(response{Error: err.Error(), Kind: kindOf(err)})
+			return
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			if err != nil {
+				return
+			}
+			continue
+		}
 		var req request
 		var resp response
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+		if err := json.Unmarshal(line, &req); err != nil {
 			resp = response{Error: fmt.Sprintf("%v: %v", ErrBadRequest, err), Kind: "bad-request"}
 		} else if req.Op == "receive" {
 			var ok bool
@@ -196,8 +222,8 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		} else {
 			resp = s.do(ctx, req, uid)
 		}
-		if err := enc.Encode(resp); err != nil {
-			return
+		if werr := enc.Encode(resp); werr != nil || err != nil {
+			return // a client gone, or its last line without a newline
 		}
 	}
 }
