@@ -123,10 +123,15 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	}
 	if proxied && attach == nil {
 		acquire, release := a.proxyNet(cfg, a.labels)
-		if attach, err = acquire(sigctx, ws, false); err != nil {
+		var done func()
+		if attach, done, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))
 		}
-		defer release(context.Background(), ws)
+		// Held while the server runs: its workers' containers come and go.
+		defer func() {
+			done()
+			release(context.Background(), ws)
+		}()
 	}
 	log := slog.New(slog.NewTextHandler(a.stdio.Err, nil)).With("component", "vak-mcp")
 	start := mcp.BrokerWorker(func(ctx context.Context) (*broker.Session, error) {

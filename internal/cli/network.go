@@ -17,9 +17,12 @@ import (
 
 // proxyNet returns functions that bring up a workspace's proxied network
 // (reusing a running one) and release it (it goes when its last user does).
-// labels are added to the topology's resources (tests: vak.test=1).
-// nested asks for netfence nested mode (nested Docker).
-func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string, bool) (*sandbox.NetworkAttachment, error), release func(context.Context, string)) {
+// acquire's done lets go of the caller's hold on the network (its lease:
+// nothing removes it before), to be called once the sandbox containers
+// that use it exist, or are gone. labels are added to the topology's
+// resources (tests: vak.test=1). nested asks for netfence nested mode
+// (nested Docker).
+func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string, bool) (att *sandbox.NetworkAttachment, done func(), err error), release func(context.Context, string)) {
 	opts := func() (proxynet.Options, error) {
 		eng, err := taskenv.NewEngine()
 		if err != nil {
@@ -40,10 +43,10 @@ func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire fu
 		}
 		return proxynet.Options{Engine: eng, Binary: bin, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg), StateDir: state, Labels: labels, Progress: a.stdio.Err}, nil
 	}
-	acquire = func(ctx context.Context, ws string, nested bool) (*sandbox.NetworkAttachment, error) {
+	acquire = func(ctx context.Context, ws string, nested bool) (*sandbox.NetworkAttachment, func(), error) {
 		o, err := opts()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		o.Workspace = ws
 		if nested {
@@ -51,9 +54,9 @@ func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire fu
 		}
 		n, err := proxynet.Ensure(ctx, o)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return n.Attachment(), nil
+		return n.Attachment(), n.Release, nil
 	}
 	return acquire, a.releaseProxyNet
 }
@@ -71,7 +74,7 @@ func (a *app) releaseProxyNet(ctx context.Context, ws string) {
 		return
 	}
 	if err := proxynet.Teardown(ctx, eng, state, ws, false); err != nil {
-		a.warnf("proxied network of %s: %v", ws, err)
+		a.warnf("removing the proxied network of %s: %v (`vak gc` tries again)", ws, err)
 	}
 }
 
@@ -102,7 +105,8 @@ func (a *app) keepProxyNetWarm(ws string, idle time.Duration) {
 }
 
 // gcProxyNets removes the caller's proxied networks that nothing uses and
-// whose warm time has passed (what vak gc does for them).
+// whose warm time has passed (what vak gc does for them). What is in use
+// is left quietly (vak gc reports it); only a failure is worth a warning.
 func (a *app) gcProxyNets(ctx context.Context) {
 	eng, err := taskenv.NewEngine()
 	if err != nil {
@@ -112,7 +116,7 @@ func (a *app) gcProxyNets(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if _, err := proxynet.GC(ctx, eng, state, a.labels, proxynet.GCGrace); err != nil {
-		a.warnf("removing idle proxied networks: %v", err)
+	if _, err := proxynet.GC(ctx, eng, state, a.labels); err != nil {
+		a.warnf("removing idle proxied networks: %v (the run succeeded; `vak gc` tries again)", err)
 	}
 }

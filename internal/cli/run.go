@@ -247,18 +247,20 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		idle := cfg.Session.RunNetworkIdle
 		if idle > 0 {
 			// Warm: the next run reuses the topology (Ensure checks its
-			// health and recreates it if needed); marked before it is
-			// acquired so that a concurrent gc never takes it between an
-			// expired mark and this run's command.
+			// health and recreates it if needed).
 			a.keepProxyNetWarm(ws, idle)
 		}
 		end = tr.Begin("proxied network: topology")
-		if attach, err = acquire(sigctx, ws, false); err != nil {
+		var done func()
+		if attach, done, err = acquire(sigctx, ws, false); err != nil {
 			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
 		}
 		end()
+		// The run holds the network (its lease) until its command's
+		// container is gone: no gc or other run removes it before.
 		defer func() {
 			defer tr.Begin("proxied network: release")()
+			done()
 			if idle <= 0 {
 				release(context.Background(), ws)
 				return

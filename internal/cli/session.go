@@ -755,9 +755,14 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	// Proxied networks nobody uses any more (their receipts are kept).
 	if eng, eerr := taskenv.NewEngine(); eerr == nil {
 		if state, serr := paths.EnsureStateDir(); serr == nil {
-			keys, perr := proxynet.GC(ctx, eng, state, m.Labels, proxynet.GCGrace)
-			for _, k := range keys {
-				fmt.Fprintf(a.stdio.Out, "removed proxied network %s: no sandbox uses it\n", k)
+			prep, perr := proxynet.GC(ctx, eng, state, m.Labels)
+			if prep != nil {
+				for _, k := range prep.Removed {
+					fmt.Fprintf(a.stdio.Out, "removed proxied network %s: no sandbox uses it\n", k)
+				}
+				for _, s := range prep.Skipped {
+					fmt.Fprintf(a.stdio.Out, "skipped proxied network %s: %s\n", s.Key, s.Reason)
+				}
 			}
 			if perr != nil {
 				return sessionErr(perr)

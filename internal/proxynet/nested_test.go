@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -63,6 +64,7 @@ func TestNestedTopology(t *testing.T) {
 	// In use by a sandbox: a nested caller is refused, the plain fence stays.
 	att := n.Attachment()
 	user := testenv.Docker(t, append(append([]string{"run", "-d", "--network", att.Mode, "--label", LabelClientOf + "=" + n.Key}, testenv.LabelArgs(t)...), img, "sleep", "600")...)
+	n.Release() // its container keeps it
 	if _, err := Ensure(ctx, nested); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "nested pool") {
 		t.Fatalf("nested Ensure over a plain topology in use = %v, want ErrInUse naming the nested pool", err)
 	}
@@ -70,6 +72,24 @@ func TestNestedTopology(t *testing.T) {
 		t.Fatal("the refused nested Ensure changed the running netclient")
 	}
 	testenv.Docker(t, "rm", "-f", user)
+
+	// Held by a command that has not started its sandbox yet (its lease):
+	// not rebuilt under it either; the nested caller waits for it to let
+	// go (here until its context ends).
+	holder, err := Ensure(ctx, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = Ensure(short, nested)
+	cancel()
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "other vak commands still use it") {
+		t.Fatalf("nested Ensure over a plain topology a command holds = %v, want ErrInUse", err)
+	}
+	if !healthy(ctx, cli, n.Netclient) || poolOf(n.Netclient).IsValid() {
+		t.Fatal("the nested Ensure changed the netclient a command holds")
+	}
+	holder.Release()
 
 	// Unused: rebuilt in nested mode.
 	nn, err := Ensure(ctx, nested)
@@ -94,7 +114,10 @@ func TestNestedTopology(t *testing.T) {
 	// A plain caller reuses the nested topology.
 	if n3, err := Ensure(ctx, plain); err != nil || n3.NetclientID != nn.NetclientID {
 		t.Fatalf("plain Ensure did not reuse the nested topology: %+v %v", n3, err)
+	} else {
+		n3.Release()
 	}
+	nn.Release()
 
 	// A pool overlapping the sandbox network is refused, naming it.
 	_, sandboxNet, _, _, _ := names(nn.Key)

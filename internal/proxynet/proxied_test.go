@@ -107,6 +107,8 @@ hosts = ["allowed.test"]
 	// A second Ensure for the workspace reuses the running gateway.
 	if n2, err := Ensure(ctx, o); err != nil || n2.GatewayIP != n.GatewayIP {
 		t.Fatalf("second Ensure did not reuse the topology: %+v %v", n2, err)
+	} else {
+		n2.Release()
 	}
 
 	// The sandboxed container: joins the netclient's namespace, no
@@ -122,6 +124,7 @@ hosts = ["allowed.test"]
 	args = append(append(args, testenv.LabelArgs(t)...), img, "sleep", "3600")
 	sbID := testenv.Docker(t, args...)
 	defer exec.Command("docker", "rm", "-f", sbID).Run()
+	n.Release() // the sandbox container keeps the topology from now on
 	sb := func(cmd string) string {
 		t.Helper()
 		out, _ := testenv.Exec(t, sbID, "sh", "-c", cmd)

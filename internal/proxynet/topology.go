@@ -59,12 +59,6 @@ const (
 	DNSPort         = netfence.DefaultDNSPort
 )
 
-// GCGrace is the grace `vak gc` gives a topology after its newest container
-// was created: a run or session that has just brought a topology up has not
-// started its sandbox container yet, and a concurrent `vak gc` must not take
-// the network away from under it.
-const GCGrace = 2 * time.Minute
-
 // DefaultReadyTimeout bounds how long the gateway and netclient may take to
 // become healthy.
 const DefaultReadyTimeout = 60 * time.Second
@@ -133,7 +127,15 @@ type Net struct {
 	// NestedPool is the netclient's nested pool when the caller asked for
 	// nested mode (Options.NestedPool).
 	NestedPool netip.Prefix
+
+	lease *Lease // the caller's hold on the topology (Release)
 }
+
+// Release lets go of the caller's hold on the topology (lease.go): call it
+// once the sandbox containers that use it exist (they keep it from then
+// on), or when they are gone. Until then no Teardown or GC removes the
+// topology. It may be called more than once.
+func (n *Net) Release() { n.lease.Release() }
 
 // Key derives the topology key from the invoking user and the workspace:
 // two users never share (or tear down) each other's topology.
@@ -173,29 +175,54 @@ func (o *Options) progressf(format string, a ...any) {
 // Ensure returns the workspace's running topology, creating it if needed:
 // egress network and gateway first, then the sandbox network and the
 // netclient, which must report its rules verified before anything joins it.
-// A second caller for the same workspace reuses the running gateway.
+// A second caller for the same workspace reuses the running gateway. The
+// returned Net holds the topology's lease (lease.go) until Release: no
+// removal takes the topology before the caller's sandbox containers use
+// it. Ensure waits while a removal of the topology or another caller's
+// Ensure is under way.
 func Ensure(ctx context.Context, o Options) (*Net, error) {
 	if o.Engine == nil || o.Workspace == "" || o.StateDir == "" {
 		return nil, errors.New("proxynet: Engine, Workspace and StateDir are required")
 	}
-	end := trace.From(ctx).Begin("proxied network: gateway sections")
+	tr := trace.From(ctx)
+	end := tr.Begin("proxied network: gateway sections")
 	sections, err := gatewaySections(o.ConfigFile, o.Sections)
 	end()
 	if err != nil {
 		return nil, err
 	}
 	key := Key(o.Workspace)
-	egressNet, sandboxNet, gwName, ncName, vol := names(key)
-	cli := o.Engine
-
-	if n, err := o.reuse(ctx, key, sections); err == nil {
-		return n, nil
-	} else if errors.Is(err, ErrFenceSelfTest) {
+	end = tr.Begin("proxied network: lease")
+	change, err := lockChange(ctx, o.StateDir, key, true)
+	var lease *Lease
+	if err == nil {
+		if lease, err = holdLease(ctx, o.StateDir, key); err != nil {
+			change.Close()
+		}
+	}
+	end()
+	if err != nil {
 		return nil, err
+	}
+	defer change.Close()
+	n, err := o.ensure(ctx, key, sections, lease)
+	if err != nil {
+		lease.Release()
+		return nil, err
+	}
+	n.lease = lease
+	return n, nil
+}
+
+// ensure is Ensure with the change lock and the lease held.
+func (o *Options) ensure(ctx context.Context, key string, sections *egressconfig.Sections, lease *Lease) (*Net, error) {
+	n, why := o.reuse(ctx, key, sections)
+	if why == nil || errors.Is(why, ErrFenceSelfTest) {
+		return n, why
 	}
 	// Sandboxes still joined: bring the gateway back in place, never
 	// rebuild under them (that would cut them off for good).
-	if users, err := liveUsers(ctx, cli, key); err != nil {
+	if users, err := liveUsers(ctx, o.Engine, key); err != nil {
 		return nil, fmt.Errorf("proxynet: list users: %w", err)
 	} else if len(users) > 0 {
 		n, err := o.recover(ctx, key, sections)
@@ -204,21 +231,75 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 		}
 		return nil, fmt.Errorf("%w: %s: %v; %d sandbox(es) still use it (%s): end them (vak session rm, vak gc) and retry", ErrInUse, o.Workspace, err, len(users), strings.Join(users, ", "))
 	}
-	// Whatever is left of a half-built topology goes first.
-	removeTopology(ctx, cli, key)
-
-	image, err := EnsureImage(ctx, cli, o.Binary, o.Progress)
+	// Nor under the commands that hold it (one about to start its sandbox,
+	// a run whose command runs): wait until they let go.
+	if err := lease.exclusive(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %s: the proxied network must be built again (%v), and other vak commands still use it: retry when they have ended (%v)", ErrInUse, o.Workspace, why, err)
+	}
+	// Whatever is left of a half-built topology goes first; what cannot go
+	// fails the command (a network created again next to one that is
+	// left would be a second of the same name).
+	if err := removeTopology(ctx, o.Engine, key); err != nil {
+		return nil, fmt.Errorf("proxynet: remove what is left of the proxied network of %s: %w", o.Workspace, err)
+	}
+	n, err := o.build(ctx, key, sections)
 	if err != nil {
 		return nil, err
 	}
-	o.progressf("starting the egress gateway for %s", o.Workspace)
-	labels := o.labels(key)
-	fail := func(err error) (*Net, error) {
-		removeTopology(context.Background(), cli, key)
+	if err := lease.shared(ctx); err != nil {
 		return nil, err
 	}
+	return n, nil
+}
+
+// build creates key's topology from nothing (see Ensure); on failure it
+// removes what it made.
+func (o *Options) build(ctx context.Context, key string, sections *egressconfig.Sections) (_ *Net, err error) {
+	image, err := EnsureImage(ctx, o.Engine, o.Binary, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			removeTopology(context.Background(), o.Engine, key)
+		}
+	}()
+	o.progressf("starting the egress gateway for %s", o.Workspace)
+	if err := o.createNetworks(ctx, key); err != nil {
+		return nil, err
+	}
+	gwIP, payload, err := o.startGateway(ctx, key, image, sections)
+	if err != nil {
+		return nil, err
+	}
+	o.progressf("starting the netclient (gateway %v)", gwIP)
+	if err := o.startNetclient(ctx, key, image, gwIP); err != nil {
+		return nil, err
+	}
+	// Prove the fence before anything joins it.
+	if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
+		return nil, err
+	}
+	_, _, gwName, _, _ := names(key)
+	if start, err := gatewayStart(ctx, o.Engine, gwName); err == nil {
+		markSelfTest(o.StateDir, key, start)
+	}
+	writeConfigDigest(o.StateDir, key, payload)
+	n, err := o.describe(ctx, key, gwIP)
+	if err != nil {
+		return nil, err
+	}
+	o.progressf("proxied network ready")
+	return n, nil
+}
+
+// createNetworks creates key's egress and sandbox networks and the
+// gateway's volume.
+func (o *Options) createNetworks(ctx context.Context, key string) error {
+	egressNet, sandboxNet, _, _, vol := names(key)
+	cli, labels := o.Engine, o.labels(key)
 	if _, err := cli.NetworkCreate(ctx, egressNet, client.NetworkCreateOptions{Driver: "bridge", Labels: labels}); err != nil {
-		return fail(fmt.Errorf("proxynet: create %s: %w", egressNet, err))
+		return fmt.Errorf("proxynet: create %s: %w", egressNet, err)
 	}
 	if _, err := cli.NetworkCreate(ctx, sandboxNet, client.NetworkCreateOptions{
 		Driver: "bridge", Internal: true, Labels: labels,
@@ -226,28 +307,37 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 		// is reachable from it, even with the netclient's rules flushed.
 		Options: map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"},
 	}); err != nil {
-		return fail(fmt.Errorf("proxynet: create %s: %w", sandboxNet, err))
+		return fmt.Errorf("proxynet: create %s: %w", sandboxNet, err)
 	}
 	if err := o.checkPool(ctx, egressNet, sandboxNet); err != nil {
-		return fail(err)
+		return err
 	}
 	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: labels}); err != nil {
-		return fail(fmt.Errorf("proxynet: create volume %s: %w", vol, err))
+		return fmt.Errorf("proxynet: create volume %s: %w", vol, err)
 	}
+	return nil
+}
 
-	// The gateway: its config, the installation CA and secret files go into
-	// its own volume, which no sandbox container ever mounts.
+// healthCheck is the health check of a topology container.
+func healthCheck(cmd ...string) *container.HealthConfig {
+	return &container.HealthConfig{Test: append([]string{"CMD"}, cmd...), Interval: 250 * time.Millisecond, Timeout: 5 * time.Second, Retries: 3}
+}
+
+// startGateway creates and starts key's gateway and returns its address on
+// the sandbox network and the payload it was given. Its config, the
+// installation CA and secret files go into its own volume, which no
+// sandbox container ever mounts.
+func (o *Options) startGateway(ctx context.Context, key, image string, sections *egressconfig.Sections) (netip.Addr, []byte, error) {
+	egressNet, sandboxNet, gwName, _, vol := names(key)
+	cli := o.Engine
 	payload, env, err := o.gatewayPayload(sections)
 	if err != nil {
-		return fail(err)
-	}
-	health := func(cmd ...string) *container.HealthConfig {
-		return &container.HealthConfig{Test: append([]string{"CMD"}, cmd...), Interval: 250 * time.Millisecond, Timeout: 5 * time.Second, Retries: 3}
+		return netip.Addr{}, nil, err
 	}
 	gwCfg := &container.Config{
-		Image: image, User: "0:0", Labels: labels, Env: env,
+		Image: image, User: "0:0", Labels: o.labels(key), Env: env,
 		Cmd:         GatewayCommand(key),
-		Healthcheck: health(GatewayHealthCommand()...),
+		Healthcheck: healthCheck(GatewayHealthCommand()...),
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
@@ -263,30 +353,33 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 	}
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: gwName, Config: gwCfg, HostConfig: gwHost})
 	if err != nil {
-		return fail(fmt.Errorf("proxynet: create gateway: %w", err))
+		return netip.Addr{}, nil, fmt.Errorf("proxynet: create gateway: %w", err)
 	}
 	if _, err := cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: gatewayData, Content: bytes.NewReader(payload)}); err != nil {
-		return fail(fmt.Errorf("proxynet: give the gateway its config: %w", err))
+		return netip.Addr{}, nil, fmt.Errorf("proxynet: give the gateway its config: %w", err)
 	}
 	if _, err := cli.NetworkConnect(ctx, sandboxNet, client.NetworkConnectOptions{Container: res.ID}); err != nil {
-		return fail(fmt.Errorf("proxynet: attach the gateway to %s: %w", sandboxNet, err))
+		return netip.Addr{}, nil, fmt.Errorf("proxynet: attach the gateway to %s: %w", sandboxNet, err)
 	}
 	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return fail(fmt.Errorf("proxynet: start gateway: %w", err))
+		return netip.Addr{}, nil, fmt.Errorf("proxynet: start gateway: %w", err)
 	}
 	if err := waitHealthy(ctx, cli, gwName); err != nil {
-		return fail(fmt.Errorf("proxynet: gateway: %w", err))
+		return netip.Addr{}, nil, fmt.Errorf("proxynet: gateway: %w", err)
 	}
 	gwIP, err := addressOn(ctx, cli, gwName, sandboxNet)
-	if err != nil {
-		return fail(err)
-	}
+	return gwIP, payload, err
+}
 
-	o.progressf("starting the netclient (gateway %v)", gwIP)
+// startNetclient creates and starts key's netclient, fenced toward the
+// gateway at gwIP, and waits until it reports its rules verified.
+func (o *Options) startNetclient(ctx context.Context, key, image string, gwIP netip.Addr) error {
+	_, sandboxNet, _, ncName, _ := names(key)
+	cli := o.Engine
 	ncCfg := &container.Config{
-		Image: image, User: "0:0", Labels: labels,
+		Image: image, User: "0:0", Labels: o.labels(key),
 		Cmd:         o.netclientCmd(gwIP),
-		Healthcheck: health(append([]string{"/vak", "netclient", "--check"}, o.fenceFlags(gwIP)...)...),
+		Healthcheck: healthCheck(append([]string{"/vak", "netclient", "--check"}, o.fenceFlags(gwIP)...)...),
 	}
 	ncHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(sandboxNet),
@@ -298,29 +391,17 @@ func Ensure(ctx context.Context, o Options) (*Net, error) {
 		Sysctls:        netfence.Sysctls,
 		Resources:      container.Resources{Memory: 128 << 20, PidsLimit: ptr(int64(128))},
 	}
-	if res, err = cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: ncName, Config: ncCfg, HostConfig: ncHost}); err != nil {
-		return fail(fmt.Errorf("proxynet: create netclient: %w", err))
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: ncName, Config: ncCfg, HostConfig: ncHost})
+	if err != nil {
+		return fmt.Errorf("proxynet: create netclient: %w", err)
 	}
 	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return fail(fmt.Errorf("proxynet: start netclient: %w", err))
+		return fmt.Errorf("proxynet: start netclient: %w", err)
 	}
 	if err := waitHealthy(ctx, cli, ncName); err != nil {
-		return fail(fmt.Errorf("proxynet: netclient: %w", err))
+		return fmt.Errorf("proxynet: netclient: %w", err)
 	}
-	// Prove the fence before anything joins it.
-	if err := o.selfTest(ctx, key, gwIP, sections); err != nil {
-		return fail(err)
-	}
-	if start, err := gatewayStart(ctx, cli, gwName); err == nil {
-		markSelfTest(o.StateDir, key, start)
-	}
-	writeConfigDigest(o.StateDir, key, payload)
-	n, err := o.describe(ctx, key, gwIP)
-	if err != nil {
-		return fail(err)
-	}
-	o.progressf("proxied network ready")
-	return n, nil
+	return nil
 }
 
 // reuse returns the running topology of key if both containers are
@@ -735,11 +816,22 @@ func execIn(ctx context.Context, cli *client.Client, name string, stdout, stderr
 	return ins.ExitCode, nil
 }
 
-// Teardown removes the workspace's topology unless sandbox containers still
-// use it (force removes them too). The gateway's receipts are copied to the
-// host state dir first.
+// Teardown removes the workspace's topology unless a command holds its
+// lease (lease.go) or sandbox containers still use it; force removes those
+// containers too and does not look at the lease (tests and benches tearing
+// down what they made). The gateway's receipts are copied to the host
+// state dir first. A part the daemon will not remove because something
+// outside vak still uses it (a network another container was connected to)
+// is left for GC, which reports it.
 func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace string, force bool) error {
 	key := Key(workspace)
+	if !force {
+		r, err := startRemoval(ctx, stateDir, key, true)
+		if err != nil || r == nil {
+			return err // nil: in use; its holder (or a later removal) decides
+		}
+		defer r.done()
+	}
 	users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
 	if err != nil {
 		return fmt.Errorf("proxynet: list users: %w", err)
@@ -752,7 +844,10 @@ func Teardown(ctx context.Context, cli *client.Client, stateDir, workspace strin
 	}
 	saveReceipts(ctx, cli, stateDir, key)
 	os.Remove(warmFile(stateDir, key))
-	return removeTopology(ctx, cli, key)
+	if err := removeTopology(ctx, cli, key); err != nil && !isBusy(err) {
+		return err
+	}
+	return nil
 }
 
 // saveReceipts copies the gateway's receipts into
@@ -793,24 +888,61 @@ func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string)
 }
 
 // removeTopology removes a topology's containers, networks and volume, in
-// reverse order of creation. Missing pieces are fine.
+// reverse order of creation. Missing pieces are fine; a piece the daemon
+// refuses to remove because it is in use is an error wrapping errBusy.
+// Networks are removed by ID, every one labelled with the key: an Engine
+// older than API 1.44 creates a second network of a name that exists (and
+// then no longer removes either by name), so none must be left behind.
 func removeTopology(ctx context.Context, cli *client.Client, key string) error {
-	egressNet, sandboxNet, gwName, ncName, vol := names(key)
+	_, _, gwName, ncName, vol := names(key)
 	var errs []error
 	for _, c := range []string{ncName, gwName} {
 		if _, err := cli.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, err)
+			errs = append(errs, removeErr("container "+c, err))
 		}
 	}
-	for _, n := range []string{sandboxNet, egressNet} {
-		if _, err := cli.NetworkRemove(ctx, n, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, err)
+	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", LabelKey+"="+key, docker.LabelOwner+"="+owner())})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list the networks of %s: %w", key, err))
+	}
+	for _, n := range ns.Items {
+		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, removeErr("network "+n.Name, err))
 		}
 	}
 	if _, err := cli.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		errs = append(errs, err)
+		errs = append(errs, removeErr("volume "+vol, err))
 	}
 	return errors.Join(errs...)
+}
+
+// errBusy marks a part of a topology the daemon did not remove because it
+// is in use: a container already being removed, a network with endpoints,
+// a volume a container mounts.
+var errBusy = errors.New("in use")
+
+// removeErr names the part that could not be removed (what), and wraps
+// errBusy when the daemon refused because it is in use (409 Conflict; 403
+// Forbidden for a network with active endpoints).
+func removeErr(what string, err error) error {
+	if cerrdefs.IsConflict(err) || cerrdefs.IsPermissionDenied(err) {
+		return fmt.Errorf("remove %s: %w: %v", what, errBusy, err)
+	}
+	return fmt.Errorf("remove %s: %w", what, err)
+}
+
+// isBusy reports an error of removeTopology whose every part is errBusy.
+func isBusy(err error) bool {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return errors.Is(err, errBusy)
+	}
+	for _, e := range j.Unwrap() {
+		if !errors.Is(e, errBusy) {
+			return false
+		}
+	}
+	return true
 }
 
 // Attachment is what a sandbox container needs to join this network.
@@ -827,15 +959,50 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 	}
 }
 
+// GCReport says what GC did.
+type GCReport struct {
+	// Removed are the keys of the topologies GC removed.
+	Removed []string
+	// Skipped are the topologies GC left although no sandbox container
+	// uses them, because they are in use otherwise.
+	Skipped []Skipped
+}
+
+// Skipped is a topology GC left alone, and why.
+type Skipped struct{ Key, Reason string }
+
 // GC removes the caller's topologies that no sandbox container uses any
 // more (left by a broker that was killed, or kept warm by `vak run` past
-// their KeepWarm time), keeping their receipts. A topology with no warm
-// record whose newest container is younger than grace (GCGrace for
-// `vak gc`) may be being set up and is left alone. Only
-// resources owned by the caller's uid (docker.LabelOwner) and carrying all
-// of labels are considered: another user's topology is never removed and
-// its receipts never copied. It returns the keys it removed.
-func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string, grace time.Duration) ([]string, error) {
+// their KeepWarm time), keeping their receipts. A topology whose lease a
+// command holds (lease.go: it is being set up, or its sandbox is about to
+// start or runs) is skipped, and so is one the daemon will not remove
+// because a part of it is in use; both are in the report, and neither is
+// an error. Only resources owned by the caller's uid (docker.LabelOwner)
+// and carrying all of labels are considered: another user's topology is
+// never removed and its receipts never copied.
+func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) (*GCReport, error) {
+	keys, err := gcKeys(ctx, cli, labels)
+	if err != nil {
+		return nil, err
+	}
+	rep := &GCReport{}
+	var errs []error
+	for _, key := range keys {
+		removed, skipped, err := gcKey(ctx, cli, stateDir, key)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case skipped != "":
+			rep.Skipped = append(rep.Skipped, Skipped{Key: key, Reason: skipped})
+		case removed:
+			rep.Removed = append(rep.Removed, key)
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// gcKeys lists the keys of the caller's topologies that carry labels.
+func gcKeys(ctx context.Context, cli *client.Client, labels map[string]string) ([]string, error) {
 	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet, docker.LabelOwner+"="+owner())
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
@@ -845,40 +1012,47 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 	if err != nil {
 		return nil, fmt.Errorf("proxynet: list: %w", err)
 	}
-	young := map[string]bool{} // keys with a container created within grace
 	for _, c := range cs.Items {
 		keys[c.Labels[LabelKey]] = true
-		if time.Since(time.Unix(c.Created, 0)) < grace {
-			young[c.Labels[LabelKey]] = true
-		}
 	}
-	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
-	if err == nil {
+	if ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f}); err == nil {
 		for _, n := range ns.Items {
 			keys[n.Labels[LabelKey]] = true
 		}
 	}
-	var removed []string
-	for key := range keys {
-		if key == "" {
-			continue
-		}
-		// A warm record (vak run writes it before its command and after)
-		// decides alone; without one, a young topology may be being set up.
-		if until := warmUntil(stateDir, key); time.Now().Before(until) || (until.IsZero() && young[key]) {
-			continue
-		}
-		users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
-		if err != nil || len(users.Items) > 0 {
-			continue
-		}
-		saveReceipts(ctx, cli, stateDir, key)
-		os.Remove(warmFile(stateDir, key))
-		if err := removeTopology(ctx, cli, key); err != nil {
-			return removed, err
-		}
-		removed = append(removed, key)
+	delete(keys, "")
+	return slices.Sorted(maps.Keys(keys)), nil
+}
+
+// gcKey removes key's topology if nothing uses it and its warm time (vak
+// run's KeepWarm) has passed; it reports whether it did, or why it skipped
+// a topology that no container uses.
+func gcKey(ctx context.Context, cli *client.Client, stateDir, key string) (removed bool, skipped string, err error) {
+	r, err := startRemoval(ctx, stateDir, key, false)
+	if err != nil {
+		return false, "", err
 	}
-	slices.Sort(removed)
-	return removed, nil
+	if r == nil {
+		return false, "a vak command holds it (setting it up, or starting or running its sandbox)", nil
+	}
+	defer r.done()
+	if time.Now().Before(warmUntil(stateDir, key)) {
+		return false, "", nil
+	}
+	users, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelClientOf+"="+key)})
+	if err != nil {
+		return false, "", fmt.Errorf("proxynet: list the users of %s: %w", key, err)
+	}
+	if len(users.Items) > 0 {
+		return false, "", nil
+	}
+	saveReceipts(ctx, cli, stateDir, key)
+	os.Remove(warmFile(stateDir, key))
+	if err := removeTopology(ctx, cli, key); err != nil {
+		if isBusy(err) {
+			return false, err.Error(), nil
+		}
+		return false, "", fmt.Errorf("proxynet: %w", err)
+	}
+	return true, "", nil
 }

@@ -45,6 +45,8 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The session's container keeps its network from when it exists.
+	defer p.releaseNet()
 	if m.PoolSize > 0 {
 		end := tr.Begin("create: claim")
 		s, err := m.claim(ctx, cli, p)

@@ -43,14 +43,16 @@ type plan struct {
 	install   bool
 	protected []string
 	net       *sandbox.NetworkAttachment // proxied sessions
+	netDone   func()                     // lets go of net (Manager.ProxyNet)
 	// dockerImage is the sidecar image's ID (pinDockerImage; --docker
 	// plans that meet the warm pool).
 	dockerImage string
 }
 
-// prepare validates spec and decides the container's shape.
-func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*plan, error) {
-	spec, err := checkSpec(spec)
+// prepare validates spec and decides the container's shape. A plan with a
+// proxied network holds it until releaseNet.
+func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (_ *plan, err error) {
+	spec, err = checkSpec(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +63,16 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
 		end := trace.From(ctx).Begin("create: prepare: proxied network")
-		p.net, err = m.ProxyNet(ctx, ws, spec.Docker)
+		p.net, p.netDone, err = m.ProxyNet(ctx, ws, spec.Docker)
 		end()
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, err)
 		}
+		defer func() {
+			if err != nil {
+				p.releaseNet()
+			}
+		}()
 	}
 	p.limits = spec.Limits.WithDefaults()
 
@@ -108,6 +115,13 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (*
 		m.mutatePlan(p)
 	}
 	return p, nil
+}
+
+// releaseNet lets go of the plan's proxied network (see Manager.ProxyNet).
+func (p *plan) releaseNet() {
+	if p.netDone != nil {
+		p.netDone()
+	}
 }
 
 // badSpec is an ErrInvalidSpec error.

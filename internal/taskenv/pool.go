@@ -170,6 +170,7 @@ func (m *Manager) FillPool(ctx context.Context, spec Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer p.releaseNet() // the pool's containers keep the network
 	if err := m.pinDockerImage(ctx, cli, p); err != nil {
 		return 0, err
 	}

@@ -286,8 +286,12 @@ type Manager struct {
 	// ProxyNet gives sessions with NetworkPolicy proxied their network (the
 	// CLI wires the workspace's egress topology here). Nil refuses proxied
 	// sessions.
-	// nested asks for netfence nested mode (a Spec.Docker session).
-	ProxyNet func(ctx context.Context, workspace string, nested bool) (*sandbox.NetworkAttachment, error)
+	// nested asks for netfence nested mode (a Spec.Docker session). The
+	// caller holds the network until it calls done (nothing removes it
+	// before): Create and FillPool call it once their containers, which
+	// carry att's labels and keep the network from then on, exist, or
+	// when they failed.
+	ProxyNet func(ctx context.Context, workspace string, nested bool) (att *sandbox.NetworkAttachment, done func(), err error)
 	// ReleaseProxyNet is called when a session is discarded, so a
 	// workspace's topology goes when its last user does. May be nil.
 	ReleaseProxyNet func(ctx context.Context, workspace string)
