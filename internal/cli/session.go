@@ -748,6 +748,9 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 			}
 			fmt.Fprintf(a.stdio.Out, "removed %s: %s\n", name, r.Reason)
 		}
+		for _, r := range rep.Skipped {
+			fmt.Fprintf(a.stdio.Out, "skipped %s: %s\n", r.Name, r.Reason)
+		}
 	}
 	if err != nil {
 		return sessionErr(err)
@@ -857,8 +860,12 @@ ended (idle timeout, lifetime, crash), they are past session.max_lifetime, or
 the process that owned them (vak session create --hold, or an embedding broker)
 is gone, e.g. killed with SIGKILL. Containers vak did not create are never
 touched. Also removes the private temp dirs (vak-tmp-*) and, as root, the
-cgroups of native (landlock) runs whose vak process is gone, and stops the
-on-demand gateway of native proxied runs when no run uses it.
+cgroups of native (landlock) runs whose vak process is gone, stops the
+on-demand gateway of native proxied runs when no run uses it, and removes
+your proxied topologies that no container uses and no vak command holds.
+What is in use when gc comes to it (a container another command is removing,
+a mounted volume, a topology a command holds, a network something else is
+connected to) is skipped and listed ("skipped NAME: REASON"), not an error.
 
 Persistent agent homes (vak run --home) are removed only when asked, and then
 nothing else is: --homes removes every home (each workspace's and each

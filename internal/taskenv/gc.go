@@ -41,9 +41,17 @@ type Removed struct {
 // GCReport says what GC did.
 type GCReport struct {
 	Removed []Removed
+	// Skipped are the containers GC would have removed but the daemon
+	// refused because they are in use (already being removed by another
+	// command, a volume still mounted); Reason says what it answered.
+	Skipped []Removed
 	// Kept counts the live sessions and pool containers left alone.
 	Kept int
 }
+
+// inUse reports a removal the daemon refused because the object is in use
+// (409 Conflict: a container already being removed, a mounted volume).
+func inUse(err error) bool { return cerrdefs.IsConflict(err) }
 
 // GC removes every session and pool container that is over (see above),
 // and the host-side leftovers (records and socket directories) of sessions
@@ -88,7 +96,10 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 			rep.Kept++
 			continue
 		}
-		if err := m.removeContainer(c.ID, runDir, id); err != nil {
+		if err := m.removeContainer(c.ID, runDir, id); inUse(err) {
+			rep.Skipped = append(rep.Skipped, Removed{Name: name, ID: id, Reason: err.Error()})
+			continue
+		} else if err != nil {
 			return rep, err
 		}
 		if c.Labels[LabelDocker] == "true" {
@@ -99,7 +110,9 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 				key = id
 			}
 			if ValidDockerSlot(key) {
-				if err := m.removeSidecar(key); err != nil {
+				if err := m.removeSidecar(key); inUse(err) {
+					rep.Skipped = append(rep.Skipped, Removed{Name: SidecarPrefix + key, Reason: err.Error()})
+				} else if err != nil {
 					return rep, err
 				}
 			}
@@ -182,7 +195,10 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 			rep.Kept++
 			continue
 		}
-		if err := m.removeSidecar(key); err != nil {
+		if err := m.removeSidecar(key); inUse(err) {
+			rep.Skipped = append(rep.Skipped, Removed{Name: name, Reason: err.Error()})
+			continue
+		} else if err != nil {
 			return err
 		}
 		id := ""
@@ -278,7 +294,10 @@ func (m *Manager) gcRuns(ctx context.Context, cli *client.Client, rep *GCReport)
 			rep.Kept++
 			continue
 		}
-		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); inUse(err) {
+			rep.Skipped = append(rep.Skipped, Removed{Name: name, Reason: err.Error()})
+			continue
+		} else if err != nil && !cerrdefs.IsNotFound(err) {
 			return apiErr("remove command container "+name, err)
 		}
 		rep.Removed = append(rep.Removed, Removed{Name: name, Reason: "its owner process is gone"})

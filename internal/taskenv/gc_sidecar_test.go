@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 )
 
@@ -89,5 +92,48 @@ func TestGCRemovesOrphanedSidecars(t *testing.T) {
 		if _, err := f.cli.ContainerInspect(ctx, c, client.ContainerInspectOptions{}); err != nil {
 			t.Errorf("gc removed a sidecar it must keep: %v", err)
 		}
+	}
+}
+
+// What the daemon will not remove because it is in use (here: an orphaned
+// sidecar's socket volume, which another container mounts) is skipped by
+// GC, named with the daemon's answer, and GC goes on without an error; the
+// control: once that container is gone the volume goes.
+func TestGCSkipsWhatIsInUse(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	key := "gcbusy-" + randomHex(5)
+	f.sidecarStandIn(key, true)
+	p, err := f.m.recordPath(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(p, &record{ID: key, Container: SessionPrefix + key, Created: time.Now(), Docker: true}); err != nil {
+		t.Fatal(err)
+	}
+	name, _, sockVol := sidecarNames(key)
+	user, err := f.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Image: f.image, Config: &container.Config{Cmd: []string{"true"}, Labels: f.m.Labels},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: sockVol, Target: "/sock"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.cli.ContainerRemove(context.Background(), user.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	rep, err := f.m.GC(ctx)
+	if err != nil {
+		t.Fatalf("gc failed on a volume in use: %v", err)
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Name != name || !strings.Contains(rep.Skipped[0].Reason, sockVol) || !strings.Contains(rep.Skipped[0].Reason, "in use") {
+		t.Fatalf("gc skipped %+v, want %s naming %s in use", rep.Skipped, name, sockVol)
+	}
+	if !f.volumeExists(sockVol) {
+		t.Fatal("the volume in use is gone")
+	}
+	if _, err := f.cli.ContainerRemove(ctx, user.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cli.VolumeRemove(ctx, sockVol, client.VolumeRemoveOptions{}); err != nil {
+		t.Fatalf("control: the volume does not go once unused: %v", err)
 	}
 }
