@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -318,6 +320,54 @@ func TestSessionCLIRootInstall(t *testing.T) {
 	if err != nil || !strings.Contains(string(insp), "CAP_SETUID") {
 		t.Fatalf("install capabilities: %q %v", insp, err)
 	}
+}
+
+// A paused session container (docker pause, through the Engine API) is
+// reported by `vak session exec` with exit 69 and a message naming the
+// container and `docker unpause`, through the worker (not after the
+// worker's start timeout: the error is the paused one, not a deadline) and
+// through docker exec (--root); after unpause the same execs work (the
+// control, also run before the pause).
+func TestSessionExecPaused(t *testing.T) {
+	cfg, labels, id := installSession(t)
+	name := taskenv.SessionPrefix + id
+	execs := [][]string{{"exec", id, "--", "echo", "ok"}, {"exec", "--root", id, "--", "echo", "ok"}}
+	works := func(when string) {
+		t.Helper()
+		for _, args := range execs {
+			if code, out, errs := session(t, cfg, labels, "", args[0], args[1:]...); code != 0 || out != "ok\n" {
+				t.Fatalf("%s: %v: %d %q %s", when, args, code, out, errs)
+			}
+		}
+	}
+	works("before the pause")
+	eng, err := taskenv.NewEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := context.Background()
+	if _, err := eng.ContainerPause(ctx, name, client.ContainerPauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	unpause := func() {
+		if paused {
+			if _, err := eng.ContainerUnpause(ctx, name, client.ContainerUnpauseOptions{}); err != nil {
+				t.Error(err)
+			}
+			paused = false
+		}
+	}
+	defer unpause()
+	for _, args := range execs {
+		code, out, errs := session(t, cfg, labels, "", args[0], args[1:]...)
+		if code != ExitUnavailable || out != "" || !strings.Contains(errs, name+" is paused") || !strings.Contains(errs, "docker unpause "+name) || strings.Contains(errs, "deadline") {
+			t.Errorf("%v in a paused session: %d %q %s; want %d naming %s and docker unpause", args, code, out, errs, ExitUnavailable, name)
+		}
+	}
+	unpause()
+	works("after unpause")
 }
 
 // TestSessionExecEnvAllowlist: `vak session exec -e NAME` copies a host

@@ -210,11 +210,51 @@ func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
 		return nil, m.ended(rec, err)
 	}
 	wc := wire.NewClient(halfCloser{conn}, conn)
-	if err := wc.WaitReady(ctx); err != nil {
+	if err := m.waitReady(ctx, wc, rec); err != nil {
 		conn.Close()
+		if errors.Is(err, ErrSessionPaused) {
+			return nil, err
+		}
 		return nil, m.ended(rec, err)
 	}
 	return &Session{m: m, rec: rec, client: wc, conn: conn}, nil
+}
+
+// pausedAfter is how long Open waits for the worker's ready before it asks
+// the daemon whether the session's container is paused: a paused worker
+// never answers, and the wait would last the whole start timeout.
+const pausedAfter = 250 * time.Millisecond
+
+// waitReady waits for the worker's ready on a new connection; a worker
+// that has not answered after pausedAfter is looked at (checkPaused).
+func (m *Manager) waitReady(ctx context.Context, wc *wire.Client, rec *record) error {
+	ready := make(chan error, 1)
+	go func() { ready <- wc.WaitReady(ctx) }()
+	select {
+	case err := <-ready:
+		return err
+	case <-time.After(pausedAfter):
+	}
+	if err := m.checkPaused(ctx, rec); err != nil {
+		return err // the caller's Close of the connection ends the wait
+	}
+	return <-ready
+}
+
+// checkPaused returns an ErrSessionPaused error when the session's
+// container is paused; nil when it is not, or when the daemon cannot say
+// (the caller's own error then explains).
+func (m *Manager) checkPaused(ctx context.Context, rec *record) error {
+	cli, err := m.engine()
+	if err != nil {
+		return nil
+	}
+	res, err := cli.ContainerInspect(ctx, rec.Container, client.ContainerInspectOptions{})
+	if err != nil || res.Container.State == nil || !res.Container.State.Paused {
+		return nil
+	}
+	name := strings.TrimPrefix(res.Container.Name, "/")
+	return fmt.Errorf("%w: session %s: its container %s is paused (docker pause); resume it with `docker unpause %s` and retry", ErrSessionPaused, rec.ID, name, name)
 }
 
 // ended explains a session whose worker is unreachable: the container's
@@ -436,6 +476,9 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 		return nil, err
 	}
 	if err := m.checkSidecar(ctx, rec); err != nil {
+		return nil, err
+	}
+	if err := m.checkPaused(ctx, rec); err != nil {
 		return nil, err
 	}
 	user := rec.User

@@ -82,6 +82,10 @@ var (
 	// ErrSessionEnded reports a session whose worker is gone (it died, was
 	// killed, or hit its idle timeout or lifetime); the message says which.
 	ErrSessionEnded = errclass.New(errclass.Unavailable, "session ended")
+	// ErrSessionPaused reports a session whose container is paused
+	// (`docker pause`): its worker cannot answer until it is unpaused. The
+	// message names the container and `docker unpause`.
+	ErrSessionPaused = errclass.New(errclass.Unavailable, "session paused")
 	// ErrUntrustedPeer reports that the session socket is not served by the
 	// session's worker (it was replaced from inside the container).
 	ErrUntrustedPeer = errors.New("session socket is not the session's worker")
