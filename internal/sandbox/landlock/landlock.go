@@ -133,7 +133,7 @@ type Policy struct {
 	UID, GID int
 	// GoAhead makes stage 1 wait for one byte on GoAheadFD before it
 	// starts stage 2: the broker sends it once stage 1 is in the session's
-	// cgroup (as root), so that joining the cgroup overlaps stage 1's
+	// cgroup (where sessions get one), so that joining the cgroup overlaps stage 1's
 	// start-up and the view, and nothing sandboxed runs outside it.
 	GoAhead bool `json:",omitempty"`
 	// Fence, if set, gives the sandbox's network namespace a proxied
@@ -164,11 +164,15 @@ const goAheadByte = 'G'
 
 // Status describes what the kernel offers (for vak doctor).
 type Status struct {
-	ABI        int  // Landlock ABI version, 0 if unavailable
-	UserNS     bool // unprivileged user namespaces work
-	Seccomp    bool
-	Cgroup     bool   // limits enforced by a per-session cgroup (root)
-	Weaker     bool   // the sandbox would run weaker than designed (allowed by config)
-	Problem    string // why it is unavailable or weaker
-	Restricted string // one-line summary of the restrictions in force
+	ABI     int  // Landlock ABI version, 0 if unavailable
+	UserNS  bool // unprivileged user namespaces work
+	Seccomp bool
+	// Cgroup is "v1" or "v2" when sessions get a cgroup of their own
+	// (always as root; for others where their cgroup is delegated), which
+	// enforces the limits of CgroupControllers (pids, memory, cpu).
+	Cgroup            string
+	CgroupControllers []string
+	Weaker            bool   // the sandbox would run weaker than designed (allowed by config)
+	Problem           string // why it is unavailable or weaker
+	Restricted        string // one-line summary of the restrictions in force
 }

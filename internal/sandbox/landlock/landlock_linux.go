@@ -56,8 +56,13 @@ func (b *Backend) Status() Status { return b.StatusFor(b.AllowWeaker) }
 
 // StatusFor evaluates the cached kernel probe as if allowWeaker were set.
 func (b *Backend) StatusFor(allowWeaker bool) Status {
+	return b.probe().evaluate(allowWeaker)
+}
+
+// probe is what the kernel offers, probed once per backend.
+func (b *Backend) probe() kernelProbe {
 	b.once.Do(func() { b.kernel = probeKernel() })
-	return b.kernel.evaluate(allowWeaker)
+	return b.kernel
 }
 
 // Probe reports what the kernel offers. With allowWeaker, missing pieces
@@ -69,20 +74,52 @@ func Probe(allowWeaker bool) Status { return probeKernel().evaluate(allowWeaker)
 type kernelProbe struct {
 	abi                     int
 	seccomp, userNS, needCG bool
-	cgErr                   error
+	// cg is where sessions get their cgroups (for every user: root must
+	// have one, others use one where theirs is delegated).
+	cg cgroupPlan
 }
 
 func probeKernel() kernelProbe {
-	k := kernelProbe{seccomp: seccompSupported(), userNS: userNSWorks(), needCG: NeedCgroup()}
+	k := kernelProbe{seccomp: seccompSupported(), userNS: userNSWorks(), needCG: NeedCgroup(), cg: probeCgroups()}
 	k.abi, _ = llsys.LandlockGetABIVersion()
-	if k.needCG {
-		k.cgErr = cgroupUsable()
-	}
 	return k
 }
 
 func (k kernelProbe) evaluate(allowWeaker bool) Status {
-	return evaluate(k.abi, k.seccomp, k.userNS, k.needCG, k.cgErr, allowWeaker)
+	var cgErr error
+	if k.needCG && !k.cg.has("pids") {
+		cgErr = errors.New(k.cg.why["pids"])
+	}
+	st := evaluate(k.abi, k.seccomp, k.userNS, k.needCG, cgErr, allowWeaker)
+	if k.cg.any() && st.Restricted != "" {
+		st.Cgroup = k.cg.version()
+		for _, c := range cgroupControllers {
+			if k.cg.has(c) {
+				st.CgroupControllers = append(st.CgroupControllers, c)
+			}
+		}
+		st.Restricted = summary(st)
+	}
+	return st
+}
+
+// sessionCgroup creates a session's cgroup where the probe found one, or
+// returns nil when there is none to make (a user without a delegated
+// cgroup: the limits are rlimits, as DescribeLimits says). As root the
+// process limit needs one: its absence is an error.
+func (b *Backend) sessionCgroup(l sandbox.Limits) (*Cgroup, error) {
+	k := b.probe()
+	if !k.cg.has("pids") && k.needCG {
+		return nil, fmt.Errorf("running as root, the process limit needs a pids cgroup: %s", k.cg.why["pids"])
+	}
+	if len(sessionControllers(k.cg, l.WithDefaults())) == 0 {
+		return nil, nil
+	}
+	c, err := newCgroup(k.cg, l)
+	if err != nil {
+		return nil, fmt.Errorf("%w (vak doctor reports limits enforced by this cgroup)", err)
+	}
+	return c, nil
 }
 
 // evaluate decides, purely from what the kernel offers, whether the sandbox
@@ -101,12 +138,8 @@ func evaluate(abi int, seccomp, userNS, needCgroup bool, cgroupErr error, allowW
 	if !userNS {
 		problems = append(problems, "user namespaces are unavailable (kernel.unprivileged_userns_clone=0, user.max_user_namespaces=0 or an LSM forbids them)")
 	}
-	if needCgroup {
-		if cgroupErr != nil {
-			problems = append(problems, "running as root, the process limit needs a writable pids cgroup: "+cgroupErr.Error())
-		} else {
-			st.Cgroup = true
-		}
+	if needCgroup && cgroupErr != nil {
+		problems = append(problems, "running as root, the process limit needs a writable pids cgroup: "+cgroupErr.Error())
 	}
 	if len(problems) > 0 {
 		st.Problem = strings.Join(problems, "; ")
@@ -128,8 +161,8 @@ func summary(st Status) string {
 		parts = append(parts, "user+mount+pid+net+ipc+uts namespaces", "pivot_root view")
 	}
 	parts = append(parts, "no_new_privs", "rlimits")
-	if st.Cgroup {
-		parts = append(parts, "pids+memory cgroup")
+	if st.Cgroup != "" {
+		parts = append(parts, fmt.Sprintf("cgroup %s (%s)", st.Cgroup, strings.Join(st.CgroupControllers, ", ")))
 	}
 	return strings.Join(parts, ", ")
 }

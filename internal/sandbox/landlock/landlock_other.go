@@ -48,8 +48,7 @@ type Cgroup struct{}
 // NeedCgroup is false here.
 func NeedCgroup() bool { return false }
 
-// NewCgroup is unsupported here.
-func NewCgroup(sandbox.Limits) (*Cgroup, error) { return nil, ErrUnsupported }
+func (*Backend) sessionCgroup(sandbox.Limits) (*Cgroup, error) { return nil, ErrUnsupported }
 
 // Add is unsupported here.
 func (*Cgroup) Add(int) error { return ErrUnsupported }

@@ -35,8 +35,9 @@ var (
 
 // PrepareWorker implements sandbox.ProcessBackend: cmd starts stage 1 in new
 // namespaces (or, when the kernel lacks them and AllowWeaker accepts it,
-// stage 2 directly, with the broker answering its setsid notifications); as
-// root, the worker joins a per-session cgroup before it reads its spec.
+// stage 2 directly, with the broker answering its setsid notifications);
+// where sessions get a cgroup (as root, or in a delegated cgroup), the
+// worker joins it before it starts anything.
 func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, cmd *exec.Cmd) (_ *sandbox.WorkerLaunch, err error) {
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
@@ -90,12 +91,14 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
 	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
-	var cgroup *Cgroup
-	if NeedCgroup() {
-		// Root is exempt from RLIMIT_NPROC: limits come from a cgroup.
-		if cgroup, err = NewCgroup(pp.Limits); err != nil && !p.AllowWeaker {
-			return nil, fmt.Errorf("broker: %w (running as root, the process limit needs it; sandbox.allow_weaker accepts running without)", err)
+	// The limits' cgroup, where the probe found one (always as root: it is
+	// exempt from RLIMIT_NPROC; for others where theirs is delegated).
+	cgroup, err := b.sessionCgroup(pp.Limits)
+	if err != nil {
+		if !p.AllowWeaker {
+			return nil, fmt.Errorf("broker: %w; sandbox.allow_weaker accepts running without", err)
 		}
+		cgroup = nil
 	}
 	var supervisor, supRemote, goAhead, goAheadRemote *os.File
 	if ns && cgroup != nil {
@@ -266,7 +269,7 @@ func (b *Backend) Describe(context.Context) string {
 }
 
 // CleanStale implements sandbox.StaleCleaner: the empty cgroups of killed
-// brokers (as root).
+// brokers.
 func (b *Backend) CleanStale(alive func(pid int) bool) []string {
 	return CleanStaleCgroups(alive)
 }
