@@ -260,6 +260,8 @@ func TestDoctor(t *testing.T) {
 		"effective backend: docker (requested docker",
 		"mode: read-only",
 		"docker    command  available (server ",
+		"limits: memory 2048 MiB in total (the container's cgroup: docker run --memory)",
+		"limits: cpus 2 (the container's CPU quota: docker run --cpus)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)

@@ -126,8 +126,9 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 	if res.Effective == sandbox.Docker {
 		fmt.Fprintf(out, "image: %s, user: %s\n", cfg.Sandbox.Image, cfg.Sandbox.User)
 	}
-	l := cfg.Sandbox.Limits
-	fmt.Fprintf(out, "limits: memory %d MiB, cpus %g, pids %d, tmp %d MiB\n", l.Memory>>20, l.CPUs, l.Pids, l.TmpfsSize>>20)
+	for _, line := range describeLimits(cfg, b) {
+		fmt.Fprintf(out, "limits: %s\n", line)
+	}
 	if cfg.Sandbox.Timeout > 0 {
 		fmt.Fprintf(out, "timeout: %v\n", cfg.Sandbox.Timeout)
 	}
@@ -155,6 +156,19 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 		return exit(ExitUnavailable, nil)
 	}
 	return nil
+}
+
+// describeLimits says, per limit, its value and what enforces it with the
+// effective backend b (sandbox.LimitsDescriber).
+func describeLimits(cfg *config.Config, b sandbox.Backend) []string {
+	l := cfg.Sandbox.Limits.WithDefaults()
+	if !cfg.Sandbox.Mode.Restricted() {
+		return []string{"none (mode full-access: nothing is sandboxed)"}
+	}
+	if d, ok := b.(sandbox.LimitsDescriber); ok {
+		return d.DescribeLimits(l)
+	}
+	return []string{fmt.Sprintf("memory %d MiB, cpus %g, pids %d, tmp %d MiB (the %s backend does not say how it enforces them)", l.Memory>>20, l.CPUs, l.Pids, l.TmpfsSize>>20, b.Name())}
 }
 
 // describeTripwire says how a long-lived worker checks the workspace

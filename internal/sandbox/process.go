@@ -180,6 +180,27 @@ type Describer interface {
 	Describe(ctx context.Context) string
 }
 
+// LimitsDescriber is implemented by backends that can say how they enforce
+// Limits here: vak doctor prints one line per limit, each with its value
+// and what enforces it ("memory 2048 MiB in total (cgroup v2 ...)", or
+// "... NOT enforced (...)"). A backend must start its sandboxes with
+// exactly what it describes.
+type LimitsDescriber interface {
+	DescribeLimits(Limits) []string
+}
+
+// LimitLines are a LimitsDescriber's lines: each of l's limits (defaults
+// filled in) followed by what enforces it.
+func LimitLines(l Limits, memory, pids, cpus, tmp string) []string {
+	l = l.WithDefaults()
+	return []string{
+		fmt.Sprintf("memory %d MiB %s", l.Memory>>20, memory),
+		fmt.Sprintf("pids %d %s", l.Pids, pids),
+		fmt.Sprintf("cpus %g %s", l.CPUs, cpus),
+		fmt.Sprintf("tmp %d MiB %s", l.TmpfsSize>>20, tmp),
+	}
+}
+
 // StaleCleaner is implemented by backends that can leave host state behind
 // when a broker is killed (cgroups, ...). CleanStale removes the state of
 // brokers that alive reports gone and returns what it removed.

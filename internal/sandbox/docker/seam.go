@@ -22,7 +22,10 @@ func init() {
 	sandbox.RegisterWorker(string(sandbox.Docker), sandbox.DescribeWorker(WorkerDescription))
 }
 
-var _ sandbox.Describer = (*Backend)(nil)
+var (
+	_ sandbox.Describer       = (*Backend)(nil)
+	_ sandbox.LimitsDescriber = (*Backend)(nil)
+)
 
 // HostEnv implements sandbox.Wrapper: the docker CLI's variables of the host.
 func (b *Backend) HostEnv() []string {
@@ -52,4 +55,14 @@ func (b *Backend) Describe(context.Context) string {
 		return ""
 	}
 	return "(server " + b.Probe.Version() + ")"
+}
+
+// DescribeLimits implements sandbox.LimitsDescriber: every limit is the
+// container's (Wrap's docker run flags).
+func (b *Backend) DescribeLimits(l sandbox.Limits) []string {
+	return sandbox.LimitLines(l,
+		"in total (the container's cgroup: docker run --memory)",
+		"in total (the container's cgroup: docker run --pids-limit)",
+		"(the container's CPU quota: docker run --cpus)",
+		"(the container's /tmp is a tmpfs of that size: docker run --tmpfs)")
 }

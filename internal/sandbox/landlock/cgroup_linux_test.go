@@ -165,3 +165,56 @@ func TestPlanV1(t *testing.T) {
 		}
 	}
 }
+
+// What doctor says about each limit, from what enforces it.
+func TestDescribeLimits(t *testing.T) {
+	l := sandbox.Limits{Memory: 96 << 20, Pids: 64, CPUs: 0.5, TmpfsSize: 16 << 20}
+	delegated := cgroupPlan{parent: map[string]string{"pids": "/cg/pids/u", "memory": "/cg/memory/u", "cpu": "/cg/cpu/u"}, why: map[string]string{}}
+	none := noCgroup("your cgroup /cg is not delegated to you")
+	for _, tc := range []struct {
+		name string
+		f    limitsFacts
+		want []string
+	}{
+		{"delegated v1", limitsFacts{plan: delegated, limits: l, userNS: true, nprocPerNS: true, cpus: 4}, []string{
+			"memory 96 MiB in total (each session's own cgroup v1 in /cg/memory/u;",
+			"pids 64 in total (each session's own cgroup v1 in /cg/pids/u)",
+			"cpus 0.5 (CPU quota 50000 µs per 100000 µs; each session's own cgroup v1 in /cg/cpu/u)",
+			"tmp 16 MiB for each of /tmp, /dev/shm and a fresh HOME",
+		}},
+		{"user without delegation", limitsFacts{plan: none, limits: l, userNS: true, nprocPerNS: true, cpus: 4}, []string{
+			"memory 96 MiB per process (RLIMIT_DATA", "not delegated to you; the sandbox's total is NOT limited, see docs/filesystem.md#limits",
+			"pids 64 in total (RLIMIT_NPROC, which the kernel counts per user namespace",
+			"cpus 0.5 NOT enforced (no cpu cgroup: your cgroup /cg is not delegated to you",
+		}},
+		{"no more CPUs than the limit", limitsFacts{plan: delegated, limits: sandbox.Limits{Memory: 96 << 20, Pids: 64, CPUs: 2, TmpfsSize: 16 << 20}, userNS: true, nprocPerNS: true, cpus: 2}, []string{
+			"cpus 2 (vak may use only 2 CPUs here: nothing to bound)",
+		}},
+		{"old kernel", limitsFacts{plan: none, limits: l, userNS: true}, []string{"pids 64 counted over all your processes (", "older than Linux 5.14"}},
+		{"no namespaces", limitsFacts{plan: none, limits: l, nprocPerNS: true}, []string{"pids 64 counted over all your processes (", "no user namespace", "tmp 16 MiB NOT enforced"}},
+		{"root without a pids cgroup (allow_weaker)", limitsFacts{plan: none, limits: l, root: true, userNS: true, nprocPerNS: true}, []string{"pids 64 NOT enforced (root is exempt from RLIMIT_NPROC"}},
+	} {
+		got := strings.Join(describeLimits(tc.f), "\n")
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: lacks %q:\n%s", tc.name, w, got)
+			}
+		}
+		if n := strings.Count(got, "\n") + 1; n != 4 {
+			t.Errorf("%s: %d lines, want one per limit:\n%s", tc.name, n, got)
+		}
+	}
+}
+
+func TestReleaseAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    bool
+	}{
+		{"5.14.0", true}, {"6.1.0-18-amd64", true}, {"5.13.19", false}, {"4.19.0", false}, {"5.15", true}, {"bogus", false}, {"6", false},
+	} {
+		if got := releaseAtLeast(tc.release, 5, 14); got != tc.want {
+			t.Errorf("%q: %v", tc.release, got)
+		}
+	}
+}

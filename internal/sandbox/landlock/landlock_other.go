@@ -50,6 +50,12 @@ func NeedCgroup() bool { return false }
 
 func (*Backend) sessionCgroup(sandbox.Limits) (*Cgroup, error) { return nil, ErrUnsupported }
 
+// DescribeLimits implements sandbox.LimitsDescriber: nothing is enforced
+// here.
+func (*Backend) DescribeLimits(sandbox.Limits) []string {
+	return []string{"NOT enforced: " + ErrUnsupported.Error()}
+}
+
 // Add is unsupported here.
 func (*Cgroup) Add(int) error { return ErrUnsupported }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,23 +67,6 @@ func notifyHelper() error {
 	return nil
 }
 
-// kernelAtLeast reports whether the running kernel is major.minor or newer.
-func kernelAtLeast(t *testing.T, major, minor int) bool {
-	t.Helper()
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	release := unix.ByteSliceToString(u.Release[:])
-	fields := strings.FieldsFunc(release, func(r rune) bool { return r < '0' || r > '9' })
-	if len(fields) < 2 {
-		t.Fatalf("kernel release %q", release)
-	}
-	maj, _ := strconv.Atoi(fields[0])
-	mnr, _ := strconv.Atoi(fields[1])
-	return maj > major || maj == major && mnr >= minor
-}
-
 // The supervisor answers a supervised process's setsid notifications
 // (its direct child may, it may not), sets the synchronous wake-up on the
 // listener where the kernel has it (Linux 6.6; the flag cannot be read
@@ -97,7 +79,7 @@ func TestSupervise(t *testing.T) {
 	if err := unix.Prctl(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
 		t.Skipf("no seccomp: %v", err)
 	}
-	syncWanted := kernelAtLeast(t, 6, 6)
+	syncWanted := kernelAtLeast(6, 6)
 	for _, tc := range []struct {
 		name  string
 		serve func(t *testing.T, local *os.File, pid int)

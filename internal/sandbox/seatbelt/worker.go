@@ -19,7 +19,17 @@ func init() {
 	sandbox.RegisterWorker(string(sandbox.Seatbelt), sandbox.DescribeWorker(WorkerDescription))
 }
 
-var _ sandbox.ProcessBackend = (*Backend)(nil)
+var (
+	_ sandbox.ProcessBackend  = (*Backend)(nil)
+	_ sandbox.LimitsDescriber = (*Backend)(nil)
+)
+
+// DescribeLimits implements sandbox.LimitsDescriber: sandbox-exec bounds
+// no resource, and PrepareWorker sets none.
+func (*Backend) DescribeLimits(l sandbox.Limits) []string {
+	const none = "NOT enforced (the seatbelt backend sets no resource limits)"
+	return sandbox.LimitLines(l, none, none, none, "NOT enforced (the private temp dir is a directory on the disk)")
+}
 
 // PrepareWorker implements sandbox.ProcessBackend: cmd becomes sandbox-exec
 // running the worker under the profile for pp, with vak's config and state
