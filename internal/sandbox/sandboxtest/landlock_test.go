@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -220,57 +221,140 @@ func testViewMounts(t *testing.T, home sandbox.HomeKind) {
 	}
 }
 
-// As root the process and memory limits come from the session's cgroup,
-// which stage 1 joins while it starts up (the broker's go-ahead gates stage
-// 2): every command, and the worker itself, must be in it. Control: this
-// test process is in none of vak's cgroups.
+// Where sessions get a cgroup of their own (always as root; for a user
+// whose cgroup is delegated, which scripts/test-nonroot arranges for one
+// leg with VAK_TEST_CGROUP=delegated), stage 1 joins it while it starts up
+// (the broker's go-ahead gates stage 2): every command, and the worker
+// itself, must be in it in each controller's hierarchy, and the limits
+// there are the configured ones. The CPU quota is enforced: a busy loop is
+// throttled. Control: this test process is in none of vak's cgroups.
 func TestLandlockCommandsInSessionCgroup(t *testing.T) {
-	if !landlock.NeedCgroup() {
-		t.Skip("limits come from a cgroup only as root")
+	if testenv.ExpectedLimits(t) != testenv.LimitsByCgroup {
+		t.Skipf("sessions get no cgroup here (not root, %s is not delegated): TestRunLimitsMatchDoctor checks the rlimits doctor reports", testenv.EnvCgroup)
 	}
 	host, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		t.Skipf("no /proc/self/cgroup: %v", err)
+		t.Fatalf("no /proc/self/cgroup: %v", err)
 	}
 	if strings.Contains(string(host), "/vak-") {
 		t.Fatalf("control: this test already runs in a vak cgroup:\n%s", host)
 	}
-	// The hierarchy the limit lives in: cgroup v1's pids controller where
-	// there is one, else the unified hierarchy.
-	limitLines := func(text string) []string {
-		var v1, v2 []string
-		for _, l := range strings.Split(text, "\n") {
-			f := strings.SplitN(l, ":", 3)
-			switch {
-			case len(f) != 3:
-			case slices.Contains(strings.Split(f[1], ","), "pids"):
-				v1 = append(v1, f[2])
-			case f[0] == "0" && f[1] == "":
-				v2 = append(v2, f[2])
-			}
-		}
-		if len(v1) > 0 {
-			return v1
-		}
-		return v2
-	}
-	if len(limitLines(string(host))) != 1 {
-		t.Skipf("control: no single pids or unified cgroup line in this process's cgroups:\n%s", host)
-	}
 	e := NewEnv(t, landlockBackend(t))
+	e.Config.Sandbox.Limits = sandbox.Limits{Pids: 64, Memory: 96 << 20, CPUs: 0.2}
 	s := e.Start(sandbox.WorkspaceWrite)
+	var dirs map[string]string
 	for i := 0; i < 20; i++ {
-		r := Sh(t, s, "cat /proc/self/cgroup /proc/$PPID/cgroup")
-		pids := limitLines(r.Stdout)
-		if len(pids) != 2 {
-			t.Fatalf("command %d: want the cgroup lines of the command and its worker, got %q (%q)", i, r.Stdout, r.Stderr)
+		r := Sh(t, s, "cat /proc/self/cgroup; echo; cat /proc/$PPID/cgroup")
+		cmd, worker, _ := strings.Cut(r.Stdout, "\n\n")
+		dirs = limitCgroups(t, cmd)
+		if w := limitCgroups(t, worker); !maps.Equal(dirs, w) {
+			t.Fatalf("command %d and its worker are in different cgroups: %q", i, r.Stdout)
 		}
-		for _, p := range pids {
-			if !strings.Contains(p, "/vak-") {
-				t.Fatalf("command %d (or its worker) runs outside the session cgroup: %q", i, r.Stdout)
+	}
+	for file, want := range map[string]string{
+		"pids/pids.max": "64", "memory/memory.limit_in_bytes": strconv.Itoa(96 << 20), "cpu/cpu.cfs_quota_us": "20000",
+		"unified/pids.max": "64", "unified/memory.max": strconv.Itoa(96 << 20), "unified/cpu.max": "20000 100000",
+	} {
+		ctl, name := filepath.Split(file)
+		dir, ok := dirs[strings.TrimSuffix(ctl, "/")]
+		if !ok {
+			continue
+		}
+		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || strings.TrimSpace(string(got)) != want {
+			t.Errorf("%s/%s = %q (%v), want %s", dir, name, got, err, want)
+		}
+	}
+	// The session's cgroup belongs to the user the sandbox runs as (it
+	// created it), but the sandbox cannot reach cgroupfs to lift its
+	// limits or leave: the attempts fail, while the same writes from this
+	// test process outside succeed (control: the files are real and
+	// writable by this user).
+	for _, c := range []string{"pids", "unified"} {
+		dir, ok := dirs[c]
+		if !ok {
+			continue
+		}
+		r := Sh(t, s, fmt.Sprintf("echo max > %[1]s/pids.max && echo RAISED; echo $$ > %[2]s/cgroup.procs && echo LEFT; cat %[1]s/pids.max", dir, filepath.Dir(dir)))
+		if strings.Contains(r.Stdout, "RAISED") || strings.Contains(r.Stdout, "LEFT") || strings.Contains(r.Stdout, "64") {
+			t.Errorf("the sandbox reached its cgroup %s: %q %q", dir, r.Stdout, r.Stderr)
+		}
+		if !strings.Contains(r.Stderr, dir+"/pids.max") || !strings.Contains(r.Stderr, filepath.Dir(dir)+"/cgroup.procs") {
+			t.Errorf("the shell did not report both failed writes (to %s): %q", dir, r.Stderr)
+		}
+		t.Logf("attempts from the sandbox: %s", r.Stderr)
+		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("64"), 0o600); err != nil {
+			t.Errorf("control: this test cannot write %s/pids.max either: %v", dir, err)
+		}
+	}
+	// The kernel enforces the quota on the session: a busy loop there
+	// counts enforcement periods (nr_periods; whether it is throttled too
+	// depends on the load of the machine, so it is only logged).
+	stat := filepath.Join(dirs["cpu"], "cpu.stat")
+	if dirs["unified"] != "" {
+		stat = filepath.Join(dirs["unified"], "cpu.stat")
+	}
+	periods, throttled := cpuStat(t, stat)
+	Sh(t, s, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	if p, th := cpuStat(t, stat); p <= periods {
+		t.Errorf("a busy loop under a quota of 0.2 CPUs counted no enforcement period: nr_periods %d, then %d", periods, p)
+	} else {
+		t.Logf("nr_periods %d -> %d, nr_throttled %d -> %d", periods, p, throttled, th)
+	}
+}
+
+// limitCgroups maps each limit's controller (pids, memory, cpu; "unified"
+// on cgroup v2) in a /proc/PID/cgroup text to its directory, failing t
+// unless each is a vak session cgroup.
+func limitCgroups(t *testing.T, text string) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == "pids" || c == "memory" || c == "cpu" {
+				dirs[c] = filepath.Join("/sys/fs/cgroup", c, f[2])
+			}
+		}
+		if f[0] == "0" && f[1] == "" && len(dirs) == 0 {
+			dirs["unified"] = filepath.Join("/sys/fs/cgroup", f[2])
+		}
+	}
+	if _, v1 := dirs["pids"]; v1 {
+		delete(dirs, "unified")
+	}
+	if len(dirs) == 0 {
+		t.Fatalf("no pids, memory, cpu or unified line in %q", text)
+	}
+	for c, d := range dirs {
+		if !strings.HasPrefix(filepath.Base(d), "vak-") {
+			t.Fatalf("the %s cgroup %s is not a session's (%q)", c, d, text)
+		}
+	}
+	return dirs
+}
+
+// cpuStat is nr_periods and nr_throttled of a cpu.stat file.
+func cpuStat(t *testing.T, file string) (periods, throttled int) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && (k == "nr_periods" || k == "nr_throttled") {
+			if got[k], err = strconv.Atoi(v); err != nil {
+				t.Fatalf("%s: %q", file, l)
 			}
 		}
 	}
+	if len(got) != 2 {
+		t.Fatalf("%s lacks nr_periods or nr_throttled:\n%s", file, data)
+	}
+	return got["nr_periods"], got["nr_throttled"]
 }
 
 // The worker's capability bounding set is emptied on the one thread that
