@@ -157,14 +157,32 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newRunCmd(),
 		a.newDoctorCmd(),
 		a.newVersionCmd(),
-		a.newWorkerCmd(),
-		a.newNetclientCmd(),
 		a.newMCPCmd(),
-		a.newDockerguardCmd(),
+		a.newCompletionCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newHashFilesCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newReceiptsCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd())
+	root.AddCommand(internalCommands(
+		a.newWorkerCmd(),
+		a.newNetclientCmd(),
+		a.newDockerguardCmd(),
+		a.newHashFilesCmd(),
+	)...)
 	return root
+}
+
+// internalCommands hides cmds from `vak --help` and from shell completion:
+// they are entry points vak starts itself (the re-executed worker, the
+// proxied topology's netclient container, the nested engine's guard, a
+// session's snapshot hasher), never typed by users. Hidden commands still
+// run. The internal subcommands of user commands (`vak gateway
+// serve-native`, `vak __reap` among the session commands, ...) are
+// hidden where they are defined.
+func internalCommands(cmds ...*cobra.Command) []*cobra.Command {
+	for _, c := range cmds {
+		c.Hidden = true
+	}
+	return cmds
 }
 
 // newWorkerRoot is the root of a re-executed worker (`vak __worker`): the
