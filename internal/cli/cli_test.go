@@ -273,12 +273,6 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
-	if code, out, _ := vakMain(t, "", "version"); code != 0 || !strings.HasPrefix(out, "vak ") {
-		t.Fatalf("version: %d %q", code, out)
-	}
-}
-
 // The README's first command: the embedded default (landlock on Linux).
 func TestRunDefaultBackend(t *testing.T) {
 	testenv.RequireLandlock(t)
