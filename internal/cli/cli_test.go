@@ -210,9 +210,10 @@ func TestRunConfigErrors(t *testing.T) {
 	ws := tempWorkspace(t)
 	bad := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"docker\"\nimgae = \"x\"\n")
 	code, _, errs := vakMain(t, bad, "run", "-w", ws, "--", "true")
-	if code != ExitConfig || !strings.Contains(errs, bad+":4:") || !strings.Contains(errs, "sandbox.imgae") {
+	if code != ExitConfig || !strings.Contains(errs, bad+":4:") || !strings.Contains(errs, "sandbox.imgae: unknown key; did you mean image?") {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
+
 	// An invalid project config fails closed too.
 	os.MkdirAll(filepath.Join(ws, ".vak"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox\n"), 0o644)

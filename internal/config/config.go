@@ -31,6 +31,7 @@ import (
 	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/suggest"
 )
 
 // Version is the only config file version this build understands.
@@ -195,7 +196,7 @@ func Load(opts Options) (*Config, error) {
 		}
 		userFile = f
 	}
-	uw, exists, err := readFile(userFile)
+	uw, exists, err := readFile(userFile, "")
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +208,7 @@ func Load(opts Options) (*Config, error) {
 	}
 	if opts.Workspace != "" {
 		pf := paths.ProjectConfigFile(opts.Workspace)
-		pw, exists, err := readFile(pf)
+		pw, exists, err := readFile(pf, userFile)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +226,7 @@ func Load(opts Options) (*Config, error) {
 // Parse decodes and validates one trusted config document (for tests and
 // tools that hold config in memory). name labels errors.
 func Parse(name string, data []byte) (*Config, error) {
-	w, err := decode(name, data)
+	w, err := decode(name, data, "")
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +238,10 @@ func Parse(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-func readFile(path string) (*fileWire, bool, error) {
+// readFile reads and decodes one config file; a missing one is (nil,
+// false, nil). userFile is "" when path is the trusted user config, else
+// the user config's path (see decode).
+func readFile(path string, userFile string) (*fileWire, bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
@@ -260,17 +264,20 @@ func readFile(path string) (*fileWire, bool, error) {
 	if len(data) > MaxFileSize {
 		return nil, true, &Error{File: path, Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)}
 	}
-	w, err := decode(path, data)
+	w, err := decode(path, data, userFile)
 	return w, true, err
 }
 
-// decode strictly decodes data; every error names file, line and key.
-func decode(file string, data []byte) (*fileWire, error) {
+// decode strictly decodes data; every error names file, line and key, and
+// an unknown key the valid one nearest to it (unknownKey). userFile is ""
+// when file is the trusted user config; for a project config it names the
+// user config, where privileged keys belong.
+func decode(file string, data []byte, userFile string) (*fileWire, error) {
 	var w fileWire
 	d := toml.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&w); err != nil {
-		return nil, tomlError(file, err)
+		return nil, tomlError(file, err, userFile)
 	}
 	if w.Version == nil {
 		return nil, &Error{File: file, Key: "version", Msg: fmt.Sprintf("missing; add `version = %d` at the top", Version)}
@@ -282,13 +289,13 @@ func decode(file string, data []byte) (*fileWire, error) {
 	return &w, nil
 }
 
-func tomlError(file string, err error) error {
+func tomlError(file string, err error, userFile string) error {
 	var sm *toml.StrictMissingError
 	if errors.As(err, &sm) && len(sm.Errors) > 0 {
 		var errs []error
 		for _, e := range sm.Errors {
 			row, col := e.Position()
-			errs = append(errs, &Error{File: file, Line: row, Column: col, Key: strings.Join(e.Key(), "."), Msg: "unknown key"})
+			errs = append(errs, &Error{File: file, Line: row, Column: col, Key: strings.Join(e.Key(), "."), Msg: unknownKey(e.Key(), userFile)})
 		}
 		return errors.Join(errs...)
 	}
@@ -299,6 +306,37 @@ func tomlError(file string, err error) error {
 		return &Error{File: file, Line: row, Column: col, Key: strings.Join(de.Key(), "."), Msg: msg}
 	}
 	return &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// unknownKey is the message for the unknown key path key: "unknown key",
+// and the valid key nearest to its last segment when one is close. In a
+// project config (userFile set) a suggestion only the user config may set
+// says so: the fix is not one the project config can make.
+func unknownKey(key []string, userFile string) string {
+	n := len(key)
+	if n == 0 {
+		return "unknown key"
+	}
+	s := suggest.Nearest(key[n-1], suggest.TOMLKeys(reflect.TypeFor[fileWire](), key))
+	if s == "" {
+		return "unknown key"
+	}
+	msg := "unknown key; did you mean " + s + "?"
+	if path := strings.Join(append(slices.Clone(key[:n-1]), s), "."); userFile != "" && !projectMaySet(path) {
+		msg += fmt.Sprintf(" (%s is privileged: a project config may not set it, the user config %s may)", path, userFile)
+	}
+	return msg
+}
+
+// projectMaySet reports whether an untrusted project config may set the
+// dotted key path, or a key below it when it is a table.
+func projectMaySet(path string) bool {
+	for k := range projectKeys {
+		if k == path || strings.HasPrefix(k, path+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // lineOf finds the first line that assigns key (best effort, for messages).
@@ -317,7 +355,7 @@ func lineOf(data []byte, key string) int {
 func (c *Config) strip(file string, w *fileWire) *fileWire {
 	for _, k := range setKeys(reflect.ValueOf(w).Elem(), "") {
 		if !projectKeys[k] {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring %s: project config is untrusted and may not set privileged keys (set it in %s)", file, k, userConfigHint()))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: ignoring %s: project config is untrusted and may not set privileged keys (set it in %s)", file, k, c.userFile()))
 		}
 	}
 	out := &fileWire{Version: w.Version, raw: w.raw}
@@ -333,9 +371,12 @@ func (c *Config) strip(file string, w *fileWire) *fileWire {
 	return out
 }
 
-func userConfigHint() string {
-	if f, err := paths.UserConfigFile(); err == nil {
-		return f
+// userFile is the trusted user config of c's sources (for messages).
+func (c *Config) userFile() string {
+	for _, src := range c.Sources {
+		if src.Trusted {
+			return src.Path
+		}
 	}
 	return "the user config"
 }

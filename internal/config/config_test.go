@@ -24,7 +24,9 @@ func write(t *testing.T, path, body string) string {
 
 func TestDefaults(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := Load(Options{UserFile: filepath.Join(dir, "missing.toml"), Workspace: dir})
+	// The default user config may be absent.
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+	cfg, err := Load(Options{Workspace: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,7 @@ func TestInvalidProjectConfigFails(t *testing.T) {
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
 	pf := write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nmoed = \"read-only\"\n")
-	_, err := Load(Options{UserFile: filepath.Join(dir, "none.toml"), Workspace: ws})
+	_, err := Load(Options{UserFile: write(t, filepath.Join(dir, "user.toml"), "version = 1\n"), Workspace: ws})
 	if err == nil || !strings.Contains(err.Error(), pf+":3:") {
 		t.Fatalf("err = %v", err)
 	}
@@ -283,7 +285,7 @@ func TestSandboxPathsAndEnv(t *testing.T) {
 	// None of these may come from a project config.
 	ws := filepath.Join(dir, "ws")
 	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nallow_weaker = true\nread = [\"/etc\"]\nwrite = [\"/tmp\"]\nenv = [\"AWS_SECRET_ACCESS_KEY\"]\n")
-	cfg, err = Load(Options{UserFile: filepath.Join(dir, "none.toml"), Workspace: ws})
+	cfg, err = Load(Options{UserFile: write(t, filepath.Join(dir, "user.toml"), "version = 1\n"), Workspace: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,5 +323,71 @@ func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
 	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \"fresh\"\n")
 	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Home.Kind != sandbox.HomeFresh || len(cfg.Warnings) != 0 {
 		t.Fatalf("project narrowing to fresh: %+v %v %q", cfg.Sandbox.Home, err, cfg.Warnings)
+	}
+}
+
+// An unknown key names the valid key nearest to it, in every section of
+// both files (and only when one is close). In a project config, a
+// suggestion only the user config may set says so.
+func TestUnknownKeySuggests(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(t.TempDir(), "xdg"))
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, body string
+		project    bool
+		key, want  string // want "" means no suggestion
+	}{
+		{"sandbox", "[sandbox]\nbakend = \"docker\"\n", false, "sandbox.bakend", "did you mean backend?"},
+		{"limits", "[sandbox.limits]\nmemroy = \"1g\"\n", false, "sandbox.limits.memroy", "did you mean memory?"},
+		{"files", "[files]\nprotcted = []\n", false, "files.protcted", "did you mean protected?"},
+		{"session", "[session]\nallow-install = true\n", false, "session.allow-install", "did you mean allow_install?"},
+		{"network", "[network]\npolcy = \"proxied\"\n", false, "network.polcy", "did you mean policy?"},
+		{"network rules", "[[network.rules]]\nhostz = [\"a.test\"]\n", false, "network.rules.hostz", "did you mean hosts?"},
+		{"network dns", "[network.dns]\nupstreams = []\n", false, "network.dns.upstreams", "did you mean upstream?"},
+		{"gateway", "[gateway]\nlistne = \"127.0.0.1:0\"\n", false, "gateway.listne", "did you mean listen?"},
+		{"gateway timeouts", "[gateway.timeouts]\ndail = \"1s\"\n", false, "gateway.timeouts.dail", "did you mean dial?"},
+		{"secrets", "[secrets.TOKEN]\nvaleu = \"x\"\n", false, "secrets.TOKEN.valeu", "did you mean value?"},
+		{"agent_network", "[agent_network]\nenabeld = true\n", false, "agent_network.enabeld", "did you mean enabled?"},
+		{"agent_network workspace", "[[agent_network.workspace]]\npeer = []\n", false, "agent_network.workspace.peer", "did you mean peers?"},
+		{"section", "[sandbx]\nmode = \"read-only\"\n", false, "sandbx", "did you mean sandbox?"},
+		{"not close", "[sandbox]\nmemory = \"1g\"\n", false, "sandbox.memory", ""},
+		{"nothing alike", "[session]\nxyzzy = 1\n", false, "session.xyzzy", ""},
+		// A project config: the suggestion is there, and a privileged one
+		// says where it belongs.
+		{"project mode", "[sandbox]\nmdoe = \"read-only\"\n", true, "sandbox.mdoe", "did you mean mode?"},
+		{"project agent_network", "[agent_network]\nenabeld = false\n", true, "agent_network.enabeld", "did you mean enabled?"},
+		{"project backend", "[sandbox]\nbakend = \"docker\"\n", true, "sandbox.bakend", "did you mean backend? (sandbox.backend is privileged: a project config may not set it, the user config "},
+		{"project section", "[netwrk]\npolicy = \"proxied\"\n", true, "netwrk", "did you mean network? (network is privileged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := "version = 1\n" + tc.body
+			var err error
+			var file string
+			if tc.project {
+				ws := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+				file = write(t, filepath.Join(ws, ".vak", "config.toml"), body)
+				_, err = Load(Options{Workspace: ws})
+			} else {
+				file = write(t, filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".toml"), body)
+				_, err = Load(Options{UserFile: file})
+			}
+			if err == nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("accepted or wrong class: %v", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, file+":") || !strings.Contains(msg, tc.key+": unknown key") {
+				t.Errorf("%q names no file, line and key %s", msg, tc.key)
+			}
+			switch {
+			case tc.want == "" && strings.Contains(msg, "did you mean"):
+				t.Errorf("%q suggests a key that is not close", msg)
+			case tc.want != "" && !strings.Contains(msg, tc.want):
+				t.Errorf("%q lacks %q", msg, tc.want)
+			case tc.project && !strings.Contains(tc.want, "privileged") && strings.Contains(msg, "privileged"):
+				t.Errorf("%q calls a key a project config may set privileged", msg)
+			case !tc.project && strings.Contains(msg, "privileged"):
+				t.Errorf("%q: the user config may set every key", msg)
+			}
+		})
 	}
 }

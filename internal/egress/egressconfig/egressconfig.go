@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
+	"vak/internal/suggest"
 )
 
 // Sections are the wire structs of the gateway's config sections.
@@ -610,7 +612,13 @@ func Decode(file string, data []byte) (*Sections, error) {
 			var msgs []string
 			for _, e := range sme.Errors {
 				row, _ := e.Position()
-				msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", file, row, strings.Join(e.Key(), ".")))
+				msg := fmt.Sprintf("%s:%d: unknown key %s", file, row, strings.Join(e.Key(), "."))
+				if k := e.Key(); len(k) > 0 {
+					if s := suggest.Nearest(k[len(k)-1], suggest.TOMLKeys(reflect.TypeFor[Sections](), k)); s != "" {
+						msg += "; did you mean " + s + "?"
+					}
+				}
+				msgs = append(msgs, msg)
 			}
 			return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
 		}

@@ -143,7 +143,12 @@ func TestErrorsNameFileAndField(t *testing.T) {
 func TestDecodeUnknownKey(t *testing.T) {
 	t.Parallel()
 	_, err := Decode("cfg.toml", []byte("[network]\npolicy = \"none\"\n\n[[network.rules]]\nhost = \"a.com\"\n"))
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cfg.toml:5") || !strings.Contains(err.Error(), "network.rules.host") {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cfg.toml:5") || !strings.Contains(err.Error(), "network.rules.host; did you mean hosts?") {
+		t.Fatalf("err = %v", err)
+	}
+	// Only a close key is suggested.
+	_, err = Decode("cfg.toml", []byte("[gateway]\nxyzzy = 1\n"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "unknown key gateway.xyzzy") || strings.Contains(err.Error(), "did you mean") {
 		t.Fatalf("err = %v", err)
 	}
 }
