@@ -213,7 +213,39 @@ func TestRunConfigErrors(t *testing.T) {
 	if code != ExitConfig || !strings.Contains(errs, bad+":4:") || !strings.Contains(errs, "sandbox.imgae: unknown key; did you mean image?") {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-
+	// A config named with --config must be a readable file: absent, a
+	// directory or unreadable, nothing runs (78, naming it), for run and
+	// for doctor. Control: the file once written runs the command.
+	dir := t.TempDir()
+	named := filepath.Join(dir, "named.toml")
+	unreadable := filepath.Join(dir, "unreadable.toml")
+	os.WriteFile(unreadable, []byte("version = 1\n"), 0)
+	for _, tc := range []struct{ file, want string }{
+		{named, "does not exist"},
+		{dir, "not a regular file"},
+		{unreadable, "permission denied"},
+	} {
+		if tc.file == unreadable && os.Getuid() == 0 {
+			continue // root reads it; the non-root leg runs this case
+		}
+		for _, args := range [][]string{{"run", "-w", ws, "--", "touch", "ran"}, {"doctor", "-w", ws}} {
+			code, out, errs := vakMain(t, tc.file, args...)
+			if code != ExitConfig || !strings.Contains(errs, tc.file+": ") || !strings.Contains(errs, tc.want) || out != "" {
+				t.Errorf("--config %s %s: exit %d (want %d), stdout %q, stderr %q (want %q)", tc.file, args[0], code, ExitConfig, out, errs, tc.want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+			t.Fatalf("--config %s: the command ran", tc.file)
+		}
+	}
+	os.WriteFile(named, []byte("version = 1\n[sandbox]\nbackend = \"none\"\nmode = \"full-access\"\n"), 0o600)
+	if code, _, errs := vakMain(t, named, "run", "-w", ws, "--", "touch", "ran"); code != 0 {
+		t.Fatalf("control: --config %s once written: exit %d: %s", named, code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err != nil {
+		t.Fatalf("control: the command did not run: %v", err)
+	}
+	os.Remove(filepath.Join(ws, "ran"))
 	// An invalid project config fails closed too.
 	os.MkdirAll(filepath.Join(ws, ".vak"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".vak", "config.toml"), []byte("version = 1\n[sandbox\n"), 0o644)

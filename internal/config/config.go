@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -73,6 +75,9 @@ type Error struct {
 	Column int
 	Key    string
 	Msg    string
+	// Err is the cause, when there is one (e.g. fs.ErrNotExist for a
+	// config file named explicitly that does not exist).
+	Err error
 }
 
 func (e *Error) Error() string {
@@ -92,8 +97,13 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap makes every *Error match ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
+// Unwrap makes every *Error match ErrInvalid, and Err when set.
+func (e *Error) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalid, e.Err}
+	}
+	return []error{ErrInvalid}
+}
 
 // Source is one config file that was considered.
 type Source struct {
@@ -177,18 +187,21 @@ func Default() *Config {
 
 // Options say where Load looks.
 type Options struct {
-	// UserFile is the trusted config; empty means paths.UserConfigFile().
+	// UserFile is the trusted config, named explicitly (vak --config): it
+	// must exist. Empty means paths.UserConfigFile(), which may be absent.
 	UserFile string
 	// Workspace, if set, is searched for the untrusted project config.
 	Workspace string
 }
 
 // Load reads the user and project configs and returns the effective config.
-// A missing file is fine; an unreadable or invalid one is an error (vak
+// The default user config and the project config may be absent; a file
+// named in opts.UserFile that does not exist, and any config file that is
+// not a regular file, cannot be read or is invalid, is an *Error (vak
 // refuses to run rather than guess).
 func Load(opts Options) (*Config, error) {
 	cfg := Default()
-	userFile := opts.UserFile
+	userFile, required := opts.UserFile, opts.UserFile != ""
 	if userFile == "" {
 		f, err := paths.UserConfigFile()
 		if err != nil {
@@ -196,7 +209,7 @@ func Load(opts Options) (*Config, error) {
 		}
 		userFile = f
 	}
-	uw, exists, err := readFile(userFile, "")
+	uw, exists, err := readFile(userFile, required, "")
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +221,7 @@ func Load(opts Options) (*Config, error) {
 	}
 	if opts.Workspace != "" {
 		pf := paths.ProjectConfigFile(opts.Workspace)
-		pw, exists, err := readFile(pf, userFile)
+		pw, exists, err := readFile(pf, false, userFile)
 		if err != nil {
 			return nil, err
 		}
@@ -238,34 +251,51 @@ func Parse(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// readFile reads and decodes one config file; a missing one is (nil,
-// false, nil). userFile is "" when path is the trusted user config, else
-// the user config's path (see decode).
-func readFile(path string, userFile string) (*fileWire, bool, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+// readFile reads and decodes one config file: an absent one is (nil,
+// false, nil) unless required; a file that is absent but required, not a
+// regular file or unreadable is an *Error naming it, as is its content.
+// userFile is "" when path is the trusted user config, else the user
+// config's path (see decode).
+func readFile(path string, required bool, userFile string) (*fileWire, bool, error) {
+	// Non-blocking: a FIFO in a config file's place must not hang vak
+	// (it is refused below as not a regular file).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) && !required {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("config: %w", err)
+		msg := "cannot be read: " + causeOf(err).Error()
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "does not exist (a config file named explicitly must)"
+		}
+		return nil, false, &Error{File: path, Msg: msg, Err: err}
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, true, fmt.Errorf("config: %w", err)
+		return nil, true, &Error{File: path, Msg: "cannot be read: " + causeOf(err).Error(), Err: err}
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, true, &Error{File: path, Msg: "not a regular file"}
+		return nil, true, &Error{File: path, Msg: fmt.Sprintf("not a regular file (%s)", fi.Mode().Type())}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, true, fmt.Errorf("config: read %s: %w", path, err)
+		return nil, true, &Error{File: path, Msg: "cannot be read: " + causeOf(err).Error(), Err: err}
 	}
 	if len(data) > MaxFileSize {
 		return nil, true, &Error{File: path, Msg: fmt.Sprintf("larger than %d bytes", MaxFileSize)}
 	}
 	w, err := decode(path, data, userFile)
 	return w, true, err
+}
+
+// causeOf is a path error's cause alone (the *Error names the file).
+func causeOf(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // decode strictly decodes data; every error names file, line and key, and

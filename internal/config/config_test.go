@@ -2,9 +2,11 @@ package config
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,6 +325,52 @@ func TestHomeProjectMayOnlyChooseFresh(t *testing.T) {
 	write(t, filepath.Join(ws, ".vak", "config.toml"), "version = 1\n[sandbox]\nhome = \"fresh\"\n")
 	if cfg, err = Load(Options{UserFile: user, Workspace: ws}); err != nil || cfg.Sandbox.Home.Kind != sandbox.HomeFresh || len(cfg.Warnings) != 0 {
 		t.Fatalf("project narrowing to fresh: %+v %v %q", cfg.Sandbox.Home, err, cfg.Warnings)
+	}
+}
+
+// A config file named explicitly (vak --config) must be a readable regular
+// file: absent, a directory, a FIFO (which must not hang the open) or
+// unreadable is an *Error naming it, wrapping ErrInvalid (exit 78).
+// Control: the same file once it exists loads, and the default user
+// config may be absent (TestDefaults).
+func TestNamedConfigMustExist(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := write(t, filepath.Join(dir, "unreadable.toml"), "version = 1\n")
+	os.Chmod(unreadable, 0)
+	notDir := write(t, filepath.Join(dir, "file"), "")
+	for _, tc := range []struct {
+		name, file string
+		want       string
+		cause      error
+	}{
+		{"absent", filepath.Join(dir, "missing.toml"), "does not exist", fs.ErrNotExist},
+		{"directory", dir, "not a regular file", nil},
+		{"fifo", fifo, "not a regular file", nil},
+		{"below a file", filepath.Join(notDir, "config.toml"), "cannot be read: not a directory", nil},
+		{"unreadable", unreadable, "cannot be read: permission denied", fs.ErrPermission},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "unreadable" && os.Getuid() == 0 {
+				t.Skip("root reads any file (the non-root leg runs this case)")
+			}
+			_, err := Load(Options{UserFile: tc.file})
+			var e *Error
+			if !errors.As(err, &e) || e.File != tc.file || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load(%s) = %v, want an *Error naming it: %s", tc.file, err, tc.want)
+			}
+			if tc.cause != nil && !errors.Is(err, tc.cause) {
+				t.Errorf("%v does not wrap %v", err, tc.cause)
+			}
+		})
+	}
+	// Control: once the file exists, it loads.
+	named := write(t, filepath.Join(dir, "missing.toml"), "version = 1\n[sandbox]\nmode = \"read-only\"\n")
+	if cfg, err := Load(Options{UserFile: named}); err != nil || cfg.Sandbox.Mode != sandbox.ReadOnly || !cfg.Sources[0].Exists {
+		t.Fatalf("control: %v %+v", err, cfg)
 	}
 }
 
