@@ -287,7 +287,7 @@ proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 			}
 			st, err := devcontainer.Inspect(cmd.Context(), eng, ws)
 			if err != nil {
-				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
+				return exitFor(docker.Unreachable(eng.DaemonHost(), err))
 			}
 			st.Report(a.stdio.Out)
 			if len(st.Problems()) > 0 {

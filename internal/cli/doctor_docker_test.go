@@ -1,8 +1,16 @@
 package cli
 
 import (
+	"errors"
+	"net"
+	"os"
 	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"vak/internal/testenv"
@@ -62,4 +70,106 @@ func TestDoctorNestedDocker(t *testing.T) {
 			t.Errorf("doctor without a daemon:\n%s", out)
 		}
 	})
+}
+
+// vak doctor as a user who may not use the Docker daemon's socket says so,
+// naming the socket, the user and the group to join, on the docker
+// backend's line and the nested Docker line alike (one check,
+// docker.Unreachable), with every docker CLI here: Debian's 20.10
+// (/usr/bin/docker, as CI installs it), whose `docker info --format` said
+// "template: ... nil pointer" instead, and the one first on PATH. The
+// refused socket is a stub engine's at mode 0 (for root through runuser as
+// the unprivileged user; no user but root may connect to it), plus the
+// real daemon's when this user may not use it. Control: the same user,
+// CLI and stub at mode 0666: the backend is available (server
+// stubVersion), with no permission message.
+func TestDoctorDockerAccess(t *testing.T) {
+	dir, ws := accessTestDir(t)
+	sock := stubEngine(t, filepath.Join(dir, "engine.sock"))
+	var clis []string
+	for _, c := range []string{"/usr/bin/docker", "docker"} {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			continue
+		}
+		if p, err = filepath.EvalSymlinks(p); err == nil && !slices.Contains(clis, p) {
+			clis = append(clis, p)
+		}
+	}
+	if len(clis) == 0 {
+		testenv.Missing(t, testenv.EnvRequireDocker, "no docker CLI")
+	}
+	for _, cli := range clis {
+		v, _ := exec.Command(cli, "version", "--format", "{{.Client.Version}}").Output()
+		t.Run(strings.TrimSpace(string(v)), func(t *testing.T) {
+			t.Logf("docker CLI %s, version %s", cli, strings.TrimSpace(string(v)))
+			// A directory (and state dir) per CLI: the probe's cached
+			// success of one CLI's control must not answer for the next.
+			sub := filepath.Join(dir, "cli-"+strings.TrimSpace(string(v)))
+			bin := filepath.Join(sub, "bin")
+			os.MkdirAll(bin, 0o755)
+			os.Chmod(sub, 0o755)
+			os.Symlink(cli, filepath.Join(bin, "docker"))
+			doctor := func(host string) string {
+				t.Helper()
+				_, out := runUnprivileged(t, sub, []string{"PATH=" + bin + ":/usr/bin:/bin", "DOCKER_HOST=" + host}, []string{"doctor", "-w", ws})
+				return out
+			}
+			refused := []string{strings.TrimPrefix(sock, "unix://")}
+			if c, err := net.Dial("unix", "/var/run/docker.sock"); err == nil {
+				c.Close() // this process may: only root's runuser path refuses it
+				if os.Getuid() == 0 {
+					refused = append(refused, "/var/run/docker.sock")
+				}
+			} else if errors.Is(err, syscall.EACCES) {
+				refused = append(refused, "/var/run/docker.sock")
+			}
+			runAs := unprivilegedUser(t)
+			for _, s := range refused {
+				if s == sock {
+					os.Chmod(sock, 0)
+				}
+				out := doctor("unix://" + s)
+				os.Chmod(sock, 0o666)
+				// The daemon's socket admits its group (docker); the
+				// stub at mode 0 only its owner.
+				want := "docker daemon unavailable: permission denied on " + s + ": add " + runAs + " to the " + socketGroup(t, s) + " group (usermod -aG " + socketGroup(t, s) + " " + runAs + ", then log in again)"
+				if s != "/var/run/docker.sock" {
+					want = "docker daemon unavailable: permission denied on " + s + ": only its owner (uid " + strconv.Itoa(os.Getuid()) + ") may connect to it (mode 0)"
+				}
+				backend, nested := lineOf(out, "  docker "), lineOf(out, "nested docker: ")
+				if !strings.Contains(backend, want) || !strings.Contains(nested, want) || strings.Contains(out, "template:") {
+					t.Errorf("doctor against %s, which the user may not use:\n%s", s, out)
+				}
+			}
+			out := doctor("unix://" + sock)
+			if l := lineOf(out, "  docker "); !strings.Contains(l, "available (server "+stubVersion+")") || strings.Contains(out, "permission denied on ") {
+				t.Errorf("control: doctor against the stub the user may use:\n%s", out)
+			}
+		})
+	}
+}
+
+// lineOf returns the first line of out that starts with prefix ("" if none).
+func lineOf(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+// socketGroup names the group that owns the socket at path.
+func socketGroup(t *testing.T, path string) string {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := user.LookupGroupId(strconv.FormatUint(uint64(fi.Sys().(*syscall.Stat_t).Gid), 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Name
 }

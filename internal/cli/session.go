@@ -966,7 +966,7 @@ func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]s
 func dockerBaseline(ctx context.Context, eng *client.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
 	info, err := eng.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return "", "", fmt.Errorf("%w: docker info: %w", docker.ErrDaemonUnavailable, err)
+		return "", "", docker.Unreachable(eng.DaemonHost(), fmt.Errorf("docker info: %w", err))
 	}
 	choice := cfg.Session.DockerRuntime
 	b, why, err := dockerd.ChooseBaseline(info.Info.Runtimes, choice)

@@ -345,16 +345,13 @@ func fenceHolds(rec *record, nc string, ins client.ContainerInspectResult, err e
 
 // CheckEngineAccess reports, before anything is built or started, a user
 // who cannot use the host's Docker daemon: nested Docker runs its sidecar
-// through that daemon, so a user needs its socket's group (usually
-// docker). The error names the daemon's address and the user, and wraps
-// docker.ErrDaemonUnavailable.
+// through that daemon, so a user needs its socket's group. The error is
+// docker.Unreachable's (wrapping docker.ErrDaemonUnavailable; a socket the
+// user may not connect to names the user and the group to join), and
+// says why nested Docker needs the daemon.
 func CheckEngineAccess(ctx context.Context, cli *client.Client) error {
 	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
-		hint := ""
-		if errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "permission denied") {
-			hint = "; nested Docker (--docker) starts its engine through the host's Docker daemon, so the user needs access to its socket: add the user to the socket's group (usually docker: usermod -aG docker USER, then log in again)"
-		}
-		return fmt.Errorf("%w: the Docker daemon at %s does not answer uid %d: %v%s", docker.ErrDaemonUnavailable, cli.DaemonHost(), os.Getuid(), err, hint)
+		return fmt.Errorf("%w (nested Docker, --docker, starts its engine through the host's Docker daemon at %s, as uid %d)", docker.Unreachable(cli.DaemonHost(), err), cli.DaemonHost(), os.Getuid())
 	}
 	return nil
 }

@@ -343,13 +343,14 @@ func (m *Manager) engine() (*client.Client, error) {
 	return m.API, nil
 }
 
-// apiErr marks an unreachable daemon with ErrDaemonUnavailable.
+// apiErr marks an unreachable daemon with ErrDaemonUnavailable, explained
+// by docker.Unreachable.
 func apiErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if client.IsErrConnectionFailed(err) {
-		return fmt.Errorf("%s: %w: %v", what, docker.ErrDaemonUnavailable, err)
+		return fmt.Errorf("%s: %w", what, docker.Unreachable(docker.EnvHost(), err))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

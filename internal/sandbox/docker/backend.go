@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,7 +58,7 @@ func (b *Backend) Name() string { return string(sandbox.Docker) }
 // Scope implements sandbox.Backend.
 func (b *Backend) Scope() sandbox.Scope { return sandbox.ScopeCommand }
 
-// Available implements sandbox.Backend with a cached `docker info` probe.
+// Available implements sandbox.Backend with a cached `docker version` probe.
 // The seccomp profile every Wrap needs (about a millisecond of JSON) is
 // built meanwhile.
 func (b *Backend) Available(ctx context.Context) error {
@@ -108,8 +109,12 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 	}
 }
 
-// Probe is a cached `docker info` availability check. A success is trusted
-// for TTL; a failure is never cached, and Invalidate drops a cached success.
+// Probe is a cached availability check of the daemon the docker CLI
+// reaches (`docker version`: the CLI's own contexts and ssh:// hosts are
+// the ones `docker run` will use). A success is trusted for TTL; a failure
+// is never cached, and Invalidate drops a cached success. A failure is
+// explained by Unreachable (a socket this user may not use names the group
+// to join).
 type Probe struct {
 	Binary  string        // docker CLI; empty means "docker"
 	TTL     time.Duration // zero means DefaultProbeTTL
@@ -158,7 +163,11 @@ func (p *Probe) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "info", "--format", "{{.ServerVersion}}")
+	// `docker version`, not `docker info`: without a daemon it reports the
+	// connection's own error on every CLI (Debian's 20.10 `docker info
+	// --format` reports a template error instead), and it costs the daemon
+	// less.
+	cmd := exec.CommandContext(ctx, bin, "version", "--format", "{{.Server.Version}}")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	v := strings.TrimSpace(stdout.String())
@@ -168,7 +177,7 @@ func (p *Probe) Check(ctx context.Context) error {
 			msg = err.Error()
 		}
 		if msg == "" {
-			msg = "docker info returned no server version"
+			msg = "docker version returned no server version"
 		}
 		if host := os.Getenv("DOCKER_HOST"); host != "" {
 			msg += " (DOCKER_HOST=" + host + ")"
@@ -176,7 +185,7 @@ func (p *Probe) Check(ctx context.Context) error {
 		if cache != "" {
 			os.Remove(cache)
 		}
-		return fmt.Errorf("%w: %s", ErrDaemonUnavailable, msg)
+		return Unreachable(cliHost(), errors.New(msg))
 	}
 	p.okUntil, p.version = time.Now().Add(ttl), v
 	if cache != "" {
@@ -187,6 +196,16 @@ func (p *Probe) Check(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// cliHost is the daemon address the docker CLI uses, when the
+// environment tells it: DOCKER_HOST, else the default socket unless
+// DOCKER_CONTEXT names a context ("": unknown).
+func cliHost() string {
+	if os.Getenv("DOCKER_HOST") == "" && os.Getenv("DOCKER_CONTEXT") != "" {
+		return ""
+	}
+	return EnvHost()
 }
 
 // cacheFile names the persisted probe result for the current daemon address.

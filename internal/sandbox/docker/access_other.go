@@ -1,0 +1,7 @@
+//go:build !unix
+
+package docker
+
+// socketFix says how to get to use the socket at path: file ownership is
+// Unix's, so it cannot be told here ("").
+func socketFix(string, string) string { return "" }
