@@ -323,13 +323,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
 	end = tr.Begin("command")
-	onOutput := func(stream string, data []byte) {
-		if stream == "stderr" {
-			a.stdio.Err.Write(data)
-		} else {
-			a.stdio.Out.Write(data)
-		}
-	}
+	var tail outputTail
+	onOutput := tail.tee(a.writeOutput)
 	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, intr, onOutput)
 	if !interactive {
 		res, err = sess.Bash(sigctx, req, onOutput)
@@ -350,7 +345,18 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
 	}
 	a.warnTripwire(res)
+	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, false))
 	return exit(res.ExitCode, nil)
+}
+
+// writeOutput writes a command's output chunk to vak's own stream of the
+// same name.
+func (a *app) writeOutput(stream string, data []byte) {
+	if stream == "stderr" {
+		a.stdio.Err.Write(data)
+	} else {
+		a.stdio.Out.Write(data)
+	}
 }
 
 // warnTripwire reports what the worker's check after a command did.

@@ -416,15 +416,10 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		sigs, disarm = intr.arm(a.stdio.Err)
 		defer disarm()
 	}
+	var tail outputTail
 	res, err := s.Exec(sigctx, taskenv.Command{
 		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
-		Output: func(stream string, data []byte) {
-			if stream == "stderr" {
-				a.stdio.Err.Write(data)
-			} else {
-				a.stdio.Out.Write(data)
-			}
-		},
+		Output: tail.tee(a.writeOutput),
 	})
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
@@ -435,6 +430,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
 	}
 	a.warnTripwire(res)
+	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, true))
 	return exit(res.ExitCode, nil)
 }
 
