@@ -31,6 +31,9 @@ type Status struct {
 	// netclient namespace that is no longer the running one (only
 	// loopback is left in it), with the reason.
 	Stale map[string]string
+	// Files are the problems of the template's files (CheckFiles): the
+	// next Reopen in Container would not run the template as vak wrote it.
+	Files []error
 }
 
 // services are st's services, in start order.
@@ -62,9 +65,10 @@ func serviceContainer(ctx context.Context, cli *client.Client, key, svc string) 
 	return &c, nil
 }
 
-// Inspect reads the state of the workspace's services.
+// Inspect reads the state of the workspace's services and checks its
+// template's files (CheckFiles).
 func Inspect(ctx context.Context, cli *client.Client, ws string) (*Status, error) {
-	st := &Status{Key: proxynet.Key(ws), Docker: hasDockerd(ws), Services: map[string]*container.Summary{}, Health: map[string]string{}, Stale: map[string]string{}}
+	st := &Status{Key: proxynet.Key(ws), Docker: hasDockerd(ws), Services: map[string]*container.Summary{}, Health: map[string]string{}, Stale: map[string]string{}, Files: CheckFiles(ws)}
 	for _, svc := range st.services() {
 		c, err := serviceContainer(ctx, cli, st.Key, svc)
 		if err != nil {
@@ -127,9 +131,13 @@ func (st *Status) staleness(ctx context.Context, cli *client.Client, c *containe
 	return "", nil
 }
 
-// Problems lists what is wrong, one line each (empty: all healthy).
+// Problems lists what is wrong, one line each (empty: all healthy): the
+// template's files first, then the services.
 func (st *Status) Problems() []string {
 	var p []string
+	for _, err := range st.Files {
+		p = append(p, strings.TrimPrefix(err.Error(), ErrBroken.Error()+": "))
+	}
 	for _, svc := range st.services() {
 		c := st.Services[svc]
 		switch {

@@ -221,17 +221,19 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 	return nil
 }
 
-// checkTemplate fails when the template's environment lacks a placeholder
-// the gateway will hand out (a secret added to the config after init).
+// checkTemplate fails when compose.yml does not parse (ErrBroken, naming
+// the file and line) or the agent's environment in it lacks a placeholder
+// the gateway will hand out (ErrStale: a secret added to the config after
+// init).
 func checkTemplate(ws string, ph map[string]string) error {
-	p := filepath.Join(ws, Dir, ComposeFile)
-	data, err := os.ReadFile(p)
+	c, err := readCompose(ws)
 	if err != nil {
-		return fmt.Errorf("devcontainer: %w (run vak devcontainer init)", err)
+		return err
 	}
+	env := c.env("app")
 	for _, name := range slices.Sorted(maps.Keys(ph)) {
-		if !bytes.Contains(data, []byte(`"`+name+"="+ph[name]+`"`)) {
-			return fmt.Errorf("%w: %s has no placeholder for secret %s of the trusted config: run vak devcontainer init --force", ErrStale, p, name)
+		if env[name] != ph[name] {
+			return fmt.Errorf("%w: %s has no placeholder for secret %s of the trusted config: run vak devcontainer init --force", ErrStale, filepath.Join(ws, Dir, ComposeFile), name)
 		}
 	}
 	return nil
@@ -288,8 +290,12 @@ func fill(ctx context.Context, cli *client.Client, image string, labels map[stri
 // hasDockerd reports whether the workspace's template is the --docker
 // variant (its compose project has the dockerd service).
 func hasDockerd(ws string) bool {
-	data, err := os.ReadFile(filepath.Join(ws, Dir, ComposeFile))
-	return err == nil && bytes.Contains(data, []byte(`"dockerd": {`))
+	c, err := readCompose(ws)
+	if err != nil {
+		return false
+	}
+	_, ok := c.Services["dockerd"]
+	return ok
 }
 
 // dockerPrepare readies the --docker variant: the sidecar image (built or
