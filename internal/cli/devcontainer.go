@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
@@ -54,7 +55,7 @@ func (a *app) newDevcontainerCmd() *cobra.Command {
 		Use:   "devcontainer",
 		Short: "The dev-container template (VS Code \"Reopen in Container\", devcontainer up)",
 	}
-	cmd.AddCommand(a.newDevcontainerInitCmd(), a.newDevcontainerPrepareCmd(), a.newDevcontainerDoctorCmd())
+	cmd.AddCommand(a.newDevcontainerInitCmd(), a.newDevcontainerPrepareCmd(), a.newDevcontainerDoctorCmd(), a.newDevcontainerDownCmd())
 	return cmd
 }
 
@@ -310,5 +311,51 @@ proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 		},
 	}
 	f.add(cmd)
+	return cmd
+}
+
+func (a *app) newDevcontainerDownCmd() *cobra.Command {
+	var f devcontainerFlags
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Remove the workspace's dev-container containers, networks and volumes",
+		Long: `Remove what the workspace's dev container leaves in Docker: its containers
+(running or not), its compose networks (FOLDER_devcontainer_egress and
+_sandbox) and its volumes (vak-dc-KEY-gateway, -trust and, with --docker,
+dockerd's images and sockets), found by the template's vak.devcontainer=KEY
+label: another workspace's or user's are never touched, even under the same
+compose project name. Once the containers are gone, the gateway's receipts
+are copied out of its volume into vak's state dir (receipts/proxynet-KEY,
+listed by vak receipts ls); if that fails the networks and volumes are kept.
+It keeps the template's files, the
+images (vak-net and vak-dockerd serve every workspace: vak gc --images
+removes old ones), the installation CA and the placeholders, so the next
+Reopen in Container / devcontainer up starts afresh from the same files.
+--dry-run lists what would be removed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, labels, err := f.resolve()
+			if err != nil {
+				return err
+			}
+			eng, err := taskenv.NewEngine()
+			if err != nil {
+				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
+			}
+			defer eng.Close()
+			state, err := paths.EnsureStateDir()
+			if err != nil {
+				return exitFor(err)
+			}
+			err = devcontainer.Down(cmd.Context(), devcontainer.DownOptions{Engine: eng, Workspace: ws, StateDir: state, DryRun: dryRun, Labels: labels, Out: a.stdio.Out})
+			if err != nil && client.IsErrConnectionFailed(err) {
+				err = docker.Unreachable(eng.DaemonHost(), err)
+			}
+			return exitFor(err)
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	return cmd
 }

@@ -409,6 +409,127 @@ hosts = ["allowed.test"]
 			t.Errorf("placeholder after restart: %q", ph)
 		}
 	})
+	t.Run("DamagedTemplateReported", func(t *testing.T) {
+		damagedTemplate(t, ws, vak, run)
+	})
+	t.Run("DownRemovesOnlyThisWorkspace", func(t *testing.T) {
+		down(t, ws, xdgState, project, vak, id, run, []string{devcontainer.GatewayVolume(key), devcontainer.TrustVolume(key)})
+	})
+}
+
+// damagedTemplate: with the dev container running and doctor content
+// (control), a devcontainer.json that no longer runs vak devcontainer
+// prepare, and a compose.yml that does not parse, make doctor say so and
+// exit non-zero; prepare names the compose file's line, not a template out
+// of date. Both are restored afterwards (doctor content again).
+func damagedTemplate(t *testing.T, ws, vak string, run func(string, ...string) (string, error)) {
+	t.Helper()
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || strings.Contains(out, "problem") {
+		t.Fatalf("control: doctor before the damage: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		file, from, to, want string
+	}{
+		{devcontainer.ConfigFile, `"prepare",`, `"--version",`, devcontainer.ConfigFile + ": initializeCommand does not run vak devcontainer prepare"},
+		{devcontainer.ComposeFile, `"version": "2.4",`, `"version": "2.4"`, devcontainer.ComposeFile + ":6: invalid character"}, // the next key's line
+	} {
+		p := filepath.Join(ws, devcontainer.Dir, tc.file)
+		orig, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(orig), tc.from) {
+			t.Fatalf("%s lacks %q: %v", p, tc.from, err)
+		}
+		os.WriteFile(p, []byte(strings.Replace(string(orig), tc.from, tc.to, 1)), 0o644)
+		out, err := run(vak, "devcontainer", "doctor", "-w", ws)
+		if err == nil || !strings.Contains(out, "problem: "+filepath.Join(ws, devcontainer.Dir, tc.want)) {
+			t.Errorf("doctor with a damaged %s: %v\n%s", tc.file, err, out)
+		}
+		if tc.file == devcontainer.ComposeFile {
+			out, err := run(vak, "devcontainer", "prepare", "-w", ws)
+			if err == nil || !strings.Contains(out, filepath.Join(ws, devcontainer.Dir, tc.want)) || strings.Contains(out, "placeholder") {
+				t.Errorf("prepare with a broken compose.yml: %v\n%s", err, out)
+			}
+		}
+		os.WriteFile(p, orig, 0o644)
+	}
+	if out, err := run(vak, "devcontainer", "doctor", "-w", ws); err != nil || strings.Contains(out, "problem") {
+		t.Errorf("doctor after the repair: %v\n%s", err, out)
+	}
+}
+
+// down: vak devcontainer down --dry-run lists the workspace's containers,
+// networks and volumes and removes nothing; down removes them all, saves
+// the gateway's receipts (a log that verifies) and keeps the images and
+// another workspace's objects, even ones under the same compose project
+// name (planted here, for a key that is not this workspace's); a second
+// down finds nothing.
+func down(t *testing.T, ws, xdgState, project, vak, id string, run func(string, ...string) (string, error), volumes []string) {
+	t.Helper()
+	key := proxynet.Key(ws)
+	other := "0ther" + key[5:]
+	if other == key {
+		other = "1ther" + key[5:]
+	}
+	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + id, "--label", devcontainer.LabelKey + "=" + other, "--label", "com.docker.compose.project=" + project}
+	neighbours := []string{
+		"network " + testenv.Docker(t, append(append([]string{"network", "create"}, labels...), project+"_neighbour")...),
+		"volume " + testenv.Docker(t, append(append([]string{"volume", "create"}, labels...), devcontainer.GatewayVolume(other))...),
+		"container " + testenv.Docker(t, append(append([]string{"create"}, labels...), testenv.TestNetImage(t), "version")...),
+	}
+	list := func(kind string) []string {
+		args := []string{kind, "ls", "-q", "--filter", "label=" + devcontainer.LabelKey + "=" + key}
+		if kind == "container" {
+			args = []string{"ps", "-aq", "--filter", "label=" + devcontainer.LabelKey + "=" + key}
+		}
+		return strings.Fields(testenv.Docker(t, args...))
+	}
+	if len(list("container")) == 0 || len(list("network")) != 2 || len(list("volume")) != len(volumes) {
+		t.Fatalf("control: the workspace's objects before down: containers %v, networks %v, volumes %v", list("container"), list("network"), list("volume"))
+	}
+	out, err := run(vak, "devcontainer", "down", "--dry-run", "-w", ws)
+	for _, want := range append([]string{"would remove container ", "would remove network " + project + "_egress", "would remove network " + project + "_sandbox", "would copy the gateway's receipts"}, volumes...) {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("down --dry-run lacks %q: %v\n%s", want, err, out)
+		}
+	}
+	if strings.Contains(out, other) || strings.Contains(out, "neighbour") || len(list("container")) == 0 || len(list("volume")) != len(volumes) {
+		t.Errorf("down --dry-run touched something or listed another workspace's:\n%s", out)
+	}
+	out, err = run(vak, "devcontainer", "down", "-w", ws, "--label", testenv.TestLabel+"=1", "--label", testenv.TestIDLabel+"="+id)
+	if err != nil || strings.Contains(out, other) || strings.Contains(out, "neighbour") {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	t.Logf("down:\n%s", out)
+	for _, kind := range []string{"container", "network", "volume"} {
+		if l := list(kind); len(l) > 0 {
+			t.Errorf("down left %ss: %v", kind, l)
+		}
+	}
+	for _, n := range neighbours {
+		kind, nid, _ := strings.Cut(n, " ")
+		args := []string{kind, "inspect", nid}
+		if kind == "container" {
+			args = []string{"inspect", nid}
+		}
+		if err := exec.Command("docker", args...).Run(); err != nil {
+			t.Errorf("down removed another workspace's %s", n)
+		}
+	}
+	if err := exec.Command("docker", "image", "inspect", devcontainer.NetImage).Run(); err != nil {
+		t.Errorf("down removed the shared image %s", devcontainer.NetImage)
+	}
+	logs, _ := filepath.Glob(filepath.Join(proxynet.ReceiptsDir(filepath.Join(xdgState, "vak"), key), "*-devcontainer-*.jsonl"))
+	if len(logs) != 1 || !strings.Contains(out, "saved receipts "+logs[0]) {
+		t.Fatalf("saved receipts: %v\n%s", logs, out)
+	}
+	if data, _ := os.ReadFile(logs[0]); !strings.Contains(string(data), "allowed.test") {
+		t.Errorf("the saved receipts have no allowed.test record")
+	}
+	if out, err := run(vak, "receipts", "verify", logs[0]); err != nil {
+		t.Errorf("receipts verify %s: %v\n%s", logs[0], err, out)
+	}
+	if out, err := run(vak, "devcontainer", "down", "-w", ws); err != nil || !strings.Contains(out, "no dev-container objects") {
+		t.Errorf("a second down: %v\n%s", err, out)
+	}
 }
 
 // composeAlone brings the project up with compose alone, as a tool that

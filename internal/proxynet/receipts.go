@@ -11,9 +11,9 @@ func ReceiptsDir(stateDir, key string) string {
 	return filepath.Join(stateDir, "receipts", "proxynet-"+key)
 }
 
-// receiptsPrefix names one gateway lifetime's copy: its creation time
-// (sortable) and the first 12 hex digits of its container ID.
-func receiptsPrefix(created, id string) string {
+// ReceiptsPrefix names one gateway lifetime's copy: its creation time
+// (sortable) and the first 12 characters of its container ID.
+func ReceiptsPrefix(created, id string) string {
 	stamp := "unknown"
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
 		stamp = t.UTC().Format("20060102T150405.000000000Z")

@@ -862,28 +862,48 @@ func saveReceipts(ctx context.Context, cli *client.Client, stateDir, key string)
 	if err != nil {
 		return
 	}
-	prefix := receiptsPrefix(ins.Container.Created, ins.Container.ID)
-	res, err := cli.CopyFromContainer(ctx, gwName, client.CopyFromContainerOptions{SourcePath: paths.GatewayReceiptsDir(gatewayStateDir)})
+	CopyReceipts(ctx, cli, gwName, ReceiptsDir(stateDir, key), ReceiptsPrefix(ins.Container.Created, ins.Container.ID))
+}
+
+// CopyReceipts copies the receipts logs (and their heads) of the gateway
+// state in container c, running or not (a created, never started container
+// that mounts a gateway's volume at GatewayDataDir will do), into dst, each
+// named prefix + its name (0600), and returns the files it wrote.
+func CopyReceipts(ctx context.Context, cli *client.Client, c, dst, prefix string) ([]string, error) {
+	res, err := cli.CopyFromContainer(ctx, c, client.CopyFromContainerOptions{SourcePath: paths.GatewayReceiptsDir(gatewayStateDir)})
 	if err != nil {
-		return
+		return nil, fmt.Errorf("proxynet: copy the receipts out of %s: %w", c, err)
 	}
 	defer res.Content.Close()
-	dst := ReceiptsDir(stateDir, key)
+	var written []string
 	tr := tar.NewReader(res.Content)
 	for {
 		h, err := tr.Next()
+		if err == io.EOF {
+			return written, nil
+		}
 		if err != nil {
-			return
+			return written, fmt.Errorf("proxynet: copy the receipts out of %s: %w", c, err)
 		}
 		if h.Typeflag != tar.TypeReg || strings.Contains(h.Name, "..") {
 			continue
 		}
 		p := filepath.Join(dst, prefix+filepath.Base(h.Name))
-		os.MkdirAll(dst, 0o700)
-		if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
-			io.Copy(f, tr)
-			f.Close()
+		if err := os.MkdirAll(dst, 0o700); err != nil {
+			return written, fmt.Errorf("proxynet: %w", err)
 		}
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return written, fmt.Errorf("proxynet: %w", err)
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return written, fmt.Errorf("proxynet: write %s: %w", p, err)
+		}
+		written = append(written, p)
 	}
 }
 
