@@ -629,4 +629,9 @@ hosts = ["allowed.test"]
 			t.Errorf("the canary saw traffic: %+v", c)
 		}
 	})
+	t.Run("DownRemovesOnlyThisWorkspace", func(t *testing.T) {
+		key := proxynet.Key(ws)
+		project := testenv.Docker(t, "inspect", "--format", `{{index .Config.Labels "com.docker.compose.project"}}`, appOf())
+		down(t, ws, xdgState, project, vak, id, run, []string{devcontainer.GatewayVolume(key), devcontainer.TrustVolume(key), devcontainer.BinVolume(key), devcontainer.DockerVolume(key), devcontainer.SocketVolume(key)})
+	})
 }
