@@ -16,7 +16,6 @@ import (
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 )
 
 type devcontainerFlags struct {
@@ -28,6 +27,20 @@ func (f *devcontainerFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: the current directory)")
 	cmd.Flags().StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on the Docker objects")
 	cmd.Flags().MarkHidden("label")
+}
+
+// resolveEngine is resolve and the Engine API client (engine), for the
+// commands that drive Docker.
+func (f *devcontainerFlags) resolveEngine() (string, map[string]string, *client.Client, error) {
+	ws, labels, err := f.resolve()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	eng, err := engine()
+	if err != nil {
+		return "", nil, nil, exitFor(err)
+	}
+	return ws, labels, eng, nil
 }
 
 func (f *devcontainerFlags) resolve() (string, map[string]string, error) {
@@ -231,17 +244,13 @@ running gateway whose config changed, and remove an agent container left in a
 dead netclient namespace so that compose recreates it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, labels, err := f.resolve()
+			ws, labels, eng, err := f.resolveEngine()
 			if err != nil {
 				return err
 			}
 			cfg, err := a.loadConfig(ws)
 			if err != nil {
 				return err
-			}
-			eng, err := taskenv.NewEngine()
-			if err != nil {
-				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
 			}
 			state, err := paths.EnsureStateDir()
 			if err != nil {
@@ -278,13 +287,9 @@ and when all is running run the fence self-test that vak run --network
 proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, _, err := f.resolve()
+			ws, _, eng, err := f.resolveEngine()
 			if err != nil {
 				return err
-			}
-			eng, err := taskenv.NewEngine()
-			if err != nil {
-				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
 			}
 			st, err := devcontainer.Inspect(cmd.Context(), eng, ws)
 			if err != nil {
@@ -335,13 +340,9 @@ Reopen in Container / devcontainer up starts afresh from the same files.
 --dry-run lists what would be removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, labels, err := f.resolve()
+			ws, labels, eng, err := f.resolveEngine()
 			if err != nil {
 				return err
-			}
-			eng, err := taskenv.NewEngine()
-			if err != nil {
-				return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
 			}
 			defer eng.Close()
 			state, err := paths.EnsureStateDir()

@@ -9,8 +9,6 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/fsguard"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 )
 
 // gcImages is `vak gc --images [--dry-run]`: it removes (or lists) the
@@ -25,9 +23,9 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 		}
 		labels[k] = v
 	}
-	eng, err := taskenv.NewEngine()
+	eng, err := engine()
 	if err != nil {
-		return exitFor(fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err))
+		return exitFor(err)
 	}
 	defer eng.Close()
 	keep := []string{dockerd.DefaultRecipe.Tag()}

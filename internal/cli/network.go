@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"vak/internal/config"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -24,9 +26,9 @@ import (
 // (nested Docker).
 func (a *app) proxyNet(cfg *config.Config, labels map[string]string) (acquire func(context.Context, string, bool) (att *sandbox.NetworkAttachment, done func(), err error), release func(context.Context, string)) {
 	opts := func() (proxynet.Options, error) {
-		eng, err := taskenv.NewEngine()
+		eng, err := engine()
 		if err != nil {
-			return proxynet.Options{}, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+			return proxynet.Options{}, err
 		}
 		state, err := paths.EnsureStateDir()
 		if err != nil {
@@ -76,6 +78,16 @@ func (a *app) releaseProxyNet(ctx context.Context, ws string) {
 	if err := proxynet.Teardown(ctx, eng, state, ws, false); err != nil {
 		a.warnf("removing the proxied network of %s: %v (`vak gc` tries again)", ws, err)
 	}
+}
+
+// engine is the Engine API client (taskenv.NewEngine), or an error
+// wrapping docker.ErrDaemonUnavailable when it cannot be made.
+func engine() (*client.Client, error) {
+	eng, err := taskenv.NewEngine()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+	}
+	return eng, nil
 }
 
 // trustedFile names the file the gateway sections come from (or would): the

@@ -284,9 +284,9 @@ func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config
 	if spec.NetworkPolicy != taskenv.NetworkProxied {
 		return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
 	}
-	eng, err := taskenv.NewEngine()
+	eng, err := engine()
 	if err != nil {
-		return fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
+		return err
 	}
 	tr := trace.From(ctx)
 	end := tr.Begin("docker setup: engine access")
