@@ -1,10 +1,12 @@
 package fsguard
 
 import (
+	"context"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -207,4 +209,16 @@ func Abs(workspace string, rels []string) []string {
 		out = append(out, filepath.Join(workspace, r))
 	}
 	return out
+}
+
+// sleepCtx waits for ctx or d (a Watch.Wait with no events to wait for);
+// it reports false: no events.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }

@@ -1,15 +1,18 @@
 package fsguard
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,6 +82,7 @@ type Watch struct {
 	limit int
 
 	ifd      int   // the inotify descriptor, -1 when there is no model
+	wake     int   // an eventfd that ends a Wait (its ctx ended), -1 until one is needed
 	off      error // set when the Watch gave up for good
 	rebuilds int   // builds after the first (tests, the trace)
 
@@ -127,7 +131,7 @@ var maxWatches = 65536
 // NewWatch returns a Watch of the canonical workspace ws. It does nothing
 // until its first Scan.
 func NewWatch(ws string) *Watch {
-	return &Watch{path: ws, limit: WatchLimit(), ifd: -1}
+	return &Watch{path: ws, limit: WatchLimit(), ifd: -1, wake: -1}
 }
 
 // WatchLimit is the most watches (directories and hard-linked files) one
@@ -180,10 +184,79 @@ func (w *Watch) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reset()
+	if w.wake >= 0 {
+		unix.Close(w.wake)
+		w.wake = -1
+	}
 	if w.off == nil {
 		w.off = errors.New("fsguard: watch closed")
 	}
 	return nil
+}
+
+// Wait blocks until the kernel has queued an event for the Watch (the
+// next Scan looks at what it reports), ctx ends, or d passes, and reports
+// whether events are pending. A Watch without a model (before its first
+// Scan, or one that gave up or was closed) has nothing to wait for: Wait
+// then waits for ctx or d only, and the caller's next Scan walks. Wait is
+// for a watcher's loop, which alternates Wait and Scan in one goroutine:
+// a Scan that rebuilds the model while another goroutine waits ends that
+// wait (Wait then reports true).
+func (w *Watch) Wait(ctx context.Context, d time.Duration) bool {
+	if w == nil {
+		return sleepCtx(ctx, d)
+	}
+	w.mu.Lock()
+	if w.wake < 0 && w.off == nil {
+		if fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err == nil {
+			w.wake = fd
+		}
+	}
+	ifd, wake := w.ifd, w.wake
+	w.mu.Unlock()
+	if wake < 0 {
+		return sleepCtx(ctx, d)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.wake >= 0 {
+			unix.Write(w.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		}
+	})
+	defer stop()
+	fds := []unix.PollFd{{Fd: int32(wake), Events: unix.POLLIN}}
+	if ifd >= 0 {
+		fds = append(fds, unix.PollFd{Fd: int32(ifd), Events: unix.POLLIN})
+	}
+	deadline := time.Now().Add(d)
+	for ctx.Err() == nil {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		n, err := unix.Poll(fds, int(min(left.Milliseconds()+1, math.MaxInt32)))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil || n == 0:
+			return false
+		}
+		if fds[0].Revents != 0 {
+			// ctx ended (or a count left from an earlier ctx): drain it;
+			// the loop looks at ctx.
+			var b [8]byte
+			w.mu.Lock()
+			if w.wake == wake {
+				unix.Read(wake, b[:])
+			}
+			w.mu.Unlock()
+		}
+		if len(fds) > 1 && fds[1].Revents != 0 {
+			return true // events, or the descriptor went with a rebuild
+		}
+	}
+	return false
 }
 
 // Err says why the Watch gave up (every Scan walks), or nil.

@@ -1,6 +1,7 @@
 package fsguard
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -390,5 +392,48 @@ func TestCheckWatch(t *testing.T) {
 	}
 	if WatchLimit() < 1 || WatchLimit() > maxWatches {
 		t.Fatalf("WatchLimit %d", WatchLimit())
+	}
+}
+
+// Watch.Wait wakes when the kernel reports a change in the workspace (a
+// directory made in a subdirectory the first Scan watched), when its ctx
+// ends, and otherwise not before its timeout; with no model yet it waits
+// for the timeout or the ctx only. The positive control for "reports
+// nothing" is the wake on the change made the same way.
+func TestWatchWait(t *testing.T) {
+	hw := newHostWorld(t)
+	os.MkdirAll(filepath.Join(hw.ws, "sub"), 0o755)
+	w := NewWatch(hw.ws)
+	defer w.Close()
+	if w.Wait(context.Background(), 10*time.Millisecond) {
+		t.Fatal("a watch without a model reported events")
+	}
+	if _, err := w.Scan(hw.tree, true); err != nil {
+		t.Fatal(err)
+	}
+	if w.Wait(context.Background(), 50*time.Millisecond) {
+		t.Fatal("events reported with nothing changed")
+	}
+	done := make(chan bool, 1)
+	go func() { done <- w.Wait(context.Background(), time.Minute) }()
+	if err := os.Mkdir(filepath.Join(hw.ws, "sub", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !<-done {
+		t.Fatal("a change in the workspace did not end the wait")
+	}
+	if sc, err := w.Scan(hw.tree, true); err != nil || !slices.Contains(sc.GitNames(), "sub/.git") {
+		t.Fatalf("the scan after the wait: %v %v", sc.GitNames(), err)
+	}
+	// Nothing pending after the Scan drained the queue; a cancelled ctx
+	// ends a wait of a minute.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- w.Wait(ctx, time.Minute) }()
+	cancel()
+	if <-done {
+		t.Fatal("a cancelled wait reported events")
+	}
+	if w.Wait(context.Background(), 10*time.Millisecond) {
+		t.Fatal("events reported after the scan drained them")
 	}
 }

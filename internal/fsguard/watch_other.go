@@ -2,6 +2,11 @@
 
 package fsguard
 
+import (
+	"context"
+	"time"
+)
+
 // Watch keeps a Tree.Scan current (Linux only: inotify).
 type Watch struct{}
 
@@ -16,6 +21,10 @@ func (w *Watch) Err() error { return errUnsupported }
 
 // Rebuilds is always 0 here.
 func (w *Watch) Rebuilds() int { return 0 }
+
+// Wait has no events to wait for here: it waits for ctx or d and reports
+// false.
+func (w *Watch) Wait(ctx context.Context, d time.Duration) bool { return sleepCtx(ctx, d) }
 
 // Scan is t.Scan(setuid).
 func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) { return t.Scan(setuid) }
