@@ -607,7 +607,7 @@ func (s *Session) Close() error {
 		// worker): sweep against the workspace as it was before the
 		// session.
 		s.swept = &wire.BashResult{}
-		if serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
+		if _, serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
 			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
 		}
 	}

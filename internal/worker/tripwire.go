@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"runtime"
 	"strings"
@@ -59,17 +62,58 @@ func Snapshot(ws string, protected []string) *TripwireState {
 	return &TripwireState{snapshot(ws, protected, nil)}
 }
 
+// Err is why the state could not be recorded (the workspace could not be
+// walked), or nil.
+func (s *TripwireState) Err() error {
+	if s == nil {
+		return nil
+	}
+	return s.st.err
+}
+
+// tripStateJSON is a TripwireState on disk (a session's baseline, which a
+// restarted watcher and the end of the session sweep against).
+type tripStateJSON struct {
+	Git       map[string]fsguard.Entry `json:"git"`
+	Protected map[string]fsguard.Entry `json:"protected"`
+}
+
+// MarshalJSON encodes the state; a state that could not be recorded
+// (Err) is an error, never an empty baseline.
+func (s *TripwireState) MarshalJSON() ([]byte, error) {
+	if s.st.err != nil {
+		return nil, fmt.Errorf("tripwire state: %w", s.st.err)
+	}
+	return json.Marshal(tripStateJSON{Git: s.st.git, Protected: s.st.prot})
+}
+
+// UnmarshalJSON decodes a state MarshalJSON encoded.
+func (s *TripwireState) UnmarshalJSON(b []byte) error {
+	var j tripStateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("tripwire state: %w", err)
+	}
+	if j.Git == nil || j.Protected == nil {
+		return errors.New("tripwire state: no git or protected section")
+	}
+	s.st = tripState{git: j.Git, prot: j.Protected}
+	return nil
+}
+
 // Sweep removes what was planted in ws since the snapshot and clears
 // setuid bits, exactly as the tripwire after a command does, and reports
 // it in res (ProtectedRemoved, SetuidCleared, TripwireWarnings). The broker
 // sweeps once more when a session ends, after every sandboxed process is
-// gone: a background job can plant after a command's own check.
-func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResult) error {
+// gone: a background job can plant after a command's own check. denied
+// says something could not be removed or cleared for lack of permission
+// (an entry another user made, such as root in an inner container of a
+// --docker session): a sweep with more privilege must finish the job.
+func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResult) (denied bool, err error) {
 	if s == nil {
-		return nil
+		return false, nil
 	}
 	x := &Exec{Workspace: ws, Protected: protected}
-	return x.tripAfter(s.st, res)
+	return x.tripCheck(s.st, res)
 }
 
 // snapshot records the state of ws; w, if set, is the worker's Watch of
@@ -161,12 +205,20 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 		res.ProtectedRemoved = x.tripAfterLegacy(before)
 		return nil
 	}
+	_, err := x.tripCheck(before, res)
+	return err
+}
+
+// tripCheck is tripAfter on Linux; denied says an entry could not be
+// removed or a mode cleared for lack of permission (see
+// TripwireState.Sweep).
+func (x *Exec) tripCheck(before tripState, res *wire.BashResult) (denied bool, _ error) {
 	if before.err != nil {
-		return fmt.Errorf("tripwire: %w", before.err)
+		return false, fmt.Errorf("tripwire: %w", before.err)
 	}
 	t, err := fsguard.OpenTree(x.Workspace)
 	if err != nil {
-		return fmt.Errorf("tripwire: %w", err)
+		return false, fmt.Errorf("tripwire: %w", err)
 	}
 	defer t.Close()
 	sc, err := x.watch().Scan(t, true)
@@ -174,7 +226,7 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 		x.watching.Store(true)
 	}
 	if err != nil {
-		return fmt.Errorf("tripwire: %w", err)
+		return false, fmt.Errorf("tripwire: %w", err)
 	}
 	var errs []error
 	remove := func(rel, report string) {
@@ -191,19 +243,9 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 		}
 		remove(rel, rel)
 	}
-	roots := map[string]bool{}
-	for _, r := range (fsguard.Scan{Git: before.git}).GitRoots() {
-		roots[r] = true
-	}
-	for _, r := range sc.GitRoots() {
-		roots[r] = true
-	}
-	var rootList []string
-	for r := range roots {
-		rootList = append(rootList, r)
-	}
 	ps := protStats{scan: &sc}
-	for _, rel := range fsguard.ExpandProtected(x.Protected, rootList) {
+	roots := append((fsguard.Scan{Git: before.git}).GitRoots(), sc.GitRoots()...)
+	for _, rel := range fsguard.ExpandProtected(x.Protected, roots) {
 		e, err := ps.stat(t, rel)
 		if err != nil {
 			errs = append(errs, err)
@@ -237,7 +279,8 @@ func (x *Exec) tripAfter(before tripState, res *wire.BashResult) error {
 		res.TripwireWarnings = append(res.TripwireWarnings, fmt.Sprintf("the workspace has more than %d entries or %d levels: the tripwire checked only the first ones", fsguard.MaxWalkEntries, fsguard.MaxWalkDepth))
 	}
 	for _, err := range errs {
+		denied = denied || errors.Is(err, fs.ErrPermission)
 		res.TripwireWarnings = append(res.TripwireWarnings, err.Error())
 	}
-	return nil
+	return denied, nil
 }
