@@ -88,6 +88,16 @@ type Options struct {
 	// in such a session. Process-scoped backends ignore it: their worker
 	// is the sandbox.
 	BashOnly bool
+	// Planted, if set, is told what the session's workspace watcher
+	// removed or cleared, or warned of, as it happens (see
+	// worker.Watcher): a long-lived session (not OneCommand) of a process
+	// backend in workspace-write mode holds the workspace against its
+	// state before the sandbox ran anything, continuously, between and
+	// during commands, so that a background job that outlives its command
+	// plants nothing that lasts. What the watcher removed or cleared while
+	// a command ran, or since the last command's result, is also in that
+	// command's result. Planted is called from the watcher's goroutine.
+	Planted func(*wire.BashResult)
 }
 
 // HostTool is a tool the trusted side serves next to the worker's
@@ -119,6 +129,9 @@ type Session struct {
 	baseline *worker.TripwireState
 	// swept is what that last sweep did.
 	swept *wire.BashResult
+	// watcher is the workspace watcher of a long-lived session
+	// (Options.Planted), nil without one.
+	watcher *sessionWatch
 	// lifeline is the write end of a command-scoped worker's lifeline pipe
 	// (worker.Spec.Lifeline): held until Close, closed by the kernel if
 	// this process dies.
@@ -324,6 +337,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	s.client = client
 	traceWorkerStart(tr, spawned, time.Now(), client.Ready())
+	if snapshot && !opts.OneCommand {
+		s.watcher = startWatch(opts, s.baseline)
+	}
 	return s, nil
 }
 
@@ -466,7 +482,14 @@ var ErrBashOnly = errors.New("bash-only session")
 // command-scoped one (sent, or run here in a bash-only session).
 func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.BashArgs) (*wire.BashResult, error), onOutput func(string, []byte)) (*wire.BashResult, error) {
 	if s.wrapper == nil {
-		return send(a)
+		// What the workspace watcher removed while the command ran (the
+		// command's own plants among it), or since the last result, is in
+		// its result.
+		res, err := send(a)
+		if err == nil {
+			s.watcher.into(res)
+		}
+		return res, err
 	}
 	if s.local != nil && (a.Interactive || a.TTY != nil) {
 		return nil, fmt.Errorf("broker: %w: a bash-only session runs no interactive commands", ErrBashOnly)
@@ -601,6 +624,8 @@ func (s *Session) Close() error {
 	end := s.tr.Begin("  temp dir and backend cleanup")
 	s.cleanup()
 	end()
+	s.watcher.stop()
+	s.watcher = nil
 	if s.baseline != nil && s.swept == nil {
 		defer s.tr.Begin("  workspace sweep")()
 		// Every process of the sandbox is gone now (it ended with the

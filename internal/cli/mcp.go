@@ -22,6 +22,7 @@ import (
 	"vak/internal/mcp"
 	"vak/internal/sandbox"
 	"vak/internal/taskenv"
+	"vak/internal/worker/wire"
 )
 
 type mcpFlags struct {
@@ -135,7 +136,8 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	}
 	log := slog.New(slog.NewTextHandler(a.stdio.Err, nil)).With("component", "vak-mcp")
 	start := mcp.BrokerWorker(func(ctx context.Context) (*broker.Session, error) {
-		s, err := broker.Start(ctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach})
+		s, err := broker.Start(ctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach,
+			Planted: func(res *wire.BashResult) { logPlanted(log, res) }})
 		if err == nil {
 			log.Info("sandbox worker started", "backend", b.Name(), "sandbox", s.Ready().Sandbox)
 		}
@@ -315,4 +317,18 @@ func (a *app) mcpSession(ctx context.Context, m *taskenv.Manager, cfg *config.Co
 	id := s.ID()
 	s.Close()
 	return id, nil
+}
+
+// logPlanted logs what a session's workspace watcher removed or cleared
+// while the session ran (broker.Options.Planted), one warning per entry.
+func logPlanted(log *slog.Logger, res *wire.BashResult) {
+	for _, p := range res.ProtectedRemoved {
+		log.Warn("removed a protected path planted in the workspace while the session ran (it would run outside the sandbox)", "path", p)
+	}
+	for _, p := range res.SetuidCleared {
+		log.Warn("cleared the setuid or setgid bits of a file in the workspace", "file", p)
+	}
+	for _, w := range res.TripwireWarnings {
+		log.Warn("workspace watcher", "warning", w)
+	}
 }

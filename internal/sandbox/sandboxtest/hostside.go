@@ -95,7 +95,9 @@ func testCleanupFollowsNoLink(t *testing.T, b Backend) {
 	for _, tc := range []struct{ name, cmd, link, report string }{
 		{"dot-git to a home directory", "ln -s '" + c.kube + "' .git", ".git", ".git"},
 		{"dot-git to another project's .git", "ln -s '" + rel + "' .git", ".git", ".git"},
-		{"hooks link in a new .git", "mkdir .git && ln -s '" + filepath.Join(c.otherGit, "hooks") + "' .git/hooks", ".git", ".git"},
+		// Made whole, then renamed into place: a session's workspace
+		// watcher may remove a .git before a second step could fill it.
+		{"hooks link in a new .git", "mkdir g && ln -s '" + filepath.Join(c.otherGit, "hooks") + "' g/hooks && mv g .git", ".git", ".git"},
 		{"nested dot-git link", "mkdir -p sub && ln -s '" + c.otherGit + "' sub/.git", "sub/.git", "sub/.git"},
 		{"protected directory link", "ln -s '" + c.kube + "' .vscode", ".vscode", ".vscode"},
 		{"protected file link", "ln -s '" + filepath.Join(c.kube, "config") + "' .envrc", ".envrc", ".envrc"},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -405,51 +406,81 @@ done`)
 	}
 }
 
-// A background job can plant a protected path after its command's own
-// check; the broker sweeps the workspace once more when the session ends,
-// against a baseline it takes while the worker starts. What existed before
-// the session stays (an .envrc of the user's: the baseline must have seen
-// it), what the job planted goes (.vak/config.toml, .mise.toml), and the
-// sweep reports it. Control: the planted files existed on the host before
-// the session ended.
-func TestLandlockCloseSweepsBackgroundPlants(t *testing.T) {
+// A background job outlives the command that started it and plants after
+// the command's own check (.vak/config.toml, .mise.toml, a .git link to a
+// directory outside the workspace). A long-lived session's workspace
+// watcher (the broker's, against the workspace before the sandbox ran
+// anything) removes each plant while the session runs, before the next
+// command, and reports it (broker.Options.Planted); the link goes as the
+// link, and the directory it points to keeps its file. When the session
+// ends, the sweep at Close removes what the job planted again in its last
+// moments. What existed before the session stays (the user's .envrc), and
+// so does what the job writes besides the plants (the positive control:
+// the job ran, and its own log says each plant was made).
+func TestLandlockWatcherRemovesBackgroundPlants(t *testing.T) {
 	e := NewEnv(t, landlockBackend(t))
 	own := filepath.Join(e.Workspace, ".envrc")
 	if err := os.WriteFile(own, []byte("export OWN=1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	control := filepath.Join(e.Outside, "control")
+	if err := os.WriteFile(control, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	e.Planted = func(res *wire.BashResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range res.ProtectedRemoved {
+			seen[p] = true
+		}
+	}
 	s := e.Start(sandbox.WorkspaceWrite)
-	r := Sh(t, s, `(sleep 0.5; mkdir -p .vak && echo 'version = 1' > .vak/config.toml; echo x > .mise.toml; sleep 100) >/dev/null 2>&1 & echo started`)
+	r := Sh(t, s, `(sleep 0.5; mkdir -p .vak; echo "vak=$?" >> bg.log; echo 'version = 1' > .vak/config.toml; echo x > .mise.toml; echo "mise=$?" >> bg.log; mkdir -p sub && ln -s `+e.Outside+` sub/.git; echo "link=$?" >> bg.log; echo done > bg-done; while :; do echo x > .mise.toml; sleep 0.05; done) >/dev/null 2>&1 & echo started`)
 	if !strings.Contains(r.Stdout, "started") {
 		t.Fatalf("background job not started: %+v", r)
 	}
-	planted := []string{filepath.Join(e.Workspace, ".vak", "config.toml"), filepath.Join(e.Workspace, ".mise.toml")}
-	deadline := time.Now().Add(time.Minute)
-	for _, p := range planted {
-		for {
-			if _, err := os.Lstat(p); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("control: the background job never planted %s", p)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	gone := func(rel string) bool {
+		_, err := os.Lstat(filepath.Join(e.Workspace, rel))
+		return err != nil
+	}
+	waitFor(t, "the background job's own file", func() bool { return !gone("bg-done") })
+	for _, rel := range []string{".vak", "sub/.git"} {
+		waitFor(t, rel+" to be removed while the session runs", func() bool { return gone(rel) })
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.Workspace, "bg.log")); string(b) != "vak=0\nmise=0\nlink=0\n" {
+		t.Fatalf("control: the background job did not plant everything: %q", b)
+	}
+	waitFor(t, "the watcher's reports", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[".vak"] && seen["sub/.git"] && seen[".mise.toml"]
+	})
+	if r := Sh(t, s, "cat bg-done; test -e sub/.git || echo no-link"); !strings.Contains(r.Stdout, "done") || !strings.Contains(r.Stdout, "no-link") {
+		t.Errorf("the second command: %+v", r)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	for _, p := range planted {
-		if _, err := os.Lstat(p); err == nil {
-			t.Errorf("%s planted by a background job survived the session's end", p)
-		}
-	}
-	sw := s.Swept()
-	if sw == nil || !contains(sw.ProtectedRemoved, ".mise.toml") || !slices.ContainsFunc(sw.ProtectedRemoved, func(p string) bool { return strings.HasPrefix(p, ".vak") }) {
-		t.Errorf("the sweep did not report the plants: %+v", sw)
+	if !gone(".mise.toml") {
+		t.Errorf(".mise.toml, planted again and again by the background job, survived the session's end")
 	}
 	if data, err := os.ReadFile(own); err != nil || string(data) != "export OWN=1\n" {
-		t.Errorf("the user's own .envrc did not survive the sweep: %q %v", data, err)
+		t.Errorf("the user's own .envrc did not survive: %q %v", data, err)
+	}
+	if data, err := os.ReadFile(control); err != nil || string(data) != "keep\n" {
+		t.Errorf("the directory the .git link pointed to lost its file: %q %v", data, err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
 
@@ -457,7 +488,8 @@ func TestLandlockCloseSweepsBackgroundPlants(t *testing.T) {
 // at Close, made after every process of the sandbox is gone: the worker
 // reports nothing of its own, the sweep removes and reports what the
 // command planted (a nested .git, .vak/config.toml). Control: the same
-// command in an ordinary session has the worker's check report both.
+// command in an ordinary session has the worker's check (or the session's
+// workspace watcher, in the same result) report both.
 func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
 	plant := `mkdir -p sub/.git .vak && echo x > sub/.git/config && echo 'version = 1' > .vak/config.toml`
 	for _, one := range []bool{false, true} {
@@ -465,7 +497,9 @@ func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
 		e.OneCommand = one
 		s := e.Start(sandbox.WorkspaceWrite)
 		r := Sh(t, s, plant)
-		if r.ExitCode != 0 {
+		if r.ExitCode != 0 && one {
+			// (An ordinary session's workspace watcher may remove sub/.git
+			// while the command still writes into it.)
 			t.Fatalf("plant: %+v", r)
 		}
 		if worker := len(r.ProtectedRemoved) > 0; worker == one {
@@ -489,8 +523,10 @@ func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
 // inotify from its second command on, inside the view (its /proc, the
 // pinned .git mounts): what later commands plant, in directories made in
 // one go, moved in from the sandbox's /tmp or renamed, is still removed
-// and reported, in a workspace of a thousand files. The directories
-// around each plant survive: the commands did run.
+// and reported, in a workspace of a thousand files (by the worker's check
+// or by the session's workspace watcher, which may be first: the result
+// holds both). The directories around each plant survive: the commands
+// did run.
 func TestLandlockTripwireWatch(t *testing.T) {
 	e := NewEnv(t, landlockBackend(t))
 	for i := range 1000 {
@@ -515,11 +551,16 @@ func TestLandlockTripwireWatch(t *testing.T) {
 		{"ln -s " + e.Home + " vendor/7/.git", "vendor/7/.git", "vendor/7/70"},
 	} {
 		r := Sh(t, s, tc.cmd)
-		if r.ExitCode != 0 {
-			t.Fatalf("%q: %+v", tc.cmd, r)
-		}
 		if tc.removed == "" {
+			if r.ExitCode != 0 {
+				t.Fatalf("%q: %+v", tc.cmd, r)
+			}
 			continue
+		}
+		if r.ExitCode != 0 {
+			// The session's workspace watcher may remove a .git while
+			// the command still writes into it.
+			t.Logf("%q: exit %d: %s", tc.cmd, r.ExitCode, r.Stderr)
 		}
 		if !contains(r.ProtectedRemoved, tc.removed) {
 			t.Errorf("%q: removed %q, want %s", tc.cmd, r.ProtectedRemoved, tc.removed)

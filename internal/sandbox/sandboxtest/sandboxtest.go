@@ -43,7 +43,9 @@ type Env struct {
 	Config    *config.Config
 	// OneCommand starts sessions as vak run does (broker.Options.OneCommand).
 	OneCommand bool
-	backend    Backend
+	// Planted is the sessions' broker.Options.Planted.
+	Planted func(*wire.BashResult)
+	backend Backend
 }
 
 // NewEnv prepares a world. HOME is pointed at a fresh directory holding
@@ -110,6 +112,7 @@ func (e *Env) Start(mode sandbox.Mode) *broker.Session {
 		Labels:     map[string]string{testenv.TestLabel: "1"},
 		BashOnly:   bashOnly,
 		OneCommand: e.OneCommand,
+		Planted:    e.Planted,
 	})
 	if err != nil {
 		e.T.Fatalf("start %s worker: %v", b.Name(), err)
