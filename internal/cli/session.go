@@ -38,7 +38,7 @@ import (
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
 // hidden reap shim of session containers.
 func (a *app) sessionCommands() []*cobra.Command {
-	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd()}
+	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd(), newSessionWatchCmd(), newSessionSweepCmd()}
 }
 
 // sessionFlags are shared by the session subcommands.
@@ -91,6 +91,16 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, e
 	// Discarding a session releases its workspace's proxied network, with
 	// or without a config (session rm has none).
 	m.ReleaseProxyNet = a.releaseProxyNet
+	// Watchers run this vak (session.worker, below, is for containers).
+	m.Watcher = workerExecutable
+	if m.Watcher == "" {
+		m.Watcher, _ = os.Executable()
+	}
+	m.Planted = func(id string, lines []string) {
+		for _, l := range lines {
+			a.warnf("session %s: workspace watcher: %s", id, l)
+		}
+	}
 	if cfg != nil {
 		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg, m.Labels)
 		s := cfg.Session
@@ -203,10 +213,19 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	// The quiet gc and the nested Docker setup (engine access, runtimes,
 	// sidecar image) are independent: they run at once, and the create
 	// starts after both.
+	// What the gc reports of the sessions it ends is printed after it
+	// (the Docker setup prints meanwhile).
+	gcm, err := a.manager(cfg, sf)
+	if err != nil {
+		return err
+	}
+	defer gcm.Close()
+	var planted [][]string
+	gcm.Planted = func(id string, lines []string) { planted = append(planted, append([]string{id}, lines...)) }
 	var gc sync.WaitGroup
 	gc.Go(func() {
 		defer tr.Begin("gc (quiet)")()
-		quietGC(ctx, m)
+		quietGC(ctx, gcm)
 	})
 	defer gc.Wait()
 	spec := taskenv.Spec{
@@ -225,6 +244,9 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	err = a.sessionDocker(ctx, m, cfg, &spec, f.docker)
 	end()
 	gc.Wait()
+	for _, p := range planted {
+		m.Planted(p[0], p[1:])
+	}
 	if err != nil {
 		return err
 	}
@@ -913,6 +935,54 @@ func newReapCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return exit(worker.Reap(args), nil)
+		},
+	}
+}
+
+// newSessionWatchCmd is a session's workspace watcher
+// (taskenv.RunWatcher), which session create starts detached; it reports
+// its first pass on fd 3.
+func newSessionWatchCmd() *cobra.Command {
+	var state string
+	cmd := &cobra.Command{
+		Use:    taskenv.WatcherCommand + " --state DIR ID",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ready := os.NewFile(3, "ready")
+			if ready == nil || state == "" {
+				return exit(ExitUsage, errors.New("the workspace watcher needs --state and its ready pipe on fd 3"))
+			}
+			// SIGTERM (vak session rm, gc): stop; whoever sent it makes the
+			// final sweep. SIGINT and SIGHUP do not reach it (a session of
+			// its own, no terminal).
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			m := &taskenv.Manager{StateDir: state}
+			defer m.Close()
+			if err := m.RunWatcher(ctx, args[0], ready); err != nil {
+				return exit(ExitFailure, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", "", "vak's state directory")
+	return cmd
+}
+
+// newSessionSweepCmd is the sweep as root of a session's workspace, in a
+// container of its own (taskenv.RunSweeper): the request on stdin, what it
+// did on stdout.
+func newSessionSweepCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    taskenv.SweepCommand,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := taskenv.RunSweeper(cmd.InOrStdin(), cmd.OutOrStdout()); err != nil {
+				return exit(ExitFailure, err)
+			}
+			return nil
 		},
 	}
 }

@@ -139,7 +139,11 @@ type sessionWorker struct {
 func (w *sessionWorker) Bash(ctx context.Context, a wire.BashArgs) (*wire.BashResult, error) {
 	// The command line goes to the session's worker as is: it runs it with
 	// sh -c in the container and checks cwd against the workspace itself
-	// (taskenv's Exec would quote an argv into a second shell).
+	// (taskenv's Exec would quote an argv into a second shell). Only while
+	// its workspace is watched, as taskenv's Exec.
+	if err := w.sess.EnsureWatcher(ctx); err != nil {
+		return nil, err
+	}
 	res, err := w.sess.Client().Bash(ctx, a, nil)
 	if err != nil && errors.Is(err, wire.ErrWorkerExited) {
 		return nil, fmt.Errorf("session %s: its worker exited (the container stopped or was removed): %w", w.sess.ID(), err)

@@ -1,7 +1,6 @@
 package proxynet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,15 +45,7 @@ func TestDockerSession(t *testing.T) {
 
 	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
 	env := append(os.Environ(), "XDG_STATE_HOME="+xdg)
-	vakCmd := func(args ...string) (string, string, error) {
-		t.Helper()
-		cmd := exec.Command(vak, append([]string{"--config", cfgFile}, args...)...)
-		cmd.Env = env
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		return out.String(), errb.String(), err
-	}
+	vakCmd := f.run
 	sexec := func(id, script string) (string, error) {
 		t.Helper()
 		out, errs, err := vakCmd("session", "exec", id, "--", "sh", "-c", script)
@@ -95,16 +86,7 @@ func TestDockerSession(t *testing.T) {
 	}
 	sidecar := "vak-dockerd-" + id
 	removed := false
-	t.Cleanup(func() {
-		if !removed {
-			vakCmd(append(append([]string{"session", "rm"}, labels...), id)...)
-		}
-		dockerOut("rm", "-f", sidecar)
-		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
-		if cli, err := taskenv.NewEngine(); err == nil {
-			Teardown(context.Background(), cli, filepath.Join(xdg, "vak"), ws, true)
-		}
-	})
+	f.cleanUp(t, labels, id, &removed)
 	t.Cleanup(func() {
 		if t.Failed() {
 			o, _ := dockerOut("logs", "--tail", "30", sidecar)

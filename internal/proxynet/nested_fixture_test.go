@@ -1,6 +1,8 @@
 package proxynet
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"vak/internal/paths"
+	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -68,4 +71,32 @@ extra_ca_bundles = [%q]
 	}
 	os.Chmod(filepath.Join(ws, "inner.tar"), 0o644)
 	return f
+}
+
+// run runs the fixture's vak with its config and state dir and returns its
+// stdout and stderr.
+func (f *nestedFixture) run(args ...string) (string, string, error) {
+	cmd := exec.Command(f.vak, append([]string{"--config", f.cfgFile}, args...)...)
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+f.xdg)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// cleanUp removes --docker session id when the test ends (unless *removed
+// says the test did), its sidecar and volumes in any case, and the
+// workspace's topology.
+func (f *nestedFixture) cleanUp(t *testing.T, labels []string, id string, removed *bool) {
+	sidecar := taskenv.SidecarPrefix + id
+	t.Cleanup(func() {
+		if !*removed {
+			f.run(append(append([]string{"session", "rm"}, labels...), id)...)
+		}
+		dockerOut("rm", "-f", sidecar)
+		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
+		if cli, err := taskenv.NewEngine(); err == nil {
+			Teardown(context.Background(), cli, filepath.Join(f.xdg, "vak"), f.ws, true)
+		}
+	})
 }

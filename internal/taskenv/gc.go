@@ -96,11 +96,17 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 			rep.Kept++
 			continue
 		}
+		if id != "" {
+			m.sweepEnded(ctx, id) // the final sweep, before the container goes
+		}
 		if err := m.removeContainer(c.ID, runDir, id); inUse(err) {
 			rep.Skipped = append(rep.Skipped, Removed{Name: name, ID: id, Reason: err.Error()})
 			continue
 		} else if err != nil {
 			return rep, err
+		}
+		if id != "" {
+			m.dropWatch(id)
 		}
 		if c.Labels[LabelDocker] == "true" {
 			// The sidecar of its docker slot (a pool pair's too); a
@@ -128,8 +134,12 @@ func (m *Manager) GC(ctx context.Context) (*GCReport, error) {
 	if err := m.gcSidecars(ctx, cli, rep); err != nil {
 		return rep, err
 	}
+	m.gcWatches(ctx, cli)
 	m.gcRecords(ctx, cli)
 	if err := m.gcRuns(ctx, cli, rep); err != nil {
+		return rep, err
+	}
+	if err := m.gcSweeps(ctx, cli, rep); err != nil {
 		return rep, err
 	}
 	return rep, nil

@@ -63,6 +63,9 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 	if err := s.m.checkSidecar(ctx, s.rec); err != nil {
 		return nil, err
 	}
+	if err := s.EnsureWatcher(ctx); err != nil {
+		return nil, err
+	}
 	a := wire.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
 	if c.Timeout > 0 {
 		a.TimeoutMS = max(1, c.Timeout.Milliseconds())
@@ -71,6 +74,10 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 		in := string(c.Stdin)
 		a.Stdin = &in
 	}
+	// What the workspace watcher removes while the command runs (from the
+	// command or anything else) is reported after it (Manager.Planted).
+	mark := s.m.watchLogSize(s.rec)
+	defer s.m.reportSince(s.rec, mark)
 	var res *Result
 	var err error
 	if c.StdinStream != nil {
@@ -88,6 +95,13 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 	}
 	return res, err
 }
+
+// EnsureWatcher checks that the session's workspace watcher runs, and
+// starts it again if it does not (its first pass sweeps against the
+// workspace at create); it fails with ErrWatcher when it cannot. Exec
+// checks it before every command; a caller that sends requests through
+// Client itself checks it before each of its own.
+func (s *Session) EnsureWatcher(ctx context.Context) error { return s.m.ensureWatch(ctx, s.rec) }
 
 // Client is the raw protocol client (file tools: read, write, edit, glob,
 // grep run inside the container under fsguard at the same paths).

@@ -47,16 +47,47 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (*Session, error) {
 	}
 	// The session's container keeps its network from when it exists.
 	defer p.releaseNet()
+	// The workspace before the session can run anything: what its watcher
+	// holds it against (recorded while the container starts; nothing runs
+	// in it before Create returns).
+	baseline := make(chan *worker.TripwireState, 1)
+	go func() {
+		if !p.watched() {
+			baseline <- nil
+			return
+		}
+		defer tr.Begin("create: workspace baseline")()
+		baseline <- worker.Snapshot(p.spec.Workspace, p.protected)
+	}()
+	var s *Session
 	if m.PoolSize > 0 {
 		end := tr.Begin("create: claim")
-		s, err := m.claim(ctx, cli, p)
+		s, err = m.claim(ctx, cli, p)
 		end()
-		if s != nil || err != nil {
-			return s, err
-		}
 	}
-	defer tr.Begin("create: cold")()
-	return m.createDirect(ctx, cli, p)
+	if s == nil && err == nil {
+		end := tr.Begin("create: cold")
+		s, err = m.createDirect(ctx, cli, p)
+		end()
+	}
+	base := <-baseline
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Begin("create: workspace watcher")()
+	if err := m.startWatch(ctx, s.rec, p, base); err != nil {
+		// Unwatched, the session would run nothing safely: it goes.
+		s.Close()
+		m.dropWatch(s.rec.ID)
+		m.removeContainer(s.rec.Container, s.rec.RunDir, s.rec.ID)
+		if s.rec.Docker {
+			if key, kerr := s.rec.dockerSlot(); kerr == nil {
+				m.removeSidecar(key)
+			}
+		}
+		return nil, err
+	}
+	return s, nil
 }
 
 func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan) (_ *Session, err error) {
@@ -118,7 +149,8 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, m.startErr(cid, att.stderr.String(), err)
 	}
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker}
+		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker,
+		Watched: p.watched()}
 	if p.spec.Docker {
 		rec.DockerSlot = p.id
 		rec.DockerBaseline = string(m.baseline())
@@ -216,6 +248,11 @@ func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
 			return nil, err
 		}
 		return nil, m.ended(rec, err)
+	}
+	// Its commands run only while its workspace is watched.
+	if err := m.ensureWatch(ctx, rec); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	return &Session{m: m, rec: rec, client: wc, conn: conn}, nil
 }
@@ -370,7 +407,12 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 	if s != nil {
 		s.Close()
 	}
-	err = m.removeContainer(rec.Container, rec.RunDir, id)
+	// The final sweep, once nothing can write the workspace any more (the
+	// nested engine and the container are stopped first); what the
+	// watcher removed during the session and this sweep is reported.
+	lines, werr := m.endSession(ctx, id)
+	m.report(id, lines)
+	err = errors.Join(werr, m.removeContainer(rec.Container, rec.RunDir, id))
 	if rec.Docker {
 		// After the session container, which mounts the sockets volume.
 		key, kerr := rec.dockerSlot()
@@ -381,6 +423,9 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 	}
 	if m.ReleaseProxyNet != nil && rec.Workspace != "" {
 		m.ReleaseProxyNet(ctx, rec.Workspace)
+	}
+	if err == nil {
+		m.dropWatch(id)
 	}
 	return err
 }
@@ -479,6 +524,9 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 		return nil, err
 	}
 	if err := m.checkPaused(ctx, rec); err != nil {
+		return nil, err
+	}
+	if err := m.ensureWatch(ctx, rec); err != nil {
 		return nil, err
 	}
 	user := rec.User

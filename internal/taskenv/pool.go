@@ -628,7 +628,7 @@ func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir
 		}
 		os.Remove(slotFile)
 		poolName := rec.Name
-		rec.ID, rec.Name, rec.Owner = p.id, name, owner
+		rec.ID, rec.Name, rec.Owner, rec.Watched = p.id, name, owner, p.watched()
 		rp, err := m.recordPath(p.id)
 		if err != nil {
 			return nil, "", err

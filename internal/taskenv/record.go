@@ -46,6 +46,9 @@ type record struct {
 	// DockerBaseline is the sidecar's baseline (dockerd.Baseline:
 	// "capabilities" or "sysbox"), also its LabelDockerBaseline.
 	DockerBaseline string `json:"docker_baseline,omitempty"`
+	// Watched: the session has a workspace watcher (watcher.go), which
+	// every call that runs a command checks is running.
+	Watched bool `json:"watched,omitempty"`
 }
 
 func (m *Manager) recordPath(id string) (string, error) {
@@ -116,6 +119,10 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 		if mp.Destination == ContainerRunDir {
 			r.RunDir = mp.Source
 		}
+		// A workspace-write session has a watcher (unless an older vak
+		// made it; then its watch state is missing and calls fail
+		// closed, saying so).
+		r.Watched = r.Watched || (mp.Destination == r.Workspace && mp.RW)
 	}
 	if r.RunDir == "" {
 		return nil, fmt.Errorf("%w: %s has no session socket directory", ErrNoSession, id)

@@ -313,6 +313,16 @@ type Manager struct {
 	// from the Engine's runtimes and session.docker_runtime; empty: the
 	// capability-listed runc sidecar). Recorded with the session.
 	DockerBaseline dockerd.Baseline
+	// Watcher is the vak binary, runnable on this host, that runs each
+	// workspace-write session's workspace watcher (vak __session-watch;
+	// see watcher.go); empty means Worker, or this executable. Create
+	// fails when the watcher cannot start.
+	Watcher string
+	// Planted, if set, is told what a session's workspace watcher removed,
+	// cleared or warned of, as log lines: its whole log when the session
+	// ends (Discard, GC), and what a watcher's first pass found when Create
+	// or a later call started it.
+	Planted func(id string, lines []string)
 
 	mu        sync.Mutex
 	open      map[string]*Session
