@@ -61,7 +61,9 @@ command on a pseudo-terminal allocated inside the sandbox and implies -i; it is
 on by default when stdin and stdout are terminals (-t=false turns it off). Your
 terminal is then in raw mode: every key, Ctrl-C included, goes to the command
 (Ctrl-C interrupts the command, not vak), window-size changes follow, and your
-terminal's mode is restored when the command ends. Ctrl-C with -i but no
+terminal's mode is restored when the command ends. The end of your input
+reaches the command as its end, also a Ctrl-D typed before vak made your
+terminal raw (as script(1) types one when its own input ends). Ctrl-C with -i but no
 terminal (stdin a pipe or -t=false): the first SIGINT vak receives while the
 command runs is forwarded to the command (an agent that handles Ctrl-C gets
 it; if the command is still running a second later vak says so on stderr),

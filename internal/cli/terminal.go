@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -47,6 +48,63 @@ func (a *app) termSize() wire.TTYSize {
 	return defaultTTYSize
 }
 
+// ttyRelay is vak's side of a command's own terminal: vak's terminal (if
+// its stdin is one) in raw mode, relayed to the command's.
+type ttyRelay struct {
+	// stdin is the command's input: what was typed before raw mode, then
+	// vak's stdin.
+	stdin io.Reader
+	// size is the terminal's size at the start; resize carries its
+	// changes.
+	size   wire.TTYSize
+	resize <-chan wire.TTYSize
+	// stop stops following the size and restores the terminal's mode.
+	stop func()
+}
+
+// relayTerminal starts relaying vak's terminal to a command's own: every
+// key, Ctrl-C included, goes to the command's terminal (see rawTerminal),
+// and its size follows the user's.
+func (a *app) relayTerminal() (*ttyRelay, error) {
+	r := &ttyRelay{stdin: a.stdio.In, size: a.termSize()}
+	restore := func() {}
+	if fd, ok := termFd(a.stdio.In); ok {
+		typed, rs, err := rawTerminal(fd)
+		if err != nil {
+			return nil, err
+		}
+		restore = rs
+		if len(typed) > 0 {
+			r.stdin = io.MultiReader(bytes.NewReader(typed), a.stdio.In)
+		}
+	}
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	resize := make(chan wire.TTYSize, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-winch:
+				select {
+				case resize <- a.termSize():
+				case <-done:
+					return
+				}
+			}
+		}
+	}()
+	r.resize = resize
+	r.stop = func() {
+		signal.Stop(winch)
+		close(done)
+		restore()
+	}
+	return r, nil
+}
+
 // interactiveMode says whether vak run runs its command interactively
 // (interactiveBash) and on a terminal (tty).
 func (a *app) interactiveMode(b sandbox.Backend, f stdinFlags) (tty, interactive bool) {
@@ -73,7 +131,6 @@ func (a *app) interactiveMode(b sandbox.Backend, f stdinFlags) (tty, interactive
 // terminal Ctrl-C is a byte typed into the command's terminal, which sends
 // its foreground process group SIGINT there: vak gets no signal at all.
 func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *broker.Session, req wire.BashArgs, f stdinFlags, ir *interrupts, onOutput func(string, []byte)) (res *wire.BashResult, ok bool, err error) {
-	inFd, inTerm := termFd(a.stdio.In)
 	tty, interactive := a.interactiveMode(b, f)
 	if !interactive {
 		return nil, false, nil
@@ -85,37 +142,13 @@ func (a *app) interactiveBash(ctx context.Context, b sandbox.Backend, sess *brok
 	// it runs), not a shell around it that would die of SIGINT first.
 	req.Command = "exec " + req.Command
 	if tty {
-		size := a.termSize
-		sz := size()
-		req.TTY = &sz
-		if inTerm {
-			old, err := term.MakeRaw(inFd)
-			if err != nil {
-				return nil, true, err
-			}
-			defer term.Restore(inFd, old)
+		relay, err := a.relayTerminal()
+		if err != nil {
+			return nil, true, err
 		}
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		resize := make(chan wire.TTYSize, 1)
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-winch:
-					select {
-					case resize <- size():
-					case <-stop:
-						return
-					}
-				}
-			}
-		}()
-		in.Resize = resize
+		defer relay.stop()
+		req.TTY = &relay.size
+		in.Stdin, in.Resize = relay.stdin, relay.resize
 	}
 	var hintTo io.Writer
 	if !tty {

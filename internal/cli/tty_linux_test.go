@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -64,9 +65,15 @@ func (o *outerTerm) output() string {
 // terminal its controlling terminal).
 func (o *outerTerm) start(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
+	return o.startIn(t, o.slave, args...)
+}
+
+// startIn is start with stdin in place of the terminal.
+func (o *outerTerm) startIn(t *testing.T, stdin io.Reader, args ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(workerExecutable, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.slave, o.slave, o.slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, o.slave, o.slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 1}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -395,3 +402,83 @@ func injectControl(t *testing.T, o *outerTerm) {
 
 // probeBinary is the static probe (scripts/probe).
 func probeBinary(t *testing.T) string { return testenv.Probe(t) }
+
+// endOfInputCases are what the user's terminal holds when vak starts, as
+// `script` leaves it when its own input has ended (it types ^D at once,
+// before vak runs): the command's cat must end with status 0 and read what
+// was typed before, intact (the control), and nothing turns into a NUL
+// keystroke (which cat would read and then wait for ever).
+var endOfInputCases = []struct{ name, typed, want string }{
+	{"end only", "\x04", ""},
+	{"line then end", "hello there\n\x04", "hello there"},
+	{"unended line then end", "ab\x04\x04", "ab"},
+}
+
+// endOfInputScript reads its input to the end and reports it and cat's
+// status; tty shows the terminal it reads first (a NUL typed into it
+// would be echoed as ^@).
+const endOfInputScript = `tty; x=$(cat); echo "got=[$x] rc=$?"`
+
+// checkEndOfInput waits for endOfInputScript's report of want and checks
+// vak's exit status, that no NUL was typed, and that the outer terminal's
+// mode is before's again (its end-of-file character included, which vak
+// turns off for a moment).
+func checkEndOfInput(t *testing.T, o *outerTerm, cmd *exec.Cmd, want string, before *unix.Termios) {
+	t.Helper()
+	o.waitOutput(t, "the command's input to end", regexp.MustCompile(`got=\[.*\] rc=\d+`))
+	if code := exitCode(t, cmd); code != 0 {
+		t.Errorf("vak exited %d; output:\n%q", code, o.output())
+	}
+	if after := o.termios(t); *after != *before {
+		t.Errorf("the outer terminal's mode was not restored: before %+v after %+v", before, after)
+	}
+	out := strings.ReplaceAll(o.output(), "\r", "")
+	if !strings.Contains(out, "got=["+want+"] rc=0") {
+		t.Errorf("want got=[%s] rc=0; output:\n%q", want, out)
+	}
+	if strings.Contains(out, "^@") || strings.Contains(out, "\x00") {
+		t.Errorf("a NUL reached the command; output:\n%q", out)
+	}
+}
+
+// TestRunTTYEndOfInput: on the native backend and on docker, the end of
+// the user's terminal input reaches a -t command as end of input, also
+// when it ended before vak started (endOfInputCases), and so does the end
+// of a stdin that is no terminal, after a line not ended (the command's
+// terminal then gets its end-of-file character twice).
+func TestRunTTYEndOfInput(t *testing.T) {
+	eachTTYBackend(t, func(t *testing.T, args []string) {
+		for _, c := range endOfInputCases {
+			t.Run(c.name, func(t *testing.T) {
+				o := newOuterTerm(t)
+				before := o.termios(t)
+				o.master.WriteString(c.typed)
+				cmd := o.start(t, append(args, "--", "sh", "-c", endOfInputScript)...)
+				checkEndOfInput(t, o, cmd, c.want, before)
+			})
+		}
+		t.Run("stdin a pipe", func(t *testing.T) {
+			o := newOuterTerm(t)
+			before := o.termios(t)
+			cmd := o.startIn(t, strings.NewReader("no newline"), append(args, "-t", "--", "sh", "-c", endOfInputScript)...)
+			checkEndOfInput(t, o, cmd, "no newline", before)
+		})
+	})
+}
+
+// eachTTYBackend runs f for each of ttyBackends with the arguments of a
+// labelled `vak run` in a fresh workspace, and checks that a docker run
+// left no container.
+func eachTTYBackend(t *testing.T, f func(t *testing.T, args []string)) {
+	for _, b := range ttyBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ws := tempWorkspace(t)
+			f(t, []string{"--config", b.config(t), "run", "--label", "vak.test=1", "-w", ws})
+			if b.docker {
+				if l := leftovers(t, ws); l != "" {
+					t.Errorf("containers left: %s", l)
+				}
+			}
+		})
+	}
+}

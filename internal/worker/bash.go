@@ -65,6 +65,13 @@ type Exec struct {
 	// request's (the docker backend: see Spec.Lifeline); an interactive
 	// command gets it on sandbox.InteractiveLifelineFD instead.
 	Lifeline *os.File
+	// RawTerminal starts a command's terminal (a request with a TTY) with
+	// raw input: the command only relays it to a terminal of its own, as
+	// the docker CLI of `docker exec -it` does, and sets it raw itself,
+	// but what was typed before that would have been cooked (an
+	// end-of-file character turned into a NUL byte, a Ctrl-C into a
+	// signal to the relay).
+	RawTerminal bool
 	// Spawn, if set, starts every command: it runs start, which forks it,
 	// where the backend needs it forked (sandbox.WorkerOutcome.Spawn).
 	Spawn func(start func() error) error

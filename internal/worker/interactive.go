@@ -165,6 +165,13 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 		return nil, wire.Errorf(wire.CodeUnsupported, "terminal: %v", err)
 	}
 	r.master, r.child = master, []*os.File{slave}
+	if x.RawTerminal {
+		if err := setRawInput(slave); err != nil {
+			master.Close()
+			slave.Close()
+			return nil, wire.Errorf(wire.CodeUnsupported, "terminal: raw mode: %v", err)
+		}
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	in.watchSize(func(sz wire.TTYSize) {
@@ -172,24 +179,7 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 			setWinsize(master, sz)
 		}
 	})
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := in.Read(buf)
-			if n > 0 {
-				if _, werr := master.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if errors.Is(err, io.EOF) {
-				master.Write([]byte{eofChar(master)})
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go typeInto(master, in)
 	go func() {
 		defer close(r.outDone)
 		buf := make([]byte, 32<<10)
@@ -204,6 +194,30 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 		}
 	}()
 	return r, nil
+}
+
+// typeInto types the input of in into the terminal whose master is master,
+// and at its end what ends the terminal's input (endOfInput).
+func typeInto(master *os.File, in *Interaction) {
+	buf := make([]byte, 32<<10)
+	var last byte
+	typed := false
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if _, werr := master.Write(buf[:n]); werr != nil {
+				return
+			}
+			last, typed = buf[n-1], true
+		}
+		if errors.Is(err, io.EOF) {
+			master.Write(endOfInput(master, last, typed))
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // started closes the command's ends of its terminal or pipe: the command

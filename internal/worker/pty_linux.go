@@ -67,17 +67,65 @@ func setWinsize(f *os.File, sz wire.TTYSize) error {
 	return ierr
 }
 
-// eofChar is the terminal's end-of-file character (VEOF, normally ^D).
-func eofChar(f *os.File) byte {
+// endOfInput is what ends the input of the terminal whose master is f when
+// last was the last byte typed into it (typed is false if none was): its
+// end-of-file character (VEOF, normally ^D), which ends a read with
+// nothing at the start of a line, twice after a line not yet ended (the
+// first only hands that line over). This is what a user types; a command
+// that set its terminal raw reads the keys and decides.
+func endOfInput(f *os.File, last byte, typed bool) []byte {
+	t := termios(f)
+	eof := byte(4)
+	if t != nil && t.Cc[unix.VEOF] != 0 {
+		eof = t.Cc[unix.VEOF]
+	}
+	ended := !typed || last == '\n' || last == eof
+	if t != nil {
+		ended = ended || (last == '\r' && t.Iflag&unix.ICRNL != 0 && t.Iflag&unix.IGNCR == 0) ||
+			(last != 0 && (last == t.Cc[unix.VEOL] || last == t.Cc[unix.VEOL2]))
+	}
+	if ended {
+		return []byte{eof}
+	}
+	return []byte{eof, eof}
+}
+
+// termios is the mode of the terminal whose master is f (nil if unknown).
+func termios(f *os.File) *unix.Termios {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return 4
+		return nil
 	}
-	c := byte(4)
+	var t *unix.Termios
 	rc.Control(func(fd uintptr) {
-		if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
-			c = t.Cc[unix.VEOF]
-		}
+		t, _ = unix.IoctlGetTermios(int(fd), unix.TCGETS)
 	})
-	return c
+	return t
+}
+
+// setRawInput makes the input side of the terminal slave raw, as
+// cfmakeraw(3) does (no line editing, echo, signal keys or input
+// translation), and leaves its output as it is: what a command writes
+// before it sets the terminal raw itself still ends its lines as on a
+// terminal.
+func setRawInput(slave *os.File) error {
+	rc, err := slave.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	err = rc.Control(func(fd uintptr) {
+		var t *unix.Termios
+		if t, ierr = unix.IoctlGetTermios(int(fd), unix.TCGETS); ierr != nil {
+			return
+		}
+		t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+		t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+		t.Cc[unix.VMIN], t.Cc[unix.VTIME] = 1, 0
+		ierr = unix.IoctlSetTermios(int(fd), unix.TCSETS, t)
+	})
+	if err != nil {
+		return err
+	}
+	return ierr
 }

@@ -18,4 +18,6 @@ func openPTY() (master, slave *os.File, err error) {
 
 func setWinsize(*os.File, wire.TTYSize) error { return errors.ErrUnsupported }
 
-func eofChar(*os.File) byte { return 4 }
+func endOfInput(*os.File, byte, bool) []byte { return []byte{4} }
+
+func setRawInput(*os.File) error { return errors.ErrUnsupported }

@@ -83,7 +83,10 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 			Watch:          watch,
 			Launcher:       spec.Launcher,
 			Lifeline:       lifeline,
-			Spawn:          entry.Spawn,
+			// A command-scoped backend's wrapper relays the terminal to
+			// the container's (docker exec -it).
+			RawTerminal: lifeline != nil,
+			Spawn:       entry.Spawn,
 		},
 		Ready: wire.Event{Backend: spec.Backend, Sandbox: entry.Description, PID: os.Getpid(), Started: processStart.UnixNano()},
 	}

@@ -1,0 +1,11 @@
+package cli
+
+import "golang.org/x/sys/unix"
+
+// The terminal mode requests and the value of a disabled control
+// character (_POSIX_VDISABLE) here.
+const (
+	ioctlGetTermios = unix.TIOCGETA
+	ioctlSetTermios = unix.TIOCSETA
+	vdisable        = 0xff
+)

@@ -1,0 +1,13 @@
+//go:build !linux && !darwin
+
+package cli
+
+import (
+	"errors"
+	"fmt"
+)
+
+// rawTerminal is only implemented on Linux and macOS.
+func rawTerminal(int) ([]byte, func(), error) {
+	return nil, nil, fmt.Errorf("terminal: raw mode: %w", errors.ErrUnsupported)
+}
