@@ -9,3 +9,7 @@ const (
 	ioctlSetTermios = unix.TIOCSETA
 	vdisable        = 0xff
 )
+
+// ownTerminals says whether vak gives a command it relays a terminal of its
+// own here (worker.Exec's pseudo-terminals are Linux-only).
+const ownTerminals = false

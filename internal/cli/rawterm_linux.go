@@ -9,3 +9,7 @@ const (
 	ioctlSetTermios = unix.TCSETS
 	vdisable        = 0
 )
+
+// ownTerminals says whether vak gives a command it relays a terminal of its
+// own here (worker.Exec's pseudo-terminals are Linux-only).
+const ownTerminals = true

@@ -11,3 +11,6 @@ import (
 func rawTerminal(int) ([]byte, func(), error) {
 	return nil, nil, fmt.Errorf("terminal: raw mode: %w", errors.ErrUnsupported)
 }
+
+// ownTerminals: worker.Exec's pseudo-terminals are Linux-only.
+const ownTerminals = false

@@ -33,6 +33,7 @@ import (
 	"vak/internal/taskenv"
 	"vak/internal/trace"
 	"vak/internal/worker"
+	"vak/internal/worker/wire"
 )
 
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
@@ -466,9 +467,55 @@ func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execF
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
-	return dockerExecStatus(cmd.Run())
+	if !ownTerminals {
+		// The docker CLI runs on vak's terminal and sets it raw itself.
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
+		return dockerExecStatus(cmd.Run())
+	}
+	return a.relayDockerExec(ctx, args)
+}
+
+// relayDockerExec runs the `docker exec -it` args on a terminal of vak's
+// own, started raw (worker.Exec.RawTerminal), relayed to vak's terminal as
+// `vak run -t` relays the sandbox's (relayTerminal): keys typed before
+// either terminal was raw reach the command as typed (the docker CLI on
+// vak's terminal found them cooked, an end of input turned into a NUL),
+// and vak restores its terminal however the run ends. SIGTERM and SIGHUP
+// kill the docker CLI (exit 130); Ctrl-C is a key typed into the
+// container's terminal.
+func (a *app) relayDockerExec(ctx context.Context, args []string) error {
+	sigctx, _, stopSignals := notifyInterrupts(ctx)
+	defer stopSignals()
+	relay, err := a.relayTerminal()
+	if err != nil {
+		return err
+	}
+	defer relay.stop()
+	in := worker.NewInteraction(relay.size)
+	go in.Feed(relay.stdin)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case sz := <-relay.resize:
+				in.Resize(sz)
+			case <-done:
+				return
+			}
+		}
+	}()
+	x := &worker.Exec{Workspace: "/", Env: os.Environ(), NoTripwire: true, RawTerminal: true}
+	sz := relay.size
+	res, err := x.BashArgvInteractive(sigctx, args, wire.BashArgs{TTY: &sz}, in, func(_ string, data []byte) { a.stdio.Out.Write(data) })
+	switch {
+	case sigctx.Err() != nil && ctx.Err() == nil:
+		return exit(ExitInterrupted, errors.New("interrupted; docker exec killed"))
+	case err != nil:
+		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
+	}
+	return exit(res.ExitCode, nil)
 }
 
 // sessionExecDockerPlain runs docker exec without a terminal (--root) with

@@ -126,3 +126,22 @@ func envSet(out string, skip ...string) []string {
 	slices.Sort(set)
 	return set
 }
+
+// TestSessionExecTTYEndOfInput: the end of the user's terminal input
+// reaches a `vak session exec -t` command as end of input, also when it
+// ended before vak started (endOfInputCases: what `script` leaves): the
+// docker CLI runs on a terminal of vak's own, which gets the keys as typed.
+func TestSessionExecTTYEndOfInput(t *testing.T) {
+	cfg, labels := sessionEnv(t)
+	id := createSession(t, cfg, labels, tempWorkspace(t), "eof")
+	for _, c := range endOfInputCases {
+		t.Run(c.name, func(t *testing.T) {
+			o := newOuterTerm(t)
+			before := o.termios(t)
+			o.master.WriteString(c.typed)
+			args := append(append([]string{"--config", cfg, "session", "exec"}, labels...), "-t", id, "--", "sh", "-c", endOfInputScript)
+			cmd := o.start(t, args...)
+			checkEndOfInput(t, o, cmd, c.want, before)
+		})
+	}
+}

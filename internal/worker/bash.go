@@ -125,15 +125,36 @@ func (x *Exec) Bash(ctx context.Context, a wire.BashArgs, emit func(string, []by
 // killed by a signal (not by the timeout or a cancel) is exit status 128+n
 // with the shell's message on stderr ("Killed"), no Signal.
 func (x *Exec) BashArgv(ctx context.Context, argv []string, a wire.BashArgs, emit func(string, []byte)) (*wire.BashResult, error) {
+	if err := checkArgv(argv); err != nil {
+		return nil, err
+	}
+	return x.bash(ctx, a, argv, nil, emit)
+}
+
+// BashArgvInteractive is BashArgv for an interactive command (see
+// BashInteractive): `vak session exec -t` runs its `docker exec -it` this
+// way, on a terminal of its own process (RawTerminal).
+func (x *Exec) BashArgvInteractive(ctx context.Context, argv []string, a wire.BashArgs, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
+	if err := checkArgv(argv); err != nil {
+		return nil, err
+	}
+	if emit == nil || a.Stdin != nil {
+		return nil, wire.Errorf(wire.CodeProtocol, "an interactive request streams its output and has no stdin field")
+	}
+	return x.bash(ctx, a, argv, in, emit)
+}
+
+// checkArgv refuses an argv that no exec can carry.
+func checkArgv(argv []string) error {
 	if len(argv) == 0 {
-		return nil, wire.Errorf(wire.CodeProtocol, "empty argv")
+		return wire.Errorf(wire.CodeProtocol, "empty argv")
 	}
 	for _, s := range argv {
 		if strings.IndexByte(s, 0) >= 0 {
-			return nil, wire.Errorf(wire.CodeProtocol, "argv contains a NUL byte")
+			return wire.Errorf(wire.CodeProtocol, "argv contains a NUL byte")
 		}
 	}
-	return x.bash(ctx, a, argv, nil, emit)
+	return nil
 }
 
 // BashInteractive implements InteractiveShell: the command reads in, and

@@ -99,6 +99,21 @@ func (it *Interaction) Input(data []byte, eof bool) error {
 	return nil
 }
 
+// Feed copies r to the command (Input), and ends the command's input where
+// r ends. It returns then, or once the command ended.
+func (it *Interaction) Feed(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if (n > 0 || err != nil) && it.Input(buf[:n], err != nil) != nil {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // Resize records a new terminal size and applies it if the terminal exists.
 func (it *Interaction) Resize(sz wire.TTYSize) {
 	it.mu.Lock()
