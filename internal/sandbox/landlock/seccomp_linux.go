@@ -43,6 +43,13 @@ var deniedSyscalls = append([]uintptr{
 const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
+// deniedCloneFlags are the clone flags a sandboxed process may not use:
+// nsFlags, and CLONE_PARENT, which would make a command's process a child
+// of the worker, which the setsid supervisor takes for a command being
+// launched: it could leave the command's session, and escape the
+// command's kill (see notify_linux.go).
+const deniedCloneFlags = nsFlags | unix.CLONE_PARENT
+
 // allowedFamilies are the only socket families a sandboxed process may
 // create: local IPC (UNIX) and netlink (harmless without capabilities, and
 // confined to the sandbox's own network namespace). No AF_INET, AF_INET6,
@@ -132,10 +139,11 @@ func filterProgram(proxied bool) ([]bpf.RawInstruction, error) {
 	prog = append(prog, match(unix.SYS_SETSID, bpf.RetConstant{Val: retNotify})...)
 	// clone3 hides its flags in memory; make libc fall back to clone.
 	prog = append(prog, match(unix.SYS_CLONE3, bpf.RetConstant{Val: retENOSYS})...)
-	// clone: no new namespaces (flags are argument 0 on every arch we build).
+	// clone: no new namespaces, no sibling (flags are argument 0 on every
+	// arch we build).
 	prog = append(prog, match(unix.SYS_CLONE,
 		bpf.LoadAbsolute{Off: argLo(0), Size: 4},
-		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: nsFlags},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: deniedCloneFlags},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
 		bpf.RetConstant{Val: retAllow},
 		bpf.RetConstant{Val: retDeny},

@@ -49,6 +49,7 @@ func TestFilterDecisions(t *testing.T) {
 		{"thread clone allowed", nativeArch, unix.SYS_CLONE, []uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND}, retAllow},
 		{"clone NEWUSER denied", nativeArch, unix.SYS_CLONE, []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, retDeny},
 		{"clone NEWNET with garbage in the high bits denied", nativeArch, unix.SYS_CLONE, []uint64{1<<32 | unix.CLONE_NEWNET}, retDeny},
+		{"clone PARENT denied", nativeArch, unix.SYS_CLONE, []uint64{unix.CLONE_PARENT | uint64(unix.SIGCHLD)}, retDeny},
 		{"socket AF_UNIX allowed", nativeArch, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}, retAllow},
 		{"socket AF_NETLINK allowed", nativeArch, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_DGRAM}, retAllow},
 		{"socket AF_INET denied", nativeArch, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM}, retDeny},

@@ -36,7 +36,7 @@ func TestLandlockSeccompAttempts(t *testing.T) {
 	}
 	for _, a := range []string{
 		"socket-inet", "socket-inet6", "socket-packet", "socket-raw", "socket-vsock", "socket-unix-raw",
-		"ptrace-parent", "io_uring", "unshare-user", "unshare-net", "clone-newuser", "mount", "setsid",
+		"ptrace-parent", "io_uring", "unshare-user", "unshare-net", "clone-newuser", "clone-parent", "mount", "setsid",
 		"keyctl", "bpf", "tiocsti", "personality", "chroot", "open-by-handle",
 	} {
 		r := Sh(t, s, "./probe attempt "+a)
