@@ -482,3 +482,32 @@ func eachTTYBackend(t *testing.T, f func(t *testing.T, args []string)) {
 		})
 	}
 }
+
+// TestRunTTYToolLeavesTerminal: a tool that an interactive agent runs can
+// leave the agent's terminal as it would outside, on the native backend
+// too (setsid is allowed in the sandbox; its session is still killed with
+// the command's, see TimeoutKillsProcessTree in sandboxtest): in a session
+// of its own it has no controlling terminal, so /dev/tty fails with ENXIO
+// ("No such device or address") and a prompt there fails at once instead
+// of reading the agent's keys. Control: the same tool in the agent's
+// session reaches the terminal (its size).
+func TestRunTTYToolLeavesTerminal(t *testing.T) {
+	eachTTYBackend(t, func(t *testing.T, args []string) {
+		o := newOuterTerm(t)
+		agent := `stty size </dev/tty && echo IN-SESSION-OK
+setsid sh -c 'stty size </dev/tty; echo "left=$?"'
+echo setsid=$?`
+		cmd := o.start(t, append(args, "--", "sh", "-c", agent)...)
+		o.waitOutput(t, "the tool's outcome", regexp.MustCompile(`setsid=\d+`))
+		if code := exitCode(t, cmd); code != 0 {
+			t.Errorf("vak exited %d", code)
+		}
+		out := strings.ReplaceAll(o.output(), "\r", "")
+		if !strings.Contains(out, "30 90\nIN-SESSION-OK") {
+			t.Fatalf("control: the tool in the agent's session did not reach its terminal:\n%s", out)
+		}
+		if !strings.Contains(out, "No such device or address") || regexp.MustCompile(`left=0\b`).MatchString(out) || !strings.Contains(out, "setsid=0") {
+			t.Errorf("the tool that left the session still reached the terminal, or could not leave:\n%s", out)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -366,9 +367,22 @@ func TestTimeoutKillsTree(t *testing.T) {
 	ctl.Wait()
 
 	f := newFixture(t, sandbox.WorkspaceWrite, nil)
-	res := f.call(t, "bash", map[string]any{"command": "echo started; (sleep 3007 &); sleep 3007", "timeout": 1})
+	// A double-forked job, one that left the session (setsid), and one two
+	// sessions down whose parents are gone: each says which session it is
+	// in (the control: the sessions were made), then the command waits.
+	cmd := `echo started; (sleep 3007 &)
+(setsid sh -c 'echo "left pid=$$ sid=$(cut -d" " -f6 /proc/$$/stat)"; exec sleep 3008' &)
+(setsid sh -c 'setsid sh -c "echo \"deeper pid=\$\$ sid=\$(cut -d\" \" -f6 /proc/\$\$/stat)\"; exec sleep 3009" &' &)
+sleep 3007`
+	res := f.call(t, "bash", map[string]any{"command": cmd, "timeout": 5})
 	if !res.IsError || !strings.Contains(text(res), "timed out") || !strings.Contains(text(res), "started") {
 		t.Fatalf("timeout result = %v %s", res.IsError, text(res))
+	}
+	for _, who := range []string{"left", "deeper"} {
+		m := regexp.MustCompile(who + ` pid=(\d+) sid=(\d+)`).FindStringSubmatch(text(res))
+		if m == nil || m[1] != m[2] {
+			t.Errorf("control: the %s job did not lead a session of its own: %s", who, text(res))
+		}
 	}
 	var out BashOutput
 	data, _ := json.Marshal(res.StructuredContent)
@@ -376,7 +390,9 @@ func TestTimeoutKillsTree(t *testing.T) {
 	if !out.TimedOut {
 		t.Errorf("structured result does not say timed_out: %s", data)
 	}
-	waitFor(t, "the timed-out tree is dead", func() bool { return len(procsWith("sleep 3007")) == 0 })
+	waitFor(t, "the timed-out tree is dead", func() bool {
+		return len(procsWith("sleep 3007"))+len(procsWith("sleep 3008"))+len(procsWith("sleep 3009")) == 0
+	})
 	ok[BashOutput](t, f, "bash", map[string]any{"command": "true"})
 }
 

@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -65,6 +66,38 @@ func All() []Proc {
 }
 
 var errMalformed = errors.New("procfs: malformed stat line")
+
+// Tgid returns the process (thread group) of the thread tid: a session a
+// thread makes with setsid is its process's.
+func Tgid(tid int) (int, error) {
+	name := "/proc/" + strconv.Itoa(tid) + "/status"
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := parseTgid(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return n, nil
+}
+
+var errNoTgid = errors.New("procfs: no Tgid line")
+
+// parseTgid reads the Tgid line of a status file. Its first line is the
+// command's name, which the process chooses, but the kernel escapes a
+// newline in it: no line but the kernel's starts with "Tgid:".
+func parseTgid(status string) (int, error) {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				return n, nil
+			}
+			break
+		}
+	}
+	return 0, errNoTgid
+}
 
 // parse reads "pid (comm) state ppid pgrp session ...". The command name is
 // in parentheses and may contain anything, spaces and ')' included, so the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -69,4 +70,46 @@ func TestStat(t *testing.T) {
 	if _, err := Stat(1 << 23); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat of a missing process: %v, want not exist", err)
 	}
+}
+
+func TestTgid(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		want   int
+	}{
+		{"Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t42\nNgid:\t0\nPid:\t43\n", 42},
+		{"Name:\tTgid:\\t7\nTgid:\t9\n", 9}, // a name that looks like the line, escaped
+		{"Name:\tx\nPid:\t5\n", 0},
+		{"Name:\tx\nTgid:\tx\nTgid:\t5\n", 0}, // the first Tgid line counts
+		{"Name:\tx\nTgid:\t-3\n", 0},
+	} {
+		got, err := parseTgid(tc.status)
+		if got != tc.want || (err == nil) != (tc.want != 0) {
+			t.Errorf("parseTgid(%q) = %d, %v; want %d", tc.status, got, err, tc.want)
+		}
+	}
+	// A thread that is not its process's first.
+	tids := make(chan int)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		<-tids
+	}()
+	tid := <-tids
+	defer func() { tids <- 0 }()
+	if got, err := Tgid(tid); err != nil || got != os.Getpid() {
+		t.Errorf("Tgid(%d) = %d, %v; want %d", tid, got, err, os.Getpid())
+	}
+}
+
+// FuzzTgid: the status file's first line is a name the process chose.
+func FuzzTgid(f *testing.F) {
+	f.Add("Name:\tsh\nTgid:\t42\n")
+	f.Add("Tgid:\t")
+	f.Fuzz(func(t *testing.T, status string) {
+		if n, err := parseTgid(status); (err == nil) != (n > 0) {
+			t.Fatalf("parseTgid(%q) = %d, %v", status, n, err)
+		}
+	})
 }

@@ -7,3 +7,6 @@ func Stat(int) (Proc, error) { return Proc{}, ErrUnsupported }
 
 // All is empty here.
 func All() []Proc { return nil }
+
+// Tgid is unsupported here.
+func Tgid(int) (int, error) { return 0, ErrUnsupported }

@@ -233,6 +233,12 @@ type WorkerOutcome struct {
 	// prepared for that (Landlock: the one thread whose capability
 	// bounding set is empty; a child inherits its creator thread's).
 	Spawn func(start func() error) error
+	// Sessions, if set, names the sessions of the command whose session
+	// is root (a command leads its own): root's and those its processes
+	// made with setsid, which the sandbox recorded (landlock: the setsid
+	// supervisor). The worker kills every process in them when it kills
+	// the command. Without it, a command is its own session's processes.
+	Sessions func(root int) ([]int, error)
 	// Phases are what the backend timed before this process began
 	// (landlock: stage 1), for the ready event (wire.Event.Phases).
 	Phases []Phase

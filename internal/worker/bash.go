@@ -72,6 +72,10 @@ type Exec struct {
 	// end-of-file character turned into a NUL byte, a Ctrl-C into a
 	// signal to the relay).
 	RawTerminal bool
+	// Sessions, if set, names a command's sessions for its kill
+	// (sandbox.WorkerOutcome.Sessions): its own, and those its processes
+	// made with setsid.
+	Sessions func(root int) ([]int, error)
 	// Spawn, if set, starts every command: it runs start, which forks it,
 	// where the backend needs it forked (sandbox.WorkerOutcome.Spawn).
 	Spawn func(start func() error) error
@@ -263,7 +267,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 		return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 	}
 	defer x.reg.done(proc.cmd())
-	kill := killTree
+	kill := func(pid int) { killTree(pid, x.Sessions) }
 	if x.Subreaper {
 		kill = killSubtree
 	}

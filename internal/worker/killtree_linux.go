@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"fmt"
+	"os"
 	"syscall"
 	"time"
 
@@ -8,34 +10,52 @@ import (
 )
 
 // killTree kills every process in the session led by pid (commands start
-// with setsid, and the landlock backend's seccomp filter forbids setsid, so
-// no descendant can leave the session), plus its process group for the
-// unrestricted backends. It repeats until the session is empty, so processes
-// forked during the kill die too.
-func killTree(pid int) {
+// with setsid) and in the sessions its processes made (sessions, if set,
+// names them all, the sandbox having recorded each new session's origin:
+// landlock's setsid supervisor), plus its process group for the
+// unrestricted backends. It repeats until none of these sessions has a
+// process left and no session joined them meanwhile, so processes forked
+// and sessions made during the kill die too.
+func killTree(pid int, sessions func(root int) ([]int, error)) {
 	syscall.Kill(-pid, syscall.SIGKILL)
-	for i := 0; i < 50; i++ {
-		n := 0
-		for _, p := range sessionMembers(pid) {
-			syscall.Kill(p, syscall.SIGKILL)
-			n++
+	list := func() map[int]bool {
+		sids := map[int]bool{pid: true}
+		if sessions == nil {
+			return sids
 		}
-		if n == 0 {
+		more, err := sessions(pid)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vak: worker: killing command %d: %v\n", pid, err)
+		}
+		for _, s := range more {
+			sids[s] = true
+		}
+		return sids
+	}
+	for i := 0; i < 50; i++ {
+		sids := list()
+		n := 0
+		for _, p := range procfs.All() {
+			if sids[p.SID] && p.Live() {
+				syscall.Kill(p.PID, syscall.SIGKILL)
+				n++
+			}
+		}
+		if n == 0 && (sessions == nil || subset(list(), sids)) {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-// sessionMembers lists live (non-zombie) processes whose session id is sid.
-func sessionMembers(sid int) []int {
-	var out []int
-	for _, p := range procfs.All() {
-		if p.SID == sid && p.Live() {
-			out = append(out, p.PID)
+// subset says whether every key of a is in b.
+func subset(a, b map[int]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
 		}
 	}
-	return out
+	return true
 }
 
 // killSubtree kills every descendant of pid, found through parent links,
@@ -55,7 +75,7 @@ func killSubtree(pid int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	killTree(pid)
+	killTree(pid, nil)
 }
 
 // descendants lists the live (non-zombie) processes below pid.

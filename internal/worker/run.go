@@ -87,6 +87,7 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 			// the container's (docker exec -it).
 			RawTerminal: lifeline != nil,
 			Spawn:       entry.Spawn,
+			Sessions:    entry.Sessions,
 		},
 		Ready: wire.Event{Backend: spec.Backend, Sandbox: entry.Description, PID: os.Getpid(), Started: processStart.UnixNano()},
 	}

@@ -59,7 +59,7 @@ func TestShimTimeoutKillsTree(t *testing.T) {
 		var pid int
 		fmt.Sscan(p, &pid)
 		if pid > 0 {
-			killTree(pid)
+			killTree(pid, nil)
 		}
 	}
 }

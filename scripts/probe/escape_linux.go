@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -96,6 +98,39 @@ func attempt(name string) error {
 	}
 	fmt.Println("OK", name, "succeeded")
 	return nil
+}
+
+// setsidBeat leaves its session from a thread that is not the process's
+// first (the session it makes is its process's, named by the process's
+// pid, not by the thread's id), says so, and then writes the time into
+// file every 50 ms for ever.
+func setsidBeat(file string) error {
+	// The first thread stays with this goroutine: the other one runs on
+	// another thread.
+	runtime.LockOSThread()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // this thread ends with the goroutine
+		if unix.Gettid() == unix.Getpid() {
+			errc <- errors.New("setsid-beat: running on the first thread")
+			return
+		}
+		_, err := unix.Setsid()
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		return fmt.Errorf("setsid: %w", err)
+	}
+	if sid, err := unix.Getsid(0); err != nil || sid != os.Getpid() {
+		return fmt.Errorf("session %d (%v) after setsid, want %d", sid, err, os.Getpid())
+	}
+	fmt.Println("OWN SESSION", os.Getpid())
+	for {
+		if err := os.WriteFile(file, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func sock(domain, typ int) error {

@@ -29,6 +29,9 @@
 //	                                    (vak/internal/testenv/testnet.Bench); FAIL if any
 //	                                    request failed or answered >= 400
 //	probe sleep-tree N SECONDS          start N sleeping children (process-tree tests)
+//	probe setsid-beat FILE              leave the session from a thread that is not
+//	                                    the first, then write the time into FILE
+//	                                    every 50 ms for ever (process-tree tests)
 //	probe unix PATH [FILE]              connect to a UNIX socket; with FILE, send its bytes
 //	                                    (a raw HTTP request, say) and print OK and, quoted,
 //	                                    what comes back until the peer closes (60s at most)
@@ -93,6 +96,8 @@ func main() {
 		err = benchCmd(args)
 	case "sleep-tree":
 		err = sleepTree(args)
+	case "setsid-beat":
+		err = setsidBeat(args[0])
 	case "unix":
 		if len(args) == 2 {
 			err = unixSend(args[0], args[1])

@@ -23,9 +23,10 @@
 //     denied unless proxied) and a seccomp filter
 //     (no AF_INET/AF_INET6 sockets unless proxied, never AF_PACKET/raw
 //     sockets, no ptrace, io_uring, bpf,
-//     namespaces, mounts, keyrings, TIOCSTI, ...; setsid only for the
-//     worker's own children, answered by stage 1 through a seccomp user
-//     notification), and only then serves the worker protocol.
+//     namespaces, mounts, keyrings, TIOCSTI, ...; setsid through a seccomp
+//     user notification answered by stage 1, which records each new
+//     session's command for the kill, see notify_linux.go), and only then
+//     serves the worker protocol.
 //
 // Stage 1 stays behind as the PID namespace's init: when it exits, the kernel
 // kills every process of the sandbox.

@@ -360,40 +360,43 @@ func readGoAhead(f *os.File) error {
 // no_new_privs, Landlock and seccomp, in that order. It returns a summary of
 // what is in force, and spawn: the worker must start every command through
 // it (sandbox.WorkerOutcome.Spawn), on the one thread whose capability
-// bounding set is empty.
-func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) error, err error) {
+// bounding set is empty; and sessions, which names the sessions of a
+// command (sandbox.WorkerOutcome.Sessions, answered by the setsid
+// supervisor).
+func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) error, sessions func(root int) ([]int, error), err error) {
 	st := Status{Seccomp: true, UserNS: namespaces}
 	st.ABI, _ = llsys.LandlockGetABIVersion()
 	if st.ABI < 1 && !p.AllowWeaker {
-		return "", nil, fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
+		return "", nil, nil, fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
 	}
 	sp := newSpawner()
 	if err := dropCapabilities(sp); err != nil {
-		return "", nil, fmt.Errorf("landlock: drop capabilities: %w", err)
+		return "", nil, nil, fmt.Errorf("landlock: drop capabilities: %w", err)
 	}
 	if err := setRlimits(p.Limits.WithDefaults()); err != nil {
-		return "", nil, fmt.Errorf("landlock: rlimits: %w", err)
+		return "", nil, nil, fmt.Errorf("landlock: rlimits: %w", err)
 	}
 	if err := llsys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "", nil, fmt.Errorf("landlock: no_new_privs: %w", err)
+		return "", nil, nil, fmt.Errorf("landlock: no_new_privs: %w", err)
 	}
 	if st.ABI >= 1 {
 		if err := restrictLandlock(p, namespaces); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 	}
 	listener, err := installSeccomp(p.Fence != nil)
 	if err != nil {
-		return "", nil, fmt.Errorf("landlock: seccomp: %w", err)
+		return "", nil, nil, fmt.Errorf("landlock: seccomp: %w", err)
 	}
-	if err := handOver(listener); err != nil {
-		return "", nil, fmt.Errorf("landlock: %w", err)
+	lineage, err := handOver(listener)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("landlock: %w", err)
 	}
 	// Commands get only 0-2: whatever else this process inherited (from
 	// stage 1, or from vak's invoker without namespaces) closes on exec.
 	// Every descriptor Go opens later is close-on-exec already.
 	if err := closeInherited(); err != nil {
-		return "", nil, fmt.Errorf("landlock: %w", err)
+		return "", nil, nil, fmt.Errorf("landlock: %w", err)
 	}
 	s := summary(st)
 	if !namespaces {
@@ -402,7 +405,7 @@ func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) er
 	if st.ABI < 1 {
 		s += " (weaker: no landlock; allowed by sandbox.allow_weaker)"
 	}
-	return s, sp.do, nil
+	return s, sp.do, lineage.Sessions, nil
 }
 
 // restrictLandlock applies the filesystem, network and scope rules.

@@ -38,8 +38,8 @@ func Configure(*exec.Cmd, Status) (bool, error) { return false, ErrUnsupported }
 func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
 
 // Stage2 is unsupported here.
-func Stage2(Policy, bool) (string, func(func() error) error, error) {
-	return "", nil, ErrUnsupported
+func Stage2(Policy, bool) (string, func(func() error) error, func(int) ([]int, error), error) {
+	return "", nil, nil, ErrUnsupported
 }
 
 // Cgroup is unsupported here.

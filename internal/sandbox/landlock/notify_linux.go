@@ -1,6 +1,7 @@
 package landlock
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,12 +13,21 @@ import (
 )
 
 // The worker starts each command as the leader of a new session and kills a
-// timed-out command by its session id, so no process a command starts may
-// leave that session. The seccomp filter turns setsid(2) into a user
-// notification that the worker itself answers: allowed only for the worker's
-// own direct children (the commands it is launching, between fork and exec),
-// refused with EPERM for everyone else. No process in the sandbox can make
-// the worker its parent, so no command's descendant can pass.
+// timed-out or canceled command by its session id. A process the command
+// starts may leave that session with setsid(2), as it would outside the
+// sandbox: that is how a tool leaves the terminal of the agent that runs it
+// (without a session of its own it could open the agent's terminal through
+// /dev/tty, and a tool that prompts there would stop the agent's screen).
+// The kill must still reach it. So the seccomp filter turns setsid into a
+// user notification answered by a supervisor outside the worker, which
+// records, before it lets the call proceed, which command's session the new
+// one descends from (the session the caller is leaving, or the command that
+// session descends from). The worker asks it for a command's sessions when
+// it kills the command (Lineage), and kills every process in any of them.
+// The worker's own direct children (the commands it is launching, between
+// fork and exec) start new commands: no process in the sandbox can make the
+// worker its parent (the filter refuses CLONE_PARENT, and the worker is no
+// subreaper), so no command's descendant is taken for one.
 
 // The supervisor must be another process. The command being launched calls
 // setsid in the worker's vfork child, which blocks until the notification
@@ -25,7 +35,8 @@ import (
 // holding its Go P. A supervisor goroutine in the worker could then wait
 // forever for a stop-the-world garbage collection that waits for that
 // thread. Stage 1 (with namespaces) or the broker (without) answers
-// instead: it receives the listener from stage 2 over a socketpair.
+// instead: it receives the listener from stage 2 over a socketpair, and
+// answers the worker's questions on the same socket.
 
 // SupervisorFD is the descriptor on which stage 2 finds the socket to its
 // supervisor (the second extra file).
@@ -41,10 +52,12 @@ func SupervisorPair() (local, remote *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "supervisor"), os.NewFile(uintptr(fds[1]), "supervised"), nil
 }
 
-// Supervise receives stage 2's listener on local and answers setsid
-// notifications for the rest of the sandbox's life: allowed only for direct
-// children of worker (a pid as this process sees it).
+// Supervise receives stage 2's listener on local and then, for the rest of
+// the sandbox's life, answers setsid notifications (recording each new
+// session's command, see above) and the worker's questions on local
+// (Lineage). worker is the worker's pid as this process sees it.
 func Supervise(local *os.File, worker int) {
+	defer local.Close()
 	fd, ok := receiveListener(local)
 	if !ok {
 		return
@@ -53,13 +66,12 @@ func Supervise(local *os.File, worker int) {
 	// Best effort: a kernel without it (before Linux 6.6) refuses the
 	// flag, and the hand-off is then an ordinary wake-up, as it always was.
 	syncWakeUp(fd)
-	superviseSetsid(fd, worker)
+	newSupervisor(fd, int(local.Fd()), worker).serve()
 }
 
-// receiveListener reads the listener stage 2 sends on local (handOver) and
-// closes local. ok is false if stage 2 died before restricting itself.
+// receiveListener reads the listener stage 2 sends on local (handOver).
+// ok is false if stage 2 died before restricting itself.
 func receiveListener(local *os.File) (fd int, ok bool) {
-	defer local.Close()
 	buf := make([]byte, 16)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := unix.Recvmsg(int(local.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -96,18 +108,19 @@ func syncWakeUp(fd int) error {
 }
 
 // handOver sends the listener to the supervisor and closes it here: the
-// worker (and everything it starts) never holds it.
-func handOver(listener int) error {
+// worker (and everything it starts) never holds it. The socket stays open
+// for the worker's questions (the Lineage returned).
+func handOver(listener int) (*Lineage, error) {
 	defer unix.Close(listener)
 	var st unix.Stat_t
 	if err := unix.Fstat(SupervisorFD, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return fmt.Errorf("no supervisor socket on fd %d", SupervisorFD)
+		return nil, fmt.Errorf("no supervisor socket on fd %d", SupervisorFD)
 	}
-	defer unix.Close(SupervisorFD)
 	if err := unix.Sendmsg(SupervisorFD, []byte("L"), unix.UnixRights(listener), nil, 0); err != nil {
-		return fmt.Errorf("hand the seccomp listener to the supervisor: %w", err)
+		unix.Close(SupervisorFD)
+		return nil, fmt.Errorf("hand the seccomp listener to the supervisor: %w", err)
 	}
-	return nil
+	return newLineage(SupervisorFD)
 }
 
 // seccompNotif and seccompNotifResp mirror struct seccomp_notif and
@@ -129,8 +142,29 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// superviseSetsid answers setsid notifications on fd until no process uses
-// the filter any more (or the listener fails). parent is the worker's pid.
+// supervisor answers the setsid notifications of one sandbox and the
+// worker's questions about the sessions they made.
+type supervisor struct {
+	listener int // the seccomp listener
+	queries  int // the worker's end of the socket it asks on, or -1
+	worker   int // the worker's pid
+	// rootOf maps a session made by a command's descendant to the
+	// command's session (a command's own session is not in it).
+	rootOf map[int]int
+	// pruneAt is the size of rootOf at which sessions that have ended
+	// are dropped from it.
+	pruneAt int
+}
+
+// minPrune is the smallest pruneAt.
+const minPrune = 256
+
+func newSupervisor(listener, queries, worker int) *supervisor {
+	return &supervisor{listener: listener, queries: queries, worker: worker, rootOf: map[int]int{}, pruneAt: minPrune}
+}
+
+// serve answers notifications and questions until no process uses the
+// filter any more (or the listener fails).
 //
 // The listener polls POLLHUP once the filter has no user left (every
 // sandboxed process exited and was reaped). Without that check the loop
@@ -139,10 +173,10 @@ type seccompNotifResp struct {
 // retried, at full speed, for as long as the supervising process lived (the
 // broker, when there is no stage 1); older ones block RECV for good. The
 // poll costs one system call per notification.
-func superviseSetsid(fd int, parent int) {
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+func (s *supervisor) serve() {
+	pfd := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}, {Fd: int32(s.queries), Events: unix.POLLIN}}
 	for {
-		pfd[0].Revents = 0
+		pfd[0].Revents, pfd[1].Revents = 0, 0
 		if _, err := unix.Poll(pfd, -1); err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -153,44 +187,151 @@ func superviseSetsid(fd int, parent int) {
 		switch ev := pfd[0].Revents; {
 		case ev&unix.POLLIN != 0:
 			// A notification waits: answer it first, even with POLLHUP.
+			if err := s.answer(); err != nil {
+				fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
+				return
+			}
 		case ev&unix.POLLHUP != 0:
 			return // no process uses the filter any more
-		default:
+		case ev != 0:
 			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: poll events %#x\n", ev)
 			return
 		}
-		var req seccompNotif
-		if err := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOENT) {
-				continue // interrupted, or the caller died before we read it
-			}
-			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
-			return
+		if ev := pfd[1].Revents; ev&unix.POLLIN != 0 {
+			s.reply()
+		} else if ev != 0 {
+			pfd[1].Fd = -1 // the worker is gone: no more questions
 		}
-		allow := int(req.Pid) != 0 && ppidOf(int(req.Pid)) == parent
-		id := req.ID
-		// The pid might have died and been reused while /proc was read:
-		// only trust the answer if the notification is still live.
-		if err := ioctl(fd, notifIDValid, unsafe.Pointer(&id)); err != nil {
-			continue
-		}
-		resp := seccompNotifResp{ID: req.ID}
-		if allow {
-			resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
-		} else {
-			resp.Error = -int32(unix.EPERM)
-		}
-		ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	}
 }
 
-// ppidOf returns pid's parent (-1 if unknown).
-func ppidOf(pid int) int {
-	p, err := procfs.Stat(pid)
-	if err != nil {
-		return -1
+// answer receives one notification, records the session it makes and lets
+// it proceed (or refuses it with EPERM where the caller cannot be told
+// apart). An error ends the supervisor.
+func (s *supervisor) answer() error {
+	var req seccompNotif
+	if err := ioctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOENT) {
+			return nil // interrupted, or the caller died before we read it
+		}
+		return err
 	}
-	return p.PPID
+	record, ok := s.classify(int(req.Pid))
+	id := req.ID
+	// The pid might have died and been reused while /proc was read:
+	// only trust the answer if the notification is still live.
+	if err := ioctl(s.listener, notifIDValid, unsafe.Pointer(&id)); err != nil {
+		return nil
+	}
+	resp := seccompNotifResp{ID: req.ID}
+	if ok {
+		record()
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	} else {
+		resp.Error = -int32(unix.EPERM)
+	}
+	ioctl(s.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+	return nil
+}
+
+// classify reads the thread tid that asks for setsid and returns how to
+// record the session it will make; ok is false if it cannot be read (it
+// is refused: its session would not be known). The worker's own child is
+// a command being launched: its session is a command's. (The seccomp
+// filter refuses CLONE_PARENT, so no other process has the worker for its
+// parent.) Anyone else's new session (its process's pid) descends from the
+// command of the session it leaves. A session leader asking again changes
+// nothing (the kernel refuses it): a command must not forget its own
+// sessions by calling setsid again.
+func (s *supervisor) classify(tid int) (record func(), ok bool) {
+	p, err := procfs.Stat(tid)
+	if err != nil {
+		return nil, false
+	}
+	if p.SID == tid {
+		return func() {}, true
+	}
+	if p.PPID == s.worker {
+		return func() { s.newCommand(tid) }, true
+	}
+	pid, err := procfs.Tgid(tid)
+	if err != nil {
+		return nil, false
+	}
+	if pid == p.SID {
+		return func() {}, true
+	}
+	return func() {
+		root, ok := s.rootOf[p.SID]
+		if !ok {
+			root = p.SID
+		}
+		if len(s.rootOf) >= s.pruneAt {
+			s.prune()
+		}
+		s.rootOf[pid] = root
+	}, true
+}
+
+// newCommand records that the command pid starts: its session is its own.
+// Sessions recorded as made by an earlier command that bore the same pid
+// (it has ended, or its pid could not be reused) are that command's
+// leftovers, not this one's: they are forgotten.
+func (s *supervisor) newCommand(pid int) {
+	delete(s.rootOf, pid)
+	for sid, root := range s.rootOf {
+		if root == pid {
+			delete(s.rootOf, sid)
+		}
+	}
+}
+
+// reply answers one question of the worker (Lineage.Sessions).
+func (s *supervisor) reply() {
+	var q [lineageQuestion]byte
+	n, err := unix.Read(s.queries, q[:])
+	if err != nil || n != len(q) || q[0] != 'S' {
+		return
+	}
+	root := int(binary.NativeEndian.Uint32(q[1:]))
+	sids := []int{root}
+	for sid, r := range s.rootOf {
+		if r == root {
+			sids = append(sids, sid)
+		}
+	}
+	for {
+		k := min(len(sids), lineageChunk)
+		msg := make([]byte, 4+4*k)
+		if len(sids) > k {
+			binary.NativeEndian.PutUint32(msg, 1) // another message follows
+		}
+		for i, sid := range sids[:k] {
+			binary.NativeEndian.PutUint32(msg[4+4*i:], uint32(sid))
+		}
+		if _, err := unix.Write(s.queries, msg); err != nil {
+			return
+		}
+		if sids = sids[k:]; len(sids) == 0 {
+			return
+		}
+	}
+}
+
+// prune forgets the sessions that have ended: a session with no process
+// left never gets one (setsid makes a new one, named by the caller's pid,
+// and the kernel does not reuse a pid while a session bears it).
+func (s *supervisor) prune() {
+	live := map[int]bool{}
+	for _, p := range procfs.All() {
+		live[p.SID] = true
+	}
+	for sid := range s.rootOf {
+		if !live[sid] {
+			delete(s.rootOf, sid)
+		}
+	}
+	s.pruneAt = max(minPrune, 2*len(s.rootOf))
 }
 
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,9 +37,12 @@ func TestNotifyHelper(t *testing.T) {
 // notifyHelper is what stage 2 does about setsid, without the rest of the
 // sandbox: it loads a filter that turns setsid into a user notification,
 // hands the listener to its supervisor (fd 4, handOver), starts a child as
-// a session leader (allowed: a direct child) and calls setsid itself
-// (refused: its parent is not itself). It prints both outcomes and exits,
-// and so does the child: then nothing uses the filter any more.
+// a session leader (a direct child: a command) and calls setsid itself (as
+// a command's descendant would: allowed, and recorded as a session made
+// from the one it leaves), then asks the supervisor for the sessions of
+// the session it left (its own new one is among them) and of its own (only
+// itself). It prints the outcomes and exits, and so does the child: then
+// nothing uses the filter any more.
 func notifyHelper() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return err
@@ -56,19 +60,30 @@ func notifyHelper() error {
 	if err != nil {
 		return err
 	}
-	if err := handOver(listener); err != nil {
+	lineage, err := handOver(listener)
+	if err != nil {
 		return err
 	}
 	child := exec.Command("/bin/true")
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	fmt.Printf("child setsid: %v\n", child.Run())
+	left, err := unix.Getsid(0)
+	if err != nil {
+		return err
+	}
 	_, err = unix.Setsid()
 	fmt.Printf("own setsid: %v\n", err)
+	from, err := lineage.Sessions(left)
+	fmt.Printf("sessions of the one left: %v %v\n", slices.Contains(from, os.Getpid()) && slices.Contains(from, left), err)
+	own, err := lineage.Sessions(os.Getpid())
+	fmt.Printf("sessions of its own: %v %v\n", own, err)
 	return nil
 }
 
 // The supervisor answers a supervised process's setsid notifications
-// (its direct child may, it may not), sets the synchronous wake-up on the
+// (its direct child starts a command's session; its own call is allowed
+// and recorded as made from the session it left, which the supervisor
+// then names among that session's when asked), sets the synchronous wake-up on the
 // listener where the kernel has it (Linux 6.6; the flag cannot be read
 // back, so the test sees the ioctl Supervise makes succeed), and returns
 // once no process uses the filter any more: a broker that supervises a
@@ -99,7 +114,7 @@ func TestSupervise(t *testing.T) {
 			case !syncWanted && !errors.Is(err, unix.EINVAL):
 				t.Errorf("a kernel before 6.6 answered %v to the synchronous wake-up, want EINVAL", err)
 			}
-			superviseSetsid(fd, pid)
+			newSupervisor(fd, int(local.Fd()), pid).serve()
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +139,8 @@ func TestSupervise(t *testing.T) {
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("helper: %v\n%s", err, out.String())
 			}
-			for _, want := range []string{"child setsid: <nil>", "own setsid: operation not permitted"} {
+			want := []string{"child setsid: <nil>", "own setsid: <nil>", "sessions of the one left: true <nil>", fmt.Sprintf("sessions of its own: [%d] <nil>", cmd.Process.Pid)}
+			for _, want := range want {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("helper output lacks %q:\n%s", want, out.String())
 				}

@@ -46,8 +46,8 @@ const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.
 // deniedCloneFlags are the clone flags a sandboxed process may not use:
 // nsFlags, and CLONE_PARENT, which would make a command's process a child
 // of the worker, which the setsid supervisor takes for a command being
-// launched: it could leave the command's session, and escape the
-// command's kill (see notify_linux.go).
+// launched (its session would not be counted as the command's, and would
+// escape the command's kill; see notify_linux.go).
 const deniedCloneFlags = nsFlags | unix.CLONE_PARENT
 
 // allowedFamilies are the only socket families a sandboxed process may
@@ -135,7 +135,8 @@ func filterProgram(proxied bool) ([]bpf.RawInstruction, error) {
 	for _, nr := range deniedSyscalls {
 		prog = append(prog, match(nr, bpf.RetConstant{Val: retDeny})...)
 	}
-	// setsid is answered by the worker (see notify_linux.go).
+	// setsid goes to the supervisor, which records the session it makes
+	// (see notify_linux.go).
 	prog = append(prog, match(unix.SYS_SETSID, bpf.RetConstant{Val: retNotify})...)
 	// clone3 hides its flags in memory; make libc fall back to clone.
 	prog = append(prog, match(unix.SYS_CLONE3, bpf.RetConstant{Val: retENOSYS})...)

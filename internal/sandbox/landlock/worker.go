@@ -253,8 +253,8 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
 	phases := stage2Phases()
-	desc, spawn, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn, Phases: phases}, err
+	desc, spawn, sessions, err := Stage2(ws.Policy, ws.Namespaces)
+	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn, Sessions: sessions, Phases: phases}, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and

@@ -1,8 +1,11 @@
 package sandboxtest
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,47 +208,74 @@ func testReadOnly(t *testing.T, b Backend) {
 	}
 }
 
+// testTimeoutTree: a timeout, and a cancel, kill the command's whole
+// tree, also the processes that left its session: heartbeats of a plain
+// background job, one in its own process group (job control), one in a
+// session of its own (setsid), one two sessions down whose parents are
+// gone (an orphan, no longer below the command by parent links), and one
+// whose setsid came from a thread that is not its process's first. Each
+// really beat first (the control: the sessions were made), and afterwards
+// no process of the command is left alive.
 func testTimeoutTree(t *testing.T, b Backend) {
 	e := NewEnv(t, b)
 	s := e.Start(sandbox.WorkspaceWrite)
-	// Three heartbeats: a plain background job, one in its own process group
-	// (job control), and one that tries to start a new session.
-	cmd := `
-beat() { while :; do date +%s%N > "$1"; sleep 0.05; done; }
-beat hb-plain &
-set -m; beat hb-pgrp & set +m
-setsid sh -c 'while :; do date +%s%N > hb-session; sleep 0.05; done' 2>/dev/null &
-while [ ! -s hb-plain ] || [ ! -s hb-pgrp ]; do sleep 0.05; done
-sleep 1000`
-	// Generous: the timeout must not fire before a slow container starts.
-	res := ShArgs(t, s, wire.BashArgs{Command: cmd, TimeoutMS: 5000})
-	if !res.TimedOut {
-		t.Fatalf("command was not reported timed out: %+v", res)
-	}
-	// The beats ran (so they were real) ...
-	for _, hb := range []string{"hb-plain", "hb-pgrp"} {
-		if _, err := os.Stat(filepath.Join(e.Workspace, hb)); err != nil {
-			t.Fatalf("%s never beat: the test proves nothing", hb)
-		}
-	}
-	// ... and none beats any more.
-	snap := func() string {
-		var b strings.Builder
-		for _, hb := range []string{"hb-plain", "hb-pgrp", "hb-session"} {
-			d, _ := os.ReadFile(filepath.Join(e.Workspace, hb))
-			b.Write(d)
-		}
-		return b.String()
-	}
-	time.Sleep(300 * time.Millisecond)
-	first := snap()
-	time.Sleep(700 * time.Millisecond)
-	if snap() != first {
-		t.Fatal("a process of the timed-out command is still running")
+	for _, kill := range []string{"timeout", "cancel"} {
+		t.Run(kill, func(t *testing.T) {
+			tag := "tree" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			hb := func(kind string) string { return "hb-" + tag + "-" + kind }
+			kinds := []string{"plain", "pgrp", "session", "orphan", "thread"}
+			cmd := fmt.Sprintf(`
+beat() { while :; do date +%%s%%N > "$1"; sleep 0.05; done; }
+beat %[1]s &
+set -m; beat %[2]s & set +m
+setsid sh -c 'while :; do date +%%s%%N > %[3]s; sleep 0.05; done' &
+(setsid sh -c 'setsid sh -c "while :; do date +%%s%%N > %[4]s; sleep 0.05; done" &' &)
+./probe setsid-beat %[5]s &
+while [ ! -s %[1]s ] || [ ! -s %[2]s ] || [ ! -s %[3]s ] || [ ! -s %[4]s ] || [ ! -s %[5]s ]; do sleep 0.05; done
+echo ALL-BEATING
+sleep 1000`, hb(kinds[0]), hb(kinds[1]), hb(kinds[2]), hb(kinds[3]), hb(kinds[4]))
+			beating := func() bool {
+				for _, k := range kinds {
+					if fi, err := os.Stat(filepath.Join(e.Workspace, hb(k))); err != nil || fi.Size() == 0 {
+						return false
+					}
+				}
+				return true
+			}
+			a := wire.BashArgs{Command: cmd}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sawBeats := make(chan bool, 1)
+			if kill == "timeout" {
+				// Generous: the timeout must not fire before a slow
+				// container starts.
+				a.TimeoutMS = 10000
+			} else {
+				go func() {
+					sawBeats <- waitUntil(ctx, beating)
+					cancel()
+				}()
+			}
+			res, err := s.Bash(ctx, a, nil)
+			// The beats ran (so they were real and the sessions made)
+			// before the kill ...
+			switch {
+			case kill == "timeout" && (err != nil || !res.TimedOut):
+				t.Fatalf("the command was not reported timed out: %+v %v", res, err)
+			case kill == "timeout" && !strings.Contains(res.Stdout, "ALL-BEATING"):
+				t.Fatalf("not every heartbeat beat before the timeout: the test proves nothing (%+v)", res)
+			case kill == "cancel" && err == nil && !res.Canceled:
+				t.Fatalf("the command was not canceled: %+v", res)
+			case kill == "cancel" && !<-sawBeats:
+				t.Fatal("not every heartbeat beat before the cancel: the test proves nothing")
+			}
+			// ... and no process of the command is left.
+			waitGone(t, tag)
+		})
 	}
 	// The worker still serves.
 	if r := Sh(t, s, "echo alive"); strings.TrimSpace(r.Stdout) != "alive" {
-		t.Fatalf("worker unusable after timeout: %+v", r)
+		t.Fatalf("worker unusable after the kills: %+v", r)
 	}
 }
 

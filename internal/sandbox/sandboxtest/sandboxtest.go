@@ -139,6 +139,34 @@ func ShArgs(t *testing.T, s *broker.Session, a wire.BashArgs) *wire.BashResult {
 	return res
 }
 
+// waitUntil polls cond until it holds or ctx ends.
+func waitUntil(ctx context.Context, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// waitGone waits until no live process's command line contains tag (a
+// generous deadline: a process the kill missed lives on).
+func waitGone(t *testing.T, tag string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var left []int
+	var err error
+	if !waitUntil(ctx, func() bool {
+		left, err = liveWith(tag)
+		return err == nil && len(left) == 0
+	}) {
+		t.Fatalf("processes of the killed command are still alive: %v %v", left, err)
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
