@@ -150,6 +150,7 @@ func (it *Interaction) end() {
 type relays struct {
 	in      *Interaction
 	child   []*os.File // the command's ends, closed here once it started
+	slave   *os.File   // the terminal's slave, held until the command exits
 	master  *os.File   // the terminal's master, or nil
 	inPipe  *os.File   // the write end of the command's stdin pipe, or nil
 	outDone chan struct{}
@@ -179,7 +180,11 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeUnsupported, "terminal: %v", err)
 	}
-	r.master, r.child = master, []*os.File{slave}
+	// The worker holds the slave until the command exited (finish): the
+	// master then never reads the end of the terminal (EIO) while the
+	// command runs, whatever the kernel's order of a last close and the
+	// output before it.
+	r.master, r.slave = master, slave
 	if x.RawTerminal {
 		if err := setRawInput(slave); err != nil {
 			master.Close()
@@ -251,6 +256,7 @@ func (r *relays) finish() {
 	if r.master == nil {
 		return
 	}
+	r.slave.Close()
 	select {
 	case <-r.outDone:
 	case <-time.After(waitDelay):
