@@ -213,183 +213,259 @@ func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
 
 // Validate checks the sections decoded from file and builds a Config.
 // Missing sections get defaults: no rules (everything denied), system DNS,
-// DefaultListen, no secrets.
+// DefaultListen, no secrets. The sections are checked in file order
+// (network policy and rules, presets, DNS, gateway, secrets); the first
+// error is returned.
 func Validate(file string, s *Sections) (*Config, error) {
 	if s == nil {
 		s = &Sections{}
 	}
-	fe := func(field string, format string, args ...any) error {
-		return &FieldError{File: file, Field: field, Err: fmt.Errorf(format, args...)}
-	}
-	cfg := &Config{Mode: ModeNone}
 	net_ := s.Network
 	if net_ == nil {
 		net_ = &Network{}
 	}
-	if net_.Policy != nil {
-		switch *net_.Policy {
-		case ModeNone, ModeProxied:
-			cfg.Mode = *net_.Policy
-		default:
-			return nil, fe("network.policy", "%q: want %q or %q", *net_.Policy, ModeNone, ModeProxied)
-		}
+	cfg := &Config{}
+	var err error
+	if cfg.Mode, err = validateMode(file, net_.Policy); err != nil {
+		return nil, err
 	}
-	rules, err := validateRules(file, net_.Rules)
+	if cfg.Policy, err = validatePolicy(file, net_); err != nil {
+		return nil, err
+	}
+	if cfg.DNS, err = validateDNS(file, net_.DNS); err != nil {
+		return nil, err
+	}
+	if cfg.Gateway, err = validateGateway(file, s.Gateway); err != nil {
+		return nil, err
+	}
+	if cfg.Secrets, err = validateSecrets(file, s.Secrets); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// fieldError is the FieldError of field in file.
+func fieldError(file, field, format string, args ...any) error {
+	return &FieldError{File: file, Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// validateMode checks network.policy (unset means ModeNone).
+func validateMode(file string, mode *string) (string, error) {
+	if mode == nil {
+		return ModeNone, nil
+	}
+	switch *mode {
+	case ModeNone, ModeProxied:
+		return *mode, nil
+	}
+	return "", fieldError(file, "network.policy", "%q: want %q or %q", *mode, ModeNone, ModeProxied)
+}
+
+// validatePolicy builds the policy of the user's rules followed by the
+// presets' rules. policy.New makes the checks that span a rule's fields
+// (a tcp rule's ports, a deny rule's websocket); its errors are mapped
+// back to the user's rule or the preset they came from.
+func validatePolicy(file string, n *Network) (*policy.Policy, error) {
+	rules, err := validateRules(file, n.Rules)
 	if err != nil {
 		return nil, err
 	}
 	nUser := len(rules)
-	var presetOf []string // preset name of each rule after the user's
-	for i, name := range net_.Presets {
-		if slices.Contains(net_.Presets[:i], name) {
-			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%q is named twice", name)
+	pr, presetOf, err := presetRules(file, n.Presets)
+	if err != nil {
+		return nil, err
+	}
+	rules = append(rules, pr...)
+	pol, err := policy.New(rules)
+	if err == nil {
+		return pol, nil
+	}
+	var re *policy.RuleError
+	if errors.As(err, &re) && re.Index >= nUser {
+		return nil, fieldError(file, "network.presets", "preset %q: %s: %v", presetOf[re.Index-nUser], re.Field, re.Err)
+	}
+	if errors.As(err, &re) {
+		return nil, &FieldError{File: file, Field: fmt.Sprintf("network.rules[%d].%s", re.Index, re.Field), Err: re.Err}
+	}
+	return nil, &FieldError{File: file, Field: "network.rules", Err: err}
+}
+
+// presetRules loads and checks the named presets' rules, in order, and
+// returns with them the preset name of each rule.
+func presetRules(file string, names []string) (rules []policy.Rule, presetOf []string, err error) {
+	for i, name := range names {
+		field := fmt.Sprintf("network.presets[%d]", i)
+		if slices.Contains(names[:i], name) {
+			return nil, nil, fieldError(file, field, "%q is named twice", name)
 		}
 		p, err := LoadPreset(name)
 		if err != nil {
-			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%w", err)
+			return nil, nil, fieldError(file, field, "%w", err)
 		}
 		pr, err := validateRules("preset "+name, p.Rules)
 		if err != nil {
-			return nil, fe(fmt.Sprintf("network.presets[%d]", i), "%w", err)
+			return nil, nil, fieldError(file, field, "%w", err)
 		}
 		rules = append(rules, pr...)
 		for range pr {
 			presetOf = append(presetOf, name)
 		}
 	}
-	pol, err := policy.New(rules)
+	return rules, presetOf, nil
+}
+
+// validateDNS checks [network.dns]; nil means the defaults (the system
+// resolver, the DefaultSinkhole answer).
+func validateDNS(file string, d *DNS) (DNSConfig, error) {
+	out := DNSConfig{Sinkhole: DefaultSinkhole}
+	if d == nil {
+		return out, nil
+	}
+	switch {
+	case d.Block == nil || *d.Block == BlockSinkhole:
+	case *d.Block == BlockNXDomain:
+		out.Sinkhole = netip.Addr{}
+	default:
+		return out, fieldError(file, "network.dns.block", "%q: want %q or %q", *d.Block, BlockSinkhole, BlockNXDomain)
+	}
+	if d.Sinkhole != nil {
+		a, err := netip.ParseAddr(*d.Sinkhole)
+		if err != nil || !a.Is4() || a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() {
+			return out, fieldError(file, "network.dns.sinkhole", "%q is not a unicast, non-loopback IPv4 address", *d.Sinkhole)
+		}
+		// Checked, but unused when the block answer is NXDOMAIN.
+		if out.Sinkhole.IsValid() {
+			out.Sinkhole = a
+		}
+	}
+	for i, u := range d.Upstream {
+		hp, err := normUpstream(u)
+		if err != nil {
+			return out, fieldError(file, fmt.Sprintf("network.dns.upstream[%d]", i), "%q: %v", u, err)
+		}
+		out.Upstreams = append(out.Upstreams, hp)
+	}
+	var err error
+	out.Overrides, err = dnsOverrides(file, d.Overrides)
+	return out, err
+}
+
+// dnsOverrides checks [network.dns.overrides], keyed by normalised name
+// (nil when there are none).
+func dnsOverrides(file string, in map[string][]string) (map[string][]netip.Addr, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := map[string][]netip.Addr{}
+	for _, name := range sortedKeys(in) {
+		h, err := policy.NormalizeHost(name)
+		if err != nil || h.IsIP() {
+			return nil, fieldError(file, "network.dns.overrides", "key %q is not a host name", name)
+		}
+		if len(in[name]) == 0 {
+			return nil, fieldError(file, fmt.Sprintf("network.dns.overrides.%q", name), "needs at least one address")
+		}
+		for i, a := range in[name] {
+			addr, err := netip.ParseAddr(a)
+			if err != nil || addr.Zone() != "" {
+				return nil, fieldError(file, fmt.Sprintf("network.dns.overrides.%q[%d]", name, i), "%q is not an IP address", a)
+			}
+			out[h.Name] = append(out[h.Name], addr.Unmap())
+		}
+	}
+	return out, nil
+}
+
+// validateSecrets checks every [secrets.NAME], in name order.
+func validateSecrets(file string, in map[string]*Secret) ([]secrets.Spec, error) {
+	var out []secrets.Spec
+	for _, name := range sortedKeys(in) {
+		sp, err := validateSecret(file, name, in[name])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// validateSecret checks [secrets.NAME]: its name, its one source, the
+// hosts it may be sent to and where it is injected.
+func validateSecret(file, name string, sec *Secret) (secrets.Spec, error) {
+	field := "secrets." + name
+	if !secrets.ValidName(name) {
+		return secrets.Spec{}, fieldError(file, field, "secret names must be environment variable names ([A-Za-z_][A-Za-z0-9_]*)")
+	}
+	if sec == nil {
+		return secrets.Spec{}, fieldError(file, field, "empty")
+	}
+	src, err := secretSource(file, field, sec)
 	if err != nil {
-		var re *policy.RuleError
-		if errors.As(err, &re) && re.Index >= nUser {
-			return nil, fe("network.presets", "preset %q: %s: %v", presetOf[re.Index-nUser], re.Field, re.Err)
-		}
-		if errors.As(err, &re) {
-			return nil, &FieldError{File: file, Field: fmt.Sprintf("network.rules[%d].%s", re.Index, re.Field), Err: re.Err}
-		}
-		return nil, &FieldError{File: file, Field: "network.rules", Err: err}
+		return secrets.Spec{}, err
 	}
-	cfg.Policy = pol
+	if len(sec.Hosts) == 0 {
+		return secrets.Spec{}, fieldError(file, field+".hosts", "a secret must name the hosts it may be sent to")
+	}
+	sp := secrets.Spec{Name: name, Source: src, ConfigFile: file}
+	if sec.AllowPlaintext != nil {
+		sp.AllowPlaintext = *sec.AllowPlaintext
+	}
+	if sec.AllowForeignCredentials != nil {
+		sp.AllowForeignCredentials = *sec.AllowForeignCredentials
+	}
+	for i, h := range sec.Hosts {
+		p, err := policy.ParseHostPattern(h)
+		if err != nil {
+			return secrets.Spec{}, fieldError(file, fmt.Sprintf("%s.hosts[%d]", field, i), "%v", err)
+		}
+		if p.IsAny() {
+			return secrets.Spec{}, fieldError(file, fmt.Sprintf("%s.hosts[%d]", field, i), "\"*\" would send the secret anywhere")
+		}
+		sp.Hosts = append(sp.Hosts, p)
+	}
+	for i, in := range sec.Inject {
+		pl, err := secrets.ParsePlace(in)
+		if err != nil {
+			return secrets.Spec{}, fieldError(file, fmt.Sprintf("%s.inject[%d]", field, i), "%v", err)
+		}
+		sp.Inject |= pl
+	}
+	if sp.Inject == 0 {
+		sp.Inject = secrets.Header
+	}
+	return sp, nil
+}
 
-	cfg.DNS.Sinkhole = DefaultSinkhole
-	if d := net_.DNS; d != nil {
-		switch {
-		case d.Block == nil || *d.Block == BlockSinkhole:
-		case *d.Block == BlockNXDomain:
-			cfg.DNS.Sinkhole = netip.Addr{}
-		default:
-			return nil, fe("network.dns.block", "%q: want %q or %q", *d.Block, BlockSinkhole, BlockNXDomain)
-		}
-		if d.Sinkhole != nil {
-			a, err := netip.ParseAddr(*d.Sinkhole)
-			if err != nil || !a.Is4() || a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() {
-				return nil, fe("network.dns.sinkhole", "%q is not a unicast, non-loopback IPv4 address", *d.Sinkhole)
-			}
-			if cfg.DNS.Sinkhole.IsValid() {
-				cfg.DNS.Sinkhole = a
-			}
-		}
-		for i, u := range d.Upstream {
-			hp, err := normUpstream(u)
-			if err != nil {
-				return nil, fe(fmt.Sprintf("network.dns.upstream[%d]", i), "%q: %v", u, err)
-			}
-			cfg.DNS.Upstreams = append(cfg.DNS.Upstreams, hp)
-		}
-		if len(d.Overrides) > 0 {
-			cfg.DNS.Overrides = map[string][]netip.Addr{}
-		}
-		for _, name := range sortedKeys(d.Overrides) {
-			h, err := policy.NormalizeHost(name)
-			if err != nil || h.IsIP() {
-				return nil, fe("network.dns.overrides", "key %q is not a host name", name)
-			}
-			if len(d.Overrides[name]) == 0 {
-				return nil, fe(fmt.Sprintf("network.dns.overrides.%q", name), "needs at least one address")
-			}
-			for i, a := range d.Overrides[name] {
-				addr, err := netip.ParseAddr(a)
-				if err != nil || addr.Zone() != "" {
-					return nil, fe(fmt.Sprintf("network.dns.overrides.%q[%d]", name, i), "%q is not an IP address", a)
-				}
-				cfg.DNS.Overrides[h.Name] = append(cfg.DNS.Overrides[h.Name], addr.Unmap())
-			}
+// secretSource checks that exactly one of value, env and file is set, and
+// that it is well formed.
+func secretSource(file, field string, sec *Secret) (secrets.Source, error) {
+	var src secrets.Source
+	n := 0
+	if sec.Value != nil {
+		n++
+		src.Value = *sec.Value
+		if src.Value == "" {
+			return src, fieldError(file, field+".value", "empty")
 		}
 	}
-
-	gw, err := validateGateway(file, s.Gateway)
-	if err != nil {
-		return nil, err
+	if sec.Env != nil {
+		n++
+		src.Env = *sec.Env
+		if !secrets.ValidName(src.Env) {
+			return src, fieldError(file, field+".env", "%q is not an environment variable name", src.Env)
+		}
 	}
-	cfg.Gateway = gw
-
-	for _, name := range sortedKeys(s.Secrets) {
-		sec := s.Secrets[name]
-		field := "secrets." + name
-		if !secrets.ValidName(name) {
-			return nil, fe(field, "secret names must be environment variable names ([A-Za-z_][A-Za-z0-9_]*)")
+	if sec.File != nil {
+		n++
+		src.File = *sec.File
+		if !strings.HasPrefix(src.File, "/") {
+			return src, fieldError(file, field+".file", "%q must be an absolute path", src.File)
 		}
-		if sec == nil {
-			return nil, fe(field, "empty")
-		}
-		var src secrets.Source
-		n := 0
-		if sec.Value != nil {
-			n++
-			src.Value = *sec.Value
-			if src.Value == "" {
-				return nil, fe(field+".value", "empty")
-			}
-		}
-		if sec.Env != nil {
-			n++
-			src.Env = *sec.Env
-			if !secrets.ValidName(src.Env) {
-				return nil, fe(field+".env", "%q is not an environment variable name", src.Env)
-			}
-		}
-		if sec.File != nil {
-			n++
-			src.File = *sec.File
-			if !strings.HasPrefix(src.File, "/") {
-				return nil, fe(field+".file", "%q must be an absolute path", src.File)
-			}
-		}
-		if n != 1 {
-			return nil, fe(field, "set exactly one of value, env or file (found %d)", n)
-		}
-		if len(sec.Hosts) == 0 {
-			return nil, fe(field+".hosts", "a secret must name the hosts it may be sent to")
-		}
-		sp := secrets.Spec{Name: name, Source: src, ConfigFile: file}
-		if sec.AllowPlaintext != nil {
-			sp.AllowPlaintext = *sec.AllowPlaintext
-		}
-		if sec.AllowForeignCredentials != nil {
-			sp.AllowForeignCredentials = *sec.AllowForeignCredentials
-		}
-		for i, h := range sec.Hosts {
-			p, err := policy.ParseHostPattern(h)
-			if err != nil {
-				return nil, fe(fmt.Sprintf("%s.hosts[%d]", field, i), "%v", err)
-			}
-			if p.IsAny() {
-				return nil, fe(fmt.Sprintf("%s.hosts[%d]", field, i), "\"*\" would send the secret anywhere")
-			}
-			sp.Hosts = append(sp.Hosts, p)
-		}
-		for i, in := range sec.Inject {
-			pl, err := secrets.ParsePlace(in)
-			if err != nil {
-				return nil, fe(fmt.Sprintf("%s.inject[%d]", field, i), "%v", err)
-			}
-			sp.Inject |= pl
-		}
-		if sp.Inject == 0 {
-			sp.Inject = secrets.Header
-		}
-		cfg.Secrets = append(cfg.Secrets, sp)
 	}
-	return cfg, nil
+	if n != 1 {
+		return src, fieldError(file, field, "set exactly one of value, env or file (found %d)", n)
+	}
+	return src, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -417,100 +493,137 @@ func normUpstream(u string) (string, error) {
 
 var validMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 
+// validateRules checks [[network.rules]] (file names them in errors) and
+// converts them to policy rules. The checks that span a rule's fields are
+// policy.New's.
 func validateRules(file string, in []Rule) ([]policy.Rule, error) {
 	var out []policy.Rule
 	for i, r := range in {
-		field := func(f string) string { return fmt.Sprintf("network.rules[%d].%s", i, f) }
-		fe := func(f string, format string, args ...any) error {
-			return &FieldError{File: file, Field: field(f), Err: fmt.Errorf(format, args...)}
-		}
-		pr := policy.Rule{Action: policy.Allow, Proto: policy.ProtoHTTP}
-		if r.Name != nil {
-			pr.Name = *r.Name
-		}
-		if r.Action != nil {
-			switch *r.Action {
-			case "allow":
-			case "deny":
-				pr.Action = policy.Deny
-			default:
-				return nil, fe("action", "%q: want \"allow\" or \"deny\"", *r.Action)
-			}
-		}
-		if r.Protocol != nil {
-			p, err := policy.ParseProto(*r.Protocol)
-			if err != nil {
-				return nil, fe("protocol", "%v", err)
-			}
-			if p == policy.ProtoUDP {
-				return nil, fe("protocol", "udp is not relayed by the gateway yet (DNS is served by the gateway's resolver)")
-			}
-			pr.Proto = p
-		}
-		for j, h := range r.Hosts {
-			hp, err := policy.ParseHostPattern(h)
-			if err != nil {
-				if hh, herr := policy.NormalizeHost(h); herr == nil && hh.IsIP() {
-					return nil, fe(fmt.Sprintf("hosts[%d]", j), "%q is an IP address: put it in cidrs", h)
-				}
-				if strings.Contains(h, ":") {
-					return nil, fe(fmt.Sprintf("hosts[%d]", j), "%q: put ports in ports, not in hosts", h)
-				}
-				return nil, fe(fmt.Sprintf("hosts[%d]", j), "%v", err)
-			}
-			pr.Hosts = append(pr.Hosts, hp)
-		}
-		for j, c := range r.CIDRs {
-			var p netip.Prefix
-			var err error
-			if strings.Contains(c, "/") {
-				p, err = netip.ParsePrefix(c)
-			} else {
-				var a netip.Addr
-				a, err = netip.ParseAddr(c)
-				if err == nil {
-					p = netip.PrefixFrom(a, a.BitLen())
-				}
-			}
-			if err != nil || p.Addr().Zone() != "" {
-				return nil, fe(fmt.Sprintf("cidrs[%d]", j), "%q is not a CIDR or IP address", c)
-			}
-			if p.Masked() != p {
-				return nil, fe(fmt.Sprintf("cidrs[%d]", j), "%q has host bits set (did you mean %s?)", c, p.Masked())
-			}
-			pr.CIDRs = append(pr.CIDRs, p)
-		}
-		for j, m := range r.Methods {
-			up := strings.ToUpper(m)
-			if !slices.Contains(validMethods, up) {
-				return nil, fe(fmt.Sprintf("methods[%d]", j), "%q is not an HTTP method (%s)", m, strings.Join(validMethods, ", "))
-			}
-			pr.Methods = append(pr.Methods, up)
-		}
-		for j, p := range r.Ports {
-			if p < 1 || p > 65535 {
-				return nil, fe(fmt.Sprintf("ports[%d]", j), "%d is not a port (1-65535)", p)
-			}
-			pr.Ports = append(pr.Ports, uint16(p))
-		}
-		for j, p := range r.Paths {
-			pp, err := policy.ParsePathPattern(p)
-			if err != nil {
-				return nil, fe(fmt.Sprintf("paths[%d]", j), "%v", err)
-			}
-			pr.Paths = append(pr.Paths, pp)
-		}
-		if r.WebSocket != nil {
-			pr.WebSocket = *r.WebSocket
-		}
-		if r.AllowForeignCredentials != nil {
-			pr.AllowForeignCredentials = *r.AllowForeignCredentials
+		pr, err := validateRule(file, i, r)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, pr)
 	}
 	return out, nil
 }
 
+// validateRule checks the fields of network.rules[i] one by one.
+func validateRule(file string, i int, r Rule) (policy.Rule, error) {
+	fe := func(f string, format string, args ...any) error {
+		return fieldError(file, fmt.Sprintf("network.rules[%d].%s", i, f), format, args...)
+	}
+	pr := policy.Rule{Action: policy.Allow, Proto: policy.ProtoHTTP}
+	if r.Name != nil {
+		pr.Name = *r.Name
+	}
+	if r.Action != nil {
+		switch *r.Action {
+		case "allow":
+		case "deny":
+			pr.Action = policy.Deny
+		default:
+			return pr, fe("action", "%q: want \"allow\" or \"deny\"", *r.Action)
+		}
+	}
+	if r.Protocol != nil {
+		p, err := policy.ParseProto(*r.Protocol)
+		if err != nil {
+			return pr, fe("protocol", "%v", err)
+		}
+		if p == policy.ProtoUDP {
+			return pr, fe("protocol", "udp is not relayed by the gateway yet (DNS is served by the gateway's resolver)")
+		}
+		pr.Proto = p
+	}
+	var err error
+	if pr.Hosts, err = ruleHosts(r.Hosts, fe); err != nil {
+		return pr, err
+	}
+	if pr.CIDRs, err = ruleCIDRs(r.CIDRs, fe); err != nil {
+		return pr, err
+	}
+	for j, m := range r.Methods {
+		up := strings.ToUpper(m)
+		if !slices.Contains(validMethods, up) {
+			return pr, fe(fmt.Sprintf("methods[%d]", j), "%q is not an HTTP method (%s)", m, strings.Join(validMethods, ", "))
+		}
+		pr.Methods = append(pr.Methods, up)
+	}
+	for j, p := range r.Ports {
+		if p < 1 || p > 65535 {
+			return pr, fe(fmt.Sprintf("ports[%d]", j), "%d is not a port (1-65535)", p)
+		}
+		pr.Ports = append(pr.Ports, uint16(p))
+	}
+	for j, p := range r.Paths {
+		pp, err := policy.ParsePathPattern(p)
+		if err != nil {
+			return pr, fe(fmt.Sprintf("paths[%d]", j), "%v", err)
+		}
+		pr.Paths = append(pr.Paths, pp)
+	}
+	if r.WebSocket != nil {
+		pr.WebSocket = *r.WebSocket
+	}
+	if r.AllowForeignCredentials != nil {
+		pr.AllowForeignCredentials = *r.AllowForeignCredentials
+	}
+	return pr, nil
+}
+
+// keyError makes the FieldError of a key below a fixed prefix (one rule,
+// [gateway]).
+type keyError func(key, format string, args ...any) error
+
+// ruleHosts checks a rule's host patterns; the error says where an IP
+// address or a port belongs instead.
+func ruleHosts(hosts []string, fe keyError) ([]policy.HostPattern, error) {
+	var out []policy.HostPattern
+	for j, h := range hosts {
+		hp, err := policy.ParseHostPattern(h)
+		if err != nil {
+			if hh, herr := policy.NormalizeHost(h); herr == nil && hh.IsIP() {
+				return nil, fe(fmt.Sprintf("hosts[%d]", j), "%q is an IP address: put it in cidrs", h)
+			}
+			if strings.Contains(h, ":") {
+				return nil, fe(fmt.Sprintf("hosts[%d]", j), "%q: put ports in ports, not in hosts", h)
+			}
+			return nil, fe(fmt.Sprintf("hosts[%d]", j), "%v", err)
+		}
+		out = append(out, hp)
+	}
+	return out, nil
+}
+
+// ruleCIDRs checks a rule's CIDRs; a bare address is a one-address prefix.
+func ruleCIDRs(cidrs []string, fe keyError) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for j, c := range cidrs {
+		var p netip.Prefix
+		var err error
+		if strings.Contains(c, "/") {
+			p, err = netip.ParsePrefix(c)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(c)
+			if err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil || p.Addr().Zone() != "" {
+			return nil, fe(fmt.Sprintf("cidrs[%d]", j), "%q is not a CIDR or IP address", c)
+		}
+		if p.Masked() != p {
+			return nil, fe(fmt.Sprintf("cidrs[%d]", j), "%q has host bits set (did you mean %s?)", c, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// validateGateway checks [gateway]; nil, and every key unset, mean the
+// defaults.
 func validateGateway(file string, g *Gateway) (GatewayConfig, error) {
 	out := GatewayConfig{
 		Listen:            DefaultListen,
@@ -525,48 +638,10 @@ func validateGateway(file string, g *Gateway) (GatewayConfig, error) {
 		return out, nil
 	}
 	fe := func(f string, format string, args ...any) error {
-		return &FieldError{File: file, Field: "gateway." + f, Err: fmt.Errorf(format, args...)}
+		return fieldError(file, "gateway."+f, format, args...)
 	}
-	addr := func(f string, v *string, dst *string) error {
-		if v == nil {
-			return nil
-		}
-		if *v == "" {
-			*dst = ""
-			return nil
-		}
-		if _, _, err := net.SplitHostPort(*v); err != nil {
-			return fe(f, "%q is not host:port", *v)
-		}
-		*dst = *v
-		return nil
-	}
-	if err := addr("listen", g.Listen, &out.Listen); err != nil {
+	if err := gatewayPlaces(g, &out, fe); err != nil {
 		return out, err
-	}
-	if err := addr("transparent_listen", g.TransparentListen, &out.TransparentListen); err != nil {
-		return out, err
-	}
-	if err := addr("dns_listen", g.DNSListen, &out.DNSListen); err != nil {
-		return out, err
-	}
-	if g.AdminSocket != nil {
-		if !strings.HasPrefix(*g.AdminSocket, "/") {
-			return out, fe("admin_socket", "%q must be an absolute path", *g.AdminSocket)
-		}
-		out.AdminSocket = *g.AdminSocket
-	}
-	if g.Receipts != nil {
-		if !strings.HasPrefix(*g.Receipts, "/") {
-			return out, fe("receipts", "%q must be an absolute path", *g.Receipts)
-		}
-		out.Receipts = *g.Receipts
-	}
-	for i, b := range g.ExtraCABundles {
-		if !strings.HasPrefix(b, "/") {
-			return out, fe(fmt.Sprintf("extra_ca_bundles[%d]", i), "%q must be an absolute path", b)
-		}
-		out.ExtraCABundles = append(out.ExtraCABundles, b)
 	}
 	if g.MaxHeaderBytes != nil {
 		v := *g.MaxHeaderBytes
@@ -575,30 +650,74 @@ func validateGateway(file string, g *Gateway) (GatewayConfig, error) {
 		}
 		out.MaxHeaderBytes = int(v)
 	}
-	if t := g.Timeouts; t != nil {
-		for _, x := range []struct {
-			name string
-			v    *string
-			dst  *time.Duration
-			zero bool
-		}{
-			{"read_header", t.ReadHeader, &out.ReadHeaderTimeout, false},
-			{"idle", t.Idle, &out.IdleTimeout, false},
-			{"dial", t.Dial, &out.DialTimeout, false},
-			{"tls_handshake", t.TLSHandshake, &out.TLSHandshake, false},
-			{"response_header", t.ResponseHeader, &out.ResponseHeader, true},
-		} {
-			if x.v == nil {
-				continue
-			}
-			d, err := time.ParseDuration(*x.v)
-			if err != nil || d < 0 || (d == 0 && !x.zero) {
-				return out, fe("timeouts."+x.name, "%q is not a positive duration (e.g. \"10s\")", *x.v)
-			}
-			*x.dst = d
-		}
+	if g.Timeouts != nil {
+		return out, gatewayTimeouts(g.Timeouts, &out, fe)
 	}
 	return out, nil
+}
+
+// gatewayPlaces checks the listen addresses (host:port; "" turns a
+// listener off) and the absolute paths of [gateway] into out.
+func gatewayPlaces(g *Gateway, out *GatewayConfig, fe keyError) error {
+	for _, a := range []struct {
+		name string
+		v    *string
+		dst  *string
+		path bool // an absolute path, else a listen address
+	}{
+		{"listen", g.Listen, &out.Listen, false},
+		{"transparent_listen", g.TransparentListen, &out.TransparentListen, false},
+		{"dns_listen", g.DNSListen, &out.DNSListen, false},
+		{"admin_socket", g.AdminSocket, &out.AdminSocket, true},
+		{"receipts", g.Receipts, &out.Receipts, true},
+	} {
+		if a.v == nil {
+			continue
+		}
+		if a.path && !strings.HasPrefix(*a.v, "/") {
+			return fe(a.name, "%q must be an absolute path", *a.v)
+		}
+		if !a.path && *a.v != "" {
+			if _, _, err := net.SplitHostPort(*a.v); err != nil {
+				return fe(a.name, "%q is not host:port", *a.v)
+			}
+		}
+		*a.dst = *a.v
+	}
+	for i, b := range g.ExtraCABundles {
+		if !strings.HasPrefix(b, "/") {
+			return fe(fmt.Sprintf("extra_ca_bundles[%d]", i), "%q must be an absolute path", b)
+		}
+		out.ExtraCABundles = append(out.ExtraCABundles, b)
+	}
+	return nil
+}
+
+// gatewayTimeouts checks [gateway.timeouts] into out: positive durations,
+// and 0 (no limit) for response_header.
+func gatewayTimeouts(t *Timeouts, out *GatewayConfig, fe keyError) error {
+	for _, x := range []struct {
+		name string
+		v    *string
+		dst  *time.Duration
+		zero bool
+	}{
+		{"read_header", t.ReadHeader, &out.ReadHeaderTimeout, false},
+		{"idle", t.Idle, &out.IdleTimeout, false},
+		{"dial", t.Dial, &out.DialTimeout, false},
+		{"tls_handshake", t.TLSHandshake, &out.TLSHandshake, false},
+		{"response_header", t.ResponseHeader, &out.ResponseHeader, true},
+	} {
+		if x.v == nil {
+			continue
+		}
+		d, err := time.ParseDuration(*x.v)
+		if err != nil || d < 0 || (d == 0 && !x.zero) {
+			return fe("timeouts."+x.name, "%q is not a positive duration (e.g. \"10s\")", *x.v)
+		}
+		*x.dst = d
+	}
+	return nil
 }
 
 // Decode strictly decodes TOML holding only the gateway's sections; unknown

@@ -234,3 +234,145 @@ hosts = ["api.test"]
 		t.Fatalf("default must not opt out: %+v", d)
 	}
 }
+
+// Every validation error, word for word: users (and tests elsewhere) rely on
+// them naming the file, the key path and the value, and on the first error
+// in file order (network, presets, DNS, gateway, secrets) being the one
+// reported.
+func TestErrorMessages(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		toml string
+		want string
+	}{
+		{"[network]\npolicy = \"open\"",
+			"cfg.toml: network.policy: \"open\": want \"none\" or \"proxied\""},
+		{"[network]\npresets = [\"github\", \"github\"]",
+			"cfg.toml: network.presets[1]: \"github\" is named twice"},
+		{"[network]\npresets = [\"nosuch\"]",
+			"cfg.toml: network.presets[0]: unknown preset \"nosuch\" (built in: anthropic, debian, github, go-modules, npm, openai, pypi, vscode)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nprotocol = \"tcp\"",
+			"cfg.toml: network.rules[0].ports: tcp rules must name their ports explicitly"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\naction = \"permit\"",
+			"cfg.toml: network.rules[0].action: \"permit\": want \"allow\" or \"deny\""},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nprotocol = \"smtp\"",
+			"cfg.toml: network.rules[0].protocol: unknown protocol \"smtp\" (want http, tcp or udp)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nprotocol = \"udp\"\nports = [53]",
+			"cfg.toml: network.rules[0].protocol: udp is not relayed by the gateway yet (DNS is served by the gateway's resolver)"},
+		{"[[network.rules]]\nhosts = [\"1.2.3.4\"]",
+			"cfg.toml: network.rules[0].hosts[0]: \"1.2.3.4\" is an IP address: put it in cidrs"},
+		{"[[network.rules]]\nhosts = [\"a.com:22\"]",
+			"cfg.toml: network.rules[0].hosts[0]: \"a.com:22\": put ports in ports, not in hosts"},
+		{"[[network.rules]]\nhosts = [\"bad*.com\"]",
+			"cfg.toml: network.rules[0].hosts[0]: malformed host: \"bad*.com\": '*' is allowed only as the whole leftmost label (\"*.example.com\")"},
+		{"[[network.rules]]\ncidrs = [\"ten\"]",
+			"cfg.toml: network.rules[0].cidrs[0]: \"ten\" is not a CIDR or IP address"},
+		{"[[network.rules]]\ncidrs = [\"10.0.0.1/8\"]",
+			"cfg.toml: network.rules[0].cidrs[0]: \"10.0.0.1/8\" has host bits set (did you mean 10.0.0.0/8?)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nmethods = [\"FETCH\"]",
+			"cfg.toml: network.rules[0].methods[0]: \"FETCH\" is not an HTTP method (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE, CONNECT)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nports = [70000]",
+			"cfg.toml: network.rules[0].ports[0]: 70000 is not a port (1-65535)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\npaths = [\"/a/../b\"]",
+			"cfg.toml: network.rules[0].paths[0]: malformed path: \"/a/../b\": dot segment"},
+		{"[[network.rules]]\nname = \"empty\"",
+			"cfg.toml: network.rules[0].hosts: a rule must name at least one host or CIDR"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\naction = \"deny\"\nwebsocket = true",
+			"cfg.toml: network.rules[0].websocket: websocket is only meaningful on allow rules"},
+		{"[[network.rules]]\nhosts = [\"*\"]\nprotocol = \"tcp\"\nports = [22]",
+			"cfg.toml: network.rules[0].hosts[0]: tcp rules must name hosts, not \"*\""},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nprotocol = \"tcp\"\nports = [22]\npaths = [\"/x\"]",
+			"cfg.toml: network.rules[0].paths: paths apply to http rules only, not tcp"},
+		{"[network.dns]\nblock = \"refuse\"",
+			"cfg.toml: network.dns.block: \"refuse\": want \"sinkhole\" or \"nxdomain\""},
+		{"[network.dns]\nsinkhole = \"127.0.0.1\"",
+			"cfg.toml: network.dns.sinkhole: \"127.0.0.1\" is not a unicast, non-loopback IPv4 address"},
+		{"[network.dns]\nupstream = [\"dns.google\"]",
+			"cfg.toml: network.dns.upstream[0]: \"dns.google\": want an IP address or ip:port (names cannot be resolved before DNS exists)"},
+		{"[network.dns]\nupstream = [\"1.1.1.1:0\"]",
+			"cfg.toml: network.dns.upstream[0]: \"1.1.1.1:0\": port 0"},
+		{"[network.dns.overrides]\n\"1.2.3.4\" = [\"10.0.0.1\"]",
+			"cfg.toml: network.dns.overrides: key \"1.2.3.4\" is not a host name"},
+		{"[network.dns.overrides]\n\"a.com\" = []",
+			"cfg.toml: network.dns.overrides.\"a.com\": needs at least one address"},
+		{"[network.dns.overrides]\n\"a.com\" = [\"10.0.0.1\", \"ten\"]",
+			"cfg.toml: network.dns.overrides.\"a.com\"[1]: \"ten\" is not an IP address"},
+		{"[gateway]\nlisten = \"3128\"",
+			"cfg.toml: gateway.listen: \"3128\" is not host:port"},
+		{"[gateway]\ntransparent_listen = \"x\"",
+			"cfg.toml: gateway.transparent_listen: \"x\" is not host:port"},
+		{"[gateway]\ndns_listen = \"y\"",
+			"cfg.toml: gateway.dns_listen: \"y\" is not host:port"},
+		{"[gateway]\nadmin_socket = \"admin.sock\"",
+			"cfg.toml: gateway.admin_socket: \"admin.sock\" must be an absolute path"},
+		{"[gateway]\nreceipts = \"r.jsonl\"",
+			"cfg.toml: gateway.receipts: \"r.jsonl\" must be an absolute path"},
+		{"[gateway]\nextra_ca_bundles = [\"/ok.pem\", \"ca.pem\"]",
+			"cfg.toml: gateway.extra_ca_bundles[1]: \"ca.pem\" must be an absolute path"},
+		{"[gateway]\nmax_header_bytes = 100",
+			"cfg.toml: gateway.max_header_bytes: 100: want 4096..1048576"},
+		{"[gateway.timeouts]\nread_header = \"0s\"",
+			"cfg.toml: gateway.timeouts.read_header: \"0s\" is not a positive duration (e.g. \"10s\")"},
+		{"[gateway.timeouts]\nidle = \"forever\"",
+			"cfg.toml: gateway.timeouts.idle: \"forever\" is not a positive duration (e.g. \"10s\")"},
+		{"[gateway.timeouts]\ndial = \"-1s\"",
+			"cfg.toml: gateway.timeouts.dial: \"-1s\" is not a positive duration (e.g. \"10s\")"},
+		{"[gateway.timeouts]\ntls_handshake = \"1\"",
+			"cfg.toml: gateway.timeouts.tls_handshake: \"1\" is not a positive duration (e.g. \"10s\")"},
+		{"[gateway.timeouts]\nresponse_header = \"-1s\"",
+			"cfg.toml: gateway.timeouts.response_header: \"-1s\" is not a positive duration (e.g. \"10s\")"},
+		{"[secrets.\"BAD-NAME\"]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.BAD-NAME: secret names must be environment variable names ([A-Za-z_][A-Za-z0-9_]*)"},
+		{"[secrets.X]\nvalue = \"\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.X.value: empty"},
+		{"[secrets.X]\nenv = \"A-B\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.X.env: \"A-B\" is not an environment variable name"},
+		{"[secrets.X]\nfile = \"rel/path\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.X.file: \"rel/path\" must be an absolute path"},
+		{"[secrets.X]\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.X: set exactly one of value, env or file (found 0)"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nenv = \"Y\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.X: set exactly one of value, env or file (found 2)"},
+		{"[secrets.X]\nvalue = \"v-12345678\"",
+			"cfg.toml: secrets.X.hosts: a secret must name the hosts it may be sent to"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\", \"bad*.com\"]",
+			"cfg.toml: secrets.X.hosts[1]: malformed host: \"bad*.com\": '*' is allowed only as the whole leftmost label (\"*.example.com\")"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"*\"]",
+			"cfg.toml: secrets.X.hosts[0]: \"*\" would send the secret anywhere"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\ninject = [\"header\", \"cookie\"]",
+			"cfg.toml: secrets.X.inject[1]: unknown injection place \"cookie\" (want header, query or body)"},
+		{"[network]\npolicy = \"proxied\"\n[gateway]\nlisten = \"bad\"\n[secrets.X]\nvalue = \"\"",
+			"cfg.toml: gateway.listen: \"bad\" is not host:port"},
+		{"[network]\npolicy = \"open\"\n[[network.rules]]\nname = \"empty\"",
+			"cfg.toml: network.policy: \"open\": want \"none\" or \"proxied\""},
+		{"[[network.rules]]\nname = \"empty\"\n[network.dns]\nblock = \"refuse\"",
+			"cfg.toml: network.rules[0].hosts: a rule must name at least one host or CIDR"},
+		{"[network.dns]\nblock = \"refuse\"\n[gateway]\nlisten = \"3128\"",
+			"cfg.toml: network.dns.block: \"refuse\": want \"sinkhole\" or \"nxdomain\""},
+		{"[network.dns]\nblock = \"nxdomain\"\nsinkhole = \"127.0.0.1\"",
+			"cfg.toml: network.dns.sinkhole: \"127.0.0.1\" is not a unicast, non-loopback IPv4 address"},
+		{"[network]\npresets = [\"nosuch\"]\n[[network.rules]]\nhosts = [\"a.com\"]\nprotocol = \"tcp\"",
+			"cfg.toml: network.presets[0]: unknown preset \"nosuch\" (built in: anthropic, debian, github, go-modules, npm, openai, pypi, vscode)"},
+		{"[[network.rules]]\nhosts = [\"a.com\"]\nports = [0]\n[network]\npresets = [\"nosuch\"]",
+			"cfg.toml: network.rules[0].ports[0]: 0 is not a port (1-65535)"},
+		{"[secrets.B]\nvalue = \"\"\nhosts = [\"a.com\"]\n[secrets.A]\nenv = \"A-B\"\nhosts = [\"a.com\"]",
+			"cfg.toml: secrets.A.env: \"A-B\" is not an environment variable name"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"bad*.com\"]\ninject = [\"cookie\"]",
+			"cfg.toml: secrets.X.hosts[0]: malformed host: \"bad*.com\": '*' is allowed only as the whole leftmost label (\"*.example.com\")"},
+	}
+	for _, tc := range tests {
+		s, err := Decode("cfg.toml", []byte(tc.toml))
+		if err != nil {
+			t.Fatalf("%q: decode: %v", tc.toml, err)
+		}
+		_, err = Validate("cfg.toml", s)
+		if err == nil || err.Error() != tc.want || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q:\n got  %v\n want %s", tc.toml, err, tc.want)
+		}
+	}
+	// A nil secret table cannot come from TOML, only from a caller.
+	_, err := Validate("cfg.toml", &Sections{Secrets: map[string]*Secret{"X": nil}})
+	if err == nil || err.Error() != "cfg.toml: secrets.X: empty" {
+		t.Errorf("nil secret: %v", err)
+	}
+}
