@@ -33,8 +33,63 @@ func buildView(p Policy) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	specs, links, err := viewSpecs(p)
+	if err != nil {
+		return err
+	}
+	defer closeSpecs(specs)
+	if err := cloneSources(specs); err != nil {
+		return err
+	}
+	// The new root: a tmpfs mounted over the private temp dir (an empty
+	// directory that only serves as the mount point).
+	root := p.TempDir
+	if err := unix.Mount("vak-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	if err := placeMounts(p, root, specs); err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("symlink %s: %w", l[0], err)
+		}
+	}
+	finishDev(root)
+	if err := mountProc(root); err != nil {
+		return err
+	}
+	if err := mountProtected(p, root); err != nil {
+		return err
+	}
+	return pivotInto(root)
+}
+
+// viewSpecs lists the view's mounts, in the order in which mounts of the
+// same depth are placed, and the system paths that are symbolic links
+// (recreated in the view: target -> link text).
+func viewSpecs(p Policy) ([]*mountSpec, [][2]string, error) {
+	specs, links, err := systemSpecs(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	// HOME is an empty private tmpfs, or the persistent home (HomeSource);
+	// a workspace below it is mounted into it.
+	if p.Home != "" && p.Home != "/" {
+		specs = append(specs, &mountSpec{target: p.Home, source: p.HomeSource})
+	} else if p.HomeSource != "" {
+		return nil, nil, fmt.Errorf("a persistent home needs a home directory other than / (HOME is %q)", p.Home)
+	}
+	specs = append(specs, &mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite})
+	specs = append(specs, scratchSpecs()...)
+	return append(specs, maskSpecs()...), links, nil
+}
+
+// systemSpecs are the host's system paths (read-only), the read and write
+// paths of the trusted config, and the fence's trust files.
+func systemSpecs(p Policy) ([]*mountSpec, [][2]string, error) {
 	var specs []*mountSpec
-	var links [][2]string // symlinks to recreate: target -> link text
+	var links [][2]string
 	sys := p.SystemPaths
 	if sys == nil {
 		sys = DefaultSystemPaths
@@ -47,7 +102,7 @@ func buildView(p Policy) error {
 		if fi.Mode()&os.ModeSymlink != 0 {
 			dest, err := os.Readlink(s)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			links = append(links, [2]string{s, dest})
 			continue
@@ -65,26 +120,31 @@ func buildView(p Policy) error {
 		// that the masked /etc/vak stays empty.
 		specs = append(specs, &mountSpec{target: sandbox.FenceTrustDir, source: p.Fence.TrustDir, ro: true})
 	}
-	// HOME is an empty private tmpfs, or the persistent home (HomeSource);
-	// a workspace below it is mounted into it.
-	if p.Home != "" && p.Home != "/" {
-		specs = append(specs, &mountSpec{target: p.Home, source: p.HomeSource})
-	} else if p.HomeSource != "" {
-		return fmt.Errorf("a persistent home needs a home directory other than / (HOME is %q)", p.Home)
-	}
-	specs = append(specs,
-		&mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite},
+	return specs, links, nil
+}
+
+// scratchSpecs are the view's private tmpfs mounts (/tmp, /dev, /dev/shm)
+// and the device nodes bound into its /dev.
+func scratchSpecs() []*mountSpec {
+	specs := []*mountSpec{
 		// /tmp is a tmpfs of sandbox.limits.tmpfs bytes like HOME and
 		// /dev/shm, not a directory on the host's disk.
-		&mountSpec{target: "/tmp"},
-		&mountSpec{target: "/dev"},
-		&mountSpec{target: "/dev/shm"},
-	)
+		{target: "/tmp"},
+		{target: "/dev"},
+		{target: "/dev/shm"},
+	}
 	for _, d := range DevNodes {
 		if _, err := os.Stat("/dev/" + d); err == nil {
 			specs = append(specs, &mountSpec{target: "/dev/" + d, source: "/dev/" + d, file: true})
 		}
 	}
+	return specs
+}
+
+// maskSpecs hide the MaskedPaths that exist: an empty read-only tmpfs over
+// a directory, /dev/null over a file.
+func maskSpecs() []*mountSpec {
+	var specs []*mountSpec
 	for _, m := range MaskedPaths {
 		fi, err := os.Lstat(m)
 		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
@@ -96,8 +156,13 @@ func buildView(p Policy) error {
 			specs = append(specs, &mountSpec{target: m, source: "/dev/null", ro: true, file: true})
 		}
 	}
+	return specs
+}
 
-	// Clone every source first.
+// cloneSources clones every spec's source (a detached, recursive copy of
+// its mounts) and sets its attributes: nosuid, nodev except for device
+// nodes, read-only where asked.
+func cloneSources(specs []*mountSpec) error {
 	for _, s := range specs {
 		if s.source == "" {
 			continue
@@ -118,21 +183,22 @@ func buildView(p Policy) error {
 			return fmt.Errorf("set attributes of %s: %w", s.source, err)
 		}
 	}
-	defer func() {
-		for _, s := range specs {
-			if s.fd > 0 {
-				unix.Close(s.fd)
-			}
-		}
-	}()
+	return nil
+}
 
-	// The new root: a tmpfs mounted over the private temp dir (an empty
-	// directory that only serves as the mount point).
-	root := p.TempDir
-	if err := unix.Mount("vak-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
-		return fmt.Errorf("mount root tmpfs: %w", err)
+// closeSpecs closes the clones that were not mounted.
+func closeSpecs(specs []*mountSpec) {
+	for _, s := range specs {
+		if s.fd > 0 {
+			unix.Close(s.fd)
+		}
 	}
-	// Shallow targets first, so deeper ones land inside them.
+}
+
+// placeMounts mounts every spec into the view at root, shallow targets
+// first so that deeper ones land inside them. Once the persistent home is
+// mounted, the mounts below it are made through it (mountBeneath).
+func placeMounts(p Policy, root string, specs []*mountSpec) error {
 	slices.SortStableFunc(specs, func(a, b *mountSpec) int {
 		return strings.Count(a.target, "/") - strings.Count(b.target, "/")
 	})
@@ -143,7 +209,6 @@ func buildView(p Policy) error {
 		}
 	}()
 	for _, s := range specs {
-		dst := filepath.Join(root, s.target)
 		if homeFD >= 0 && s.target != p.Home && paths.Within(p.Home, s.target) {
 			// Below the persistent home: its directories are the
 			// sandbox's from earlier runs, so a link there must not move
@@ -153,73 +218,99 @@ func buildView(p Policy) error {
 			}
 			continue
 		}
-		if s.file {
-			if err := makeFileMountPoint(dst); err != nil {
-				return fmt.Errorf("create mount point %s: %w", s.target, err)
-			}
-		} else if err := os.MkdirAll(dst, 0o755); err != nil && !errors.Is(err, unix.EROFS) {
-			return fmt.Errorf("create mount point %s: %w", s.target, err)
+		if err := placeMount(p, root, s); err != nil {
+			return err
 		}
-		if s.source == "" {
-			flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-			opts := "mode=0755,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
-			if s.target == "/dev/shm" || s.target == "/tmp" {
-				opts = "mode=1777,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
-			}
-			if s.target == p.Home {
-				opts = "mode=0700,size=" + fmt.Sprint(p.Limits.WithDefaults().TmpfsSize)
-			}
-			if s.ro {
-				flags |= unix.MS_RDONLY
-				opts = "mode=0755,size=4k"
-			}
-			if err := unix.Mount("vak-tmp", dst, "tmpfs", flags, opts); err != nil {
-				return fmt.Errorf("mount tmpfs on %s: %w", s.target, err)
-			}
-			if s.target == p.Home {
-				os.Chown(dst, 0, 0) // root of the outer user ns = the invoking user
-			}
-			continue
-		}
-		if err := unix.MoveMount(s.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", s.source, s.target, err)
-		}
-		unix.Close(s.fd)
-		s.fd = 0
 		if s.target == p.Home && p.HomeSource != "" {
-			fd, err := unix.Open(dst, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(filepath.Join(root, s.target), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("open the view's home: %w", err)
 			}
 			homeFD = fd
 		}
 	}
-	for _, l := range links {
-		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("symlink %s: %w", l[0], err)
+	return nil
+}
+
+// placeMount creates s's mount point in the view at root and mounts s on
+// it: its clone, or a tmpfs (mode 1777 for /tmp and /dev/shm, 0700 and
+// owned by the invoking user for a fresh home).
+func placeMount(p Policy, root string, s *mountSpec) error {
+	dst := filepath.Join(root, s.target)
+	if s.file {
+		if err := makeFileMountPoint(dst); err != nil {
+			return fmt.Errorf("create mount point %s: %w", s.target, err)
 		}
+	} else if err := os.MkdirAll(dst, 0o755); err != nil && !errors.Is(err, unix.EROFS) {
+		return fmt.Errorf("create mount point %s: %w", s.target, err)
 	}
+	if s.source == "" {
+		mode := "0755"
+		switch {
+		case s.target == p.Home:
+			mode = "0700"
+		case s.target == "/dev/shm" || s.target == "/tmp":
+			mode = "1777"
+		}
+		if err := mountTmpfs(dst, s, mode, p.Limits); err != nil {
+			return err
+		}
+		if s.target == p.Home {
+			os.Chown(dst, 0, 0) // root of the outer user ns = the invoking user
+		}
+		return nil
+	}
+	if err := unix.MoveMount(s.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", s.source, s.target, err)
+	}
+	unix.Close(s.fd)
+	s.fd = 0
+	return nil
+}
+
+// mountTmpfs mounts s's tmpfs on dst: sandbox.limits.tmpfs bytes of the
+// given mode, or an empty read-only one of 4k when s is read-only (a mask).
+func mountTmpfs(dst string, s *mountSpec, mode string, lim sandbox.Limits) error {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	opts := "mode=" + mode + ",size=" + fmt.Sprint(lim.WithDefaults().TmpfsSize)
+	if s.ro {
+		flags |= unix.MS_RDONLY
+		opts = "mode=0755,size=4k"
+	}
+	if err := unix.Mount("vak-tmp", dst, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", s.target, err)
+	}
+	return nil
+}
+
+// finishDev adds the usual links of /dev and a private pty instance (for
+// tools that need a terminal; optional) to the view's /dev.
+func finishDev(root string) {
 	for name, dest := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
 		os.Symlink(dest, filepath.Join(root, "dev", name))
 	}
 	if err := os.MkdirAll(filepath.Join(root, "dev", "pts"), 0o755); err == nil {
-		// A private pty instance for tools that need a terminal; optional.
 		unix.Mount("devpts", filepath.Join(root, "dev", "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
 	}
+}
+
+// mountProc mounts a fresh /proc in the view: it shows only the sandbox's
+// own processes. Inside a container whose /proc is partly masked the kernel
+// refuses it; the view then has no /proc at all rather than the host's.
+func mountProc(root string) error {
 	procDir := filepath.Join(root, "proc")
 	if err := os.MkdirAll(procDir, 0o555); err != nil {
 		return err
 	}
-	// A fresh /proc shows only the sandbox's own processes. Inside a
-	// container whose /proc is partly masked the kernel refuses it; the view
-	// then has no /proc at all rather than the host's.
 	if err := unix.Mount("proc", procDir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		fmt.Fprintf(os.Stderr, "vak: landlock: no /proc in the sandbox: %v\n", err)
 	}
-	if err := mountProtected(p, root); err != nil {
-		return err
-	}
-	// Make the root itself read-only, then switch to it.
+	return nil
+}
+
+// pivotInto makes the view's root read-only, switches to it and detaches
+// the host's root.
+func pivotInto(root string) error {
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount root read-only: %w", err)
 	}
@@ -278,17 +369,8 @@ func mountBeneath(homeFD int, home string, s *mountSpec, lim sandbox.Limits) err
 		cur = next
 	}
 	if s.source == "" {
-		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-		opts := "mode=0755,size=" + fmt.Sprint(lim.WithDefaults().TmpfsSize)
-		if s.ro {
-			flags |= unix.MS_RDONLY
-			opts = "mode=0755,size=4k"
-		}
 		// The magic link names the directory cur holds, not a path.
-		if err := unix.Mount("vak-tmp", "/proc/self/fd/"+strconv.Itoa(cur), "tmpfs", flags, opts); err != nil {
-			return fmt.Errorf("mount tmpfs on %s: %w", s.target, err)
-		}
-		return nil
+		return mountTmpfs("/proc/self/fd/"+strconv.Itoa(cur), s, "0755", lim)
 	}
 	if err := unix.MoveMount(s.fd, "", cur, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", s.source, s.target, err)
