@@ -154,82 +154,271 @@ func (b bodyCloser) Close() error { return b.c.Close() }
 
 // forward decides one HTTP request and, if allowed, sends it upstream and
 // streams the (redacted) response back. It writes exactly one receipt.
+//
+// Its concerns are split the way httputil.ReverseProxy.ServeHTTP splits
+// them: decide (pure: the request's own checks and the policy), the
+// outgoing request (outgoing, its Rewrite), the round trip (roundTrip, its
+// Transport), the response (relay, with relayUpgrade for WebSocket), and
+// one error path (fail, its ErrorHandler) for every request that ends
+// without a response to relay.
 func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t target) {
 	p.stats.requests.Add(1)
-	ws := isWebSocket(r)
+	x := exchange{p: p, w: w, r: r, t: t, sess: p.secrets(), ws: isWebSocket(r)}
 	proto := t.scheme
-	if ws {
+	if x.ws {
 		proto = map[string]string{"http": "ws", "https": "wss"}[t.scheme]
 	}
-	sess := p.secrets()
-	rec := p.baseRecord(ci, proto)
-	rec.Method = r.Method
-	rec.Host, rec.Port = t.host.String(), t.port
-	rec.Path = sess.Scrub(r.URL.Path)
-	emitted := false
-	emit := func() {
-		if !emitted {
-			emitted = true
-			p.emit(rec)
-		}
-	}
-	deny := func(status int, reason string) {
-		rec.Decision = receipts.Deny
-		rec.Status, rec.Reason = status, reason
-		emit()
-		writeDenied(w, status, reason)
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler {
-				p.logf("panic while forwarding to %s (connection closed, gateway unaffected): %v", rec.Host, v)
-				rec.Decision = receipts.Deny
-				rec.Reason = "internal error: the request was aborted"
-			}
-			emit()
-			panic(http.ErrAbortHandler)
-		}
-	}()
+	x.rec = p.baseRecord(ci, proto)
+	x.rec.Method = r.Method
+	x.rec.Host, x.rec.Port = t.host.String(), t.port
+	x.rec.Path = x.sess.Scrub(r.URL.Path)
+	defer x.recoverPanic()
 	if p.testHookRequest != nil {
 		p.testHookRequest(r)
 	}
 	if err := p.receiptsBroken(); err != nil {
-		deny(http.StatusServiceUnavailable, err.Error())
+		x.fail(&refusal{status: http.StatusServiceUnavailable, reason: err.Error()})
 		return
 	}
+	v := decide(p.Policy(), x.sess, r, t, x.ws)
+	x.d = v.d
+	x.rec.Rule, x.rec.RuleName = v.d.Rule, v.d.RuleName
+	if v.refused != nil {
+		x.fail(v.refused)
+		return
+	}
+	outreq, err := x.outgoing()
+	if err != nil {
+		x.fail(err)
+		return
+	}
+	x.f = &flow{req: v.req, rec: x.rec}
+	p.track(x.f)
+	defer p.untrack(x.f)
+	defer x.release()
+	resp, err := x.roundTrip(outreq)
+	if err != nil {
+		x.fail(err)
+		return
+	}
+	defer resp.Body.Close()
+	x.rec.Decision = receipts.Allow
+	x.rec.Status = resp.StatusCode
+	x.rec.Reason = x.d.Reason
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		x.relayUpgrade(resp, ci)
+		return
+	}
+	x.relay(resp)
+}
+
+// exchange is one forwarded request: what forward's steps share, and the
+// receipt they fill in.
+type exchange struct {
+	p    *Proxy
+	w    *countingWriter
+	r    *http.Request
+	t    target
+	sess *secrets.Session
+	ws   bool
+	// redact is set when the session has secrets: request parts are
+	// checked and responses redacted.
+	redact bool
+	d      policy.Decision
+	f      *flow
+
+	rec     receipts.Record
+	emitted bool
+	// cr counts the request body sent (nil without a body); used lists the
+	// secrets substituted into the request head, bodyUsed those and the
+	// ones the body's scanner substituted (nil unless it scans).
+	cr       *countReader
+	used     []int
+	bodyUsed *usedSecrets
+
+	// What the round trip holds until forward returns: the HTTP/1 loop's
+	// connection (its in-flight flow), the stop of the flow's closing on
+	// the request context, the cancel of the transport's context.
+	h1     *h1Server
+	stop   func() bool
+	cancel context.CancelFunc
+}
+
+// refusal is a request the gateway answers itself: the receipt's status
+// and reason, and the client's answer (the reason when msg is empty).
+type refusal struct {
+	status int
+	reason string
+	msg    string
+}
+
+func (e *refusal) Error() string { return e.reason }
+
+// verdict is decide's answer: the policy's request and decision, and the
+// refusal when the request is not allowed.
+type verdict struct {
+	req     policy.Request
+	d       policy.Decision
+	refused *refusal
+}
+
+// decide is the decision on one request, without I/O: the request's own
+// checks (its path, names that would carry a placeholder, WebSocket over
+// HTTP/2), then the policy. Until the policy is asked, no rule decides
+// (policy.NoRule).
+func decide(pol *policy.Policy, sess *secrets.Session, r *http.Request, t target, ws bool) verdict {
+	v := verdict{d: policy.Decision{Rule: policy.NoRule}}
 	// "OPTIONS *" (the server itself, not a resource) is decided like any
 	// request, with the path "*", which only rules without paths match.
-	asterisk := r.Method == http.MethodOptions && r.URL.Path == "*" && r.URL.RawQuery == ""
-	if !asterisk {
+	if !isAsterisk(r) {
 		if err := policy.CanonicalPath(r.URL.Path); err != nil {
-			deny(http.StatusBadRequest, err.Error())
-			return
+			v.refused = &refusal{status: http.StatusBadRequest, reason: err.Error()}
+			return v
 		}
 	}
 	// Names travel in the clear (DNS, SNI) and are never substituted.
 	if err := sess.CheckName(t.host.Name); err != nil {
-		deny(http.StatusForbidden, err.Error())
-		return
+		v.refused = &refusal{status: http.StatusForbidden, reason: err.Error()}
+		return v
 	}
 	// Other upgrades (h2c, ...) are optional for the server: the Upgrade
-	// header is dropped with the other hop-by-hop headers below.
+	// header is dropped with the other hop-by-hop headers.
 	if ws && r.ProtoMajor != 1 {
-		deny(http.StatusBadRequest, "WebSocket over HTTP/2 is not supported")
-		return
+		v.refused = &refusal{status: http.StatusBadRequest, reason: "WebSocket over HTTP/2 is not supported"}
+		return v
 	}
-	preq := policy.Request{Proto: policy.ProtoHTTP, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, WebSocket: ws}
-	d := p.Policy().Decide(preq)
-	rec.Rule, rec.RuleName = d.Rule, d.RuleName
-	if !d.Allow {
-		rec.Decision = receipts.Deny
-		rec.Status, rec.Reason = http.StatusForbidden, d.Reason
-		emit()
+	v.req = policy.Request{Proto: policy.ProtoHTTP, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, WebSocket: ws}
+	v.d = pol.Decide(v.req)
+	if !v.d.Allow {
 		// The refusal names the host and the rule, so that a user who sees
 		// it in a client's output knows it is vak's policy speaking.
-		writeDenied(w, http.StatusForbidden, fmt.Sprintf("%s %s:%d: %s (see the [network] rules of the user config)", r.Method, t.host, t.port, d.Reason))
+		v.refused = &refusal{status: http.StatusForbidden, reason: v.d.Reason,
+			msg: fmt.Sprintf("%s %s:%d: %s (see the [network] rules of the user config)", r.Method, t.host, t.port, v.d.Reason)}
+	}
+	return v
+}
+
+// isAsterisk reports an "OPTIONS *" request.
+func isAsterisk(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.URL.Path == "*" && r.URL.RawQuery == ""
+}
+
+// emit writes the receipt, once.
+func (x *exchange) emit() {
+	if !x.emitted {
+		x.emitted = true
+		x.p.emit(x.rec)
+	}
+}
+
+// deny refuses the request: a deny receipt and the gateway's answer.
+func (x *exchange) deny(status int, reason, msg string) {
+	x.rec.Decision = receipts.Deny
+	x.rec.Status, x.rec.Reason = status, reason
+	x.emit()
+	if msg == "" {
+		msg = reason
+	}
+	writeDenied(x.w, status, msg)
+}
+
+// abort writes the receipt and cuts the client's connection, so that the
+// client does not take what it got for a complete response.
+func (x *exchange) abort() {
+	x.emit()
+	panic(http.ErrAbortHandler)
+}
+
+// recoverPanic turns a panic while forwarding into a deny receipt (unless
+// it is an abort, whose receipt is written) and a cut connection, never a
+// dead gateway.
+func (x *exchange) recoverPanic() {
+	if v := recover(); v != nil {
+		if v != http.ErrAbortHandler {
+			x.p.logf("panic while forwarding to %s (connection closed, gateway unaffected): %v", x.rec.Host, v)
+			x.rec.Decision = receipts.Deny
+			x.rec.Reason = "internal error: the request was aborted"
+		}
+		x.abort()
+	}
+}
+
+// fail is the one error path of a request that has no response to relay:
+// refused by the gateway (a refusal, a secret where it may not go, a
+// denied dial), revoked or abandoned while in flight, or failed upstream.
+// It completes the receipt and answers the client, if it is still there.
+func (x *exchange) fail(err error) {
+	x.setBytesOut()
+	if rf, ok := err.(*refusal); ok {
+		x.deny(rf.status, rf.reason, rf.msg)
 		return
 	}
+	var be *secrets.BlockedError
+	var dd *DialDeniedError
+	switch {
+	case errors.As(x.bodyErr(), &be) || errors.As(err, &be):
+		x.deny(http.StatusForbidden, be.Error(), "")
+	case errors.As(err, &dd):
+		x.deny(http.StatusForbidden, dd.Error(), "")
+	case x.f != nil && x.f.revoked.Load():
+		x.rec.Reason = "revoked before the response arrived"
+		x.abort()
+	case x.r.Context().Err() != nil:
+		x.rec.Decision = receipts.Allow
+		x.rec.Reason = x.d.Reason + "; client went away"
+		x.emit()
+	default:
+		x.rec.Decision = receipts.Allow
+		x.rec.Status = http.StatusBadGateway
+		x.rec.Reason = x.d.Reason + "; upstream error: " + x.sess.Scrub(err.Error())
+		x.emit()
+		writeDenied(x.w, http.StatusBadGateway, "upstream error: "+x.sess.Scrub(err.Error()))
+	}
+}
 
+// bodyErr is the request body's first error (a blocked placeholder), if
+// any.
+func (x *exchange) bodyErr() error {
+	if x.cr == nil {
+		return nil
+	}
+	_, err := x.cr.result()
+	return err
+}
+
+// setBytesOut puts the request bytes sent and the secrets substituted
+// into the receipt.
+func (x *exchange) setBytesOut() {
+	if x.cr != nil {
+		x.rec.BytesOut, _ = x.cr.result()
+	}
+	if u := x.bodyUsed; u != nil {
+		u.mu.Lock()
+		x.rec.Secrets = x.sess.Names(u.idx)
+		u.mu.Unlock()
+		return
+	}
+	x.rec.Secrets = x.sess.Names(x.used)
+}
+
+// usedSecrets collects the secrets substituted into a request whose body
+// is scanned: the scanner adds to them on the transport's goroutine.
+type usedSecrets struct {
+	mu  sync.Mutex
+	idx []int
+}
+
+func (u *usedSecrets) add(i int) {
+	u.mu.Lock()
+	u.idx = append(u.idx, i)
+	u.mu.Unlock()
+}
+
+// outgoing makes the request sent upstream from the client's: the
+// decided target, HTTP/1.1, no hop-by-hop headers, secrets substituted
+// where they may go and checked everywhere else.
+func (x *exchange) outgoing() (*http.Request, error) {
+	r, t := x.r, x.t
 	// Keep "trailers" in TE for gRPC; everything else in TE is hop-by-hop.
 	keepTE := headerHasToken(r.Header, "Te", "trailers")
 	// A shallow copy: the outgoing request takes over the incoming one's
@@ -248,88 +437,107 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		// never forwarded.
 		User: r.URL.User,
 	}
-	if asterisk {
+	if isAsterisk(r) {
 		outreq.URL.Path, outreq.URL.Opaque = "", "*"
 	}
 	outreq.Host = ""
 	outreq.Close = false
 	outreq.Proto, outreq.ProtoMajor, outreq.ProtoMinor = "HTTP/1.1", 1, 1
 	removeHopByHop(outreq.Header)
-	if ws {
+	if x.ws {
 		outreq.Header.Set("Connection", "Upgrade")
 		outreq.Header.Set("Upgrade", "websocket")
 	}
 	if keepTE {
 		outreq.Header.Set("Te", "trailers")
 	}
-	redact := sess.Len() > 0
-	if redact {
-		// Ask for gzip only and decode every declared layer below, so the
+	if err := x.secretHeaders(outreq); err != nil {
+		return nil, err
+	}
+	x.outgoingBody(outreq)
+	return outreq, nil
+}
+
+// secretHeaders prepares outreq's head for the secrets of the session:
+// encodings the redactor can read, no foreign credential toward a host
+// with a bound secret, placeholders substituted only over TLS the gateway
+// verified against the host's certificate (or for secrets that allow
+// plaintext).
+func (x *exchange) secretHeaders(outreq *http.Request) error {
+	x.redact = x.sess.Len() > 0
+	if x.redact {
+		// Ask for gzip only and decode every declared layer, so the
 		// redactor sees plain bytes; other encodings are refused.
 		outreq.Header.Set("Accept-Encoding", "gzip")
-		if ws {
+		if x.ws {
 			// permessage-deflate would hide frame payloads from the scanner.
 			outreq.Header.Del("Sec-Websocket-Extensions")
 		}
 		// A foreign credential toward a host with a bound secret would let
 		// the sandbox use an allowed API under someone else's identity.
-		if !d.AllowForeignCredentials {
-			if err := sess.ForeignCredential(t.host, outreq.Header); err != nil {
-				deny(http.StatusForbidden, err.Error())
-				return
+		if !x.d.AllowForeignCredentials {
+			if err := x.sess.ForeignCredential(x.t.host, outreq.Header); err != nil {
+				return &refusal{status: http.StatusForbidden, reason: err.Error()}
 			}
 		}
 	}
-	// Secrets are injected only into requests that leave over TLS the
-	// gateway verified against the host's certificate (or for secrets that
-	// allow plaintext).
-	used, err := sess.RewriteRequest(t.host, outreq, t.scheme == "https")
+	used, err := x.sess.RewriteRequest(x.t.host, outreq, x.t.scheme == "https")
 	outreq.URL.User = nil
 	if err != nil {
-		deny(http.StatusForbidden, err.Error())
-		return
+		return &refusal{status: http.StatusForbidden, reason: err.Error()}
 	}
-	var usedMu sync.Mutex
-	var cr *countReader
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		var src io.Reader = r.Body
-		if redact {
-			// Trailers arrive with the body's end: check them before the
-			// transport sends them (declared ones share r.Trailer).
-			src = &trailerCheck{r: r.Body, check: func() error { return sess.Trailer(t.host, r.Trailer) }}
-			outreq.Trailer = r.Trailer
-			if len(outreq.Trailer) > 0 {
-				// HTTP/1.1 sends trailers only with chunked bodies (an HTTP/2
-				// client may declare both a length and trailers).
-				outreq.ContentLength = -1
-				outreq.Header.Del("Content-Length")
-			}
-		}
-		cr = &countReader{r: src}
-		var rd io.Reader = cr
-		if redact {
-			var subst bool
-			rd, subst = sess.RequestBody(t.host, cr, t.scheme == "https", func(i int) { usedMu.Lock(); used = append(used, i); usedMu.Unlock() })
-			if subst {
-				outreq.ContentLength = -1
-				outreq.Header.Del("Content-Length")
-			}
-			// Errors (a blocked placeholder) surface through countReader's
-			// wrapper below.
-			rd = &errRecorder{r: rd, rec: cr}
-		}
-		outreq.Body = bodyCloser{Reader: rd, c: r.Body}
-	} else {
+	x.used = used
+	return nil
+}
+
+// outgoingBody gives outreq the client's body, counted and, with secrets,
+// scanned (substituted toward bound hosts, blocked elsewhere) together
+// with its trailers.
+func (x *exchange) outgoingBody(outreq *http.Request) {
+	r := x.r
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		outreq.Body = nil
 		outreq.ContentLength = 0
+		return
 	}
+	var src io.Reader = r.Body
+	if x.redact {
+		// Trailers arrive with the body's end: check them before the
+		// transport sends them (declared ones share r.Trailer).
+		sess, host := x.sess, x.t.host
+		src = &trailerCheck{r: r.Body, check: func() error { return sess.Trailer(host, r.Trailer) }}
+		outreq.Trailer = r.Trailer
+		if len(outreq.Trailer) > 0 {
+			// HTTP/1.1 sends trailers only with chunked bodies (an HTTP/2
+			// client may declare both a length and trailers).
+			outreq.ContentLength = -1
+			outreq.Header.Del("Content-Length")
+		}
+	}
+	x.cr = &countReader{r: src}
+	var rd io.Reader = x.cr
+	if x.redact {
+		var subst bool
+		x.bodyUsed = &usedSecrets{idx: x.used}
+		rd, subst = x.sess.RequestBody(x.t.host, x.cr, x.t.scheme == "https", x.bodyUsed.add)
+		if subst {
+			outreq.ContentLength = -1
+			outreq.Header.Del("Content-Length")
+		}
+		// Errors (a blocked placeholder) surface through countReader's
+		// wrapper below.
+		rd = &errRecorder{r: rd, rec: x.cr}
+	}
+	outreq.Body = bodyCloser{Reader: rd, c: r.Body}
+}
 
-	f := &flow{req: preq, rec: rec}
-	p.track(f)
-	defer p.untrack(f)
-
-	var resp *http.Response
-	if r.ProtoMajor < 2 && directEligible(outreq, ws) {
+// roundTrip sends outreq upstream and returns the response head. HTTP/1
+// requests the direct path can carry take it (h1upstream.go); the others
+// go through net/http's transports, HTTP/2 ones where the server offers
+// it. Either way, stopping the flow stops the request.
+func (x *exchange) roundTrip(outreq *http.Request) (*http.Response, error) {
+	r, f := x.r, x.f
+	if r.ProtoMajor < 2 && directEligible(outreq, x.ws) {
 		// Stopping the request closes its connections (flow.closeAll), so
 		// it needs no context of its own. On the HTTP/1 loop the
 		// connection's cancellation (client gone, revoke of the
@@ -337,153 +545,123 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		// an allocation per request; through net/http, through the
 		// request's context.
 		var client net.Conn
-		if hw, ok := w.ResponseWriter.(*h1Response); ok {
+		if hw, ok := x.w.ResponseWriter.(*h1Response); ok {
 			client = hw.s.raw
+			x.h1 = hw.s
 			hw.s.inflight.Store(f)
-			defer hw.s.inflight.CompareAndSwap(f, nil)
 			if r.Context().Err() != nil {
 				f.closeAll()
 			}
 		} else {
-			stop := context.AfterFunc(r.Context(), f.closeAll)
-			defer stop()
+			x.stop = context.AfterFunc(r.Context(), f.closeAll)
 		}
-		resp, err = p.roundTripDirect(outreq, t, f, client)
-	} else {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		f.addCloser(cancel)
-		outreq = outreq.WithContext(ctx)
-		rt := p.transport
-		if r.ProtoMajor < 2 {
-			rt = p.transport1
-		}
-		resp, err = rt.RoundTrip(outreq)
+		return x.p.roundTripDirect(outreq, x.t, f, client)
 	}
-	setBytesOut := func() {
-		if cr != nil {
-			rec.BytesOut, _ = cr.result()
-		}
-		usedMu.Lock()
-		rec.Secrets = sess.Names(used)
-		usedMu.Unlock()
+	ctx, cancel := context.WithCancel(r.Context())
+	x.cancel = cancel
+	f.addCloser(cancel)
+	outreq = outreq.WithContext(ctx)
+	rt := x.p.transport
+	if r.ProtoMajor < 2 {
+		rt = x.p.transport1
 	}
-	if err != nil {
-		setBytesOut()
-		var be *secrets.BlockedError
-		var dd *DialDeniedError
-		_, bodyErr := func() (int64, error) {
-			if cr == nil {
-				return 0, nil
-			}
-			return cr.result()
-		}()
-		switch {
-		case errors.As(bodyErr, &be) || errors.As(err, &be):
-			deny(http.StatusForbidden, be.Error())
-		case errors.As(err, &dd):
-			deny(http.StatusForbidden, dd.Error())
-		case f.revoked.Load():
-			rec.Reason = "revoked before the response arrived"
-			emit()
-			panic(http.ErrAbortHandler)
-		case r.Context().Err() != nil:
-			rec.Decision = receipts.Allow
-			rec.Reason = d.Reason + "; client went away"
-			emit()
-		default:
-			rec.Decision = receipts.Allow
-			rec.Status = http.StatusBadGateway
-			rec.Reason = d.Reason + "; upstream error: " + sess.Scrub(err.Error())
-			emit()
-			writeDenied(w, http.StatusBadGateway, "upstream error: "+sess.Scrub(err.Error()))
-		}
-		return
-	}
-	defer resp.Body.Close()
-	rec.Decision = receipts.Allow
-	rec.Status = resp.StatusCode
-	rec.Reason = d.Reason
+	return rt.RoundTrip(outreq)
+}
 
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		if !ws {
-			setBytesOut()
-			deny(http.StatusBadGateway, "upstream switched protocols without a WebSocket upgrade")
-			return
-		}
-		if redact && resp.Header.Get("Sec-Websocket-Extensions") != "" {
-			setBytesOut()
-			deny(http.StatusBadGateway, "upstream negotiated a WebSocket extension the gateway did not offer (frames could not be checked for secrets)")
-			return
-		}
-		setBytesOut()
-		p.relayWebSocket(w, resp, ci, &rec, f, t.host)
-		emit()
+// release lets go of what roundTrip holds, once the response is over.
+func (x *exchange) release() {
+	if x.h1 != nil {
+		x.h1.inflight.CompareAndSwap(x.f, nil)
+	}
+	if x.stop != nil {
+		x.stop()
+	}
+	if x.cancel != nil {
+		x.cancel()
+	}
+}
+
+// relayUpgrade completes a WebSocket upgrade the client asked for (and
+// only that), unless the upstream negotiated an extension the frame
+// scanner cannot see through.
+func (x *exchange) relayUpgrade(resp *http.Response, ci *connInfo) {
+	if !x.ws {
+		x.fail(&refusal{status: http.StatusBadGateway, reason: "upstream switched protocols without a WebSocket upgrade"})
 		return
 	}
+	if x.redact && resp.Header.Get("Sec-Websocket-Extensions") != "" {
+		x.fail(&refusal{status: http.StatusBadGateway, reason: "upstream negotiated a WebSocket extension the gateway did not offer (frames could not be checked for secrets)"})
+		return
+	}
+	x.setBytesOut()
+	x.p.relayWebSocket(x.w, resp, ci, &x.rec, x.f, x.t.host)
+	x.emit()
+}
+
+// relay streams the response to the client: hop-by-hop headers removed,
+// every content-encoding layer decoded and secrets redacted when the
+// session has any, trailers after the body. A response cut by a revoke or
+// by the upstream is cut for the client too.
+func (x *exchange) relay(resp *http.Response) {
 	var decoded io.Reader
-	if redact {
+	if x.redact {
 		rd, err := decodeBody(resp)
 		if err != nil {
-			setBytesOut()
-			deny(http.StatusBadGateway, err.Error())
+			x.fail(&refusal{status: http.StatusBadGateway, reason: err.Error()})
 			return
 		}
 		decoded = rd
 	}
 	removeHopByHop(resp.Header)
 	// The response's header values are ours: moved, not copied.
-	dst := w.Header()
+	dst := x.w.Header()
 	for k, vs := range resp.Header {
 		dst[k] = vs
 	}
 	var body io.Reader = resp.Body
-	if redact {
-		sess.RedactHeader(dst)
-		if r.Method != http.MethodHead && resp.StatusCode != http.StatusNotModified {
+	if x.redact {
+		x.sess.RedactHeader(dst)
+		if x.r.Method != http.MethodHead && resp.StatusCode != http.StatusNotModified {
 			dst.Del("Content-Length")
 		}
-		body = sess.RedactReader(decoded)
+		body = x.sess.RedactReader(decoded)
 	}
-	w.WriteHeader(resp.StatusCode)
+	x.w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0
-	n, werr, rerr := copyResponse(w, body, flush)
-	rec.BytesIn = n
+	n, werr, rerr := copyResponse(x.w, body, flush)
+	x.rec.BytesIn = n
 	if len(resp.Trailer) > 0 {
 		tr := resp.Trailer.Clone()
-		sess.RedactHeader(tr)
+		x.sess.RedactHeader(tr)
 		for k, vs := range tr {
 			for _, v := range vs {
 				dst.Add(http.TrailerPrefix+k, v)
 			}
 		}
 	}
-	setBytesOut()
+	x.setBytesOut()
 	switch {
-	case f.revoked.Load():
-		rec.Reason += "; response cut by revoke"
-		emit()
-		panic(http.ErrAbortHandler)
+	case x.f.revoked.Load():
+		x.rec.Reason += "; response cut by revoke"
+		x.abort()
 	case rerr != nil:
-		rec.Reason += "; upstream body error: " + sess.Scrub(rerr.Error())
-		emit()
-		// Abort so the client sees a truncated response, not a complete one.
-		panic(http.ErrAbortHandler)
+		x.rec.Reason += "; upstream body error: " + x.sess.Scrub(rerr.Error())
+		x.abort()
 	case werr != nil:
-		rec.Reason += "; client went away"
+		x.rec.Reason += "; client went away"
 	default:
 		// The response is complete: send it before the receipt is
 		// written (on this goroutine), not after, so the client does not
 		// wait for the log. The HTTP/1 loop ends the response whatever its
 		// framing; through net/http only with a declared length (flushing
 		// a body of unknown length would switch it to chunked encoding).
-		if rf, ok := w.ResponseWriter.(responseFinisher); ok {
+		if rf, ok := x.w.ResponseWriter.(responseFinisher); ok {
 			rf.finishResponse()
 		} else if len(resp.Trailer) == 0 && dst.Get("Content-Length") != "" {
-			w.Flush()
+			x.w.Flush()
 		}
 	}
-	emit()
+	x.emit()
 }
 
 // responseFinisher is a ResponseWriter that can end a complete response
