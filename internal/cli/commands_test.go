@@ -17,7 +17,7 @@ import (
 var userCommands = []string{
 	"agentnet", "agentnet edges", "agentnet reload", "agentnet revoke", "agentnet serve",
 	"completion", "completion bash", "completion fish", "completion zsh",
-	"devcontainer", "devcontainer doctor", "devcontainer init", "devcontainer prepare",
+	"devcontainer", "devcontainer doctor", "devcontainer down", "devcontainer init", "devcontainer prepare",
 	"doctor",
 	"gateway", "gateway ca", "gateway env", "gateway import-sandcat", "gateway presets",
 	"gateway reload", "gateway revoke", "gateway status",
@@ -35,7 +35,7 @@ var userCommands = []string{
 // containers, detached processes): hidden from help and completion, still
 // runnable.
 var internalCommandPaths = []string{
-	"__hashfiles", "__reap", "__worker",
+	"__hashfiles", "__reap", "__session-sweep", "__session-watch", "__worker",
 	"dockerguard", "dockerguard ping",
 	"gateway serve-native",
 	"netclient", "netclient selftest", "netclient unfence",
