@@ -1,8 +1,10 @@
 // Package wire is the worker protocol's wire types and its client: the
-// JSON-lines messages a broker (or an embedder) exchanges with a vak worker,
-// their limits and error codes, and Client, which starts a worker process
-// and speaks to it. It depends on nothing else in vak, so an embedder can use
-// it without pulling in the sandbox backends.
+// JSON-lines messages a broker exchanges with a vak worker, their limits and
+// error codes, and Client, which starts a worker process and speaks to it.
+// The protocol is one of vak's integration surfaces (docs/worker-protocol.md):
+// a program outside this module speaks it from that description. The package
+// depends on nothing else in vak, so that it could be published as that
+// program's client without the sandbox backends.
 //
 // One request per line, one final response per request (matched by id),
 // requests may be pipelined and are served concurrently:
