@@ -1,5 +1,5 @@
-// Package agentnet is the core of the brokered workspace network (seed
-// 000): a pure library that lets the agents of two workspaces exchange
+// Package agentnet is the core of the brokered workspace network
+// (docs/agent-network.md): a pure library that lets the agents of two workspaces exchange
 // bounded, typed messages across an edge that both workspaces' trusted
 // policies approve.
 //

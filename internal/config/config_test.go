@@ -79,7 +79,7 @@ protected = ["secrets/", "./deploy.sh"]
 	}
 }
 
-// The seed's config-flow test: sandbox.backend = "docker" in user config
+// The config flow: sandbox.backend = "docker" in user config
 // yields the docker backend; the same key in project config is stripped with
 // a warning naming it.
 func TestConfigFlowBackendTrust(t *testing.T) {

@@ -1,9 +1,10 @@
-// Package dockerd is the nested Docker engine of a task environment (seed
-// 002): the sidecar container that runs dockerd in the netclient's network
-// namespace, its image (a Debian root built offline by debootstrap,
-// content-addressed by its recipe), and its security spec: exactly the
-// capabilities the spike measured, Docker's default seccomp profile plus
-// four syscalls (generated in code), a private cgroup namespace (a hard
+// Package dockerd is the nested Docker engine of a task environment
+// (`vak session create --docker`): the sidecar container that runs dockerd
+// in the netclient's network namespace, its image (a Debian root built
+// offline by debootstrap, content-addressed by its recipe), and its
+// security spec: exactly the capabilities dockerd was measured to need
+// (docs/nested-docker.md), Docker's default seccomp profile plus four
+// syscalls (generated in code), a private cgroup namespace (a hard
 // requirement, checked at start), memory and pids limits, and a daemon.json
 // that pins the inner address pool and the gateway as DNS.
 //

@@ -1,5 +1,5 @@
 // Package dockerguard is a Docker Engine API proxy that stands between the
-// agent and a nested engine's raw socket (seed 002). It decodes every
+// agent and a nested engine's raw socket (docs/nested-docker.md). It decodes every
 // request it lets through into moby's own API types
 // (github.com/moby/moby/api), denies what would break the sandbox with a
 // 403 whose message names the field at fault, denies every endpoint and

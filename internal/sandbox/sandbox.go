@@ -103,7 +103,8 @@ func (s Scope) String() string {
 	return fmt.Sprintf("Scope(%d)", int(s))
 }
 
-// Defaults for Limits, the seed's hard caps.
+// Defaults for Limits: the caps every sandboxed command gets unless the
+// user config's [sandbox.limits] says otherwise.
 const (
 	DefaultMemory    int64   = 2 << 30 // bytes
 	DefaultCPUs      float64 = 2

@@ -1,5 +1,5 @@
-// Package taskenv is vak's session-scoped task environments (seed 000,
-// "Task environments"): one long-lived container per (task, workspace),
+// Package taskenv is vak's session-scoped task environments
+// (docs/sessions.md): one long-lived container per (task, workspace),
 // created for the first turn of an agent's session, reused by later turns
 // and destroyed (or snapshotted into an immutable image) when the session is
 // released. It is driven through the Engine API, never the docker CLI, and

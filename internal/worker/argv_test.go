@@ -17,7 +17,7 @@ import (
 
 // The broker runs a command-scoped backend's wrapper with BashArgv in a
 // bash-only session, where the worker would have run `sh -c` of its quoted
-// argv (the seed's outer quoting layer). Both must give the same result.
+// argv (an outer quoting layer). Both must give the same result.
 
 func argvExec(t *testing.T) *Exec {
 	t.Helper()

@@ -76,7 +76,7 @@ func run(t *testing.T, b *Backend, mode sandbox.Mode, ws, shell string) (string,
 	return out.String(), errb.String(), code
 }
 
-// Seed test 2: live exec, marker output from inside the container.
+// Live exec: marker output from inside the container.
 func TestLiveExec(t *testing.T) {
 	b := liveBackend(t)
 	ws := workspace(t)
@@ -95,7 +95,7 @@ func TestLiveExec(t *testing.T) {
 	}
 }
 
-// Seed test 3: a container write appears in the host workspace, owned by the
+// A container write appears in the host workspace, owned by the
 // mapped user, and HOME is writable.
 func TestMountVisibility(t *testing.T) {
 	b := liveBackend(t)
@@ -116,7 +116,7 @@ func TestMountVisibility(t *testing.T) {
 	}
 }
 
-// Seed test 5: read-only enforcement. Writes to the mounted tree and to the
+// Read-only enforcement: writes to the mounted tree and to the
 // root filesystem fail and the file is intact; only /tmp is writable.
 func TestReadOnlyEnforced(t *testing.T) {
 	b := liveBackend(t)
@@ -153,7 +153,7 @@ func TestReadOnlyEnforced(t *testing.T) {
 	}
 }
 
-// Seed test 4: an outbound connection fails fast under --network none, while
+// An outbound connection fails fast under --network none, while
 // the same probe reaches a host listener from a container on the default
 // bridge (so the attempt is real).
 func TestNetworkDenied(t *testing.T) {

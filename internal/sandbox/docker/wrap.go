@@ -1,6 +1,5 @@
 // Package docker is vak's Docker sandbox backend: command-scoped, it wraps
-// one tool command in a throwaway container, structurally as seed 000
-// describes:
+// one tool command in a throwaway container:
 //
 //	docker run -i --rm --network none --memory 2g --cpus 2 --pids-limit 256 \
 //	  --cap-drop ALL --security-opt no-new-privileges \
