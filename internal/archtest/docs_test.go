@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"vak/internal/testenv"
 )
 
 // outsideRef matches a citation of a document that is not in the
@@ -59,12 +61,9 @@ func TestOutsideRefsMatcher(t *testing.T) {
 // repository (third_party/ and testdata/ aside: code of others and fuzz
 // corpora) cites a document outside the tree (outsideRef).
 func TestNoOutsideRefs(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.RepoRoot(t)
 	var scanned []string
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -149,12 +148,9 @@ const readmeMaxLines = 150
 
 // TestREADMEShort keeps README.md a page a newcomer reads in five minutes.
 func TestREADMEShort(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(data), "\n"); n > readmeMaxLines || n < 20 {
-		t.Errorf("README.md has %d lines, want 20 to %d: move details into docs/", n, readmeMaxLines)
+	readme := testenv.Docs(t)[0]
+	if n := strings.Count(readme.Text, "\n"); n > readmeMaxLines || n < 20 {
+		t.Errorf("%s has %d lines, want 20 to %d: move details into docs/", readme.Name, n, readmeMaxLines)
 	}
 }
 
@@ -165,34 +161,25 @@ var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // file of the repository and, with a #fragment into a Markdown file, one of
 // its headings (as GitHub makes anchors of them).
 func TestDocsLinks(t *testing.T) {
-	files, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, "../../README.md")
 	links := 0
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range mdLink.FindAllStringSubmatch(string(data), -1) {
+	for _, d := range testenv.Docs(t) {
+		for _, m := range mdLink.FindAllStringSubmatch(d.Text, -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
 			links++
 			path, frag, _ := strings.Cut(target, "#")
-			file := f
+			file := d.Path
 			if path != "" {
-				file = filepath.Join(filepath.Dir(f), path)
+				file = filepath.Join(filepath.Dir(d.Path), path)
 			}
 			if _, err := os.Stat(file); err != nil {
-				t.Errorf("%s: link %s: %v", filepath.Base(f), target, err)
+				t.Errorf("%s: link %s: %v", d.Name, target, err)
 				continue
 			}
 			if frag != "" && strings.HasSuffix(file, ".md") && !slices.Contains(anchors(t, file), frag) {
-				t.Errorf("%s: link %s: %s has no heading with anchor #%s", filepath.Base(f), target, filepath.Base(file), frag)
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", d.Name, target, filepath.Base(file), frag)
 			}
 		}
 	}

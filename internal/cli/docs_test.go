@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +9,8 @@ import (
 	"unicode"
 
 	"github.com/spf13/cobra"
+
+	"vak/internal/testenv"
 )
 
 // docCommand is one vak command line of a document, from the word vak on.
@@ -268,18 +268,13 @@ func TestCheckSynopsis(t *testing.T) {
 // and by scripts/test-nonroot; its config examples are loaded by
 // config.TestDocsTOMLParses.
 func TestDocsCommands(t *testing.T) {
-	files, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append([]string{"../../README.md"}, files...)
 	perFile := map[string]int{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	readme := ""
+	for _, d := range testenv.Docs(t) {
+		if d.Name == "README.md" {
+			readme = d.Text
 		}
-		for _, c := range docCommands(filepath.Base(f), string(data)) {
+		for _, c := range docCommands(d.Name, d.Text) {
 			perFile[c.file]++
 			if err := checkSynopsis(fullTree(), synopsisWords(c.text)[1:], c.lenient); err != nil {
 				t.Errorf("%s:%d: %q: %v", c.file, c.line, c.text, err)
@@ -291,8 +286,7 @@ func TestDocsCommands(t *testing.T) {
 	if n := perFile["README.md"]; n < 20 {
 		t.Errorf("found only %d vak command lines in README.md", n)
 	}
-	data, _ := os.ReadFile("../../README.md")
-	if !strings.Contains(string(data), "\n    go run ./cmd/vak run -- sh -c '") {
+	if !strings.Contains(readme, "\n    go run ./cmd/vak run -- sh -c '") {
 		t.Error("README.md lost its first command (scripts/test-nonroot runs it)")
 	}
 }
