@@ -264,9 +264,9 @@ func TestCheckSynopsis(t *testing.T) {
 // TestDocsCommands parses every vak command line of README.md and
 // docs/*.md (code blocks and inline code) against the real command tree:
 // the subcommands and flags a document shows exist, and a flag that takes
-// a value has one. README's first command is run by TestRunDefaultBackend
-// and by scripts/test-nonroot; its config examples are loaded by
-// config.TestDocsTOMLParses.
+// a value has one. README's first command is run by scripts/test-nonroot
+// (in-process, TestRunDefaultBackend runs its equivalent); the documents'
+// config examples are loaded by config.TestDocsTOMLParses.
 func TestDocsCommands(t *testing.T) {
 	perFile := map[string]int{}
 	readme := ""
