@@ -1,7 +1,8 @@
 package archtest
 
 import (
-	"go/parser"
+	"fmt"
+	"go/scanner"
 	"go/token"
 	"io/fs"
 	"os"
@@ -122,15 +123,8 @@ func citingTexts(path, rel string) (texts []citedText, ok bool, err error) {
 	slashed := filepath.ToSlash(rel)
 	switch {
 	case strings.HasSuffix(path, ".go"):
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return nil, false, err
-		}
-		for _, cg := range f.Comments {
-			texts = append(texts, citedText{cg.Text(), fset.Position(cg.Pos()).Line})
-		}
-		return texts, true, nil
+		texts, err := goComments(path)
+		return texts, err == nil, err
 	case strings.HasSuffix(path, ".md"), strings.HasSuffix(path, ".sh"),
 		strings.HasPrefix(slashed, "scripts/"), strings.HasPrefix(slashed, ".ci/"):
 		data, err := os.ReadFile(path)
@@ -140,6 +134,41 @@ func citingTexts(path, rel string) (texts []citedText, ok bool, err error) {
 		return []citedText{{string(data), 1}}, true, nil
 	}
 	return nil, false, nil
+}
+
+// goComments returns the comments of a Go file, a run of line comments on
+// consecutive lines as one text (a citation may be wrapped).
+func goComments(path string) ([]citedText, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fset := token.NewFileSet()
+	file := fset.AddFile(path, -1, len(src))
+	var sc scanner.Scanner
+	var scanErr error
+	sc.Init(file, src, func(pos token.Position, msg string) { scanErr = fmt.Errorf("%s: %s", pos, msg) }, scanner.ScanComments)
+	var texts []citedText
+	lastLine := -1
+	for {
+		pos, tok, lit := sc.Scan()
+		if tok == token.EOF {
+			break
+		}
+		if tok != token.COMMENT {
+			lastLine = -1
+			continue
+		}
+		line := fset.Position(pos).Line
+		text := strings.TrimPrefix(strings.TrimSuffix(strings.TrimPrefix(lit, "/*"), "*/"), "//")
+		if n := len(texts); n > 0 && lastLine == line-1 && strings.HasPrefix(lit, "//") {
+			texts[n-1].text += "\n" + text
+		} else {
+			texts = append(texts, citedText{text, line})
+		}
+		lastLine = line + strings.Count(lit, "\n")
+	}
+	return texts, scanErr
 }
 
 // readmeMaxLines is how long README.md may grow: what vak is, the two
