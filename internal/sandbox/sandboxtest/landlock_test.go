@@ -56,7 +56,10 @@ func TestLandlockForkBombBounded(t *testing.T) {
 	e := NewEnv(t, landlockBackend(t))
 	e.Config.Sandbox.Limits.Pids = 64
 	s := e.Start(sandbox.WorkspaceWrite)
-	r := ShArgs(t, s, wire.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; sleep 100`, TimeoutMS: 4000})
+	// exec: the command's shell needs no fork of its own to outlive the
+	// bomb (a sleep it forked once the bomb held every process slot failed,
+	// and the shell ended before its timeout).
+	r := ShArgs(t, s, wire.BashArgs{Command: `bomb() { bomb | bomb & }; bomb; exec sleep 100`, TimeoutMS: 4000})
 	if !r.TimedOut {
 		t.Fatalf("bomb was not stopped by the timeout: %+v", r)
 	}
