@@ -61,7 +61,7 @@ func (o *Options) selfTest(ctx context.Context, key string, gwIP netip.Addr, sec
 // netclient, gwIP the gateway's sandbox-side address and egressIP its
 // egress-side one. The receipt goes to SelfTestLog(o.StateDir, key).
 func (o *Options) SelfTestContainers(ctx context.Context, key, gwName, ncName string, gwIP, egressIP netip.Addr, sections *egressconfig.Sections) error {
-	cfg, _ := egressconfig.Validate(o.ConfigFile, sections)
+	cfg, _ := sections.Validated()
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	nonce := hex.EncodeToString(rnd[:])

@@ -525,14 +525,16 @@ func (o *Options) gatewayEnv(ctx context.Context, key, gwName, start string) (st
 	return out, nil
 }
 
-// gatewaySections checks the decoded [network], [gateway] and [secrets] of
-// the trusted config as the gateway will.
+// gatewaySections checks that the decoded [network], [gateway] and
+// [secrets] of the trusted config hold a policy and were validated (once,
+// by the config's loader: egressconfig.Sections.Validated); proxynet never
+// validates them again.
 func gatewaySections(file string, s *egressconfig.Sections) (*egressconfig.Sections, error) {
 	if s == nil || s.Network == nil || len(s.Network.Rules)+len(s.Network.Presets) == 0 {
 		return nil, fmt.Errorf("%w (%s has none)", ErrNoPolicy, file)
 	}
-	if _, err := egressconfig.Validate(file, s); err != nil {
-		return nil, err
+	if _, err := s.Validated(); err != nil {
+		return nil, fmt.Errorf("proxynet: the gateway sections of %s: %w", file, err)
 	}
 	return s, nil
 }

@@ -35,6 +35,24 @@ type Sections struct {
 	Network *Network           `toml:"network"`
 	Gateway *Gateway           `toml:"gateway"`
 	Secrets map[string]*Secret `toml:"secrets"`
+
+	// validated is what Validate made of these sections (Validated).
+	validated *Config
+}
+
+// ErrNotValidated is returned by Sections.Validated for sections that
+// Validate has not accepted: vak validates its config once per start
+// (internal/config) and passes the result down with the sections.
+var ErrNotValidated = fmt.Errorf("%w: the sections were never validated", ErrInvalid)
+
+// Validated returns the Config that Validate built from s, without
+// validating again; the sections must not have changed since. Sections
+// Validate never accepted are ErrNotValidated.
+func (s *Sections) Validated() (*Config, error) {
+	if s == nil || s.validated == nil {
+		return nil, ErrNotValidated
+	}
+	return s.validated, nil
 }
 
 // Network is [network].
@@ -215,7 +233,7 @@ func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
 // Missing sections get defaults: no rules (everything denied), system DNS,
 // DefaultListen, no secrets. The sections are checked in file order
 // (network policy and rules, presets, DNS, gateway, secrets); the first
-// error is returned.
+// error is returned. The Config is also kept with s (Sections.Validated).
 func Validate(file string, s *Sections) (*Config, error) {
 	if s == nil {
 		s = &Sections{}
@@ -241,6 +259,7 @@ func Validate(file string, s *Sections) (*Config, error) {
 	if cfg.Secrets, err = validateSecrets(file, s.Secrets); err != nil {
 		return nil, err
 	}
+	s.validated = cfg
 	return cfg, nil
 }
 
