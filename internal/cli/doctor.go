@@ -14,11 +14,11 @@ import (
 	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/fsguard"
+	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
-	"vak/internal/sandbox/landlock"
 	"vak/internal/taskenv"
 )
 
@@ -199,14 +199,12 @@ func describeHome(cfg *config.Config, ws string, b sandbox.Name) string {
 	case ws == "" && h.Kind == agenthome.Workspace:
 		return h.String() + " (no usable workspace)"
 	}
-	if b == sandbox.Landlock {
-		home, _ := os.UserHomeDir()
-		if err := landlock.CheckHomeTarget(home); err != nil {
-			if !cfg.Sandbox.HomeSet {
-				return fmt.Sprintf("fresh (the default %s home cannot be placed: HOME is %q, one of the sandbox's own directories)", h, home)
-			}
-			return fmt.Sprintf("%s: runs fail: %v", h, err)
+	home, _ := os.UserHomeDir()
+	if err := launch.HomeTargetProblem(b, home); err != nil {
+		if !cfg.Sandbox.HomeSet {
+			return fmt.Sprintf("fresh (the default %s home cannot be placed: HOME is %q, one of the sandbox's own directories)", h, home)
 		}
+		return fmt.Sprintf("%s: runs fail: %v", h, err)
 	}
 	dir, err := agenthome.Dir(h, ws)
 	if err != nil {

@@ -2,16 +2,10 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -23,127 +17,15 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/ondemand"
 	"vak/internal/egress/proxy"
-	"vak/internal/netfence"
+	"vak/internal/launch"
 	"vak/internal/paths"
-	"vak/internal/proxynet"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/landlock"
 )
-
-// ServeNativeCommand is the hidden `vak gateway` subcommand that serves the
-// on-demand gateway of the native fence (started by the first run that
-// needs it; see ondemand).
-const ServeNativeCommand = "serve-native"
-
-func init() {
-	// Stage 1 of the landlock sandbox runs in this program (vak __worker).
-	landlock.FenceServer = func(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (func(), error) {
-		l, err := netfence.ServeLocal(netfence.LocalConfig{}, dialData, dialDNS, errLog)
-		if err != nil {
-			return nil, err
-		}
-		return l.Close, nil
-	}
-}
-
-// fenceNet is the host side of a native proxied run: a lease on the user's
-// on-demand gateway (started if nothing answers) and the public trust
-// files. The attachment carries the gateway's socket paths, the trust
-// variables and the secret placeholders; release lets go of the gateway.
-func (a *app) fenceNet(ctx context.Context) (*sandbox.NetworkAttachment, func(), error) {
-	state, err := paths.EnsureStateDir()
-	if err != nil {
-		return nil, nil, err
-	}
-	bin := workerExecutable
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return nil, nil, err
-		}
-	}
-	lease, err := ondemand.Acquire(ctx, ondemand.Options{StateDir: state, SecretEnv: a.secretEnv(), Command: func(p ondemand.Paths) *exec.Cmd {
-		var args []string
-		if a.userConfig != "" {
-			args = append(args, "--config", a.userConfig)
-		}
-		cmd := exec.Command(bin, append(args, "gateway", ServeNativeCommand)...)
-		cmd.Dir = p.Dir
-		return cmd
-	}})
-	if err != nil {
-		return nil, nil, err
-	}
-	if lease.Warning != "" {
-		a.warnf("%s", lease.Warning)
-	}
-	trust, err := trustFor(lease.Trust, lease.CACert)
-	if err != nil {
-		lease.Release()
-		return nil, nil, fmt.Errorf("%w: trust files: %w", ondemand.ErrUnavailable, err)
-	}
-	return &sandbox.NetworkAttachment{
-		Fence:    &sandbox.Fence{DataSocket: lease.Data, DNSSocket: lease.DNS, TrustDir: trust},
-		Env:      proxynet.SandboxEnv(sandbox.FenceTrustDir, lease.Placeholders),
-		TrustCA:  filepath.Join(sandbox.FenceTrustDir, proxynet.CAFile),
-		TrustEnv: proxynet.TrustEnvAt(sandbox.FenceTrustDir),
-	}, lease.Release, nil
-}
-
-// secretEnv is this process's values of the environment variables the
-// on-demand gateway's secrets read (the gateway reads the user config
-// only). A config that does not load gives none: the gateway reports it.
-func (a *app) secretEnv() map[string]string {
-	env := map[string]string{}
-	// As gatewayLoader, without printing the config's warnings again.
-	cfg, err := config.Load(config.Options{UserFile: a.userConfig})
-	if err != nil || cfg.Egress == nil {
-		return env
-	}
-	for _, sp := range cfg.Egress.Secrets {
-		if sp.Source.Env != "" {
-			env[sp.Source.Env] = os.Getenv(sp.Source.Env)
-		}
-	}
-	return env
-}
-
-// trustFor returns a directory below root holding the trust files of the
-// CA caPEM (proxynet.WriteTrust), one per CA, written once: concurrent runs
-// never see a half-written file (each is made in a temp dir and renamed).
-func trustFor(root string, caPEM []byte) (string, error) {
-	sum := sha256.Sum256(caPEM)
-	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, proxynet.TrustStoreFile)); err == nil {
-		return dir, nil
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(root, ".new-")
-	if err != nil {
-		return "", err
-	}
-	if err := proxynet.WriteTrust(tmp, caPEM, proxynet.SystemRoots()); err != nil {
-		os.RemoveAll(tmp)
-		return "", err
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		if _, serr := os.Stat(filepath.Join(dir, proxynet.TrustStoreFile)); serr != nil {
-			return "", err
-		}
-	}
-	return dir, nil
-}
 
 func (a *app) newGatewayServeNativeCmd() *cobra.Command {
 	var idle time.Duration
 	cmd := &cobra.Command{
-		Use:    ServeNativeCommand,
+		Use:    launch.ServeNativeCommand,
 		Hidden: true,
 		Short:  "Serve the on-demand gateway of native proxied runs (started by vak run)",
 		Args:   cobra.NoArgs,

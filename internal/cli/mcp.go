@@ -19,8 +19,8 @@ import (
 	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/launch"
 	"vak/internal/mcp"
-	"vak/internal/sandbox"
 	"vak/internal/taskenv"
 	"vak/internal/worker/wire"
 )
@@ -96,48 +96,25 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if f.session != "" && f.sessionNew {
 		return exit(ExitUsage, errors.New("--session and --session-new exclude each other"))
 	}
-	reg := registry(cfg, a.labels)
-	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
-	if err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))
-	}
-	if err := b.Available(ctx); err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
-	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var attach *sandbox.NetworkAttachment
 	sessionMode := f.session != "" || f.sessionNew
-	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() && !sessionMode
-	if proxied {
-		kind, err := sandbox.ProxiedNetwork(b)
-		if err != nil {
-			return exit(ExitUnavailable, err)
-		}
-		if kind == sandbox.NetworkFence {
-			var release func()
-			if attach, release, err = a.fenceNet(sigctx); err != nil {
-				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))
-			}
-			defer release()
-		}
-	}
-	if proxied && attach == nil {
-		acquire, release := a.proxyNet(cfg, a.labels)
-		var done func()
-		if attach, done, err = acquire(sigctx, ws, false); err != nil {
-			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w", err))
-		}
-		// Held while the server runs: its workers' containers come and go.
-		defer func() {
-			done()
-			release(context.Background(), ws)
-		}()
-	}
 	log := slog.New(slog.NewTextHandler(a.stdio.Err, nil)).With("component", "vak-mcp")
+	req := a.launchRequest(ws, cfg)
+	// The server starts (and restarts) its worker on demand; a session has
+	// its own network.
+	req.Deferred, req.NoNetwork = true, sessionMode
+	req.Planted = func(res *wire.BashResult) { logPlanted(log, res) }
+	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
+		return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	}
+	r, err := launch.Start(ctx, req)
+	if err != nil {
+		return startErr(err)
+	}
+	// Held while the server runs: its workers' containers come and go.
+	defer r.Close()
+	sigctx, b := r.Context, r.Backend
 	start := mcp.BrokerWorker(func(ctx context.Context) (*broker.Session, error) {
-		s, err := broker.Start(ctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach,
-			Planted: func(res *wire.BashResult) { logPlanted(log, res) }})
+		s, err := r.StartBroker(ctx)
 		if err == nil {
 			log.Info("sandbox worker started", "backend", b.Name(), "sandbox", s.Ready().Sandbox)
 		}
@@ -194,10 +171,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if err != nil {
 		return exit(ExitInternal, err)
 	}
-	defer func() {
-		srv.Close()
-		broker.CleanStale(reg.All()...)
-	}()
+	defer srv.Close()
 	// The sandbox starts now: a backend that cannot start fails the server
 	// here, with the reason, rather than every tool call.
 	if err := srv.Warm(sigctx); err != nil {

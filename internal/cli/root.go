@@ -14,6 +14,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/launch"
 	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
@@ -94,6 +95,9 @@ func (a *app) warnf(format string, args ...any) {
 	fmt.Fprintf(a.stdio.Err, "vak: warning: "+format+"\n", args...)
 }
 
+// warn prints one warning (launch.Request.Warn).
+func (a *app) warn(msg string) { a.warnf("%s", msg) }
+
 // loadConfig loads config for workspace (may be empty), printing warnings.
 func (a *app) loadConfig(workspace string) (*config.Config, error) {
 	cfg, err := config.Load(config.Options{UserFile: a.userConfig, Workspace: workspace})
@@ -114,6 +118,8 @@ func Main(ctx context.Context, args []string, stdio Stdio) int {
 	if stdio.In == nil {
 		stdio.In = os.Stdin
 	}
+	// This program is also the re-executed worker: its entry points.
+	launch.RegisterWorkers()
 	a := &app{stdio: stdio}
 	var root *cobra.Command
 	if len(args) > 0 && args[0] == sandbox.WorkerCommand {

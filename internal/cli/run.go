@@ -12,9 +12,9 @@ import (
 
 	"vak/internal/agenthome"
 	"vak/internal/agentnet"
-	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -193,15 +193,8 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
-	for _, l := range f.labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
-		}
-		if a.labels == nil {
-			a.labels = map[string]string{}
-		}
-		a.labels[k] = v
+	if err := a.addLabels(f.labels); err != nil {
+		return err
 	}
 	end := tr.Begin("config")
 	ws, cfg, err := a.workspaceConfig(f)
@@ -209,97 +202,28 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	end = tr.Begin("backend check")
-	reg := registry(cfg, a.labels)
-	b, _, err := reg.Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
+	var intr *interrupts
+	req := a.launchRequest(ws, cfg)
+	req.Interactive, req.Terminal, req.OneCommand = f.stdin.interactive, a.hasTerminal(), true
+	if f.stdin.ttySet {
+		req.TTY = &f.stdin.tty
+	}
+	req.NetworkIdle = cfg.Session.RunNetworkIdle
+	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
+		ctx, ir, stop := notifyInterrupts(ctx)
+		intr = ir
+		return ctx, stop
+	}
+	r, err := launch.Start(ctx, req)
 	if err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("sandbox: %w", err))
-	}
-	if err := b.Available(ctx); err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
-	}
-	if f.stdin.interactive || (f.stdin.ttySet && f.stdin.tty) {
-		if err := sandbox.CheckInteractive(b); err != nil {
-			return exit(ExitUsage, fmt.Errorf("-i/-t: %w; nothing was run", err))
-		}
-	}
-	end()
-
-	sigctx, intr, stop := notifyInterrupts(ctx)
-	defer stop()
-	var attach *sandbox.NetworkAttachment
-	proxied := cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted()
-	if proxied {
-		kind, err := sandbox.ProxiedNetwork(b)
-		if err != nil {
-			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
-		}
-		if kind == sandbox.NetworkFence {
-			end = tr.Begin("proxied network: on-demand gateway")
-			var release func()
-			if attach, release, err = a.fenceNet(sigctx); err != nil {
-				return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
-			}
-			end()
-			defer release()
-		}
-	}
-	if proxied && attach == nil {
-		acquire, release := a.proxyNet(cfg, a.labels)
-		idle := cfg.Session.RunNetworkIdle
-		if idle > 0 {
-			// Warm: the next run reuses the topology (Ensure checks its
-			// health and recreates it if needed).
-			a.keepProxyNetWarm(ws, idle)
-		}
-		end = tr.Begin("proxied network: topology")
-		var done func()
-		if attach, done, err = acquire(sigctx, ws, false); err != nil {
-			return exit(ExitUnavailable, fmt.Errorf("proxied network: %w; nothing was run", err))
-		}
-		end()
-		// The run holds the network (its lease) until its command's
-		// container is gone: no gc or other run removes it before.
-		defer func() {
-			defer tr.Begin("proxied network: release")()
-			done()
-			if idle <= 0 {
-				release(context.Background(), ws)
-				return
-			}
-			a.keepProxyNetWarm(ws, idle)
-			a.gcProxyNets(context.Background())
-		}()
-	}
-	// Leftovers of brokers that were killed (temp dirs, cgroups): removed
-	// while this run starts and runs its command (they belong to dead
-	// processes, never to this one), waited for at the end.
-	staleDone := make(chan struct{})
-	go func() {
-		defer close(staleDone)
-		broker.CleanStale(reg.All()...)
-	}()
-	defer func() {
-		defer tr.Begin("stale cleanup (what is left of it at the end)")()
-		<-staleDone
-	}()
-	// One command and no file tools: a command-scoped backend needs no
-	// worker process for that (broker.Options.BashOnly).
-	_, interactive := a.interactiveMode(b, f.stdin)
-	sess, err := broker.Start(sigctx, broker.Options{Config: cfg, Workspace: ws, Backend: b, Labels: a.labels, Executable: workerExecutable, Network: attach, BashOnly: !interactive, OneCommand: true})
-	if err != nil {
-		if errors.Is(err, errclass.Unavailable) {
-			return exit(ExitUnavailable, fmt.Errorf("%w; nothing was run", err))
-		}
-		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w; nothing was run", b.Name(), err))
+		return startErr(err)
 	}
 	defer func() {
-		defer tr.Begin("teardown")()
-		sess.Close()
-		if sw := sess.Swept(); sw != nil {
+		if sw := r.Close(); sw != nil {
 			a.warnTripwire(sw)
 		}
 	}()
+	sigctx := r.Context
 
 	// The workspace's agent network registration lives as long as this
 	// run (its token stays in this process, never in the sandbox).
@@ -320,16 +244,16 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 		}
 	}()
 
-	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
+	req2 := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {
-		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
+		req2.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
 	end = tr.Begin("command")
 	var tail outputTail
 	onOutput := tail.tee(a.writeOutput)
-	res, interactive, err := a.interactiveBash(sigctx, b, sess, req, f.stdin, intr, onOutput)
+	res, interactive, err := a.interactiveBash(sigctx, r.Backend, r.Session, req2, f.stdin, intr, onOutput)
 	if !interactive {
-		res, err = sess.Bash(sigctx, req, onOutput)
+		res, err = r.Session.Bash(sigctx, req2, onOutput)
 	}
 	end()
 	switch {
@@ -349,6 +273,30 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	a.warnTripwire(res)
 	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, false))
 	return exit(res.ExitCode, nil)
+}
+
+// addLabels adds the hidden --label KEY=VALUE flags to the labels of what
+// this invocation creates.
+func (a *app) addLabels(labels []string) error {
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
+		}
+		if a.labels == nil {
+			a.labels = map[string]string{}
+		}
+		a.labels[k] = v
+	}
+	return nil
+}
+
+// launchRequest is the part of a launch.Request every command fills the
+// same way: the workspace and config it loaded, its labels, this program
+// as the worker and gateway, and where warnings and progress go.
+func (a *app) launchRequest(ws string, cfg *config.Config) launch.Request {
+	return launch.Request{Workspace: ws, Config: cfg, Labels: a.labels, Executable: workerExecutable,
+		UserConfig: a.userConfig, Warn: a.warn, Progress: a.stdio.Err}
 }
 
 // writeOutput writes a command's output chunk to vak's own stream of the
@@ -372,4 +320,12 @@ func (a *app) warnTripwire(res *wire.BashResult) {
 	for _, w := range res.TripwireWarnings {
 		a.warnf("check after the command: %s", w)
 	}
+}
+
+// hasTerminal reports whether vak's stdin and stdout are both terminals
+// (then vak run gives the command one by default).
+func (a *app) hasTerminal() bool {
+	_, in := termFd(a.stdio.In)
+	_, out := termFd(a.stdio.Out)
+	return in && out
 }

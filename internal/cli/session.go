@@ -91,7 +91,7 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, e
 	}
 	// Discarding a session releases its workspace's proxied network, with
 	// or without a config (session rm has none).
-	m.ReleaseProxyNet = a.releaseProxyNet
+	m.ReleaseProxyNet = a.topology(cfg, m.Labels).Release
 	// Watchers run this vak (session.worker, below, is for containers).
 	m.Watcher = workerExecutable
 	if m.Watcher == "" {
@@ -103,7 +103,7 @@ func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, e
 		}
 	}
 	if cfg != nil {
-		m.ProxyNet, m.ReleaseProxyNet = a.proxyNet(cfg, m.Labels)
+		m.ProxyNet = a.topology(cfg, m.Labels).Acquire
 		s := cfg.Session
 		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration

@@ -14,7 +14,7 @@ import (
 
 var _ interface{ FenceNetwork() error } = (*Backend)(nil)
 
-var errNoFenceServer = errors.New("this program has no fence server (landlock.FenceServer is unset)")
+var errNoFenceServer = errors.New("this program has no fence server (landlock.WorkerEntry was given none)")
 
 // FenceNetwork implements sandbox.FenceProvider: the fence needs the
 // sandbox's own network namespace, so user namespaces must work.
@@ -52,11 +52,11 @@ func dialFD(fd int) func(ctx context.Context) (net.Conn, error) {
 // namespace and serves the forwarder and DNS relay for as long as stage 1
 // lives (it holds CAP_NET_ADMIN over the namespace; stage 2 and the
 // commands never do).
-func startFence(f *FenceSpec) (func(), error) {
-	if FenceServer == nil {
+func startFence(f *FenceSpec, fence FenceServer) (func(), error) {
+	if fence == nil {
 		return nil, fmt.Errorf("landlock: proxied network: %w", errNoFenceServer)
 	}
-	stop, err := FenceServer(dialFD(f.DataFD), dialFD(f.DNSFD), log.New(os.Stderr, "vak: proxied network: ", 0))
+	stop, err := fence(dialFD(f.DataFD), dialFD(f.DNSFD), log.New(os.Stderr, "vak: proxied network: ", 0))
 	if err != nil {
 		return nil, fmt.Errorf("landlock: proxied network: %w", err)
 	}

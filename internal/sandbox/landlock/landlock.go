@@ -71,11 +71,12 @@ var ErrUnsupported = errors.New("landlock is only available on Linux")
 // FenceServer is stage 1's side of a proxied network (Policy.Fence): it
 // fences the current network namespace and serves the forwarder and the
 // DNS relay, which reach the gateway only through dialData and dialDNS,
-// until stop is called. The vak program sets it to netfence's native fence
-// (internal/cli); landlock does not import netfence itself so that the
-// fence's tests may use the landlock test helpers. Unset, proxied runs are
-// refused (nothing runs without the fence).
-var FenceServer func(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (stop func(), err error)
+// until stop is called. The program that is re-executed as the worker
+// passes netfence's native fence to WorkerEntry (internal/launch); landlock
+// does not import netfence itself so that the fence's tests may use the
+// landlock test helpers. Without one, proxied runs are refused (nothing
+// runs without the fence).
+type FenceServer func(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (stop func(), err error)
 
 // ErrUnavailable reports a Linux kernel that cannot provide the sandbox.
 var ErrUnavailable = errors.New("landlock sandbox unavailable")

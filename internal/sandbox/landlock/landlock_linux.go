@@ -222,8 +222,9 @@ func Configure(cmd *exec.Cmd, st Status) (namespaces bool, err error) {
 // Stage1 runs in the new namespaces as their root. It builds the view,
 // starts stage 2 (argv, with spec on fd 3) in a nested user namespace as the
 // invoking user, and then acts as init until stage 2 exits. It returns the
-// exit status for the process; it only returns early with an error.
-func Stage1(p Policy, spec []byte, argv []string) (int, error) {
+// exit status for the process; it only returns early with an error. fence
+// serves a proxied network (Policy.Fence); nil refuses one.
+func Stage1(p Policy, spec []byte, argv []string, fence FenceServer) (int, error) {
 	// What stage 1 did, timed for vak run --trace (stage 2 reports it).
 	phases := []sandbox.Phase{{Name: "stage 1 process start (exec, Go start-up)", End: processStart}}
 	begin := func(name string) func() {
@@ -241,7 +242,7 @@ func Stage1(p Policy, spec []byte, argv []string) (int, error) {
 		// Before anything sandboxed runs, and for as long as stage 1 (the
 		// namespace's init) lives.
 		end := begin("stage 1 fence")
-		stopFence, err := startFence(p.Fence)
+		stopFence, err := startFence(p.Fence, fence)
 		end()
 		if err != nil {
 			return 0, err

@@ -35,7 +35,7 @@ func Probe(bool) Status { return Status{Problem: ErrUnsupported.Error()} }
 func Configure(*exec.Cmd, Status) (bool, error) { return false, ErrUnsupported }
 
 // Stage1 is unsupported here.
-func Stage1(Policy, []byte, []string) (int, error) { return 0, ErrUnsupported }
+func Stage1(Policy, []byte, []string, FenceServer) (int, error) { return 0, ErrUnsupported }
 
 // Stage2 is unsupported here.
 func Stage2(Policy, bool) (string, func(func() error) error, func(int) ([]int, error), error) {

@@ -25,8 +25,6 @@ type workerSpec struct {
 	Namespaces bool `json:"namespaces,omitempty"`
 }
 
-func init() { sandbox.RegisterWorker(string(sandbox.Landlock), workerEntry) }
-
 var (
 	_ sandbox.ProcessBackend = (*Backend)(nil)
 	_ sandbox.Describer      = (*Backend)(nil)
@@ -237,10 +235,19 @@ func commandEnv(env []string, home, tmp string) []string {
 	return append(append([]string(nil), env...), "HOME="+home, "TMPDIR="+tmp)
 }
 
-// workerEntry is the landlock backend's code in `vak __worker`: stage 1
-// builds the view and re-executes stage 2, which restricts itself and then
-// serves.
-func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcome, error) {
+// WorkerEntry is the landlock backend's code in `vak __worker`, to be
+// registered under sandbox.Landlock (sandbox.RegisterWorker) by the program
+// that is re-executed as the worker: stage 1 builds the view (serving a
+// proxied network with fence) and re-executes stage 2, which restricts
+// itself and then serves.
+func WorkerEntry(fence FenceServer) sandbox.WorkerEntry {
+	return func(ctx context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcome, error) {
+		return workerEntry(ctx, s, fence)
+	}
+}
+
+// workerEntry is WorkerEntry's entry point.
+func workerEntry(_ context.Context, s sandbox.WorkerStart, fence FenceServer) (sandbox.WorkerOutcome, error) {
 	var ws workerSpec
 	if len(s.Data) == 0 {
 		return sandbox.WorkerOutcome{}, fmt.Errorf("landlock spec without policy")
@@ -249,7 +256,7 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart) (sandbox.WorkerOutcom
 		return sandbox.WorkerOutcome{}, fmt.Errorf("landlock spec: %w", err)
 	}
 	if s.Stage == 1 && ws.Namespaces {
-		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)})
+		code, err := Stage1(ws.Policy, s.RawSpec, []string{"vak", sandbox.WorkerCommand, "--stage", strconv.Itoa(2)}, fence)
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
 	phases := stage2Phases()
