@@ -22,8 +22,9 @@ type rule struct {
 	Why    string
 }
 
-// backends are the concrete sandbox backends: only the composition root
-// (internal/cli), the benchmarks and the backends' own tests may import
+// backends are the concrete sandbox backends: only the start sequence
+// (internal/launch; cli only through it, importRules), the composition
+// root's doctor, the benchmarks and the backends' own tests may import
 // them.
 var backends = []string{
 	"vak/internal/sandbox/landlock",
@@ -33,7 +34,7 @@ var backends = []string{
 }
 
 // rules are vak's layering. Adding a backend is one package plus one
-// registration line in internal/cli; nothing below cli may learn its name.
+// registration line in internal/launch; nothing below it may learn its name.
 var rules = []rule{
 	{From: "vak/internal/broker", Forbid: backends,
 		Why: "the broker reaches backends only through the sandbox seam (ProcessBackend, Wrapper, the worker-entry registry)"},
@@ -57,6 +58,13 @@ var rules = []rule{
 		Why: "the topology starts the gateway as a container; it does not link its data plane"},
 	{From: "vak/internal/config", Forbid: append([]string{"vak/internal/broker", "vak/internal/cli", "vak/internal/worker"}, backends...),
 		Why: "config is decoded and validated before anything runs"},
+}
+
+// importRules are rules on direct imports only (a package may still reach
+// the forbidden one through the package that owns it).
+var importRules = []rule{
+	{From: "vak/internal/cli", Forbid: []string{"vak/internal/sandbox/landlock", "vak/internal/sandbox/seatbelt", "vak/internal/sandbox/none"},
+		Why: "the start sequence (internal/launch) registers and resolves the backends; the command line is flags and printing"},
 }
 
 // matches reports whether pkg is pattern or below it.
@@ -90,6 +98,7 @@ type goPackage struct {
 	ImportPath string
 	Doc        string
 	Deps       []string
+	Imports    []string
 	GoFiles    []string
 	Dir        string
 }
@@ -98,7 +107,7 @@ type goPackage struct {
 // goos (the darwin build has its own files).
 func goList(t *testing.T, goos string) []goPackage {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Doc,Deps,GoFiles,Dir", "vak/...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Doc,Deps,Imports,GoFiles,Dir", "vak/...")
 	cmd.Env = append(cmd.Environ(), "GOOS="+goos)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -126,12 +135,13 @@ func goList(t *testing.T, goos string) []goPackage {
 func TestLayering(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin"} {
 		t.Run(goos, func(t *testing.T) {
-			deps := map[string][]string{}
+			deps, imports := map[string][]string{}, map[string][]string{}
 			for _, p := range goList(t, goos) {
 				deps[p.ImportPath] = p.Deps
+				imports[p.ImportPath] = p.Imports
 			}
 			// The rules must name packages that exist, or they guard nothing.
-			for _, r := range rules {
+			for _, r := range append(slices.Clone(rules), importRules...) {
 				found := false
 				for p := range deps {
 					found = found || matches(r.From, p)
@@ -142,6 +152,9 @@ func TestLayering(t *testing.T) {
 			}
 			for _, v := range violations(rules, deps) {
 				t.Error(v)
+			}
+			for _, v := range violations(importRules, imports) {
+				t.Error("import: " + v)
 			}
 		})
 	}
@@ -191,8 +204,8 @@ func TestLayeringRules(t *testing.T) {
 				"vak/internal/worker/wire": {"encoding/json"},
 				"vak/internal/proxynet":    {"vak/internal/egress/egressconfig", "vak/internal/sandbox/docker"},
 			}, nil},
-		{"allowed: the composition root imports every backend",
-			map[string][]string{"vak/internal/cli": backends}, nil},
+		{"allowed: the start sequence imports every backend",
+			map[string][]string{"vak/internal/launch": backends, "vak/internal/cli": {"vak/internal/launch", "vak/internal/sandbox/landlock"}}, nil},
 		{"allowed: a backend imports the seam",
 			map[string][]string{"vak/internal/sandbox/landlock": {"vak/internal/sandbox"}}, nil},
 	}
@@ -270,5 +283,17 @@ func TestArchitectureMap(t *testing.T) {
 		case !planned && !exists[dir]:
 			t.Errorf("docs/ARCHITECTURE.md lists %s/, which does not exist (mark it (planned))", dir)
 		}
+	}
+}
+
+// TestImportRules shows that the direct-import rules catch a direct import
+// and let the owner's import through.
+func TestImportRules(t *testing.T) {
+	got := violations(importRules, map[string][]string{"vak/internal/cli": {"vak/internal/launch", "vak/internal/sandbox/landlock"}})
+	if len(got) != 1 || !strings.Contains(got[0], "vak/internal/cli depends on vak/internal/sandbox/landlock") {
+		t.Fatalf("cli importing landlock: violations = %q, want one", got)
+	}
+	if got := violations(importRules, map[string][]string{"vak/internal/cli": {"vak/internal/launch"}}); len(got) != 0 {
+		t.Fatalf("cli importing launch: violations = %q, want none", got)
 	}
 }
