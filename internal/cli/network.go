@@ -26,16 +26,10 @@ func startErr(err error) error {
 	return exit(ExitUnavailable, err)
 }
 
-// topology is the proxied-network handling of cfg's workspaces (cfg may be
-// nil: release only) with labels on what it creates.
-func (a *app) topology(cfg *config.Config, labels map[string]string) launch.Topology {
-	return launch.Topology{Config: cfg, Labels: labels, Executable: workerExecutable, Warn: a.warn, Progress: a.stdio.Err}
-}
-
 // releaseProxyNet removes a workspace's proxied network when nothing uses
 // it any more (launch.Topology.Release; it needs no config).
 func (a *app) releaseProxyNet(ctx context.Context, ws string) {
-	a.topology(nil, nil).Release(ctx, ws)
+	launch.Topology{Warn: a.warn}.Release(ctx, ws)
 }
 
 // engine is the Engine API client (launch.Engine).

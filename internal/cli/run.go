@@ -193,7 +193,10 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err := shellquote.Check(args...); err != nil {
 		return exit(ExitUsage, err)
 	}
-	if err := a.addLabels(f.labels); err != nil {
+	if a.labels == nil && len(f.labels) > 0 {
+		a.labels = map[string]string{}
+	}
+	if err := addLabels(a.labels, f.labels); err != nil {
 		return err
 	}
 	end := tr.Begin("config")
@@ -275,18 +278,15 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	return exit(res.ExitCode, nil)
 }
 
-// addLabels adds the hidden --label KEY=VALUE flags to the labels of what
-// this invocation creates.
-func (a *app) addLabels(labels []string) error {
-	for _, l := range labels {
+// addLabels adds the hidden --label KEY=VALUE flags to labels (of what
+// this invocation creates).
+func addLabels(labels map[string]string, flags []string) error {
+	for _, l := range flags {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
 			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
 		}
-		if a.labels == nil {
-			a.labels = map[string]string{}
-		}
-		a.labels[k] = v
+		labels[k] = v
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/dockerd"
+	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox/docker"
@@ -76,46 +77,23 @@ config or state, or another workspace. See docs/sessions.md.`,
 	return cmd
 }
 
-// manager builds the session manager from config (nil: defaults only).
+// manager builds the session manager from config (nil: defaults only):
+// launch.Sessions, with the hidden --label flags added.
 func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
-	m := &taskenv.Manager{Worker: workerExecutable, Labels: map[string]string{}}
-	for k, v := range a.labels {
-		m.Labels[k] = v
+	labels := maps.Clone(a.labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	for _, l := range sf.labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return nil, exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
-		}
-		m.Labels[k] = v
+	if err := addLabels(labels, sf.labels); err != nil {
+		return nil, err
 	}
-	// Discarding a session releases its workspace's proxied network, with
-	// or without a config (session rm has none).
-	m.ReleaseProxyNet = a.topology(cfg, m.Labels).Release
-	// Watchers run this vak (session.worker, below, is for containers).
-	m.Watcher = workerExecutable
-	if m.Watcher == "" {
-		m.Watcher, _ = os.Executable()
-	}
-	m.Planted = func(id string, lines []string) {
+	req := a.launchRequest("", cfg)
+	req.Labels = labels
+	return launch.Sessions(req, func(id string, lines []string) {
 		for _, l := range lines {
 			a.warnf("session %s: workspace watcher: %s", id, l)
 		}
-	}
-	if cfg != nil {
-		m.ProxyNet = a.topology(cfg, m.Labels).Acquire
-		s := cfg.Session
-		m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
-		m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
-		if s.Worker != "" {
-			m.Worker = s.Worker
-		}
-		m.EnvAllowlist = append(slices.Clone(taskenv.DefaultSessionEnv), cfg.Sandbox.Env...)
-		if cfg.Sandbox.User == config.UserRoot {
-			m.User = docker.User{Root: true}
-		}
-	}
-	return m, nil
+	}), nil
 }
 
 // sessionErr maps session errors to vak's exit statuses (see exitFor).

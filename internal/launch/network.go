@@ -144,11 +144,7 @@ func (t Topology) options() (proxynet.Options, error) {
 // more (its receipts are kept). It needs no config, so that `vak session
 // rm` releases what `vak session create` acquired.
 func (t Topology) Release(ctx context.Context, ws string) {
-	eng, err := taskenv.NewEngine()
-	if err != nil {
-		return
-	}
-	state, err := paths.EnsureStateDir()
+	eng, state, err := engineAndState()
 	if err != nil {
 		return
 	}
@@ -173,17 +169,25 @@ func (t Topology) KeepWarm(ws string, idle time.Duration) {
 // warm time has passed (what vak gc does for them). What is in use is left
 // quietly (vak gc reports it); only a failure is worth a warning.
 func (t Topology) GC(ctx context.Context) {
-	eng, err := taskenv.NewEngine()
-	if err != nil {
-		return
-	}
-	state, err := paths.EnsureStateDir()
+	eng, state, err := engineAndState()
 	if err != nil {
 		return
 	}
 	if _, err := proxynet.GC(ctx, eng, state, t.Labels); err != nil {
 		t.warnf("removing idle proxied networks: %v (the run succeeded; `vak gc` tries again)", err)
 	}
+}
+
+// engineAndState is the Engine API client and vak's state dir, which
+// releasing and collecting topologies need (best effort: their callers
+// have nothing to release without them).
+func engineAndState() (*client.Client, string, error) {
+	eng, err := Engine()
+	if err != nil {
+		return nil, "", err
+	}
+	state, err := paths.EnsureStateDir()
+	return eng, state, err
 }
 
 func (t Topology) warnf(format string, args ...any) {
