@@ -122,42 +122,11 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	})
 	sessionID := f.session
 	if sessionMode {
-		m, err := a.manager(cfg, &sessionFlags{labels: f.labels})
-		if err != nil {
+		var done func()
+		if sessionID, start, done, err = a.mcpSessionWorker(sigctx, f, cfg, ws, start, log); err != nil {
 			return err
 		}
-		defer m.Close()
-		if f.sessionNew {
-			if sessionID, err = a.mcpSession(sigctx, m, cfg, ws); err != nil {
-				return exitFor(err)
-			}
-			log.Info("created task-environment session; it is removed when the server exits", "session", sessionID)
-			defer func() {
-				rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if err := m.Discard(rmctx, sessionID); err != nil {
-					log.Error("remove the session", "session", sessionID, "err", err)
-				}
-			}()
-		}
-		// Fail early on a wrong ID or workspace, not at the first call.
-		open := func(ctx context.Context) (*taskenv.Session, error) {
-			s, err := m.Open(ctx, sessionID)
-			if err != nil {
-				return nil, fmt.Errorf("session %s: %w", sessionID, err)
-			}
-			if s.Workspace() != ws {
-				s.Close()
-				return nil, fmt.Errorf("session %s belongs to workspace %s, not %s", sessionID, s.Workspace(), ws)
-			}
-			return s, nil
-		}
-		s, err := open(sigctx)
-		if err != nil {
-			return exitFor(err)
-		}
-		s.Close()
-		start = mcp.SessionWorker(start, open)
+		defer done()
 	}
 	srv, err := mcp.New(mcp.Options{
 		Workspace:  ws,
@@ -178,12 +147,18 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
 	}
 	a.attachAgentNet(sigctx, srv, cfg, ws, log)
-	if f.listen != "" {
-		l, err := mcp.Listen(f.listen)
+	return a.serveMCP(sigctx, srv, f.listen, log, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
+}
+
+// serveMCP serves srv on stdio, or on streamable HTTP at listen, until ctx
+// ends; what is logged at start gets attrs.
+func (a *app) serveMCP(ctx context.Context, srv *mcp.Server, listen string, log *slog.Logger, attrs ...any) error {
+	if listen != "" {
+		l, err := mcp.Listen(listen)
 		if err != nil {
 			return exit(ExitUsage, err)
 		}
-		log.Info("serving MCP over streamable HTTP", "url", l.URL, "socket", l.Socket, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
+		log.Info("serving MCP over streamable HTTP", append([]any{"url", l.URL, "socket", l.Socket}, attrs...)...)
 		// The token is printed once, here, and never logged.
 		fmt.Fprintf(a.stdio.Out, "url: %s\n", l.URL)
 		if l.Socket != "" {
@@ -191,19 +166,69 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		} else {
 			fmt.Fprintf(a.stdio.Out, "authorization: Bearer %s\n", l.Token)
 		}
-		if err := mcp.ServeHTTP(sigctx, l, srv.HTTPHandler(l)); err != nil {
+		if err := mcp.ServeHTTP(ctx, l, srv.HTTPHandler(l)); err != nil {
 			return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
 		}
 		return nil
 	}
-	log.Info("serving MCP on stdio", "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
-	if err := srv.ServeStdio(sigctx, a.stdio.In, a.stdio.Out); err != nil {
+	log.Info("serving MCP on stdio", attrs...)
+	if err := srv.ServeStdio(ctx, a.stdio.In, a.stdio.Out); err != nil {
 		if errors.Is(err, errclass.Unavailable) {
 			return exit(ExitUnavailable, err)
 		}
 		return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
 	}
 	return nil
+}
+
+// mcpSessionWorker is the worker of `vak mcp --session ID` or
+// --session-new (created here, removed by done): bash runs in the
+// session's container, the file tools stay with files. It fails early on a
+// wrong ID or workspace, not at the first call.
+func (a *app) mcpSessionWorker(ctx context.Context, f mcpFlags, cfg *config.Config, ws string, files mcp.StartFunc, log *slog.Logger) (_ string, _ mcp.StartFunc, _ func(), err error) {
+	m, err := a.manager(cfg, &sessionFlags{labels: f.labels})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	// cleanup ends what was made here: by the caller, or on error.
+	cleanup := func() { m.Close() }
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	id := f.session
+	if f.sessionNew {
+		if id, err = a.mcpSession(ctx, m, cfg, ws); err != nil {
+			return "", nil, nil, exitFor(err)
+		}
+		log.Info("created task-environment session; it is removed when the server exits", "session", id)
+		cleanup = func() {
+			rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := m.Discard(rmctx, id); err != nil {
+				log.Error("remove the session", "session", id, "err", err)
+			}
+			m.Close()
+		}
+	}
+	open := func(ctx context.Context) (*taskenv.Session, error) {
+		s, err := m.Open(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", id, err)
+		}
+		if s.Workspace() != ws {
+			s.Close()
+			return nil, fmt.Errorf("session %s belongs to workspace %s, not %s", id, s.Workspace(), ws)
+		}
+		return s, nil
+	}
+	s, err := open(ctx)
+	if err != nil {
+		return "", nil, nil, exitFor(err)
+	}
+	s.Close()
+	return id, mcp.SessionWorker(files, open), cleanup, nil
 }
 
 // mcpClients are the clients --print-config knows.

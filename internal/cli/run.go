@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"vak/internal/agenthome"
-	"vak/internal/agentnet"
 	"vak/internal/config"
 	"vak/internal/errclass"
 	"vak/internal/launch"
@@ -226,18 +225,21 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.warnTripwire(sw)
 		}
 	}()
-	sigctx := r.Context
-
 	// The workspace's agent network registration lives as long as this
 	// run (its token stays in this process, never in the sandbox).
-	anctx, anstop := context.WithCancel(sigctx)
-	var task *agentnet.Task
 	if agentNetPolicy(cfg, ws) {
-		end = tr.Begin("agent network")
-		task = a.agentNetTask(anctx, cfg, ws)
-		end()
+		defer a.runAgentNet(r.Context, cfg, ws)()
 	}
-	defer func() {
+	return a.runCommand(ctx, r, cfg, args, f.stdin, intr)
+}
+
+// runAgentNet registers the run's workspace on the agent network for as
+// long as the run lasts; the returned function ends the registration.
+func (a *app) runAgentNet(ctx context.Context, cfg *config.Config, ws string) func() {
+	defer trace.From(ctx).Begin("agent network")()
+	anctx, anstop := context.WithCancel(ctx)
+	task := a.agentNetTask(anctx, cfg, ws)
+	return func() {
 		anstop()
 		if task != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -245,18 +247,24 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			task.Close(cctx)
 			task.Client.Close()
 		}
-	}()
-
-	req2 := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
-	if cfg.Sandbox.Timeout > 0 {
-		req2.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
-	end = tr.Begin("command")
+}
+
+// runCommand runs args in r's session (interactively when stdin asks for
+// it) and maps the outcome to vak run's exit status; ctx is vak's own
+// context, r.Context the run's (which interrupts end).
+func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config, args []string, stdin stdinFlags, intr *interrupts) error {
+	sigctx := r.Context
+	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
+	if cfg.Sandbox.Timeout > 0 {
+		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
+	}
+	end := trace.From(ctx).Begin("command")
 	var tail outputTail
 	onOutput := tail.tee(a.writeOutput)
-	res, interactive, err := a.interactiveBash(sigctx, r.Backend, r.Session, req2, f.stdin, intr, onOutput)
+	res, interactive, err := a.interactiveBash(sigctx, r.Backend, r.Session, req, stdin, intr, onOutput)
 	if !interactive {
-		res, err = r.Session.Bash(sigctx, req2, onOutput)
+		res, err = r.Session.Bash(sigctx, req, onOutput)
 	}
 	end()
 	switch {
