@@ -42,6 +42,7 @@ import (
 
 	"vak/bench/internal/stats"
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 )
 
 func main() {
@@ -68,7 +69,7 @@ func main() {
 
 func run(n, k int, img string) error {
 	ctx := context.Background()
-	cli, err := client.New(client.FromEnv)
+	cli, err := engine.New()
 	if err != nil {
 		return err
 	}
@@ -264,7 +265,7 @@ func firstCert() ([]byte, error) {
 // Engine API, in a rotating order.
 func runSessions(n int, img, against string) error {
 	ctx := context.Background()
-	cli, err := client.New(client.FromEnv)
+	cli, err := engine.New()
 	if err != nil {
 		return err
 	}

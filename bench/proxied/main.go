@@ -22,9 +22,9 @@ import (
 
 	"vak/bench/internal/stats"
 	"vak/internal/config"
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/taskenv"
 )
 
 const image = "vak-test:latest"
@@ -69,7 +69,7 @@ func main() {
 	ws, _ := paths.CanonicalWorkspace(mkdir(filepath.Join(base, "ws")))
 	cfg := filepath.Join(base, "config.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("version = 1\n[network]\npolicy = \"proxied\"\n[[network.rules]]\nname = \"upstream\"\naction = \"allow\"\nhosts = [\"allowed.test\"]\ncidrs = [\"%s/32\"]\n[network.dns.overrides]\n\"allowed.test\" = [%q]\n[gateway]\nextra_ca_bundles = [%q]\n", upIP, upIP, filepath.Join(certs, "ca.pem"))), 0o600)
-	eng, err := taskenv.NewEngine()
+	eng, err := engine.New()
 	if err != nil {
 		fail(err)
 	}

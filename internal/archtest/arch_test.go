@@ -14,11 +14,12 @@ import (
 // A rule forbids packages matching From to depend, directly or through
 // others, on packages matching any of Forbid. A pattern matches a package
 // and everything below it; Except exempts packages (and what is below them)
-// that From matches.
+// that From matches, Allow dependencies that Forbid matches.
 type rule struct {
 	From   string
 	Forbid []string
 	Except []string
+	Allow  []string
 	Why    string
 }
 
@@ -35,7 +36,7 @@ var backends = []string{
 
 // rules are vak's layering. Adding a backend is one package plus one
 // registration line in internal/launch; nothing below it may learn its name.
-var rules = []rule{
+var rules = append([]rule{
 	{From: "vak/internal/broker", Forbid: backends,
 		Why: "the broker reaches backends only through the sandbox seam (ProcessBackend, Wrapper, the worker-entry registry)"},
 	{From: "vak/internal/worker", Forbid: backends,
@@ -58,6 +59,25 @@ var rules = []rule{
 		Why: "the topology starts the gateway as a container; it does not link its data plane"},
 	{From: "vak/internal/config", Forbid: append([]string{"vak/internal/broker", "vak/internal/cli", "vak/internal/worker"}, backends...),
 		Why: "config is decoded and validated before anything runs"},
+	{From: "vak/internal/engine", Forbid: []string{"vak"}, Allow: []string{"vak/internal/errclass"},
+		Why: "engine is the low Docker plumbing every Docker user imports (client, access check, labels, exec): it depends on no other vak package"},
+	{From: "vak/internal/proxynet", Forbid: []string{"vak/internal/taskenv"},
+		Why: "the topology is below sessions: its binary check and exec helper come from engine"},
+}, dockerUserRules()...)
+
+// dockerUsers are the packages that drive Docker but are not the docker
+// backend: their labels, sentinels and access check come from engine, not
+// from the backend.
+var dockerUsers = []string{"vak/internal/proxynet", "vak/internal/devcontainer", "vak/internal/dockerd", "vak/internal/dockerguard", "vak/internal/engine"}
+
+// dockerUserRules forbid dockerUsers the docker backend.
+func dockerUserRules() []rule {
+	var rs []rule
+	for _, p := range dockerUsers {
+		rs = append(rs, rule{From: p, Forbid: []string{"vak/internal/sandbox/docker"},
+			Why: "Docker plumbing (labels, ErrDaemonUnavailable, the access check) comes from internal/engine; the docker backend is a wrapper only the start sequence registers"})
+	}
+	return rs
 }
 
 // importRules are rules on direct imports only (a package may still reach
@@ -82,6 +102,9 @@ func violations(rules []rule, deps map[string][]string) []string {
 				continue
 			}
 			for _, d := range ds {
+				if slices.ContainsFunc(r.Allow, func(a string) bool { return matches(a, d) }) {
+					continue
+				}
 				for _, f := range r.Forbid {
 					if matches(f, d) {
 						out = append(out, fmt.Sprintf("%s depends on %s: %s", pkg, d, r.Why))
@@ -202,7 +225,21 @@ func TestLayeringRules(t *testing.T) {
 			map[string][]string{
 				"vak/internal/broker":      {"vak/internal/sandbox", "vak/internal/worker", "vak/internal/worker/wire"},
 				"vak/internal/worker/wire": {"encoding/json"},
-				"vak/internal/proxynet":    {"vak/internal/egress/egressconfig", "vak/internal/sandbox/docker"},
+				"vak/internal/proxynet":    {"vak/internal/egress/egressconfig", "vak/internal/engine"},
+			}, nil},
+		{"engine imports another vak package",
+			map[string][]string{"vak/internal/engine": {"vak/internal/errclass", "vak/internal/paths"}},
+			[]string{"vak/internal/engine depends on vak/internal/paths"}},
+		{"proxynet imports taskenv",
+			map[string][]string{"vak/internal/proxynet": {"vak/internal/engine", "vak/internal/taskenv"}},
+			[]string{"vak/internal/proxynet depends on vak/internal/taskenv"}},
+		{"devcontainer takes labels from the docker backend",
+			map[string][]string{"vak/internal/devcontainer": {"vak/internal/sandbox/docker"}},
+			[]string{"vak/internal/devcontainer depends on vak/internal/sandbox/docker"}},
+		{"allowed: engine imports errclass, taskenv imports engine and the backend",
+			map[string][]string{
+				"vak/internal/engine":  {"vak/internal/errclass", "github.com/moby/moby/client"},
+				"vak/internal/taskenv": {"vak/internal/engine", "vak/internal/sandbox/docker"},
 			}, nil},
 		{"allowed: the start sequence imports every backend",
 			map[string][]string{"vak/internal/launch": backends, "vak/internal/cli": {"vak/internal/launch", "vak/internal/sandbox/landlock"}}, nil},

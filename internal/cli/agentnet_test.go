@@ -17,8 +17,8 @@ import (
 
 	"vak/internal/agenthome"
 	"vak/internal/agentnet"
+	"vak/internal/engine"
 	"vak/internal/receipts"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -323,7 +323,7 @@ func TestAgentnetSocketUnreachableFromDocker(t *testing.T) {
 		es, err := c.Edges(ctx)
 		return err == nil && len(es) == 1 && strings.Contains(es[0].Reason, peer+" has no live registration")
 	})
-	eng, err := taskenv.NewEngine()
+	eng, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

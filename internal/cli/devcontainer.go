@@ -7,15 +7,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
 	"vak/internal/devcontainer"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
 )
 
 type devcontainerFlags struct {
@@ -29,14 +28,14 @@ func (f *devcontainerFlags) add(cmd *cobra.Command) {
 	cmd.Flags().MarkHidden("label")
 }
 
-// resolveEngine is resolve and the Engine API client (engine), for the
+// resolveEngine is resolve and the Engine API client (engine.New), for the
 // commands that drive Docker.
-func (f *devcontainerFlags) resolveEngine() (string, map[string]string, *client.Client, error) {
+func (f *devcontainerFlags) resolveEngine() (string, map[string]string, *engine.Client, error) {
 	ws, labels, err := f.resolve()
 	if err != nil {
 		return "", nil, nil, err
 	}
-	eng, err := engine()
+	eng, err := engine.New()
 	if err != nil {
 		return "", nil, nil, exitFor(err)
 	}
@@ -293,7 +292,7 @@ proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 			}
 			st, err := devcontainer.Inspect(cmd.Context(), eng, ws)
 			if err != nil {
-				return exitFor(docker.Unreachable(eng.DaemonHost(), err))
+				return exitFor(engine.Unreachable(eng.DaemonHost(), err))
 			}
 			st.Report(a.stdio.Out)
 			if len(st.Problems()) > 0 {
@@ -350,9 +349,7 @@ Reopen in Container / devcontainer up starts afresh from the same files.
 				return exitFor(err)
 			}
 			err = devcontainer.Down(cmd.Context(), devcontainer.DownOptions{Engine: eng, Workspace: ws, StateDir: state, DryRun: dryRun, Labels: labels, Out: a.stdio.Out})
-			if err != nil && client.IsErrConnectionFailed(err) {
-				err = docker.Unreachable(eng.DaemonHost(), err)
-			}
+			err = engine.APIError("", err)
 			return exitFor(err)
 		},
 	}

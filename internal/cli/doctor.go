@@ -13,13 +13,13 @@ import (
 
 	"vak/internal/agenthome"
 	"vak/internal/config"
+	"vak/internal/engine"
 	"vak/internal/fsguard"
 	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 )
 
 func (a *app) newDoctorCmd() *cobra.Command {
@@ -249,7 +249,7 @@ func (a *app) nestedDockerHow(ctx context.Context, cfg *config.Config) string {
 	if cfg.Session.Docker {
 		on = "on for every session (session.docker)"
 	}
-	eng, err := taskenv.NewEngine()
+	eng, err := engine.New()
 	if err != nil {
 		return on + "; sidecar baseline unknown: " + err.Error()
 	}

@@ -75,7 +75,7 @@ func TestDoctorNestedDocker(t *testing.T) {
 // vak doctor as a user who may not use the Docker daemon's socket says so,
 // naming the socket, the user and the group to join, on the docker
 // backend's line and the nested Docker line alike (one check,
-// docker.Unreachable), with every docker CLI here: Debian's 20.10
+// engine.Unreachable), with every docker CLI here: Debian's 20.10
 // (/usr/bin/docker, as CI installs it), whose `docker info --format` said
 // "template: ... nil pointer" instead, and the one first on PATH. The
 // refused socket is a stub engine's at mode 0 (for root through runuser as

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/fsguard"
 	"vak/internal/proxynet"
 )
@@ -23,7 +24,7 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 		}
 		labels[k] = v
 	}
-	eng, err := engine()
+	eng, err := engine.New()
 	if err != nil {
 		return exitFor(err)
 	}

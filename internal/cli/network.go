@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/moby/moby/client"
-
 	"vak/internal/config"
 	"vak/internal/launch"
 	"vak/internal/sandbox"
@@ -31,9 +29,6 @@ func startErr(err error) error {
 func (a *app) releaseProxyNet(ctx context.Context, ws string) {
 	launch.Topology{Warn: a.warn}.Release(ctx, ws)
 }
-
-// engine is the Engine API client (launch.Engine).
-func engine() (*client.Client, error) { return launch.Engine() }
 
 // trustedFile names the file the gateway sections come from (or would).
 func trustedFile(cfg *config.Config) string { return launch.TrustedFile(cfg) }

@@ -21,16 +21,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
 	"vak/internal/taskenv"
 	"vak/internal/trace"
 	"vak/internal/worker"
@@ -285,13 +284,13 @@ func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config
 	if spec.NetworkPolicy != taskenv.NetworkProxied {
 		return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
 	}
-	eng, err := engine()
+	eng, err := engine.New()
 	if err != nil {
 		return err
 	}
 	tr := trace.From(ctx)
 	end := tr.Begin("docker setup: engine access")
-	err = taskenv.CheckEngineAccess(ctx, eng)
+	err = engine.CheckAccess(ctx, eng, "nested Docker, --docker, starts its engine through the host's Docker daemon")
 	end()
 	if err != nil {
 		return err
@@ -729,7 +728,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 				}
 				return nil
 			}
-			eng, _ := taskenv.NewEngine()
+			eng, _ := engine.New()
 			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
 			for _, s := range list {
@@ -799,7 +798,7 @@ func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 		return sessionErr(err)
 	}
 	// Proxied networks nobody uses any more (their receipts are kept).
-	if eng, eerr := taskenv.NewEngine(); eerr == nil {
+	if eng, eerr := engine.New(); eerr == nil {
 		if state, serr := paths.EnsureStateDir(); serr == nil {
 			prep, perr := proxynet.GC(ctx, eng, state, m.Labels)
 			if prep != nil {
@@ -1036,7 +1035,7 @@ func runContainerWorker(cmd *cobra.Command) error {
 // sessionNetwork is the NETWORK column of `vak session ls`: none, or
 // proxied with the state of the workspace's topology (a session whose
 // network is gone says so).
-func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]string) string {
+func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]string) string {
 	if labels[proxynet.LabelClientOf] == "" {
 		return "none"
 	}
@@ -1054,13 +1053,13 @@ func sessionNetwork(ctx context.Context, eng *client.Client, labels map[string]s
 // Engine's runtimes (docker info) and the trusted config's
 // session.docker_runtime; "sysbox" without Sysbox is a config error naming
 // the key and the file.
-func dockerBaseline(ctx context.Context, eng *client.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
-	info, err := eng.Info(ctx, client.InfoOptions{})
+func dockerBaseline(ctx context.Context, eng *engine.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
+	runtimes, err := dockerd.Runtimes(ctx, eng)
 	if err != nil {
-		return "", "", docker.Unreachable(eng.DaemonHost(), fmt.Errorf("docker info: %w", err))
+		return "", "", err
 	}
 	choice := cfg.Session.DockerRuntime
-	b, why, err := dockerd.ChooseBaseline(info.Info.Runtimes, choice)
+	b, why, err := dockerd.ChooseBaseline(runtimes, choice)
 	if err != nil {
 		return "", "", exit(ExitConfig, fmt.Errorf("session.docker_runtime = %q (%s): %w", choice, trustedFile(cfg), err))
 	}

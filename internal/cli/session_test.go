@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -345,7 +346,7 @@ func TestSessionExecPaused(t *testing.T) {
 		}
 	}
 	works("before the pause")
-	eng, err := taskenv.NewEngine()
+	eng, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,9 @@ import (
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/secrets"
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
-	"vak/internal/sandbox/docker"
 )
 
 // ErrStale reports a template whose placeholders no longer cover the
@@ -135,7 +135,7 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 	if err := checkSubnet(ctx, cli, key); err != nil {
 		return err
 	}
-	labels := map[string]string{docker.LabelManaged: "true", LabelKey: key, docker.LabelWorkspace: o.Workspace}
+	labels := map[string]string{engine.LabelManaged: "true", LabelKey: key, engine.LabelWorkspace: o.Workspace}
 	maps.Copy(labels, o.Labels)
 	vols := []string{GatewayVolume(key), TrustVolume(key)}
 	if hasDockerd(o.Workspace) {

@@ -1,12 +1,16 @@
 package dockerd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"vak/internal/engine"
+
 	"github.com/moby/moby/api/types/system"
+	"github.com/moby/moby/client"
 )
 
 // Baseline is how the sidecar is isolated from the host.
@@ -112,4 +116,15 @@ func runtimeNames(runtimes map[string]system.RuntimeWithStatus) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// Runtimes returns the container runtimes the daemon cli talks to lists
+// (docker info), ChooseBaseline's input; an unreachable daemon is
+// engine.Unreachable's error.
+func Runtimes(ctx context.Context, cli *engine.Client) (map[string]system.RuntimeWithStatus, error) {
+	info, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, engine.Unreachable(cli.DaemonHost(), fmt.Errorf("docker info: %w", err))
+	}
+	return info.Info.Runtimes, nil
 }

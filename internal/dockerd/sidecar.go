@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"vak/internal/engine"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
@@ -195,11 +197,12 @@ func WaitReady(ctx context.Context, cli *client.Client, id string, timeout time.
 		if st := ins.Container.State; st == nil || !st.Running {
 			return fmt.Errorf("dockerd: the sidecar %s is not running (exit %d): %s", strings.TrimPrefix(ins.Container.Name, "/"), exitCode(ins), logTail(ctx, cli, id))
 		}
-		out, err := Exec(ctx, cli, id, "sh", "-c", script)
+		var out strings.Builder
+		err = engine.Exec(ctx, cli, id, &out, &out, "sh", "-c", script)
 		if err == nil {
 			return nil
 		}
-		if o := strings.TrimSpace(out); o != "" {
+		if o := strings.TrimSpace(out.String()); o != "" {
 			last = o
 		}
 		select {
@@ -226,32 +229,6 @@ func logTail(ctx context.Context, cli *client.Client, id string) string {
 	var b strings.Builder
 	stdcopy.StdCopy(&b, &b, rc)
 	return strings.TrimSpace(b.String())
-}
-
-// Exec runs a command in the sidecar and returns stdout and stderr; a
-// non-zero exit is an error.
-func Exec(ctx context.Context, cli *client.Client, id string, cmd ...string) (string, error) {
-	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		return "", err
-	}
-	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return "", err
-	}
-	defer att.Close()
-	var out strings.Builder
-	if _, err := stdcopy.StdCopy(&out, &out, att.Reader); err != nil {
-		return out.String(), err
-	}
-	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
-	if err != nil {
-		return out.String(), err
-	}
-	if ins.ExitCode != 0 {
-		return out.String(), fmt.Errorf("%s: exit status %d", cmd[0], ins.ExitCode)
-	}
-	return out.String(), nil
 }
 
 // Remove removes the sidecar container and its data volume; missing ones

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/testenv"
 )
 
@@ -103,7 +104,7 @@ func raw(t *testing.T, id string, stdin []byte, args ...string) (string, error) 
 func newClient(t *testing.T) *client.Client {
 	t.Helper()
 	testenv.RequireDocker(t)
-	cli, err := client.New(client.FromEnv)
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,9 @@ func TestSidecar(t *testing.T) {
 		// Every line of the CA is in the system bundle, once (the
 		// entrypoint appends it).
 		script := "grep -c 'BEGIN CERTIFICATE' " + CAStoreFile + " && grep -v -e '^$' -e '^-----' " + CAStoreFile + " | while read -r l; do grep -cxF \"$l\" " + CABundle + "; done | sort -u"
-		out, err := Exec(context.Background(), cli, id, "sh", "-c", script)
+		var b strings.Builder
+		err := engine.Exec(context.Background(), cli, id, &b, &b, "sh", "-c", script)
+		out := b.String()
 		if err != nil || strings.TrimSpace(out) != "1\n1" {
 			t.Fatalf("vak CA not in %s exactly once: %v %q", CABundle, err, out)
 		}

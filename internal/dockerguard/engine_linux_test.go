@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/mount"
-	"github.com/moby/moby/client"
 
 	"vak/internal/dockerd"
 	"vak/internal/dockerguard"
+	"vak/internal/engine"
 	"vak/internal/testenv"
 )
 
@@ -32,13 +32,13 @@ const (
 	reaperSock = "/run/vak-guard/reaper.sock"
 )
 
-// engine starts a real nested engine (the dockerd sidecar) with the guard
+// nestedEngine starts a real nested engine (the dockerd sidecar) with the guard
 // (`vak dockerguard`) running inside it, and returns the sidecar id and the
 // workspace path.
-func engine(t *testing.T) (id, ws string) {
+func nestedEngine(t *testing.T) (id, ws string) {
 	t.Helper()
 	testenv.RequireDocker(t)
-	cli, err := client.New(client.FromEnv)
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func dockerVia(t *testing.T, id, sock string, stdin []byte, args ...string) (str
 // works, and each escape class is denied by the guard while the raw daemon
 // (the control) would have allowed it.
 func TestGuardWithRealEngine(t *testing.T) {
-	id, ws := engine(t)
+	id, ws := nestedEngine(t)
 	img := testenv.Image(t)
 	save, err := exec.Command("docker", "save", img).Output()
 	if err != nil {

@@ -10,12 +10,11 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/config"
+	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 	"vak/internal/trace"
 )
 
@@ -119,7 +118,7 @@ func (t Topology) options() (proxynet.Options, error) {
 	if t.Config == nil {
 		return proxynet.Options{}, fmt.Errorf("%w: no config to build the proxied network from", ErrUnavailable)
 	}
-	eng, err := Engine()
+	eng, err := engine.New()
 	if err != nil {
 		return proxynet.Options{}, err
 	}
@@ -182,7 +181,7 @@ func (t Topology) GC(ctx context.Context) {
 // releasing and collecting topologies need (best effort: their callers
 // have nothing to release without them).
 func engineAndState() (*client.Client, string, error) {
-	eng, err := Engine()
+	eng, err := engine.New()
 	if err != nil {
 		return nil, "", err
 	}
@@ -194,16 +193,6 @@ func (t Topology) warnf(format string, args ...any) {
 	if t.Warn != nil {
 		t.Warn(fmt.Sprintf(format, args...))
 	}
-}
-
-// Engine is the Engine API client (taskenv.NewEngine), or an error
-// wrapping docker.ErrDaemonUnavailable when it cannot be made.
-func Engine() (*client.Client, error) {
-	eng, err := taskenv.NewEngine()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, err)
-	}
-	return eng, nil
 }
 
 // TrustedFile names the file the gateway sections come from (or would):

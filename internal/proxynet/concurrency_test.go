@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/paths"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -62,7 +62,7 @@ func TestConcurrentUseWithGC(t *testing.T) {
 	vak, img := testenv.Vak(t), testenv.Image(t)
 	if os.Getuid() == 0 {
 		// Built once (a debootstrap), outside the timed part.
-		cli, err := taskenv.NewEngine()
+		cli, err := engine.New()
 		if err != nil {
 			t.Fatal(err)
 		}

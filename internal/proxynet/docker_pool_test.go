@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
@@ -97,7 +98,7 @@ func TestDockerPoolPairs(t *testing.T) {
 	}
 	os.Chmod(wsB, 0o777)
 	t.Cleanup(func() {
-		if cli, err := taskenv.NewEngine(); err == nil {
+		if cli, err := engine.New(); err == nil {
 			Teardown(context.Background(), cli, filepath.Join(e.xdg, "vak"), wsB, true)
 		}
 	})

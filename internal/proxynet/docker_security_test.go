@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
@@ -128,7 +129,7 @@ hosts = ["allowed.test"]
 		})
 	}
 	t.Cleanup(func() {
-		if cli, err := taskenv.NewEngine(); err == nil {
+		if cli, err := engine.New(); err == nil {
 			Teardown(context.Background(), cli, filepath.Join(e.xdg, "vak"), ws, true)
 		}
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -335,7 +336,7 @@ func needSidecarImage(t *testing.T) {
 // expectedBaseline is the sidecar baseline docker info calls for here.
 func expectedBaseline(t *testing.T) dockerd.Baseline {
 	t.Helper()
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -124,7 +125,7 @@ func TestDockerSessionTools(t *testing.T) {
 		vakCmd(append(append([]string{"session", "rm"}, labels...), id)...)
 		dockerOut("rm", "-f", sidecar)
 		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
-		if cli, err := taskenv.NewEngine(); err == nil {
+		if cli, err := engine.New(); err == nil {
 			Teardown(context.Background(), cli, filepath.Join(xdg, "vak"), ws, true)
 		}
 	})

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
-	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -22,7 +21,7 @@ import (
 func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.Image(t)
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +67,8 @@ func TestGCRemovesOnlyUnusedTopologies(t *testing.T) {
 	// Another user's unused topology (here: its network, owned by another
 	// uid) is never removed, and its receipts are not taken.
 	foreign := testenv.UniqueName("foreign")
-	testenv.Docker(t, append([]string{"network", "create", "--label", LabelKind + "=" + KindProxynet, "--label", LabelKey + "=f0f0f0f0f0f0",
-		"--label", docker.LabelOwner + "=" + strconv.Itoa(os.Getuid()+4242)}, append(testenv.LabelArgs(t), foreign)...)...)
+	testenv.Docker(t, append([]string{"network", "create", "--label", engine.LabelKind + "=" + KindProxynet, "--label", LabelKey + "=f0f0f0f0f0f0",
+		"--label", engine.LabelOwner + "=" + strconv.Itoa(os.Getuid()+4242)}, append(testenv.LabelArgs(t), foreign)...)...)
 	defer exec.Command("docker", "network", "rm", foreign).Run()
 	if rep, err := GC(ctx, cli, state, labels); err != nil || len(rep.Removed)+len(rep.Skipped) != 0 {
 		t.Fatalf("GC removed another user's topology: %+v %v", rep, err)

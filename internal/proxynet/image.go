@@ -13,11 +13,10 @@ import (
 	"os"
 	"strings"
 
+	"vak/internal/engine"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
-
-	"vak/internal/sandbox/docker"
-	"vak/internal/taskenv"
 )
 
 // ImageRepo is the repository of the gateway/netclient image.
@@ -37,7 +36,7 @@ func ImageTag(binary []byte) string {
 // netclient: FROM scratch + the static vak binary at /vak, nothing else.
 // Build progress goes to progress (may be nil). It returns the tag.
 func EnsureImage(ctx context.Context, cli *client.Client, binaryPath string, progress io.Writer) (string, error) {
-	if err := taskenv.CheckWorkerBinary(binaryPath, ""); err != nil {
+	if err := engine.CheckWorkerBinary(binaryPath, ""); err != nil {
 		return "", fmt.Errorf("proxynet: the gateway image needs a static Linux vak: %w", err)
 	}
 	bin, err := os.ReadFile(binaryPath)
@@ -71,7 +70,7 @@ func EnsureImage(ctx context.Context, cli *client.Client, binaryPath string, pro
 		Tags:        []string{tag},
 		Remove:      true,
 		ForceRemove: true,
-		Labels:      map[string]string{docker.LabelManaged: "true", LabelImageSource: tag},
+		Labels:      map[string]string{engine.LabelManaged: "true", LabelImageSource: tag},
 	})
 	if err != nil {
 		return "", fmt.Errorf("proxynet: build %s: %w", tag, err)

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"vak/internal/taskenv"
+	"vak/internal/engine"
 	"vak/internal/testenv"
 )
 
 func TestEnsureImage(t *testing.T) {
 	testenv.RequireDocker(t)
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -133,7 +133,7 @@ func newLeaseFixture(t *testing.T) *leaseFixture {
 	if f.ws, err = paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, "ws"))); err != nil {
 		t.Fatal(err)
 	}
-	if f.cli, err = taskenv.NewEngine(); err != nil {
+	if f.cli, err = engine.New(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Teardown(context.Background(), f.cli, f.state, f.ws, true) })
@@ -171,7 +171,7 @@ func TestLeaseHolder(t *testing.T) {
 		t.Skip("a helper process of TestLeaseSurvivesOnlyItsHolder")
 	}
 	f := strings.Split(spec, "|")
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

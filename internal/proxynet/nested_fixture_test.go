@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
@@ -95,7 +96,7 @@ func (f *nestedFixture) cleanUp(t *testing.T, labels []string, id string, remove
 		}
 		dockerOut("rm", "-f", sidecar)
 		dockerOut("volume", "rm", "-f", sidecar+"-lib", sidecar+"-sock")
-		if cli, err := taskenv.NewEngine(); err == nil {
+		if cli, err := engine.New(); err == nil {
 			Teardown(context.Background(), cli, filepath.Join(f.xdg, "vak"), f.ws, true)
 		}
 	})

@@ -12,9 +12,9 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -26,7 +26,7 @@ import (
 func TestNestedTopology(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.Image(t)
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

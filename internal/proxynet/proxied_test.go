@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/receipts"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -30,7 +30,7 @@ import (
 func TestProxiedTopology(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	img := testenv.TestNetImage(t)
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

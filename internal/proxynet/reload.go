@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/moby/moby/client"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/engine"
 	"vak/internal/paths"
 )
 
@@ -56,8 +58,9 @@ func (o *Options) refresh(ctx context.Context, key string, sections *egressconfi
 	if _, err := o.Engine.CopyToContainer(ctx, gwName, client.CopyToContainerOptions{DestinationPath: gatewayData, Content: bytes.NewReader(payload)}); err != nil {
 		return false, fmt.Errorf("proxynet: give the gateway its new config: %w", err)
 	}
-	if out, err := execCombined(ctx, o.Engine, gwName, "/vak", "gateway", "reload", "--socket", paths.GatewayAdminSocket(gatewayStateDir)); err != nil {
-		return false, fmt.Errorf("proxynet: gateway reload: %v: %s", err, out)
+	var out strings.Builder
+	if err := engine.Exec(ctx, o.Engine, gwName, &out, &out, "/vak", "gateway", "reload", "--socket", paths.GatewayAdminSocket(gatewayStateDir)); err != nil {
+		return false, fmt.Errorf("proxynet: gateway reload: %w: %s", err, out.String())
 	}
 	writeConfigDigest(o.StateDir, key, payload)
 	return true, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/egress/egressconfig"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -83,7 +84,9 @@ func (o *Options) SelfTestContainers(ctx context.Context, key, gwName, ncName st
 			args = append(args, "--sinkhole", cfg.DNS.Sinkhole.String())
 		}
 	}
-	out, runErr := execCombined(ctx, o.Engine, ncName, args...)
+	var outb strings.Builder
+	runErr := engine.Exec(ctx, o.Engine, ncName, &outb, &outb, args...)
+	out := outb.String()
 	var problems []string
 	if runErr != nil {
 		problems = append(problems, fmt.Sprintf("in the sandbox namespace: %v", runErr))
@@ -186,15 +189,4 @@ func markSelfTest(stateDir, key, start string) {
 func selfTested(stateDir, key, start string) bool {
 	data, err := os.ReadFile(selfTestMarker(stateDir, key))
 	return err == nil && string(data) == start
-}
-
-// execCombined runs a command in a container and returns its stdout and
-// stderr together; a non-zero exit is an error.
-func execCombined(ctx context.Context, cli *client.Client, name string, cmd ...string) (string, error) {
-	var out strings.Builder
-	code, err := execIn(ctx, cli, name, &out, &out, cmd...)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d", code)
-	}
-	return out.String(), err
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/receipts"
-	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
 
@@ -23,7 +23,7 @@ import (
 func TestFenceSelfTest(t *testing.T) {
 	testenv.CheckLeftovers(t)
 	testenv.Image(t)
-	cli, err := taskenv.NewEngine()
+	cli, err := engine.New()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,20 +29,20 @@ import (
 
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
 	"vak/internal/receipts"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 	"vak/internal/trace"
 )
 
-// Labels of proxied-network resources.
+// Labels of proxied-network resources (besides engine's LabelManaged,
+// LabelKind, LabelWorkspace and LabelOwner).
 const (
-	LabelKind     = "vak.kind"          // "proxynet" on every resource of a topology
 	LabelKey      = "vak.proxynet"      // the topology key on its resources
 	LabelClientOf = "vak.proxynet.user" // the topology key on sandbox containers that use it
-	KindProxynet  = "proxynet"
+	KindProxynet  = "proxynet"          // engine.LabelKind on every resource of a topology
 )
 
 // In-container paths of the gateway.
@@ -144,7 +144,7 @@ func Key(workspace string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// owner is the value of docker.LabelOwner on the caller's topologies.
+// owner is the value of engine.LabelOwner on the caller's topologies.
 func owner() string { return strconv.Itoa(os.Getuid()) }
 
 // Names of a topology's resources.
@@ -159,7 +159,7 @@ func (n *Net) NetworkMode() string { return "container:" + n.Netclient }
 func (n *Net) Bind() string { return n.HostTrustDir + ":" + TrustDir + ":ro" }
 
 func (o *Options) labels(key string) map[string]string {
-	l := map[string]string{docker.LabelManaged: "true", LabelKind: KindProxynet, LabelKey: key, docker.LabelWorkspace: o.Workspace, docker.LabelOwner: owner()}
+	l := map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindProxynet, LabelKey: key, engine.LabelWorkspace: o.Workspace, engine.LabelOwner: owner()}
 	for k, v := range o.Labels {
 		l[k] = v
 	}
@@ -427,7 +427,7 @@ func (o *Options) reuse(ctx context.Context, key string, sections *egressconfig.
 	if gwErr != nil || ncErr != nil || !isHealthy(gw) || !isHealthy(nc) {
 		return nil, errors.New("not running")
 	}
-	if gw.Container.Config == nil || gw.Container.Config.Labels[docker.LabelOwner] != owner() {
+	if gw.Container.Config == nil || gw.Container.Config.Labels[engine.LabelOwner] != owner() {
 		return nil, errors.New("not the caller's")
 	}
 	if o.NestedPool.IsValid() {
@@ -512,17 +512,17 @@ func (o *Options) gatewayEnv(ctx context.Context, key, gwName, start string) (st
 	if b, err := os.ReadFile(cache); err == nil && strings.HasPrefix(string(b), stamp) {
 		return strings.TrimPrefix(string(b), stamp), nil
 	}
-	out, err := execOutput(ctx, o.Engine, gwName, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir))
-	if err != nil {
-		return "", err
+	var out, errb strings.Builder
+	if err := engine.Exec(ctx, o.Engine, gwName, &out, &errb, "/vak", "gateway", "env", "--socket", paths.GatewayAdminSocket(gatewayStateDir)); err != nil {
+		return "", fmt.Errorf("proxynet: gateway env: %w: %s", err, strings.TrimSpace(errb.String()))
 	}
 	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil {
 		tmp := cache + ".tmp"
-		if os.WriteFile(tmp, []byte(stamp+out), 0o600) == nil {
+		if os.WriteFile(tmp, []byte(stamp+out.String()), 0o600) == nil {
 			os.Rename(tmp, cache)
 		}
 	}
-	return out, nil
+	return out.String(), nil
 }
 
 // gatewaySections checks that the decoded [network], [gateway] and
@@ -782,42 +782,6 @@ func addressIn(res client.ContainerInspectResult, name, net string) (netip.Addr,
 	return netip.Addr{}, fmt.Errorf("proxynet: %s has no address on %s", name, net)
 }
 
-// execOutput runs a command in a container and returns its stdout; a
-// non-zero exit is an error that quotes its stderr.
-func execOutput(ctx context.Context, cli *client.Client, name string, cmd ...string) (string, error) {
-	var out, errb bytes.Buffer
-	code, err := execIn(ctx, cli, name, &out, &errb, cmd...)
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		return "", fmt.Errorf("%v exited %d: %s", cmd, code, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
-// execIn runs a command in a container through the Engine API, copies its
-// stdout and stderr to the writers, and returns its exit status.
-func execIn(ctx context.Context, cli *client.Client, name string, stdout, stderr io.Writer, cmd ...string) (int, error) {
-	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		return -1, err
-	}
-	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return -1, err
-	}
-	defer att.Close()
-	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil {
-		return -1, err
-	}
-	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
-	if err != nil {
-		return -1, err
-	}
-	return ins.ExitCode, nil
-}
-
 // Teardown removes the workspace's topology unless a command holds its
 // lease (lease.go) or sandbox containers still use it; force removes those
 // containers too and does not look at the lease (tests and benches tearing
@@ -923,7 +887,7 @@ func removeTopology(ctx context.Context, cli *client.Client, key string) error {
 			errs = append(errs, removeErr("container "+c, err))
 		}
 	}
-	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", LabelKey+"="+key, docker.LabelOwner+"="+owner())})
+	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", LabelKey+"="+key, engine.LabelOwner+"="+owner())})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list the networks of %s: %w", key, err))
 	}
@@ -999,7 +963,7 @@ type Skipped struct{ Key, Reason string }
 // command holds (lease.go: it is being set up, or its sandbox is about to
 // start or runs) is skipped, and so is one the daemon will not remove
 // because a part of it is in use; both are in the report, and neither is
-// an error. Only resources owned by the caller's uid (docker.LabelOwner)
+// an error. Only resources owned by the caller's uid (engine.LabelOwner)
 // and carrying all of labels are considered: another user's topology is
 // never removed and its receipts never copied.
 func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[string]string) (*GCReport, error) {
@@ -1025,7 +989,7 @@ func GC(ctx context.Context, cli *client.Client, stateDir string, labels map[str
 
 // gcKeys lists the keys of the caller's topologies that carry labels.
 func gcKeys(ctx context.Context, cli *client.Client, labels map[string]string) ([]string, error) {
-	f := make(client.Filters).Add("label", LabelKind+"="+KindProxynet, docker.LabelOwner+"="+owner())
+	f := make(client.Filters).Add("label", engine.LabelKind+"="+KindProxynet, engine.LabelOwner+"="+owner())
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
@@ -45,13 +46,13 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool, slot string, c
 		return nil, nil, err
 	}
 	labels := map[string]string{
-		docker.LabelManaged:   "true",
-		docker.LabelKind:      KindSession,
+		engine.LabelManaged:   "true",
+		engine.LabelKind:      KindSession,
 		LabelOwner:            strconv.Itoa(os.Getuid()),
 		LabelSession:          session,
 		LabelTask:             p.spec.Task,
 		LabelCreated:          strconv.FormatInt(created.Unix(), 10),
-		docker.LabelWorkspace: p.spec.Workspace,
+		engine.LabelWorkspace: p.spec.Workspace,
 		LabelImage:            p.imageID,
 		LabelLifetime:         strconv.FormatInt(int64(m.lifetime()/time.Second), 10),
 		LabelIdle:             strconv.FormatInt(int64(m.idle()/time.Second), 10),
@@ -72,7 +73,7 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool, slot string, c
 		labels[LabelDockerSlot] = slot
 	}
 	if p.spec.OwnerPID > 0 && pool == "" {
-		tok, err := docker.OwnerToken(p.spec.OwnerPID)
+		tok, err := engine.OwnerToken(p.spec.OwnerPID)
 		if err != nil {
 			return nil, nil, err
 		}

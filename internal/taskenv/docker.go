@@ -25,10 +25,10 @@ import (
 
 	"vak/internal/dockerd"
 	"vak/internal/dockerguard"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 )
 
 // Paths of nested Docker, the same in the session container and the
@@ -271,7 +271,7 @@ func (m *Manager) checkSidecar(ctx context.Context, rec *record) error {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: session %s: its Docker engine (container %s) is gone; remove the session (vak session rm %s) and create it again", ErrDockerUnavailable, rec.ID, name, rec.ID)
 		}
-		return apiErr("inspect the Docker sidecar", err)
+		return engine.APIError("inspect the Docker sidecar", err)
 	}
 	if err := sidecarRunning(rec, name, ins.Container.State); err != nil {
 		return err
@@ -316,7 +316,7 @@ func fenceHolds(rec *record, nc string, ins client.ContainerInspectResult, err e
 		if cerrdefs.IsNotFound(err) {
 			return fail("is gone")
 		}
-		return apiErr("inspect the netclient", err)
+		return engine.APIError("inspect the netclient", err)
 	}
 	if n := strings.TrimPrefix(ins.Container.Name, "/"); n != "" {
 		nc = n
@@ -339,19 +339,6 @@ func fenceHolds(rec *record, nc string, ins client.ContainerInspectResult, err e
 	}
 	if ncStart.After(scStart) {
 		return fail("was started again after the session's engine (a new namespace)")
-	}
-	return nil
-}
-
-// CheckEngineAccess reports, before anything is built or started, a user
-// who cannot use the host's Docker daemon: nested Docker runs its sidecar
-// through that daemon, so a user needs its socket's group. The error is
-// docker.Unreachable's (wrapping docker.ErrDaemonUnavailable; a socket the
-// user may not connect to names the user and the group to join), and
-// says why nested Docker needs the daemon.
-func CheckEngineAccess(ctx context.Context, cli *client.Client) error {
-	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
-		return fmt.Errorf("%w (nested Docker, --docker, starts its engine through the host's Docker daemon at %s, as uid %d)", docker.Unreachable(cli.DaemonHost(), err), cli.DaemonHost(), os.Getuid())
 	}
 	return nil
 }

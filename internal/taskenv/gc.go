@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"vak/internal/engine"
 	"vak/internal/sandbox/docker"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -162,7 +164,7 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 	}
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return apiErr("list Docker sidecars", err)
+		return engine.APIError("list Docker sidecars", err)
 	}
 	grace := gcGrace + DefaultSidecarTimeout
 	if m.SidecarTimeout > 0 {
@@ -172,7 +174,7 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 	// records and pool entries.
 	used, recorded := map[string]bool{}, m.recordedSlots()
 	for _, c := range res.Items {
-		if c.Labels[docker.LabelManaged] == "true" && c.Labels[docker.LabelKind] == KindSession {
+		if c.Labels[engine.LabelManaged] == "true" && c.Labels[engine.LabelKind] == KindSession {
 			if k := c.Labels[LabelDockerSlot]; k != "" {
 				used[k] = true
 			}
@@ -189,7 +191,7 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
 		key, ok := strings.CutPrefix(name, SidecarPrefix)
-		if !ok || !ValidDockerSlot(key) || c.Labels[LabelSession] != key || c.Labels[docker.LabelKind] == KindSession {
+		if !ok || !ValidDockerSlot(key) || c.Labels[LabelSession] != key || c.Labels[engine.LabelKind] == KindSession {
 			continue // not named as ours: not ours to judge
 		}
 		if used[key] {
@@ -226,7 +228,7 @@ func (m *Manager) gcSidecars(ctx context.Context, cli *client.Client, rep *GCRep
 func slotInUse(ctx context.Context, cli *client.Client, key string) (bool, error) {
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", LabelDockerSlot+"="+key)})
 	if err != nil {
-		return false, apiErr("list the containers of docker slot "+key, err)
+		return false, engine.APIError("list the containers of docker slot "+key, err)
 	}
 	if len(res.Items) > 0 {
 		return true, nil
@@ -237,7 +239,7 @@ func slotInUse(ctx context.Context, cli *client.Client, key string) (bool, error
 	if _, err := cli.ContainerInspect(ctx, SessionPrefix+key, client.ContainerInspectOptions{}); err == nil {
 		return true, nil
 	} else if !cerrdefs.IsNotFound(err) {
-		return false, apiErr("inspect session "+key, err)
+		return false, engine.APIError("inspect session "+key, err)
 	}
 	return false, nil
 }
@@ -283,13 +285,13 @@ func (m *Manager) recordedSlots() map[string]bool {
 // (made by an older vak, or on a host where it cannot be judged), is left
 // alone: its command's docker CLI removes it (--rm).
 func (m *Manager) gcRuns(ctx context.Context, cli *client.Client, rep *GCReport) error {
-	f := make(client.Filters).Add("label", docker.LabelManaged+"=true", docker.LabelKind+"=run", LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	f := make(client.Filters).Add("label", engine.LabelManaged+"=true", engine.LabelKind+"=run", LabelOwner+"="+strconv.Itoa(os.Getuid()))
 	for k, v := range m.Labels {
 		f.Add("label", k+"="+v)
 	}
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return apiErr("list command containers", err)
+		return engine.APIError("list command containers", err)
 	}
 	for _, c := range res.Items {
 		name := ""
@@ -300,7 +302,7 @@ func (m *Manager) gcRuns(ctx context.Context, cli *client.Client, rep *GCReport)
 		if !strings.HasPrefix(name, docker.NamePrefix) || owner == "" {
 			continue
 		}
-		if alive, known := docker.OwnerAlive(owner); !known || alive {
+		if alive, known := engine.OwnerAlive(owner); !known || alive {
 			rep.Kept++
 			continue
 		}
@@ -308,7 +310,7 @@ func (m *Manager) gcRuns(ctx context.Context, cli *client.Client, rep *GCReport)
 			rep.Skipped = append(rep.Skipped, Removed{Name: name, Reason: err.Error()})
 			continue
 		} else if err != nil && !cerrdefs.IsNotFound(err) {
-			return apiErr("remove command container "+name, err)
+			return engine.APIError("remove command container "+name, err)
 		}
 		rep.Removed = append(rep.Removed, Removed{Name: name, Reason: "its owner process is gone"})
 	}
@@ -337,7 +339,7 @@ func over(c container.Summary, runDir, owner string, now time.Time) string {
 		}
 	}
 	if owner != "" {
-		if alive, known := docker.OwnerAlive(owner); known && !alive {
+		if alive, known := engine.OwnerAlive(owner); known && !alive {
 			return "its owner process is gone"
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"vak/internal/engine"
 	"vak/internal/sandbox/docker"
 
 	"github.com/moby/moby/api/types/container"
@@ -23,19 +25,19 @@ func TestGCRemovesOrphanedRunContainers(t *testing.T) {
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	dead, err := docker.OwnerToken(sleeper.Process.Pid)
+	dead, err := engine.OwnerToken(sleeper.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sleeper.Process.Kill()
 	sleeper.Wait()
-	live, err := docker.OwnerToken(os.Getpid())
+	live, err := engine.OwnerToken(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	me := fmt.Sprint(os.Getuid())
 	start := func(name string, labels map[string]string) string {
-		l := map[string]string{docker.LabelManaged: "true", docker.LabelKind: "run"}
+		l := map[string]string{engine.LabelManaged: "true", engine.LabelKind: "run"}
 		for k, v := range f.m.Labels {
 			l[k] = v
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/shellquote"
 	"vak/internal/worker/wire"
 )
@@ -155,7 +156,7 @@ type attachment struct {
 func attach(ctx context.Context, cli *client.Client, cid string) (*attachment, error) {
 	res, err := cli.ContainerAttach(ctx, cid, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return nil, apiErr("attach to session container", err)
+		return nil, engine.APIError("attach to session container", err)
 	}
 	pr, pw := io.Pipe()
 	a := &attachment{hj: res.HijackedResponse, stdout: pr, stderr: wire.NewTailBuffer(8 << 10)}

@@ -20,9 +20,9 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
 	"vak/internal/trace"
 	"vak/internal/worker"
@@ -118,7 +118,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		if cerrdefs.IsConflict(err) {
 			return nil, fmt.Errorf("%w: %s (task %q in %s); remove it first (vak session rm %s) or use another task name", ErrSessionExists, p.id, p.spec.Task, p.spec.Workspace, p.id)
 		}
-		return nil, apiErr("create session container", err)
+		return nil, engine.APIError("create session container", err)
 	}
 	cid := res.ID
 	var att *attachment
@@ -135,14 +135,14 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 	}()
 	if p.spec.Mode == sandbox.WorkspaceWrite {
 		if _, err = cli.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(homeArchive(p.user))}); err != nil {
-			return nil, apiErr("create the session's home", err)
+			return nil, engine.APIError("create the session's home", err)
 		}
 	}
 	if att, err = attach(ctx, cli, cid); err != nil {
 		return nil, err
 	}
 	if _, err = cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
-		return nil, apiErr("start session container", err)
+		return nil, engine.APIError("start session container", err)
 	}
 	wc := wire.NewClient(att, att.stdout)
 	if err = wc.WaitReady(ctx); err != nil {
@@ -208,7 +208,7 @@ func (m *Manager) removeContainer(cid, runDir, id string) error {
 		if err != nil && cerrdefs.IsNotFound(err) {
 			err = nil
 		}
-		err = apiErr("remove session container", err)
+		err = engine.APIError("remove session container", err)
 	} else {
 		err = e
 	}
@@ -433,13 +433,13 @@ func (m *Manager) Discard(ctx context.Context, id string) error {
 // listContainers lists this user's session and pool containers that carry
 // the manager's labels, running or not.
 func (m *Manager) listContainers(ctx context.Context, cli *client.Client) (client.ContainerListResult, error) {
-	f := make(client.Filters).Add("label", docker.LabelManaged+"=true", docker.LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	f := make(client.Filters).Add("label", engine.LabelManaged+"=true", engine.LabelKind+"="+KindSession, LabelOwner+"="+strconv.Itoa(os.Getuid()))
 	for k, v := range m.Labels {
 		f.Add("label", k+"="+v)
 	}
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return res, apiErr("list sessions", err)
+		return res, engine.APIError("list sessions", err)
 	}
 	return res, nil
 }
@@ -457,7 +457,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	}
 	var out []Info
 	for _, c := range res.Items {
-		in := Info{Container: c.ID, Image: c.Labels[LabelImage], Workspace: c.Labels[docker.LabelWorkspace], Task: c.Labels[LabelTask],
+		in := Info{Container: c.ID, Image: c.Labels[LabelImage], Workspace: c.Labels[engine.LabelWorkspace], Task: c.Labels[LabelTask],
 			State: string(c.State), Status: c.Status, Pool: c.Labels[LabelPool], Labels: c.Labels}
 		if len(c.Names) > 0 {
 			in.Name = strings.TrimPrefix(c.Names[0], "/")

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -250,7 +251,7 @@ func (p *plan) pinImage(img string, ii client.ImageInspectResult, err error) err
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: image %q is not present locally (sessions never pull: build or pull it first)", ErrInvalidSpec, img)
 		}
-		return apiErr("inspect image "+img, err)
+		return engine.APIError("inspect image "+img, err)
 	}
 	p.imageID = ii.ID
 	if ii.Config != nil {
@@ -341,10 +342,10 @@ func (m *Manager) checkWorker(path, arch string, u docker.User) error {
 	}
 	err, ok := m.workers[key]
 	if !ok {
-		err = CheckWorkerBinary(path, arch)
+		err = engine.CheckWorkerBinary(path, arch)
 		if err == nil {
 			uid, gid := u.IDs()
-			err = checkRunnableBy(path, uid, gid)
+			err = engine.CheckRunnableBy(path, uid, gid)
 		}
 		m.workers[key] = err
 	}
@@ -354,13 +355,13 @@ func (m *Manager) checkWorker(path, arch string, u docker.User) error {
 // otherWorkspaces lists the workspaces of this user's other sessions.
 func (m *Manager) otherWorkspaces(ctx context.Context, cli *client.Client, ws string) ([]string, error) {
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).
-		Add("label", docker.LabelManaged+"=true", docker.LabelKind+"="+KindSession)})
+		Add("label", engine.LabelManaged+"=true", engine.LabelKind+"="+KindSession)})
 	if err != nil {
-		return nil, apiErr("list sessions", err)
+		return nil, engine.APIError("list sessions", err)
 	}
 	var out []string
 	for _, c := range res.Items {
-		if w := c.Labels[docker.LabelWorkspace]; w != "" && w != ws && !slices.Contains(out, w) {
+		if w := c.Labels[engine.LabelWorkspace]; w != "" && w != ws && !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}

@@ -24,8 +24,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
 	"vak/internal/trace"
 	"vak/internal/worker"
@@ -122,7 +122,7 @@ func (m *Manager) pinDockerImage(ctx context.Context, cli *client.Client, p *pla
 	}
 	ii, err := cli.ImageInspect(ctx, m.DockerImage)
 	if err != nil {
-		return apiErr("inspect the sidecar image "+m.DockerImage, err)
+		return engine.APIError("inspect the sidecar image "+m.DockerImage, err)
 	}
 	p.dockerImage = ii.ID
 	return nil
@@ -230,7 +230,7 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 	if err != nil {
 		os.RemoveAll(runDir)
-		return apiErr("create pool container", err)
+		return engine.APIError("create pool container", err)
 	}
 	defer func() {
 		if err != nil {
@@ -239,11 +239,11 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	}()
 	if p.spec.Mode == sandbox.WorkspaceWrite {
 		if _, err = cli.CopyToContainer(ctx, res.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(homeArchive(p.user))}); err != nil {
-			return apiErr("create the session's home", err)
+			return engine.APIError("create the session's home", err)
 		}
 	}
 	if _, err = cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return apiErr("start pool container", err)
+		return engine.APIError("start pool container", err)
 	}
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
@@ -297,7 +297,7 @@ func (m *Manager) claim(ctx context.Context, cli *client.Client, p *plan) (*Sess
 	}
 	var owner string
 	if p.spec.OwnerPID > 0 {
-		if owner, err = docker.OwnerToken(p.spec.OwnerPID); err != nil {
+		if owner, err = engine.OwnerToken(p.spec.OwnerPID); err != nil {
 			return nil, err
 		}
 	}
@@ -420,10 +420,10 @@ func (m *Manager) claimPair(ctx context.Context, cli *client.Client, p *plan, re
 	})
 	wg.Wait()
 	if scErr != nil {
-		return apiErr("inspect the pool's sidecar "+want.Name, scErr)
+		return engine.APIError("inspect the pool's sidecar "+want.Name, scErr)
 	}
 	if sessErr != nil {
-		return apiErr("inspect the pool container", sessErr)
+		return engine.APIError("inspect the pool container", sessErr)
 	}
 	if sess.Container.Config == nil || sess.Container.Config.Labels[LabelDockerSlot] != key {
 		return fmt.Errorf("%w: pool container %s is not labelled with docker slot %s", ErrDockerUnavailable, rec.Name, key)
@@ -624,7 +624,7 @@ func (m *Manager) claimOne(ctx context.Context, cli *client.Client, p *plan, dir
 				os.Remove(slotFile)
 				continue
 			}
-			return nil, "", apiErr("claim pool container", err)
+			return nil, "", engine.APIError("claim pool container", err)
 		}
 		os.Remove(slotFile)
 		poolName := rec.Name

@@ -13,9 +13,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
-	"vak/internal/testenv"
 )
 
 // The warm pool: Create claims a started container made for exactly this
@@ -185,9 +184,9 @@ func TestSessionGC(t *testing.T) {
 	}
 	old := fmt.Sprint(time.Now().Add(-time.Hour).Unix())
 	decoys := []string{
-		decoy("vak-session-unmanaged", map[string]string{docker.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
-		decoy("vak-session-otheruser", map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSession, LabelOwner: "99999", LabelCreated: old}),
-		decoy("someone-elses", map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
+		decoy("vak-session-unmanaged", map[string]string{engine.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
+		decoy("vak-session-otheruser", map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindSession, LabelOwner: "99999", LabelCreated: old}),
+		decoy("someone-elses", map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindSession, LabelOwner: fmt.Sprint(os.Getuid()), LabelCreated: old}),
 	}
 	// Nothing to do while the owner lives.
 	rep, err := f.m.GC(ctx)
@@ -262,49 +261,13 @@ func waitEnded(t *testing.T, s *Session) {
 	}
 }
 
-func TestCheckWorkerBinary(t *testing.T) {
-	vak := testenv.Vak(t)
-	if err := CheckWorkerBinary(vak, "amd64"); err != nil && strings.Contains(err.Error(), "dynamically") {
-		t.Fatalf("static vak refused: %v", err)
-	}
-	// A dynamically linked binary (the host's own sh is).
-	if dyn, err := exec.LookPath("ls"); err == nil {
-		if err := CheckWorkerBinary(dyn, ""); err != nil {
-			if !errors.Is(err, ErrWorkerBinary) || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
-				t.Fatalf("dynamic binary: %v", err)
-			}
-		} else {
-			t.Log("ls is static here; dynamic case not exercised")
-		}
-	}
-	script := t.TempDir() + "/script"
-	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
-	if err := CheckWorkerBinary(script, ""); !errors.Is(err, ErrWorkerBinary) {
-		t.Fatalf("script: %v", err)
-	}
-	other := "arm64"
-	if strings.Contains(fmt.Sprint(CheckWorkerBinary(vak, "arm64")), "built for") == false {
-		other = "amd64"
-	}
-	if err := CheckWorkerBinary(vak, other); !errors.Is(err, ErrWorkerBinary) {
-		t.Fatalf("arch mismatch accepted for %s", other)
-	}
-	if err := checkRunnableBy(script, 4242, 4343); err != nil {
-		t.Fatalf("0755 file: %v", err)
-	}
-	os.Chmod(script, 0o700)
-	if err := checkRunnableBy(script, 4242, 4343); !errors.Is(err, ErrWorkerBinary) {
-		t.Fatalf("0700 file runnable by another user: %v", err)
-	}
-}
-
 // A session refuses a dynamically linked worker with a message that says
 // how to fix it.
 func TestSessionDynamicWorker(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	dyn, err := exec.LookPath("ls")
-	if err != nil || CheckWorkerBinary(dyn, "") == nil {
+	if err != nil || engine.CheckWorkerBinary(dyn, "") == nil {
 		t.Skip("no dynamic binary on this host")
 	}
 	f.m.Worker = dyn

@@ -16,7 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"vak/internal/sandbox/docker"
+	"vak/internal/engine"
 	"vak/internal/worker"
 )
 
@@ -105,13 +105,13 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: %s", ErrNoSession, id)
 		}
-		return nil, apiErr("inspect session "+id, err)
+		return nil, engine.APIError("inspect session "+id, err)
 	}
 	c := res.Container
-	if c.Config == nil || c.Config.Labels[docker.LabelManaged] != "true" || c.Config.Labels[docker.LabelKind] != KindSession {
+	if c.Config == nil || c.Config.Labels[engine.LabelManaged] != "true" || c.Config.Labels[engine.LabelKind] != KindSession {
 		return nil, fmt.Errorf("%w: %s (the container of that name is not a vak session)", ErrNoSession, id)
 	}
-	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[docker.LabelWorkspace],
+	r := &record{ID: id, Container: c.ID, Name: SessionPrefix + id, Workspace: c.Config.Labels[engine.LabelWorkspace],
 		Image: c.Config.Labels[LabelImage], User: c.Config.User, Owner: c.Config.Labels[LabelOwnerProc],
 		Install: c.Config.Labels[LabelInstall] == "true", Pool: c.Config.Labels[LabelPool], Docker: c.Config.Labels[LabelDocker] == "true",
 		DockerSlot: c.Config.Labels[LabelDockerSlot]}

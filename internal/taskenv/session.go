@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/dockerd"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
@@ -50,8 +51,8 @@ const (
 // Session labels (besides LabelManaged, LabelKind and LabelWorkspace).
 const (
 	KindSession    = "session"
-	LabelOwner     = docker.LabelOwner     // host uid of the user who created it
-	LabelOwnerProc = docker.LabelOwnerProc // "BOOTID/PID/START" of the owning process, if any
+	LabelOwner     = engine.LabelOwner     // host uid of the user who created it
+	LabelOwnerProc = engine.LabelOwnerProc // "BOOTID/PID/START" of the owning process, if any
 	LabelSession   = "vak.session"         // session ID ("" for a pool container: its name says)
 	LabelTask      = "vak.task"            // the task name
 	LabelCreated   = "vak.created"         // creation time, unix seconds
@@ -73,8 +74,12 @@ const (
 
 // Errors of the session API.
 var (
-	// ErrUnsupported reports a session feature this host cannot provide.
-	ErrUnsupported = docker.ErrUnsupported
+	// ErrUnsupported reports a session feature this host cannot provide; it
+	// is engine.ErrUnsupported.
+	ErrUnsupported = engine.ErrUnsupported
+	// ErrWorkerBinary reports a worker binary that cannot be a session
+	// container's entrypoint; it is engine.ErrWorkerBinary.
+	ErrWorkerBinary = engine.ErrWorkerBinary
 	// ErrNoSession reports an unknown session ID.
 	ErrNoSession = errclass.New(errclass.Invalid, "no such session")
 	// ErrSessionExists reports a session for the same task and workspace.
@@ -251,7 +256,7 @@ func HostEnv(names []string) []string {
 // Manager creates and drives sessions. Its zero value works (with the
 // defaults named on each field); set fields before first use.
 type Manager struct {
-	// API is the Engine API client; nil means NewEngine on first use.
+	// API is the Engine API client; nil means engine.New on first use.
 	API *client.Client
 	// StateDir is vak's state directory (session records and per-session
 	// socket directories); empty means paths.EnsureStateDir.
@@ -334,35 +339,16 @@ type Manager struct {
 	mutatePlan func(*plan)
 }
 
-// NewEngine returns an Engine API client configured from the environment
-// (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION).
-// It negotiates the API version with the daemon on its first request.
-func NewEngine() (*client.Client, error) {
-	return client.New(client.FromEnv)
-}
-
 func (m *Manager) engine() (*client.Client, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.API == nil && m.engineErr == nil {
-		m.API, m.engineErr = NewEngine()
+		m.API, m.engineErr = engine.New()
 	}
 	if m.engineErr != nil {
-		return nil, fmt.Errorf("%w: %w", docker.ErrDaemonUnavailable, m.engineErr)
+		return nil, m.engineErr
 	}
 	return m.API, nil
-}
-
-// apiErr marks an unreachable daemon with ErrDaemonUnavailable, explained
-// by docker.Unreachable.
-func apiErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if client.IsErrConnectionFailed(err) {
-		return fmt.Errorf("%s: %w", what, docker.Unreachable(docker.EnvHost(), err))
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }
 
 func (m *Manager) user() docker.User {

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -255,7 +256,7 @@ func TestSessionContainerShape(t *testing.T) {
 	if c.Config.User != fmt.Sprintf("%d:%d", testUID, testGID) || c.Image != s.Image() || !strings.HasPrefix(s.Image(), "sha256:") {
 		t.Fatalf("user %q image %q (pinned %q)", c.Config.User, c.Image, s.Image())
 	}
-	for _, k := range []string{LabelOwner, LabelSession, LabelCreated, docker.LabelWorkspace, docker.LabelManaged, docker.LabelKind, testenv.TestLabel} {
+	for _, k := range []string{LabelOwner, LabelSession, LabelCreated, engine.LabelWorkspace, engine.LabelManaged, engine.LabelKind, testenv.TestLabel} {
 		if c.Config.Labels[k] == "" {
 			t.Errorf("label %s missing: %v", k, c.Config.Labels)
 		}

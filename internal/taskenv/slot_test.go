@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/engine"
+
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
-
-	"vak/internal/sandbox/docker"
 )
 
 // slotFixture starts stand-in containers (sleep) with the fixture's labels
@@ -137,7 +137,7 @@ func TestGCDockerSlots(t *testing.T) {
 	ctx := context.Background()
 	me := fmt.Sprint(os.Getuid())
 	sessLabels := func(key string) map[string]string {
-		return map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSession, LabelOwner: me,
+		return map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindSession, LabelOwner: me,
 			LabelDocker: "true", LabelDockerSlot: key, LabelCreated: fmt.Sprint(time.Now().Unix())}
 	}
 	orphan, young, used, ended := poolSlot(), poolSlot(), poolSlot(), poolSlot()

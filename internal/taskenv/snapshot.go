@@ -16,8 +16,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/errclass"
-	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 )
 
@@ -125,7 +125,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: session %s: its container was removed", ErrSessionEnded, id)
 		}
-		return nil, apiErr("inspect session", err)
+		return nil, engine.APIError("inspect session", err)
 	}
 	labels := ci.Container.Config.Labels
 	base := labels[LabelImage]
@@ -170,7 +170,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 	}
 	bi, err := cli.ImageInspect(ctx, base)
 	if err != nil {
-		return nil, apiErr("inspect base image "+base, err)
+		return nil, engine.APIError("inspect base image "+base, err)
 	}
 	cfg := &container.Config{Labels: map[string]string{}, Entrypoint: []string{}, Env: []string{worker.SpecEnv + "="}}
 	if bc := bi.Config; bc != nil {
@@ -197,8 +197,8 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 			cfg.Labels[k] = ""
 		}
 	}
-	cfg.Labels[docker.LabelManaged] = "true"
-	cfg.Labels[docker.LabelKind] = KindSnapshot
+	cfg.Labels[engine.LabelManaged] = "true"
+	cfg.Labels[engine.LabelKind] = KindSnapshot
 	cfg.Labels[LabelSnapshot] = key
 	cfg.Labels[LabelBase] = base
 	cfg.Labels[LabelContent] = digest
@@ -207,7 +207,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 	}
 	res, err := cli.ContainerCommit(ctx, rec.Container, client.ContainerCommitOptions{Reference: ref, Config: cfg, Comment: "vak session snapshot " + key})
 	if err != nil {
-		return nil, apiErr("commit session "+id, err)
+		return nil, engine.APIError("commit session "+id, err)
 	}
 	out.ID = res.ID
 	return out, nil
@@ -227,7 +227,7 @@ func (m *Manager) RemoveSnapshot(ctx context.Context, key string) error {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: %s", ErrNoSnapshot, key)
 		}
-		return apiErr("remove snapshot", err)
+		return engine.APIError("remove snapshot", err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"vak/internal/sandbox/docker"
+	"vak/internal/engine"
 	"vak/internal/worker"
 )
 
@@ -103,7 +103,7 @@ func TestSessionSnapshot(t *testing.T) {
 	}
 	cfg := ii.Config
 	if len(cfg.Entrypoint) != 0 || strings.Join(cfg.Cmd, " ") != "/bin/sh" || cfg.User != "0" ||
-		cfg.Labels[docker.LabelKind] != KindSnapshot || cfg.Labels[LabelSnapshot] != r1.Key || cfg.Labels[LabelSession] != "" || cfg.Labels[docker.LabelWorkspace] != "" {
+		cfg.Labels[engine.LabelKind] != KindSnapshot || cfg.Labels[LabelSnapshot] != r1.Key || cfg.Labels[LabelSession] != "" || cfg.Labels[engine.LabelWorkspace] != "" {
 		t.Fatalf("snapshot config: entrypoint %q cmd %q user %q labels %v", cfg.Entrypoint, cfg.Cmd, cfg.User, cfg.Labels)
 	}
 	for _, kv := range cfg.Env {

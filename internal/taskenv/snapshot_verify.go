@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/errclass"
 )
 
@@ -93,7 +94,7 @@ func HashFiles(r io.Reader, w io.Writer) error {
 func contentDigest(ctx context.Context, cli *client.Client, ctr, user string, mounts []string) (string, error) {
 	diff, err := cli.ContainerDiff(ctx, ctr, client.ContainerDiffOptions{})
 	if err != nil {
-		return "", apiErr("diff session container", err)
+		return "", engine.APIError("diff session container", err)
 	}
 	skip := func(p string) bool {
 		for _, m := range mounts {
@@ -138,11 +139,11 @@ func contentDigest(ctx context.Context, cli *client.Client, ctr, user string, mo
 func execWithInput(ctx context.Context, cli *client.Client, ctr, user string, stdin []byte, cmd ...string) (string, error) {
 	ex, err := cli.ExecCreate(ctx, ctr, client.ExecCreateOptions{Cmd: cmd, User: user, AttachStdin: true, AttachStdout: true, AttachStderr: true})
 	if err != nil {
-		return "", apiErr("exec", err)
+		return "", engine.APIError("exec", err)
 	}
 	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return "", apiErr("exec attach", err)
+		return "", engine.APIError("exec attach", err)
 	}
 	defer att.Close()
 	go func() {
@@ -155,7 +156,7 @@ func execWithInput(ctx context.Context, cli *client.Client, ctr, user string, st
 	}
 	ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
 	if err != nil {
-		return "", apiErr("exec inspect", err)
+		return "", engine.APIError("exec inspect", err)
 	}
 	if ins.ExitCode != 0 {
 		return "", fmt.Errorf("exit status %d: %s", ins.ExitCode, strings.TrimSpace(errb.String()))

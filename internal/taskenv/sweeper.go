@@ -31,6 +31,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
@@ -105,7 +106,7 @@ func (m *Manager) rootSweep(ctx context.Context, st *watchState) (*wire.BashResu
 	}()
 	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 	if err != nil {
-		return nil, apiErr("create the root sweep's container", err)
+		return nil, engine.APIError("create the root sweep's container", err)
 	}
 	cid := res.ID
 	att, err := attach(ctx, cli, cid)
@@ -114,7 +115,7 @@ func (m *Manager) rootSweep(ctx context.Context, st *watchState) (*wire.BashResu
 	}
 	defer att.Close()
 	if _, err := cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
-		return nil, apiErr("start the root sweep's container", err)
+		return nil, engine.APIError("start the root sweep's container", err)
 	}
 	go func() {
 		att.Write(req)
@@ -136,7 +137,7 @@ func sweeperConfig(st *watchState) (*container.Config, *container.HostConfig, er
 	if st.Image == "" || st.Worker == "" {
 		return nil, nil, fmt.Errorf("session %s: the watch state names no image or worker binary for the root sweep", st.ID)
 	}
-	labels := map[string]string{docker.LabelManaged: "true", docker.LabelKind: KindSweep, LabelOwner: strconv.Itoa(os.Getuid()), LabelSession: st.ID}
+	labels := map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindSweep, LabelOwner: strconv.Itoa(os.Getuid()), LabelSession: st.ID}
 	for k, v := range st.Labels {
 		labels[k] = v
 	}
@@ -171,13 +172,13 @@ func sweeperConfig(st *watchState) (*container.Config, *container.HostConfig, er
 // labels) that a watcher killed in the middle of one left behind: one
 // that is not running, or that runs for longer than a sweep may.
 func (m *Manager) gcSweeps(ctx context.Context, cli *client.Client, rep *GCReport) error {
-	f := make(client.Filters).Add("label", docker.LabelManaged+"=true", docker.LabelKind+"="+KindSweep, LabelOwner+"="+strconv.Itoa(os.Getuid()))
+	f := make(client.Filters).Add("label", engine.LabelManaged+"=true", engine.LabelKind+"="+KindSweep, LabelOwner+"="+strconv.Itoa(os.Getuid()))
 	for k, v := range m.Labels {
 		f.Add("label", k+"="+v)
 	}
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return apiErr("list root sweep containers", err)
+		return engine.APIError("list root sweep containers", err)
 	}
 	for _, c := range res.Items {
 		name := ""
@@ -188,7 +189,7 @@ func (m *Manager) gcSweeps(ctx context.Context, cli *client.Client, rep *GCRepor
 			continue
 		}
 		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return apiErr("remove root sweep container "+name, err)
+			return engine.APIError("remove root sweep container "+name, err)
 		}
 		rep.Removed = append(rep.Removed, Removed{Name: name, Reason: "a sweep its watcher did not finish"})
 	}

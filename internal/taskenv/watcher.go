@@ -20,7 +20,7 @@ package taskenv
 //
 //	state.json  what the watcher works from (watchState): written by Create
 //	lock        held (flock) by the running watcher: exec's liveness check
-//	pid         the watcher's process token (docker.OwnerToken), to stop it
+//	pid         the watcher's process token (engine.OwnerToken), to stop it
 //	log         what was removed, cleared or warned of, one line each
 //	ended       written after the final sweep (nothing writes any more)
 
@@ -44,9 +44,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/sandbox"
-	"vak/internal/sandbox/docker"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -316,10 +316,10 @@ func (m *Manager) stopWatcher(dir string) {
 	}
 }
 
-// signalOwner signals the process a docker.OwnerToken names, if it still
+// signalOwner signals the process a engine.OwnerToken names, if it still
 // runs.
 func signalOwner(token string, sig syscall.Signal) {
-	if alive, known := docker.OwnerAlive(token); !alive || !known {
+	if alive, known := engine.OwnerAlive(token); !alive || !known {
 		return
 	}
 	if pid, err := strconv.Atoi(strings.Split(token, "/")[1]); err == nil && pid > 1 {

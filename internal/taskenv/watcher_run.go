@@ -13,7 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"vak/internal/sandbox/docker"
+	"vak/internal/engine"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -91,7 +91,7 @@ func (m *Manager) lockWatch(id string) (st *watchState, dir string, lock *os.Fil
 		lock.Close()
 		return nil, dir, nil, fmt.Errorf("%w: session %s has ended", ErrSessionEnded, id)
 	}
-	tok, err := docker.OwnerToken(os.Getpid())
+	tok, err := engine.OwnerToken(os.Getpid())
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, watchPIDFile), []byte(tok+"\n"), 0o600)
 	}

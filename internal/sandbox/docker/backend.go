@@ -15,13 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"vak/internal/errclass"
+	"vak/internal/engine"
 	"vak/internal/sandbox"
 )
-
-// ErrDaemonUnavailable reports that no Docker daemon answered. Commands fail
-// with it; they never fall back to running on the host.
-var ErrDaemonUnavailable = errclass.New(errclass.Unavailable, "docker daemon unavailable")
 
 // Probe defaults.
 const (
@@ -113,7 +109,7 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 // reaches (`docker version`: the CLI's own contexts and ssh:// hosts are
 // the ones `docker run` will use). A success is trusted for TTL; a failure
 // is never cached, and Invalidate drops a cached success. A failure is
-// explained by Unreachable (a socket this user may not use names the group
+// explained by engine.Unreachable (a socket this user may not use names the group
 // to join).
 type Probe struct {
 	Binary  string        // docker CLI; empty means "docker"
@@ -154,7 +150,7 @@ func (p *Probe) Check(ctx context.Context) error {
 		bin = "docker"
 	}
 	if _, err := exec.LookPath(bin); err != nil {
-		return fmt.Errorf("%w: docker CLI %q not found: %w", ErrDaemonUnavailable, bin, err)
+		return fmt.Errorf("%w: docker CLI %q not found: %w", engine.ErrDaemonUnavailable, bin, err)
 	}
 	timeout := p.Timeout
 	if timeout == 0 {
@@ -185,7 +181,7 @@ func (p *Probe) Check(ctx context.Context) error {
 		if cache != "" {
 			os.Remove(cache)
 		}
-		return Unreachable(cliHost(), errors.New(msg))
+		return engine.Unreachable(cliHost(), errors.New(msg))
 	}
 	p.okUntil, p.version = time.Now().Add(ttl), v
 	if cache != "" {
@@ -205,7 +201,7 @@ func cliHost() string {
 	if os.Getenv("DOCKER_HOST") == "" && os.Getenv("DOCKER_CONTEXT") != "" {
 		return ""
 	}
-	return EnvHost()
+	return engine.EnvHost()
 }
 
 // cacheFile names the persisted probe result for the current daemon address.

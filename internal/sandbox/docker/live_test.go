@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/testenv"
@@ -221,7 +222,7 @@ func TestProbeCachesAndFailsClosed(t *testing.T) {
 	// ... until invalidated, after which the failure is reported, not cached.
 	p.Invalidate()
 	err := p.Check(context.Background())
-	if !errors.Is(err, ErrDaemonUnavailable) || !strings.Contains(err.Error(), "/nonexistent/docker.sock") {
+	if !errors.Is(err, engine.ErrDaemonUnavailable) || !strings.Contains(err.Error(), "/nonexistent/docker.sock") {
 		t.Fatalf("dead daemon: %v", err)
 	}
 	os.Unsetenv("DOCKER_HOST")
@@ -229,7 +230,7 @@ func TestProbeCachesAndFailsClosed(t *testing.T) {
 		t.Fatalf("failure was cached: %v", err)
 	}
 	// A missing CLI is unavailable, too.
-	if err := (&Probe{Binary: "/nonexistent/docker"}).Check(context.Background()); !errors.Is(err, ErrDaemonUnavailable) {
+	if err := (&Probe{Binary: "/nonexistent/docker"}).Check(context.Background()); !errors.Is(err, engine.ErrDaemonUnavailable) {
 		t.Fatalf("missing CLI: %v", err)
 	}
 }
@@ -253,13 +254,13 @@ func TestProbePersistentCache(t *testing.T) {
 	}
 	// ... but the cache is per daemon address: a dead DOCKER_HOST is probed.
 	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-	if err := (&Probe{CacheDir: dir}).Check(context.Background()); !errors.Is(err, ErrDaemonUnavailable) {
+	if err := (&Probe{CacheDir: dir}).Check(context.Background()); !errors.Is(err, engine.ErrDaemonUnavailable) {
 		t.Fatalf("cache leaked across DOCKER_HOST: %v", err)
 	}
 	os.Unsetenv("DOCKER_HOST")
 	// Invalidate removes the persisted success.
 	p.Invalidate()
-	if err := p.Check(context.Background()); !errors.Is(err, ErrDaemonUnavailable) {
+	if err := p.Check(context.Background()); !errors.Is(err, engine.ErrDaemonUnavailable) {
 		t.Fatalf("invalidated cache still trusted: %v", err)
 	}
 	// An expired entry is not trusted.
@@ -268,7 +269,7 @@ func TestProbePersistentCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", t.TempDir())
-	if err := (&Probe{CacheDir: dir, TTL: time.Nanosecond}).Check(context.Background()); !errors.Is(err, ErrDaemonUnavailable) {
+	if err := (&Probe{CacheDir: dir, TTL: time.Nanosecond}).Check(context.Background()); !errors.Is(err, engine.ErrDaemonUnavailable) {
 		t.Fatalf("expired cache trusted: %v", err)
 	}
 }

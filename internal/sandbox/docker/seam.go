@@ -40,7 +40,7 @@ func (b *Backend) HostEnv() []string {
 
 // WrapperFailed implements sandbox.Wrapper: exit code 125 is docker run's
 // own failure; if the daemon went away, the command fails closed with
-// ErrDaemonUnavailable instead of looking like the command's result.
+// engine.ErrDaemonUnavailable instead of looking like the command's result.
 func (b *Backend) WrapperFailed(ctx context.Context, exitCode int) error {
 	if exitCode != 125 {
 		return nil

@@ -38,7 +38,7 @@ import (
 	"strings"
 	"sync"
 
-	"vak/internal/errclass"
+	"vak/internal/engine"
 	"vak/internal/sandbox"
 )
 
@@ -53,20 +53,6 @@ const ContainerHome = "/tmp"
 // persistent home (sandbox.Command.Home): that host directory is bound
 // here read-write, in every mode. A workspace at or below it is refused.
 const PersistentHome = "/home/vak"
-
-// Labels every vak container carries.
-const (
-	LabelManaged   = "vak.managed"   // "true" on every container vak creates
-	LabelKind      = "vak.kind"      // "run" for command-scoped containers
-	LabelRunID     = "vak.run"       // the Command.ID
-	LabelWorkspace = "vak.workspace" // the canonical workspace path
-	LabelOwner     = "vak.owner"     // host uid of the user who created it
-	LabelOwnerProc = "vak.owner.pid" // "BOOTID/PID/START" of the owning process, if any
-)
-
-// ErrUnsupported reports a feature this host cannot provide (a seccomp
-// profile off Linux, an owner token without /proc).
-var ErrUnsupported = errclass.New(errclass.Unavailable, "unsupported on this host")
 
 // LifelineInit is the shell program that is the init (PID 1) of every
 // command container: it starts the command ($1) with stdin /dev/null, waits
@@ -181,7 +167,7 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 	seccompOpt := ""
 	if path, err := SeccompFile(); err == nil {
 		seccompOpt = "seccomp=" + path
-	} else if !errors.Is(err, ErrUnsupported) {
+	} else if !errors.Is(err, engine.ErrUnsupported) {
 		return nil, fmt.Errorf("docker wrap: %w", err)
 	}
 	args := []string{b.binary(), "run", "-i", "--rm",
@@ -250,15 +236,15 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 		args = append(args, "-e", kv)
 	}
 	args = append(args, "--name", ContainerName(c.ID),
-		"--label", LabelManaged+"=true",
-		"--label", LabelKind+"=run",
-		"--label", LabelRunID+"="+c.ID,
-		"--label", LabelWorkspace+"="+ws,
-		"--label", LabelOwner+"="+strconv.Itoa(os.Getuid()),
+		"--label", engine.LabelManaged+"=true",
+		"--label", engine.LabelKind+"=run",
+		"--label", engine.LabelRunID+"="+c.ID,
+		"--label", engine.LabelWorkspace+"="+ws,
+		"--label", engine.LabelOwner+"="+strconv.Itoa(os.Getuid()),
 	)
 	if tok, err := ownToken(); err == nil {
-		args = append(args, "--label", LabelOwnerProc+"="+tok)
-	} else if !errors.Is(err, ErrUnsupported) {
+		args = append(args, "--label", engine.LabelOwnerProc+"="+tok)
+	} else if !errors.Is(err, engine.ErrUnsupported) {
 		return nil, fmt.Errorf("docker wrap: %w", err)
 	}
 	for _, k := range sortedKeys(b.Labels) {
@@ -273,8 +259,8 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 	return args, nil
 }
 
-// ownToken is OwnerToken of this process, read once.
-var ownToken = sync.OnceValues(func() (string, error) { return OwnerToken(os.Getpid()) })
+// ownToken is engine.OwnerToken of this process, read once.
+var ownToken = sync.OnceValues(func() (string, error) { return engine.OwnerToken(os.Getpid()) })
 
 // within reports whether p is root or below it; both must be clean and absolute.
 func within(root, p string) bool {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
 )
@@ -23,7 +24,7 @@ func TestWrapStructure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner, err := OwnerToken(os.Getpid())
+	owner, err := engine.OwnerToken(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

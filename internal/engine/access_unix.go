@@ -1,6 +1,6 @@
 //go:build unix
 
-package docker
+package engine
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package docker
+package engine
 
 // socketFix says how to get to use the socket at path: file ownership is
 // Unix's, so it cannot be told here ("").

@@ -1,4 +1,4 @@
-package taskenv
+package engine
 
 import (
 	"debug/elf"
@@ -10,10 +10,10 @@ import (
 	"vak/internal/errclass"
 )
 
-// ErrWorkerBinary reports a worker binary that cannot be a session
-// container's entrypoint: not a Linux ELF executable for the image's
-// architecture, or dynamically linked (the container has no matching C
-// library, often none at all).
+// ErrWorkerBinary reports a vak binary that cannot be a container's
+// entrypoint (a session's worker, a topology's gateway or netclient): not a
+// Linux ELF executable for the image's architecture, or dynamically linked
+// (the container has no matching C library, often none at all).
 var ErrWorkerBinary = errclass.New(errclass.Unavailable, "unusable worker binary")
 
 // elfMachines maps Docker/Go architecture names to ELF machines.
@@ -30,9 +30,11 @@ var elfMachines = map[string]elf.Machine{
 }
 
 // CheckWorkerBinary verifies that path is a statically linked Linux ELF
-// executable for arch (a Docker architecture name; empty skips the check).
-// A dynamic binary has a PT_INTERP program header naming its loader, which
-// the container does not have.
+// executable for arch (a Docker architecture name; empty skips the check):
+// the vak binary a session container or a proxied topology's gateway and
+// netclient containers run. A dynamic binary has a PT_INTERP program header
+// naming its loader, which the container does not have. The error wraps
+// ErrWorkerBinary and names the file and the fix.
 func CheckWorkerBinary(path, arch string) error {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -57,9 +59,10 @@ func CheckWorkerBinary(path, arch string) error {
 	return nil
 }
 
-// checkRunnableBy verifies that uid:gid may read and execute the regular
-// file path (the container runs the worker as the session's user).
-func checkRunnableBy(path string, uid, gid int) error {
+// CheckRunnableBy verifies that uid:gid may read and execute the regular
+// file path (a session container runs the worker as the session's user).
+// The error wraps ErrWorkerBinary and names the file, the user and the mode.
+func CheckRunnableBy(path string, uid, gid int) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("%w %s: %v", ErrWorkerBinary, path, err)
