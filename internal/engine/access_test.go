@@ -117,6 +117,7 @@ func TestAccess(t *testing.T) {
 // in the socket's group.
 func checkAccess(t *testing.T, got, sock, name, group string, member bool) {
 	t.Helper()
+	t.Logf("%s, member of %s: %v: %s", name, group, member, got)
 	if member {
 		if got != "OK" {
 			t.Errorf("%s, in group %s: %s", name, group, got)
