@@ -124,7 +124,7 @@ func TestDoctorDockerAccess(t *testing.T) {
 			} else if errors.Is(err, syscall.EACCES) {
 				refused = append(refused, "/var/run/docker.sock")
 			}
-			runAs := unprivilegedUser(t)
+			runAs := testenv.UnprivilegedUser(t)
 			for _, s := range refused {
 				if s == sock {
 					os.Chmod(sock, 0)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -139,7 +138,7 @@ func runUnprivileged(t *testing.T, dir string, env, args []string) (int, string)
 		code := Main(context.Background(), args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 		return code, out.String() + errb.String()
 	}
-	runAs := unprivilegedUser(t)
+	runAs := testenv.UnprivilegedUser(t)
 	vak := testenv.Vak(t)
 	os.Chmod(filepath.Dir(vak), 0o755)
 	cmd := exec.Command("runuser", append([]string{"-u", runAs, "--", "env", "-i"}, append(append(base, env...), append([]string{vak}, args...)...)...)...)
@@ -152,28 +151,4 @@ func runUnprivileged(t *testing.T, dir string, env, args []string) (int, string)
 		t.Fatal(err)
 	}
 	return code, string(out)
-}
-
-// unprivilegedUser is the user runUnprivileged runs vak as: this one when
-// it is not root, else the non-root leg's (created by .ci/run before the
-// tests; VAK_NONROOT_USER or vak-ci), else vakuser.
-func unprivilegedUser(t *testing.T) string {
-	t.Helper()
-	if os.Getuid() != 0 {
-		u, err := user.Current()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u.Username
-	}
-	for _, u := range []string{os.Getenv("VAK_NONROOT_USER"), "vak-ci", "vakuser"} {
-		if u == "" {
-			continue
-		}
-		if _, err := user.Lookup(u); err == nil {
-			return u
-		}
-	}
-	testenv.Missing(t, testenv.EnvRequireDocker, "running as root and there is no unprivileged user (VAK_NONROOT_USER, vak-ci or vakuser) to run as")
-	return ""
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -94,7 +93,7 @@ func TestAccess(t *testing.T) {
 	if got := accessResult(); got != "OK" {
 		t.Errorf("as root: %s", got)
 	}
-	name := unprivilegedUser(t)
+	name := testenv.UnprivilegedUser(t)
 	bin := worldReadableCopy(t, os.Args[0])
 	for _, member := range []bool{false, true} {
 		t.Run("member="+strconv.FormatBool(member), func(t *testing.T) {
@@ -130,22 +129,6 @@ func checkAccess(t *testing.T, got, sock, name, group string, member bool) {
 	}
 }
 
-// unprivilegedUser is the non-root leg's user (VAK_NONROOT_USER or vak-ci),
-// else vakuser.
-func unprivilegedUser(t *testing.T) string {
-	t.Helper()
-	for _, u := range []string{os.Getenv("VAK_NONROOT_USER"), "vak-ci", "vakuser"} {
-		if u == "" {
-			continue
-		}
-		if _, err := user.Lookup(u); err == nil {
-			return u
-		}
-	}
-	testenv.Missing(t, testenv.EnvRequireDocker, "running as root and there is no unprivileged user (VAK_NONROOT_USER, vak-ci or vakuser) to run as")
-	return ""
-}
-
 // worldReadableCopy copies the file src into a new directory every user
 // may enter, removed when t ends.
 func worldReadableCopy(t *testing.T, src string) string {
@@ -158,20 +141,12 @@ func worldReadableCopy(t *testing.T, src string) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	in, err := os.Open(src)
+	data, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
 	dst := filepath.Join(dir, filepath.Base(src))
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dst
@@ -182,10 +157,7 @@ func worldReadableCopy(t *testing.T, src string) string {
 // and a socket that answers the Engine API's /_ping passes (the control:
 // the stub counts the ping, so the check really reached it).
 func TestCheckAccess(t *testing.T) {
-	dir := t.TempDir()
-	var pings atomic.Int32
-	stub := stubEngine(t, filepath.Join(dir, "stub.sock"), &pings)
-	missing := filepath.Join(dir, "missing.sock")
+	stub, missing, pings := testSockets(t)
 	tests := []struct {
 		name      string
 		sock      string
@@ -200,13 +172,7 @@ func TestCheckAccess(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pings.Store(0)
-			t.Setenv("DOCKER_HOST", "unix://"+tc.sock)
-			cli, err := engine.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cli.Close()
-			err = engine.CheckAccess(context.Background(), cli, tc.purpose)
+			err := engine.CheckAccess(context.Background(), clientFor(t, tc.sock), tc.purpose)
 			if got := pings.Load(); got != tc.wantPings {
 				t.Errorf("pings = %d, want %d", got, tc.wantPings)
 			}
@@ -231,10 +197,7 @@ func TestCheckAccess(t *testing.T) {
 // APIError turns a failed connection into ErrDaemonUnavailable naming the
 // socket, and leaves any other error (here the stub's 404) as it is.
 func TestAPIError(t *testing.T) {
-	dir := t.TempDir()
-	var pings atomic.Int32
-	stub := stubEngine(t, filepath.Join(dir, "stub.sock"), &pings)
-	missing := filepath.Join(dir, "missing.sock")
+	stub, missing, _ := testSockets(t)
 	tests := []struct {
 		name        string
 		sock        string
@@ -246,13 +209,7 @@ func TestAPIError(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("DOCKER_HOST", "unix://"+tc.sock)
-			cli, err := engine.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cli.Close()
-			_, err = cli.ContainerInspect(context.Background(), "x", client.ContainerInspectOptions{})
+			_, err := clientFor(t, tc.sock).ContainerInspect(context.Background(), "x", client.ContainerInspectOptions{})
 			if err == nil {
 				t.Fatal("inspect of a container that does not exist succeeded")
 			}
@@ -268,6 +225,27 @@ func TestAPIError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testSockets returns a stub engine's socket (stubEngine), counting its
+// pings, and a socket path in the same directory that nothing serves.
+func testSockets(t *testing.T) (stub, missing string, pings *atomic.Int32) {
+	dir := t.TempDir()
+	pings = new(atomic.Int32)
+	return stubEngine(t, filepath.Join(dir, "stub.sock"), pings), filepath.Join(dir, "missing.sock"), pings
+}
+
+// clientFor is engine.New's client for the daemon socket sock (through
+// DOCKER_HOST, for the rest of t), closed when t ends.
+func clientFor(t *testing.T, sock string) *engine.Client {
+	t.Helper()
+	t.Setenv("DOCKER_HOST", "unix://"+sock)
+	cli, err := engine.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 // stubEngine serves a stub of the Engine API on the unix socket sock until
