@@ -28,6 +28,7 @@ import (
 	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/fsguard"
+	"vak/internal/hostenv"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
@@ -42,14 +43,6 @@ const WorkerCommand = sandbox.WorkerCommand
 // TempPrefix names private temp dirs: TempPrefix + broker pid + "-" + random,
 // so that CleanStale can tell the ones whose broker is gone.
 const TempPrefix = "vak-tmp-"
-
-// EnvAllowlist names host variables that reach sandboxed commands by
-// default. Everything else (tokens, cloud credentials, SSH agent sockets)
-// is scrubbed; config can name more (sandbox.env).
-var EnvAllowlist = []string{"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM", "NO_COLOR"}
-
-// DefaultPath is PATH when the host has none.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Options configure a session.
 type Options struct {
@@ -200,7 +193,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			WritePaths:   cfg.Sandbox.WritePaths,
 			Protected:    s.prot,
 			Limits:       cfg.Sandbox.Limits,
-			Env:          hostCommandEnv(cfg.Sandbox.Env),
+			Env:          hostenv.ForProcess(cfg.Sandbox.Env...),
 			AllowWeaker:  cfg.Sandbox.AllowWeaker,
 			Network:      opts.Network,
 		}, cmd)
@@ -226,7 +219,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
 		}
 		spec.Env = b.HostEnv()
-		s.env = containerEnv(cfg.Sandbox.Env)
+		s.env = hostenv.ForContainer(cfg.Sandbox.Env...)
 		if lifeR, s.lifeline, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("broker: lifeline pipe: %w", err)
 		}
@@ -277,10 +270,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: lifeline would be fd %d, not %d", 2+len(cmd.ExtraFiles), lifelineFD)
 		}
 	}
-	cmd.Env = []string{"PATH=" + envOr("PATH", DefaultPath)}
+	cmd.Env = []string{"PATH=" + envOr("PATH", hostenv.DefaultPath)}
 	// Go runtime knobs reach the worker process itself (tests use GOGC to
 	// make garbage collection frequent); they never reach commands.
-	cmd.Env = append(cmd.Env, hostEnv([]string{"GOGC", "GODEBUG", "GOMAXPROCS"})...)
+	cmd.Env = append(cmd.Env, hostenv.Lookup([]string{"GOGC", "GODEBUG", "GOMAXPROCS"})...)
 	// The worker blocks on its spec, so whatever onStarted does (joining a
 	// cgroup) happens before the sandbox runs anything; unless the backend
 	// makes the worker wait for Started by itself (SpecFirst), then the
@@ -682,32 +675,6 @@ func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
 		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
 	}
 	return plan, nil
-}
-
-// hostCommandEnv is the host part of the environment of sandboxed commands
-// in process-scoped backends: the allowlist and configured names, with a
-// default PATH; the backend adds HOME and TMPDIR.
-func hostCommandEnv(extra []string) []string {
-	env := hostEnv(append(slices.Clone(EnvAllowlist), extra...))
-	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
-		env = append(env, "PATH="+DefaultPath)
-	}
-	return env
-}
-
-// containerEnv is what reaches docker containers (HOME is set by the wrap).
-func containerEnv(extra []string) []string {
-	return hostEnv(append([]string{"LANG", "LANGUAGE", "TERM", "TZ", "COLORTERM", "NO_COLOR"}, extra...))
-}
-
-func hostEnv(names []string) []string {
-	var env []string
-	for _, n := range names {
-		if v, ok := os.LookupEnv(n); ok && !slices.Contains(env, n+"="+v) {
-			env = append(env, n+"="+v)
-		}
-	}
-	return env
 }
 
 func envOr(k, def string) string {

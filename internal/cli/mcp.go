@@ -19,6 +19,7 @@ import (
 	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/hostenv"
 	"vak/internal/launch"
 	"vak/internal/mcp"
 	"vak/internal/taskenv"
@@ -301,7 +302,7 @@ func (a *app) mcpSession(ctx context.Context, m *taskenv.Manager, cfg *config.Co
 		BaseImage:      cfg.Sandbox.Image,
 		Limits:         cfg.Sandbox.Limits,
 		Mode:           cfg.Sandbox.Mode,
-		Env:            taskenv.HostEnv(m.EnvAllowlist),
+		Env:            hostenv.Lookup(m.EnvAllowlist),
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
 		NetworkPolicy:  cfg.Network,

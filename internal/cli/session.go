@@ -27,6 +27,7 @@ import (
 	"vak/internal/config"
 	"vak/internal/dockerd"
 	"vak/internal/engine"
+	"vak/internal/hostenv"
 	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -212,7 +213,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		BaseImage:      image,
 		Limits:         cfg.Sandbox.Limits,
 		Mode:           cfg.Sandbox.Mode,
-		Env:            taskenv.HostEnv(m.EnvAllowlist),
+		Env:            hostenv.Lookup(m.EnvAllowlist),
 		Mounts:         f.mounts,
 		Protected:      cfg.Files.Protected,
 		DefaultTimeout: cfg.Sandbox.Timeout,
@@ -380,13 +381,13 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	defer m.Close()
 	// The allowlist of copied variables is the sessions' (sandbox.env of
 	// the trusted config included), read only when a name is copied.
-	allow := taskenv.DefaultSessionEnv
+	allow := hostenv.Allowlist()
 	if slices.ContainsFunc(f.env, func(e string) bool { return !strings.Contains(e, "=") }) {
 		cfg, err := a.loadConfig("")
 		if err != nil {
 			return err
 		}
-		allow = append(slices.Clone(allow), cfg.Sandbox.Env...)
+		allow = hostenv.Allowlist(cfg.Sandbox.Env...)
 	}
 	env, err := taskenv.CommandEnv(f.env, allow, os.LookupEnv)
 	if err != nil {
@@ -861,7 +862,7 @@ its guard; otherwise the pair is removed and the create starts cold.`,
 				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
 			}
 			spec := taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
-				Mode: cfg.Sandbox.Mode, Env: taskenv.HostEnv(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout,
+				Mode: cfg.Sandbox.Mode, Env: hostenv.Lookup(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout,
 				NetworkPolicy: cfg.Network}
 			if err := a.sessionDocker(cmd.Context(), m, cfg, &spec, f.docker); err != nil {
 				return sessionErr(err)

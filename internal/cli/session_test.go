@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
+	"vak/internal/hostenv"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -146,10 +148,21 @@ func TestSessionCLIEnvFiltered(t *testing.T) {
 	cfg, labels := sessionEnv(t)
 	ws := tempWorkspace(t)
 	vak := testenv.Vak(t)
+	// Every host variable of hostenv.Allowlist, the list native and
+	// docker runs pass too (sandboxtest's EnvScrubbed), with a value no
+	// image sets.
+	var allowed []string
+	for _, n := range hostenv.Allowlist() {
+		v := "vaktest-" + n
+		if n == "LANG" || n == "LC_ALL" {
+			v = "C.UTF-8"
+		}
+		allowed = append(allowed, n+"="+v)
+	}
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(vak, append([]string{"--config", cfg, "session"}, args...)...)
-		cmd.Env = append(os.Environ(), "CANARY_TOKEN=sk-canary", "AWS_SECRET_ACCESS_KEY=aws-canary", "LANG=C.UTF-8")
+		cmd.Env = append(append(os.Environ(), "CANARY_TOKEN=sk-canary", "AWS_SECRET_ACCESS_KEY=aws-canary"), allowed...)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
@@ -164,6 +177,11 @@ func TestSessionCLIEnvFiltered(t *testing.T) {
 	}
 	if !strings.Contains(env, "LANG=C.UTF-8") {
 		t.Fatalf("allowlisted LANG missing (the environment was not passed at all?):\n%s", env)
+	}
+	for _, kv := range allowed {
+		if !slices.Contains(strings.Split(env, "\n"), kv) {
+			t.Errorf("allowlisted %s did not reach the session:\n%s", kv, env)
+		}
 	}
 }
 

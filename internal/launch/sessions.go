@@ -2,9 +2,9 @@ package launch
 
 import (
 	"os"
-	"slices"
 
 	"vak/internal/config"
+	"vak/internal/hostenv"
 	"vak/internal/sandbox/docker"
 	"vak/internal/taskenv"
 )
@@ -38,7 +38,7 @@ func Sessions(req Request, planted func(id string, lines []string)) *taskenv.Man
 	if s.Worker != "" {
 		m.Worker = s.Worker
 	}
-	m.EnvAllowlist = append(slices.Clone(taskenv.DefaultSessionEnv), cfg.Sandbox.Env...)
+	m.EnvAllowlist = hostenv.Allowlist(cfg.Sandbox.Env...)
 	if cfg.Sandbox.User == config.UserRoot {
 		m.User = docker.User{Root: true}
 	}

@@ -1,15 +1,19 @@
 package taskenv
 
-import "fmt"
+import (
+	"fmt"
+
+	"vak/internal/hostenv"
+)
 
 // CommandEnv resolves the variables a caller sets for one session command
 // (`vak session exec -e`): NAME=VALUE sets a value; NAME alone copies the
 // variable from this process (lookup), but only when allow names it, since
 // copying a host variable is how secrets leak. allow nil means
-// DefaultSessionEnv; a name that is not set here is skipped.
+// hostenv.Allowlist(); a name that is not set here is skipped.
 func CommandEnv(entries, allow []string, lookup func(string) (string, bool)) (map[string]string, error) {
 	if allow == nil {
-		allow = DefaultSessionEnv
+		allow = hostenv.Allowlist()
 	}
 	env := map[string]string{}
 	for _, e := range entries {

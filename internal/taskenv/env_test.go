@@ -3,14 +3,15 @@ package taskenv
 import (
 	"context"
 	"errors"
-	"slices"
 	"testing"
+
+	"vak/internal/hostenv"
 )
 
 func TestCommandEnv(t *testing.T) {
 	host := map[string]string{"LANG": "C.UTF-8", "GOFLAGS": "-mod=mod", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
 	lookup := func(k string) (string, bool) { v, ok := host[k]; return v, ok }
-	withGoflags := append(slices.Clone(DefaultSessionEnv), "GOFLAGS") // sandbox.env = ["GOFLAGS"]
+	withGoflags := append(hostenv.Allowlist(), "GOFLAGS") // sandbox.env = ["GOFLAGS"]
 	tests := []struct {
 		name    string
 		entries []string

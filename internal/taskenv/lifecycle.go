@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
+	"vak/internal/hostenv"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
@@ -551,7 +552,7 @@ func (m *Manager) InteractiveArgs(ctx context.Context, id string, argv []string,
 	vars := slices.Clone(rec.Env)
 	vars = append(vars, worker.SpecEnv+"=")
 	for _, k := range slices.Sorted(mapsKeys(env)) {
-		vars = setEnv(vars, k+"="+env[k])
+		vars = hostenv.Set(vars, k+"="+env[k])
 	}
 	for _, kv := range vars {
 		args = append(args, "-e", kv)

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
+	"vak/internal/hostenv"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -287,7 +288,7 @@ func (m *Manager) planEnv(p *plan) error {
 	spec, bad := p.spec, badSpec
 	allow := m.EnvAllowlist
 	if allow == nil {
-		allow = DefaultSessionEnv
+		allow = hostenv.Allowlist()
 	}
 	env := slices.Clone(p.imageEnv)
 	for _, kv := range spec.Env {
@@ -298,31 +299,20 @@ func (m *Manager) planEnv(p *plan) error {
 		if !slices.Contains(allow, k) {
 			return fmt.Errorf("%w: %s (allowed: %s; configure more with sandbox.env)", ErrEnvNotAllowed, k, strings.Join(allow, ", "))
 		}
-		env = setEnv(env, kv)
+		env = hostenv.Set(env, kv)
 	}
 	p.home = SessionHome
 	if spec.Mode == sandbox.ReadOnly {
 		p.home = docker.ContainerHome
 	}
-	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
-		env = append(env, "PATH="+defaultPath)
-	}
-	env = setEnv(env, "HOME="+p.home)
-	env = setEnv(env, "TMPDIR=/tmp")
+	env = hostenv.WithDefaultPath(env)
+	env = hostenv.Set(env, "HOME="+p.home)
+	env = hostenv.Set(env, "TMPDIR=/tmp")
 	p.env = withNetworkEnv(env, p.net)
 	if spec.Docker {
-		p.env = setEnv(p.env, "DOCKER_HOST=unix://"+ContainerDockerSocket)
+		p.env = hostenv.Set(p.env, "DOCKER_HOST=unix://"+ContainerDockerSocket)
 	}
 	return nil
-}
-
-// defaultPath is PATH when the image sets none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-func setEnv(env []string, kv string) []string {
-	k, _, _ := strings.Cut(kv, "=")
-	env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
-	return append(env, kv)
 }
 
 // policyDigest names the policy a session runs under; it is part of the

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -237,22 +235,6 @@ type Command struct {
 // Result is a command's outcome.
 type Result = wire.BashResult
 
-// DefaultSessionEnv are the host variables a session may receive (its
-// base environment); configuration can name more (sandbox.env).
-var DefaultSessionEnv = []string{"LANG", "LANGUAGE", "LC_ALL", "TERM", "TZ", "COLORTERM", "NO_COLOR"}
-
-// HostEnv returns KEY=VALUE for each name that is set in the host
-// environment: the broker builds Spec.Env with it from the allowlist.
-func HostEnv(names []string) []string {
-	var env []string
-	for _, n := range names {
-		if v, ok := os.LookupEnv(n); ok && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, n+"=") }) {
-			env = append(env, n+"="+v)
-		}
-	}
-	return env
-}
-
 // Manager creates and drives sessions. Its zero value works (with the
 // defaults named on each field); set fields before first use.
 type Manager struct {
@@ -278,7 +260,7 @@ type Manager struct {
 	// run as the session's unprivileged user.
 	AllowInstall bool
 	// EnvAllowlist names the variables Spec.Env may carry; nil means
-	// DefaultSessionEnv.
+	// hostenv.Allowlist().
 	EnvAllowlist []string
 	// PolicyGeneration is the operator's policy generation, hashed into
 	// snapshot keys (bump it to invalidate every snapshot); empty means "1".

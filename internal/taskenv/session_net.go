@@ -1,6 +1,9 @@
 package taskenv
 
-import "vak/internal/sandbox"
+import (
+	"vak/internal/hostenv"
+	"vak/internal/sandbox"
+)
 
 // withNetworkEnv returns a session's command environment with what its
 // network attachment gives commands: the CA trust variables and the secret
@@ -13,7 +16,7 @@ func withNetworkEnv(env []string, att *sandbox.NetworkAttachment) []string {
 		return env
 	}
 	for _, kv := range att.Env {
-		env = setEnv(env, kv)
+		env = hostenv.Set(env, kv)
 	}
 	return env
 }

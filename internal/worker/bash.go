@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"vak/internal/fsguard"
+	"vak/internal/hostenv"
 	"vak/internal/paths"
 	"vak/internal/worker/wire"
 )
@@ -190,9 +191,9 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 		if strings.IndexByte(v, 0) >= 0 {
 			return nil, wire.Errorf(wire.CodeProtocol, "environment variable %q contains a NUL byte", k)
 		}
-		env = setEnv(env, k, v)
+		env = hostenv.Set(env, k+"="+v)
 	}
-	env = setEnv(env, "PWD", cwd)
+	env = hostenv.Set(env, "PWD="+cwd)
 	max := a.MaxOutputBytes
 	if max <= 0 {
 		max = wire.DefaultOutputBytes
@@ -546,12 +547,6 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 
 // ReadFrom implements io.ReaderFrom (os/exec's copy of the output pipe).
 func (s *streamWriter) ReadFrom(r io.Reader) (int64, error) { return readFrom(s, r) }
-
-func setEnv(env []string, k, v string) []string {
-	prefix := k + "="
-	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, prefix) })
-	return append(env, prefix+v)
-}
 
 func sortedKeys(m map[string]string) []string {
 	ks := make([]string, 0, len(m))

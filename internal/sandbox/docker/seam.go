@@ -2,9 +2,8 @@ package docker
 
 import (
 	"context"
-	"os"
-	"slices"
 
+	"vak/internal/hostenv"
 	"vak/internal/sandbox"
 )
 
@@ -29,13 +28,7 @@ var (
 
 // HostEnv implements sandbox.Wrapper: the docker CLI's variables of the host.
 func (b *Backend) HostEnv() []string {
-	var env []string
-	for _, n := range ClientEnv {
-		if v, ok := os.LookupEnv(n); ok && !slices.Contains(env, n+"="+v) {
-			env = append(env, n+"="+v)
-		}
-	}
-	return env
+	return hostenv.Lookup(ClientEnv)
 }
 
 // WrapperFailed implements sandbox.Wrapper: exit code 125 is docker run's

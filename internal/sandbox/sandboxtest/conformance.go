@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"vak/internal/hostenv"
 	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
@@ -283,12 +285,27 @@ func testEnv(t *testing.T, b Backend) {
 	t.Setenv("VAK_TEST_API_TOKEN", "tok-should-not-leak")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-should-not-leak")
 	t.Setenv("SSH_AUTH_SOCK", "/tmp/ssh-should-not-leak")
-	t.Setenv("LANG", "C.UTF-8")
+	// Every backend passes the same host variables (hostenv.Allowlist):
+	// each one set here, with a value no image or default sets, reaches
+	// the command.
+	want := map[string]string{"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+	for _, n := range hostenv.Allowlist() {
+		if want[n] == "" {
+			want[n] = "vaktest-" + n
+		}
+		t.Setenv(n, want[n])
+	}
 	e := NewEnv(t, b)
 	s := e.Start(sandbox.WorkspaceWrite)
 	res := Sh(t, s, "env")
-	if !strings.Contains(res.Stdout, "LANG=C.UTF-8") {
+	got := strings.Split(res.Stdout, "\n")
+	if !slices.Contains(got, "LANG=C.UTF-8") {
 		t.Fatalf("allowlisted variable missing, so env did not run properly: %s", res.Stdout)
+	}
+	for n, v := range want {
+		if !slices.Contains(got, n+"="+v) {
+			t.Errorf("allowlisted host variable %s=%s did not reach the command: %s", n, v, res.Stdout)
+		}
 	}
 	for _, leak := range []string{"tok-should-not-leak", "aws-should-not-leak", "ssh-should-not-leak"} {
 		if strings.Contains(res.Stdout, leak) {

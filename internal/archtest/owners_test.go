@@ -1,0 +1,122 @@
+package archtest
+
+import (
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// An owner rule says that only the package Owner (a directory below the
+// module root) spells the string literals Literals in its code: one
+// vocabulary per concept, owned by one low package, that the others
+// import. Tests and the test-support packages (internal/testenv and the
+// packages whose name ends in "test") may spell them, to check them.
+type ownerRule struct {
+	Owner    string
+	Literals []string
+	Why      string
+}
+
+var ownerRules = []ownerRule{
+	{Owner: "internal/hostenv",
+		Literals: []string{"LC_ALL", "LANGUAGE", "COLORTERM", "NO_COLOR", "LOGNAME", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Why:      "the host environment allowlist and DefaultPath are hostenv's: every backend passes the same variables"},
+}
+
+// testSupport reports whether dir (slash-separated, below the module root)
+// is a package that exists for tests.
+func testSupport(dir string) bool {
+	return strings.HasPrefix(dir, "internal/testenv") || strings.HasSuffix(dir, "test")
+}
+
+// ownerViolations returns, for the Go files below root, every string
+// literal of a rule spelled outside the rule's owner, one message each.
+func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	for _, top := range []string{"internal", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && path == filepath.Join(root, top) {
+				return filepath.SkipDir
+			}
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			dir := filepath.ToSlash(filepath.Dir(rel))
+			if testSupport(dir) || strings.Contains(dir, "/testdata") {
+				return nil
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				v, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return true
+				}
+				for _, r := range rules {
+					if dir != r.Owner && slices.Contains(r.Literals, v) {
+						out = append(out, fset.Position(lit.Pos()).String()+": "+strconv.Quote(v)+" outside "+r.Owner+": "+r.Why)
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestOwners: each concept's names are spelled by its owner only.
+func TestOwners(t *testing.T) {
+	for _, v := range ownerViolations(t, "../..", ownerRules) {
+		t.Error(v)
+	}
+}
+
+// TestOwnerRules: the check finds a literal spelled outside its owner (a
+// planted file) and accepts the owner's own.
+func TestOwnerRules(t *testing.T) {
+	root := t.TempDir()
+	for path, src := range map[string]string{
+		"internal/own/own.go":        "package own\n\nconst A = \"OWNED\"\n",
+		"internal/other/other.go":    "package other\n\nvar b = []string{`OWNED`}\n",
+		"internal/other/x_test.go":   "package other\n\nconst c = \"OWNED\"\n",
+		"internal/footest/helper.go": "package footest\n\nconst d = \"OWNED\"\n",
+	} {
+		p := filepath.Join(root, path)
+		if err := mkdirWrite(p, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := ownerViolations(t, root, []ownerRule{{Owner: "internal/own", Literals: []string{"OWNED"}, Why: "test"}})
+	if len(got) != 1 || !strings.Contains(got[0], filepath.Join("internal", "other", "other.go")) {
+		t.Fatalf("violations %q, want exactly the one in internal/other/other.go", got)
+	}
+}
+
+// mkdirWrite writes src to a new file at p, making its directory.
+func mkdirWrite(p, src string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(src), 0o644)
+}
