@@ -17,7 +17,8 @@ import (
 // An owner rule says that only the package Owner (a directory below the
 // module root) spells the string literals Literals in its code: one
 // vocabulary per concept, owned by one low package, that the others
-// import. Tests and the test-support packages (internal/testenv and the
+// import. A literal matches a name it equals or that it sets ("NAME=...").
+// Tests and the test-support packages (internal/testenv and the
 // packages whose name ends in "test") may spell them, to check them.
 type ownerRule struct {
 	Owner    string
@@ -29,6 +30,10 @@ var ownerRules = []ownerRule{
 	{Owner: "internal/hostenv",
 		Literals: []string{"LC_ALL", "LANGUAGE", "COLORTERM", "NO_COLOR", "LOGNAME", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Why:      "the host environment allowlist and DefaultPath are hostenv's: every backend passes the same variables"},
+	{Owner: "internal/catrust",
+		Literals: []string{"NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+			"vak-ca.pem", "ca-bundle.pem", "truststore.p12", "vak-public-trust", "/etc/vak/trust"},
+		Why: "the trust files' names and the CA variables are catrust's: every backend points commands at the same files"},
 }
 
 // testSupport reports whether dir (slash-separated, below the module root)
@@ -70,7 +75,7 @@ func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
 					return true
 				}
 				for _, r := range rules {
-					if dir != r.Owner && slices.Contains(r.Literals, v) {
+					if dir != r.Owner && slices.ContainsFunc(r.Literals, func(l string) bool { return v == l || strings.HasPrefix(v, l+"=") }) {
 						out = append(out, fset.Position(lit.Pos()).String()+": "+strconv.Quote(v)+" outside "+r.Owner+": "+r.Why)
 					}
 				}
@@ -98,7 +103,7 @@ func TestOwnerRules(t *testing.T) {
 	root := t.TempDir()
 	for path, src := range map[string]string{
 		"internal/own/own.go":        "package own\n\nconst A = \"OWNED\"\n",
-		"internal/other/other.go":    "package other\n\nvar b = []string{`OWNED`}\n",
+		"internal/other/other.go":    "package other\n\nvar b = []string{`OWNED`, \"OWNED=x\", \"OWNEDNOT\"}\n",
 		"internal/other/x_test.go":   "package other\n\nconst c = \"OWNED\"\n",
 		"internal/footest/helper.go": "package footest\n\nconst d = \"OWNED\"\n",
 	} {
@@ -108,8 +113,8 @@ func TestOwnerRules(t *testing.T) {
 		}
 	}
 	got := ownerViolations(t, root, []ownerRule{{Owner: "internal/own", Literals: []string{"OWNED"}, Why: "test"}})
-	if len(got) != 1 || !strings.Contains(got[0], filepath.Join("internal", "other", "other.go")) {
-		t.Fatalf("violations %q, want exactly the one in internal/other/other.go", got)
+	if len(got) != 2 || !strings.Contains(got[0], filepath.Join("internal", "other", "other.go")) || !strings.Contains(got[1], `"OWNED=x"`) {
+		t.Fatalf("violations %q, want exactly OWNED and OWNED=x in internal/other/other.go", got)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/catrust"
 	"vak/internal/devcontainer"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
@@ -185,7 +186,7 @@ hosts = ["allowed.test"]
 		if !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
 			t.Fatalf("allowed HTTPS with verification on: %s", out)
 		}
-		if got := lastLine(sb("echo $SSL_CERT_FILE")); got != proxynet.TrustDir+"/"+proxynet.BundleFile {
+		if got := lastLine(sb("echo $SSL_CERT_FILE")); got != catrust.Dir+"/"+catrust.BundleFile {
 			t.Errorf("SSL_CERT_FILE = %q", got)
 		}
 	})

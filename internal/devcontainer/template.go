@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	"vak/internal/catrust"
 	"vak/internal/dockerd"
 	"vak/internal/dockerguard"
 	"vak/internal/netfence"
@@ -293,7 +294,7 @@ func (t *Template) Compose() ([]byte, error) {
 		gwNets[alias] = &serviceNet{}
 		nets[alias] = &network{External: true, Name: n}
 	}
-	env := proxynet.TrustEnv()
+	env := catrust.Env(catrust.Dir)
 	for _, name := range slices.Sorted(maps.Keys(t.Env)) {
 		if _, ok := t.Placeholders[name]; ok || !validName(name) {
 			return nil, fmt.Errorf("devcontainer: environment variable %q: not a name, or also a secret", name)
@@ -323,7 +324,7 @@ func (t *Template) Compose() ([]byte, error) {
 		p := filepath.Join(t.Workspace, d)
 		vols = append(vols, p+":"+p+":ro")
 	}
-	vols = append(vols, "vak-trust:"+proxynet.TrustDir+":ro")
+	vols = append(vols, "vak-trust:"+catrust.Dir+":ro")
 	// dockerd sees the workspace as the agent does (inner binds resolve
 	// there, so an inner container gets no more than the agent).
 	dockerdVols := slices.Clone(vols)
@@ -482,7 +483,7 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 		return nil, errors.New("devcontainer: the --docker template needs vak's state dir (the seccomp profile)")
 	}
 	policy := dockerguard.Policy{
-		Workspace: t.Workspace, TrustDir: proxynet.TrustDir, TrustEnv: proxynet.TrustEnv(),
+		Workspace: t.Workspace, TrustDir: catrust.Dir, TrustEnv: catrust.Env(catrust.Dir),
 		Pool: pool, DNS: gw, Labels: map[string]string{LabelKey: t.Key},
 		GuardSocket: DockerSocket, ReaperSocket: ReaperSocket,
 		// Workspace bind sources are staged on the sidecar's private
@@ -493,7 +494,7 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 	s := dockerd.Sidecar{
 		Name: "dockerd", Image: DockerdImage, NetworkMode: "container:netclient",
 		Daemon:      dockerd.Daemon{Pool: pool, Gateway: gw},
-		TrustCA:     proxynet.TrustDir + "/" + proxynet.CAFile,
+		TrustCA:     catrust.Dir + "/" + catrust.CAFile,
 		DataVolume:  DockerVolume(t.Key),
 		Guard:       append([]string{VakBinary}, dockerguard.Args(policy, dockerd.RawSocket)...),
 		GuardSocket: DockerSocket,

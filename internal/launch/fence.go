@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"vak/internal/catrust"
 	"vak/internal/config"
 	"vak/internal/egress/ondemand"
 	"vak/internal/paths"
@@ -59,8 +60,8 @@ func fence(ctx context.Context, req Request) (*sandbox.NetworkAttachment, func()
 	return &sandbox.NetworkAttachment{
 		Fence:    &sandbox.Fence{DataSocket: lease.Data, DNSSocket: lease.DNS, TrustDir: trust},
 		Env:      proxynet.SandboxEnv(sandbox.FenceTrustDir, lease.Placeholders),
-		TrustCA:  filepath.Join(sandbox.FenceTrustDir, proxynet.CAFile),
-		TrustEnv: proxynet.TrustEnvAt(sandbox.FenceTrustDir),
+		TrustCA:  filepath.Join(sandbox.FenceTrustDir, catrust.CAFile),
+		TrustEnv: catrust.Env(sandbox.FenceTrustDir),
 	}, lease.Release, nil
 }
 
@@ -88,7 +89,7 @@ func secretEnv(cfg *config.Config) map[string]string {
 func trustFor(root string, caPEM []byte) (string, error) {
 	sum := sha256.Sum256(caPEM)
 	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, proxynet.TrustStoreFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, catrust.StoreFile)); err == nil {
 		return dir, nil
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -108,7 +109,7 @@ func trustFor(root string, caPEM []byte) (string, error) {
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
-		if _, serr := os.Stat(filepath.Join(dir, proxynet.TrustStoreFile)); serr != nil {
+		if _, serr := os.Stat(filepath.Join(dir, catrust.StoreFile)); serr != nil {
 			return "", err
 		}
 	}

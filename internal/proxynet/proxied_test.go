@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/catrust"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/engine"
 	"vak/internal/paths"
@@ -155,7 +156,7 @@ hosts = ["allowed.test"]
 		if !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
 			t.Fatalf("allowed HTTPS with verification on: %s", out)
 		}
-		if sb("echo $SSL_CERT_FILE") != TrustDir+"/"+BundleFile {
+		if sb("echo $SSL_CERT_FILE") != catrust.Dir+"/"+catrust.BundleFile {
 			t.Errorf("SSL_CERT_FILE not set")
 		}
 	})

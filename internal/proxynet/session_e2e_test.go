@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"vak/internal/catrust"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/paths"
 	"vak/internal/receipts"
@@ -178,7 +179,7 @@ hosts = ["allowed.test"]
 
 	t.Run("CommandEnvironment", func(t *testing.T) {
 		out, err := sexec(id, `echo "$SSL_CERT_FILE|$NODE_EXTRA_CA_CERTS|$CURL_CA_BUNDLE|$TOKEN"`)
-		want := TrustDir + "/" + BundleFile + "|" + TrustDir + "/" + CAFile + "|" + TrustDir + "/" + BundleFile + "|vakph_"
+		want := catrust.Dir + "/" + catrust.BundleFile + "|" + catrust.Dir + "/" + catrust.CAFile + "|" + catrust.Dir + "/" + catrust.BundleFile + "|vakph_"
 		if err != nil || !strings.HasPrefix(out, want) {
 			t.Fatalf("session command environment: %v %q, want prefix %q", err, out, want)
 		}
@@ -221,7 +222,7 @@ hosts = ["allowed.test"]
 	t.Run("TrustFiles", func(t *testing.T) {
 		// The trust check without Java: the bundle the variables name holds
 		// the gateway's CA, and the PKCS#12 trust store is there.
-		out, err := sexec(id, `grep -c "BEGIN CERTIFICATE" "$SSL_CERT_FILE"; test -s `+TrustDir+`/`+TrustStoreFile+` && echo store; cmp "$NODE_EXTRA_CA_CERTS" `+TrustDir+`/`+CAFile+` && echo same`)
+		out, err := sexec(id, `grep -c "BEGIN CERTIFICATE" "$SSL_CERT_FILE"; test -s `+catrust.Dir+`/`+catrust.StoreFile+` && echo store; cmp "$NODE_EXTRA_CA_CERTS" `+catrust.Dir+`/`+catrust.CAFile+` && echo same`)
 		if err != nil || !strings.Contains(out, "store") || !strings.Contains(out, "same") {
 			t.Fatalf("trust files: %v %s", err, out)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/moby/moby/client"
 	toml "github.com/pelletier/go-toml/v2"
 
+	"vak/internal/catrust"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/engine"
@@ -116,8 +117,8 @@ type Net struct {
 	// another).
 	NetclientID string
 	GatewayIP   netip.Addr
-	// TrustDir is the host directory of public trust files to mount
-	// read-only at TrustDir inside sandbox containers.
+	// HostTrustDir is the host directory of public trust files to mount
+	// read-only at catrust.Dir inside sandbox containers.
 	HostTrustDir string
 	// Env is what sandbox containers get: trust variables and the secret
 	// placeholders (never real values).
@@ -156,7 +157,7 @@ func names(key string) (egressNet, sandboxNet, gw, nc, vol string) {
 func (n *Net) NetworkMode() string { return "container:" + n.Netclient }
 
 // Mounts are the read-only trust files for a sandbox container (bind spec).
-func (n *Net) Bind() string { return n.HostTrustDir + ":" + TrustDir + ":ro" }
+func (n *Net) Bind() string { return n.HostTrustDir + ":" + catrust.Dir + ":ro" }
 
 func (o *Options) labels(key string) map[string]string {
 	l := map[string]string{engine.LabelManaged: "true", engine.LabelKind: KindProxynet, LabelKey: key, engine.LabelWorkspace: o.Workspace, engine.LabelOwner: owner()}
@@ -496,7 +497,7 @@ func (o *Options) describeRunning(ctx context.Context, key string, gwIP netip.Ad
 			n.Placeholders[k] = v
 		}
 	}
-	n.Env = SandboxEnv(TrustDir, n.Placeholders)
+	n.Env = SandboxEnv(catrust.Dir, n.Placeholders)
 	return n, nil
 }
 
@@ -940,8 +941,8 @@ func (n *Net) Attachment() *sandbox.NetworkAttachment {
 		Labels:     map[string]string{LabelClientOf: n.Key, LabelNetclient: n.NetclientID},
 		Gateway:    n.GatewayIP,
 		NestedPool: n.NestedPool,
-		TrustCA:    TrustDir + "/" + CAFile,
-		TrustEnv:   TrustEnv(),
+		TrustCA:    catrust.Dir + "/" + catrust.CAFile,
+		TrustEnv:   catrust.Env(catrust.Dir),
 	}
 }
 

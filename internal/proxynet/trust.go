@@ -14,19 +14,9 @@ import (
 	"slices"
 	"strings"
 
+	"vak/internal/catrust"
+
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
-)
-
-// TrustDir is where sandboxed containers see the trust material (mounted
-// read-only). It holds only public certificates.
-const TrustDir = "/etc/vak/trust"
-
-// Files in TrustDir.
-const (
-	CAFile         = "vak-ca.pem"       // the gateway CA certificate alone
-	BundleFile     = "ca-bundle.pem"    // system roots + the vak CA
-	TrustStoreFile = "truststore.p12"   // Java: PKCS#12 trust store with the same roots
-	TrustStorePass = "vak-public-trust" // not a secret: the store holds public certificates only
 )
 
 // SystemRootFiles are where hosts keep their PEM root bundle; the first that
@@ -38,31 +28,11 @@ var SystemRootFiles = []string{
 	"/etc/ssl/ca-bundle.pem",             // openSUSE
 }
 
-// TrustEnv returns the environment variables common runtimes read to find
-// extra or replacement CA roots, pointing at TrustDir.
-func TrustEnv() []string { return TrustEnvAt(TrustDir) }
-
-// TrustEnvAt is TrustEnv for trust files that the sandbox sees in dir (the
-// native fence's sandbox.FenceTrustDir).
-func TrustEnvAt(dir string) []string {
-	bundle := filepath.Join(dir, BundleFile)
-	return []string{
-		"SSL_CERT_FILE=" + bundle,
-		"NODE_EXTRA_CA_CERTS=" + filepath.Join(dir, CAFile),
-		"REQUESTS_CA_BUNDLE=" + bundle,
-		"CURL_CA_BUNDLE=" + bundle,
-		"GIT_SSL_CAINFO=" + bundle,
-		"PIP_CERT=" + bundle,
-		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + filepath.Join(dir, TrustStoreFile) +
-			" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + TrustStorePass,
-	}
-}
-
 // SandboxEnv is the environment every proxied sandbox gets, on every
 // backend: the trust variables for trust files seen in dir, and the secret
 // placeholders (NAME=placeholder, sorted by name; never a real value).
 func SandboxEnv(dir string, placeholders map[string]string) []string {
-	env := TrustEnvAt(dir)
+	env := catrust.Env(dir)
 	for _, k := range slices.Sorted(maps.Keys(placeholders)) {
 		env = append(env, k+"="+placeholders[k])
 	}
@@ -105,7 +75,7 @@ func trustCurrent(dir, stamp string) bool {
 	if err != nil || strings.TrimSpace(string(got)) != stamp {
 		return false
 	}
-	for _, name := range []string{CAFile, BundleFile, TrustStoreFile} {
+	for _, name := range catrust.Files {
 		fi, err := os.Lstat(filepath.Join(dir, name))
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
 			return false
@@ -132,14 +102,14 @@ func writeTrust(dir string, caPEM, systemRoots []byte) error {
 		bundle.WriteString("\n")
 	}
 	pem.Encode(&bundle, &pem.Block{Type: "CERTIFICATE", Bytes: ca[0].Raw})
-	store, err := pkcs12.Modern.EncodeTrustStore(append(roots, ca[0]), TrustStorePass)
+	store, err := pkcs12.Modern.EncodeTrustStore(append(roots, ca[0]), catrust.StorePass)
 	if err != nil {
 		return fmt.Errorf("proxynet: Java trust store: %w", err)
 	}
 	for name, data := range map[string][]byte{
-		CAFile:         pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca[0].Raw}),
-		BundleFile:     bundle.Bytes(),
-		TrustStoreFile: store,
+		catrust.CAFile:     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca[0].Raw}),
+		catrust.BundleFile: bundle.Bytes(),
+		catrust.StoreFile:  store,
 	} {
 		if err := writeFileAtomic(filepath.Join(dir, name), data, 0o644); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
 
+	"vak/internal/catrust"
 	"vak/internal/config"
 	"vak/internal/egress/egressconfig"
 )
@@ -43,21 +44,21 @@ func TestWriteTrust(t *testing.T) {
 	if err := WriteTrust(dir, ca, other); err != nil {
 		t.Fatal(err)
 	}
-	bundle, _ := os.ReadFile(filepath.Join(dir, BundleFile))
+	bundle, _ := os.ReadFile(filepath.Join(dir, catrust.BundleFile))
 	certs, err := parseCerts(bundle)
 	if err != nil || len(certs) != 2 {
 		t.Fatalf("bundle holds %d certs: %v", len(certs), err)
 	}
-	caOnly, _ := os.ReadFile(filepath.Join(dir, CAFile))
+	caOnly, _ := os.ReadFile(filepath.Join(dir, catrust.CAFile))
 	if c, _ := parseCerts(caOnly); len(c) != 1 || c[0].Subject.CommonName != "vak test CA" {
 		t.Fatalf("CA file: %s", caOnly)
 	}
-	store, _ := os.ReadFile(filepath.Join(dir, TrustStoreFile))
-	tc, err := pkcs12.DecodeTrustStore(store, TrustStorePass)
+	store, _ := os.ReadFile(filepath.Join(dir, catrust.StoreFile))
+	tc, err := pkcs12.DecodeTrustStore(store, catrust.StorePass)
 	if err != nil || len(tc) != 2 {
 		t.Fatalf("trust store: %d certs, %v", len(tc), err)
 	}
-	for _, f := range []string{CAFile, BundleFile, TrustStoreFile} {
+	for _, f := range []string{catrust.CAFile, catrust.BundleFile, catrust.StoreFile} {
 		fi, _ := os.Stat(filepath.Join(dir, f))
 		if fi.Mode().Perm() != 0o644 {
 			t.Errorf("%s mode %v", f, fi.Mode())
@@ -76,9 +77,9 @@ func TestWriteTrust(t *testing.T) {
 }
 
 func TestTrustEnv(t *testing.T) {
-	env := strings.Join(TrustEnv(), "\n")
+	env := strings.Join(catrust.Env(catrust.Dir), "\n")
 	for _, k := range []string{"SSL_CERT_FILE=", "NODE_EXTRA_CA_CERTS=", "REQUESTS_CA_BUNDLE=", "CURL_CA_BUNDLE=", "GIT_SSL_CAINFO=", "PIP_CERT=", "JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore="} {
-		if !strings.Contains(env, k+TrustDir) && !strings.Contains(env, k) {
+		if !strings.Contains(env, k+catrust.Dir) && !strings.Contains(env, k) {
 			t.Errorf("missing %s", k)
 		}
 	}
@@ -111,38 +112,38 @@ func TestWriteTrustOnlyWhenChanged(t *testing.T) {
 	if err := WriteTrust(dir, ca, nil); err != nil {
 		t.Fatal(err)
 	}
-	first := ino(BundleFile)
+	first := ino(catrust.BundleFile)
 	if err := WriteTrust(dir, ca, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ino(BundleFile) != first {
+	if ino(catrust.BundleFile) != first {
 		t.Error("the same inputs wrote the bundle again")
 	}
 	// Control: another system bundle writes the files again.
 	if err := WriteTrust(dir, ca, other); err != nil {
 		t.Fatal(err)
 	}
-	if ino(BundleFile) == first {
+	if ino(catrust.BundleFile) == first {
 		t.Error("a changed system bundle did not write the bundle again")
 	}
-	if certs, _ := parseCerts(mustRead(t, filepath.Join(dir, BundleFile))); len(certs) != 2 {
+	if certs, _ := parseCerts(mustRead(t, filepath.Join(dir, catrust.BundleFile))); len(certs) != 2 {
 		t.Errorf("bundle holds %d certs after the change, want 2", len(certs))
 	}
 	// Another CA: the CA file is the new one.
 	if err := WriteTrust(dir, other, nil); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := parseCerts(mustRead(t, filepath.Join(dir, CAFile)))
+	got, _ := parseCerts(mustRead(t, filepath.Join(dir, catrust.CAFile)))
 	want, _ := parseCerts(other)
 	if len(got) != 1 || !got[0].Equal(want[0]) {
 		t.Error("a changed CA did not replace the CA file")
 	}
 	// A file removed by hand comes back with the same inputs.
-	os.Remove(filepath.Join(dir, TrustStoreFile))
+	os.Remove(filepath.Join(dir, catrust.StoreFile))
 	if err := WriteTrust(dir, other, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, TrustStoreFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, catrust.StoreFile)); err != nil {
 		t.Errorf("removed trust store not written again: %v", err)
 	}
 }

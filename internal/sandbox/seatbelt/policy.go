@@ -93,9 +93,9 @@ type Proxy struct {
 	// on the loopback interface.
 	Port int
 	// TrustDir is the canonical host directory holding the gateway's
-	// public trust files (TrustCAFile, TrustBundleFile,
-	// TrustStoreFile): readable, not writable, in the sandbox. It may not
-	// be, or contain, Home, and may not lie in a Deny path.
+	// public trust files (catrust.Files): readable, not writable, in the
+	// sandbox. It may not be, or contain, Home, and may not lie in a Deny
+	// path.
 	TrustDir string
 }
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"vak/internal/proxynet"
+	"vak/internal/catrust"
 	"vak/internal/sandbox"
 )
 
@@ -471,14 +471,14 @@ func TestModelProxied(t *testing.T) {
 		deny(query{op: "mach-lookup", name: "com.apple.SystemConfiguration.configd"}),
 		deny(sock("/private/var/run/mDNSResponder")), deny(sock("/private/var/run/docker.sock")),
 		allow(sock(tmp + "/ipc.sock")),
-		allow(rd(trustDir + "/" + TrustBundleFile)), allow(rd(trustDir + "/" + TrustCAFile)),
-		deny(wr(trustDir + "/" + TrustBundleFile)), deny(wr(trustDir + "/new.pem")),
+		allow(rd(trustDir + "/" + catrust.BundleFile)), allow(rd(trustDir + "/" + catrust.CAFile)),
+		deny(wr(trustDir + "/" + catrust.BundleFile)), deny(wr(trustDir + "/new.pem")),
 		deny(rd("/Users/alice/.local/state/vak/ca/key.pem")),
 	})
 }
 
 // The proxy variables point at the gateway in both spellings, nothing
-// bypasses it, and the trust variables are the docker path's (proxynet).
+// bypasses it, and the trust variables are every backend's (catrust).
 func TestProxyEnv(t *testing.T) {
 	env := Proxy{Port: proxyPort, TrustDir: trustDir}.Env()
 	got := map[string]string{}
@@ -497,16 +497,11 @@ func TestProxyEnv(t *testing.T) {
 			t.Errorf("%s=%q (set %v), want set and empty", k, v, ok)
 		}
 	}
-	for _, kv := range proxynet.TrustEnv() {
+	for _, kv := range catrust.Env(catrust.Dir) {
 		k, v, _ := strings.Cut(kv, "=")
-		want := strings.ReplaceAll(v, proxynet.TrustDir, trustDir)
+		want := strings.ReplaceAll(v, catrust.Dir, trustDir)
 		if got[k] != want {
-			t.Errorf("%s=%q, want %q (as proxynet sets it, in the trust dir)", k, got[k], want)
-		}
-	}
-	for _, f := range []struct{ ours, theirs string }{{TrustCAFile, proxynet.CAFile}, {TrustBundleFile, proxynet.BundleFile}, {TrustStoreFile, proxynet.TrustStoreFile}} {
-		if f.ours != f.theirs {
-			t.Errorf("trust file %q, proxynet writes %q", f.ours, f.theirs)
+			t.Errorf("%s=%q, want %q (as catrust spells it, in the trust dir)", k, got[k], want)
 		}
 	}
 }
