@@ -23,7 +23,11 @@ import (
 type ownerRule struct {
 	Owner    string
 	Literals []string
-	Why      string
+	// Selectors are qualified identifiers ("fsguard.PlanWorkspace") only
+	// the owner may use: the one constructor of a concept others take as
+	// data.
+	Selectors []string
+	Why       string
 }
 
 var ownerRules = []ownerRule{
@@ -34,6 +38,9 @@ var ownerRules = []ownerRule{
 		Literals: []string{"NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
 			"vak-ca.pem", "ca-bundle.pem", "truststore.p12", "vak-public-trust", "/etc/vak/trust"},
 		Why: "the trust files' names and the CA variables are catrust's: every backend points commands at the same files"},
+	{Owner: "internal/fsguard",
+		Selectors: []string{"fsguard.PlanWorkspace", "fsguard.Abs"},
+		Why:       "the protected-path plan is made once, by fsguard.PlanProtection, and passed as a sandbox.Protection: no other package walks the workspace for it or converts its paths"},
 }
 
 // testSupport reports whether dir (slash-separated, below the module root)
@@ -66,6 +73,17 @@ func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
 				return err
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if x, ok := sel.X.(*ast.Ident); ok {
+						name := x.Name + "." + sel.Sel.Name
+						for _, r := range rules {
+							if dir != r.Owner && slices.Contains(r.Selectors, name) {
+								out = append(out, fset.Position(sel.Pos()).String()+": "+name+" outside "+r.Owner+": "+r.Why)
+							}
+						}
+					}
+					return true
+				}
 				lit, ok := n.(*ast.BasicLit)
 				if !ok || lit.Kind != token.STRING {
 					return true
@@ -103,7 +121,7 @@ func TestOwnerRules(t *testing.T) {
 	root := t.TempDir()
 	for path, src := range map[string]string{
 		"internal/own/own.go":        "package own\n\nconst A = \"OWNED\"\n",
-		"internal/other/other.go":    "package other\n\nvar b = []string{`OWNED`, \"OWNED=x\", \"OWNEDNOT\"}\n",
+		"internal/other/other.go":    "package other\n\nvar b = []string{`OWNED`, \"OWNED=x\", \"OWNEDNOT\", own.Make(), own.Other()}\n",
 		"internal/other/x_test.go":   "package other\n\nconst c = \"OWNED\"\n",
 		"internal/footest/helper.go": "package footest\n\nconst d = \"OWNED\"\n",
 	} {
@@ -112,9 +130,9 @@ func TestOwnerRules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := ownerViolations(t, root, []ownerRule{{Owner: "internal/own", Literals: []string{"OWNED"}, Why: "test"}})
-	if len(got) != 2 || !strings.Contains(got[0], filepath.Join("internal", "other", "other.go")) || !strings.Contains(got[1], `"OWNED=x"`) {
-		t.Fatalf("violations %q, want exactly OWNED and OWNED=x in internal/other/other.go", got)
+	got := ownerViolations(t, root, []ownerRule{{Owner: "internal/own", Literals: []string{"OWNED"}, Selectors: []string{"own.Make"}, Why: "test"}})
+	if len(got) != 3 || !strings.Contains(got[0], filepath.Join("internal", "other", "other.go")) || !strings.Contains(got[1], `"OWNED=x"`) || !strings.Contains(got[2], "own.Make outside") {
+		t.Fatalf("violations %q, want exactly OWNED, OWNED=x and own.Make in internal/other/other.go", got)
 	}
 }
 

@@ -112,7 +112,6 @@ type Session struct {
 	wrapper sandbox.Wrapper // command-scoped backends only
 	env     []string        // environment of sandboxed commands
 	home    string          // persistent home of command-scoped backends ("": fresh)
-	prot    []string        // absolute protected paths
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
 	// baseline is the workspace before the sandbox ran anything (a process
@@ -146,9 +145,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	endPrepare := tr.Begin("backend prepare")
 	cfg := opts.Config
 	s := &Session{opts: opts, tr: tr}
-	for _, p := range cfg.Files.Protected {
-		s.prot = append(s.prot, filepath.Join(opts.Workspace, p))
-	}
 	exe := opts.Executable
 	if exe == "" {
 		var err error
@@ -182,6 +178,17 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
 		s.tempDir = tmp
+		// What the view mounts to protect the workspace, made once here
+		// without following links: existing protected paths read-only,
+		// .git and parents of protected paths pinned, nested repositories
+		// included.
+		endPlan := tr.Begin("  mount plan (a walk of the workspace for .git entries and protected paths)")
+		prot, err := fsguard.PlanProtection(opts.Workspace, cfg.Files.Protected)
+		endPlan()
+		if err != nil {
+			s.cleanup()
+			return nil, fmt.Errorf("broker: %w", err)
+		}
 		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
 			Workspace:    opts.Workspace,
 			Mode:         cfg.Sandbox.Mode,
@@ -191,7 +198,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			HomeFallback: !cfg.Sandbox.HomeSet,
 			ReadPaths:    cfg.Sandbox.ReadPaths,
 			WritePaths:   cfg.Sandbox.WritePaths,
-			Protected:    s.prot,
+			Protection:   prot,
 			Limits:       cfg.Sandbox.Limits,
 			Env:          hostenv.ForProcess(cfg.Sandbox.Env...),
 			AllowWeaker:  cfg.Sandbox.AllowWeaker,
@@ -500,22 +507,21 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 	}
 	// What exists right now, resolved without following links (a link the
 	// last command planted must not make the daemon mount its target).
-	plan, err := protectionPlan(s.opts.Workspace, s.opts.Config.Files.Protected)
+	prot, err := fsguard.PlanProtection(s.opts.Workspace, s.opts.Config.Files.Protected)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("broker: %w", err)
 	}
 	c := sandbox.Command{
-		ID:        newID(),
-		Shell:     a.Command,
-		Workspace: s.opts.Workspace,
-		Dir:       dir,
-		Env:       env,
-		Mode:      s.opts.Config.Sandbox.Mode,
-		Limits:    s.opts.Config.Sandbox.Limits,
-		Protected: fsguard.Abs(s.opts.Workspace, plan.ReadOnly),
-		Pin:       fsguard.Abs(s.opts.Workspace, plan.Pin),
-		Network:   s.opts.Network,
-		Home:      s.home,
+		ID:         newID(),
+		Shell:      a.Command,
+		Workspace:  s.opts.Workspace,
+		Dir:        dir,
+		Env:        env,
+		Mode:       s.opts.Config.Sandbox.Mode,
+		Limits:     s.opts.Config.Sandbox.Limits,
+		Protection: prot,
+		Network:    s.opts.Network,
+		Home:       s.home,
 	}
 	var argv []string
 	if a.Interactive {
@@ -655,27 +661,6 @@ func (s *Session) cleanup() {
 // lifelineFD is a command-scoped worker's descriptor of its lifeline: the
 // extra file after the spec pipe.
 const lifelineFD = 4
-
-// protectionPlan walks the workspace (without following links) for what
-// the backend mounts to protect it: see fsguard.Plan.
-func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
-	plan, err := fsguard.PlanWorkspace(ws, protected)
-	if errors.Is(err, fsguard.ErrUnsupported) {
-		// No beneath-resolution here (macOS): the paths that exist, by
-		// name, as before.
-		var pl fsguard.Plan
-		for _, p := range protected {
-			if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
-				pl.ReadOnly = append(pl.ReadOnly, p)
-			}
-		}
-		return pl, nil
-	}
-	if err != nil {
-		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
-	}
-	return plan, nil
-}
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

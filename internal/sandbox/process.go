@@ -40,10 +40,12 @@ type ProcessPolicy struct {
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string
-	// Protected are absolute paths inside Workspace that stay read-only even
-	// in WorkspaceWrite, whether or not they exist yet.
-	Protected []string
-	Limits    Limits
+	// Protection is the workspace's protected-path plan, made once by the
+	// broker (fsguard.PlanProtection): the paths that stay read-only even in
+	// WorkspaceWrite, by name (Configured, whether or not they exist yet)
+	// and as the mounts that keep them so (ReadOnly, Pin).
+	Protection Protection
+	Limits     Limits
 	// Env holds the KEY=VALUE pairs of the host that reach commands (already
 	// scrubbed by the broker, PATH included). The backend adds HOME and
 	// TMPDIR as they appear inside its sandbox.

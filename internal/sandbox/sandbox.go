@@ -190,16 +190,12 @@ type Command struct {
 	Mode Mode
 	// Limits bound the command; zero fields are defaults.
 	Limits Limits
-	// Protected are absolute paths inside Workspace that stay read-only even
-	// in WorkspaceWrite (only ones that exist; the worker's tripwire removes
+	// Protection is the workspace's protected-path plan as it is right
+	// now (fsguard.PlanProtection, made by the broker for this command): its
+	// ReadOnly paths are mounted read-only and its Pin directories onto
+	// themselves in WorkspaceWrite (the worker's tripwire removes
 	// protected paths a command creates).
-	Protected []string
-	// Pin are absolute paths of existing directories inside Workspace that
-	// are bound onto themselves read-write in WorkspaceWrite: a mount point
-	// cannot be renamed, removed or replaced, so `.git` (and the parents of
-	// protected paths) stay the ones the tripwire and the read-only mounts
-	// protect (fsguard.Plan).
-	Pin []string
+	Protection Protection
 	// Network, if set, attaches a container to a proxied network (its
 	// Mode); nil means no network at all.
 	Network *NetworkAttachment

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
+	"vak/internal/fsguard"
 	"vak/internal/hostenv"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
@@ -215,17 +216,17 @@ func (m *Manager) planMounts(p *plan, others []string) error {
 		}
 	}
 	if spec.Mode == sandbox.WorkspaceWrite {
-		plan, err := protectionPlan(ws, spec.Protected)
+		prot, err := fsguard.PlanProtection(ws, spec.Protected)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 		}
-		for _, rel := range plan.Pin {
-			if err := addBind(filepath.Join(ws, rel), false); err != nil {
+		for _, dir := range prot.Pin {
+			if err := addBind(dir, false); err != nil {
 				return err
 			}
 		}
-		for _, rel := range plan.ReadOnly {
-			if err := addBind(filepath.Join(ws, rel), true); err != nil {
+		for _, path := range prot.ReadOnly {
+			if err := addBind(path, true); err != nil {
 				return err
 			}
 		}

@@ -187,7 +187,7 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 		vol += ":ro"
 	}
 	args = append(args, "-v", vol)
-	for _, p := range c.Pin {
+	for _, p := range c.Protection.Pin {
 		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
 			return nil, fmt.Errorf("docker wrap: %w: pinned path %q", ErrInvalidMountPath, p)
 		}
@@ -195,7 +195,7 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 			args = append(args, "-v", p+":"+p)
 		}
 	}
-	for _, p := range c.Protected {
+	for _, p := range c.Protection.ReadOnly {
 		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
 			return nil, fmt.Errorf("docker wrap: %w: protected path %q", ErrInvalidMountPath, p)
 		}

@@ -94,10 +94,10 @@ func TestWrapRefuses(t *testing.T) {
 		{"dir prefix trick", func(c *sandbox.Command) { c.Dir = "/wx" }, ErrDirOutside},
 		{"dir dotdot", func(c *sandbox.Command) { c.Dir = "/w/../etc" }, ErrDirOutside},
 		{"bad env", func(c *sandbox.Command) { c.Env = []string{"NOEQUALS"} }, nil},
-		{"pin outside", func(c *sandbox.Command) { c.Pin = []string{"/etc"} }, ErrInvalidMountPath},
-		{"pin is the workspace", func(c *sandbox.Command) { c.Pin = []string{"/w"} }, ErrInvalidMountPath},
-		{"pin with colon", func(c *sandbox.Command) { c.Pin = []string{"/w/a:/etc"} }, ErrInvalidMountPath},
-		{"protected outside", func(c *sandbox.Command) { c.Protected = []string{"/w/../etc"} }, ErrInvalidMountPath},
+		{"pin outside", func(c *sandbox.Command) { c.Protection.Pin = []string{"/etc"} }, ErrInvalidMountPath},
+		{"pin is the workspace", func(c *sandbox.Command) { c.Protection.Pin = []string{"/w"} }, ErrInvalidMountPath},
+		{"pin with colon", func(c *sandbox.Command) { c.Protection.Pin = []string{"/w/a:/etc"} }, ErrInvalidMountPath},
+		{"protected outside", func(c *sandbox.Command) { c.Protection.ReadOnly = []string{"/w/../etc"} }, ErrInvalidMountPath},
 	} {
 		c := ok
 		tc.mod(&c)
@@ -148,7 +148,7 @@ func TestWrapProxiedNetwork(t *testing.T) {
 func TestWrapPinsAndProtected(t *testing.T) {
 	b := &Backend{Image: "img", User: User{UID: 1, GID: 1}}
 	c := sandbox.Command{ID: "p", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite,
-		Pin: []string{"/w/.git", "/w/sub/.git"}, Protected: []string{"/w/.git/config", "/w/sub/.git/hooks"}}
+		Protection: sandbox.Protection{Pin: []string{"/w/.git", "/w/sub/.git"}, ReadOnly: []string{"/w/.git/config", "/w/sub/.git/hooks"}}}
 	got, err := b.Wrap(c)
 	if err != nil {
 		t.Fatal(err)

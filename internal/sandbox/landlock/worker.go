@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"vak/internal/errclass"
-	"vak/internal/fsguard"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
-	"vak/internal/trace"
 )
 
 // workerSpec is the landlock backend's part of the worker spec
@@ -52,20 +49,11 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			closeFence()
 		}
 	}()
-	// What the view mounts to protect the workspace: existing protected
-	// paths read-only, .git and parents of protected paths pinned, nested
-	// repositories included (fsguard.Plan, made without following links).
 	if err := CheckHomeTarget(pp.Home); err != nil && pp.HomeDir != "" {
 		if !pp.HomeFallback {
 			return nil, err
 		}
 		pp.HomeDir = "" // the default home: a fresh one here
-	}
-	endPlan := trace.From(ctx).Begin("  mount plan (a walk of the workspace for .git entries and protected paths)")
-	plan, err := protectionPlan(pp.Workspace, pp.Protected)
-	endPlan()
-	if err != nil {
-		return nil, err
 	}
 	p := Policy{
 		Workspace:   pp.Workspace,
@@ -75,8 +63,8 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		HomeSource:  pp.HomeDir,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
-		Protected:   fsguard.Abs(pp.Workspace, plan.ReadOnly),
-		Pin:         fsguard.Abs(pp.Workspace, plan.Pin),
+		Protected:   pp.Protection.ReadOnly,
+		Pin:         pp.Protection.Pin,
 		Limits:      pp.Limits,
 		AllowWeaker: pp.AllowWeaker || b.AllowWeaker,
 		UID:         os.Getuid(),
@@ -211,22 +199,6 @@ func CheckHomeTarget(home string) error {
 		return fmt.Errorf("landlock: %w: HOME is %q, where the sandbox has its own directories; use --home fresh (or [sandbox] home = \"fresh\")", ErrHomeTarget, home)
 	}
 	return nil
-}
-
-// protectionPlan walks the workspace for fsguard.Plan; protected are
-// absolute paths inside it.
-func protectionPlan(ws string, protected []string) (fsguard.Plan, error) {
-	var rel []string
-	for _, p := range protected {
-		if r, err := filepath.Rel(ws, p); err == nil {
-			rel = append(rel, r)
-		}
-	}
-	plan, err := fsguard.PlanWorkspace(ws, rel)
-	if err != nil {
-		return fsguard.Plan{}, fmt.Errorf("broker: protected paths: %w", err)
-	}
-	return plan, nil
 }
 
 // commandEnv is the host environment of commands plus HOME and TMPDIR as

@@ -45,13 +45,6 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			deny = append(deny, p)
 		}
 	}
-	// Seatbelt's protected paths are workspace-relative.
-	var prot []string
-	for _, p := range pp.Protected {
-		if rel, err := filepath.Rel(pp.Workspace, p); err == nil {
-			prot = append(prot, rel)
-		}
-	}
 	p := Policy{
 		Workspace:  pp.Workspace,
 		Mode:       pp.Mode,
@@ -59,7 +52,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		Home:       pp.Home,
 		ReadPaths:  pp.ReadPaths,
 		WritePaths: pp.WritePaths,
-		Protected:  prot,
+		Protected:  pp.Protection.Configured, // by name: the profile protects what does not exist yet too
 		Deny:       deny,
 		HomeDir:    pp.HomeDir,
 	}
