@@ -22,6 +22,7 @@ import (
 	"vak/internal/hostenv"
 	"vak/internal/launch"
 	"vak/internal/mcp"
+	"vak/internal/sandbox"
 	"vak/internal/taskenv"
 	"vak/internal/worker/wire"
 )
@@ -309,7 +310,7 @@ func (a *app) mcpSession(ctx context.Context, m *taskenv.Manager, cfg *config.Co
 	}
 	s, err := m.Create(ctx, spec)
 	if err != nil {
-		if spec.NetworkPolicy == taskenv.NetworkProxied {
+		if spec.NetworkPolicy == sandbox.NetworkProxied {
 			a.releaseProxyNet(context.Background(), ws)
 		}
 		return "", err

@@ -14,6 +14,7 @@ import (
 	"vak/internal/config"
 	"vak/internal/errclass"
 	"vak/internal/launch"
+	"vak/internal/netpolicy"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -140,7 +141,7 @@ func applyFlags(cfg *config.Config, f runFlags) error {
 		cfg.Sandbox.Image = f.image
 	}
 	if f.network != "" {
-		n, err := sandbox.ParseNetworkPolicy(f.network)
+		n, err := netpolicy.Parse(f.network)
 		if err != nil {
 			return fmt.Errorf("--network: %w", err)
 		}

@@ -31,6 +31,7 @@ import (
 	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
+	"vak/internal/sandbox"
 	"vak/internal/taskenv"
 	"vak/internal/trace"
 	"vak/internal/worker"
@@ -242,7 +243,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 			// Not exercised against a real Sysbox here (docs/nested-docker.md).
 			err = fmt.Errorf("%w (the Sysbox sidecar; session.docker_runtime = \"runc\" in %s uses the capability-listed one)", err, trustedFile(cfg))
 		}
-		if spec.NetworkPolicy == taskenv.NetworkProxied {
+		if spec.NetworkPolicy == sandbox.NetworkProxied {
 			// A topology brought up for this create goes again.
 			a.releaseProxyNet(context.Background(), ws)
 		}
@@ -282,7 +283,7 @@ func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config
 		return nil
 	}
 	spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
-	if spec.NetworkPolicy != taskenv.NetworkProxied {
+	if spec.NetworkPolicy != sandbox.NetworkProxied {
 		return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
 	}
 	eng, err := engine.New()
@@ -868,7 +869,7 @@ its guard; otherwise the pair is removed and the create starts cold.`,
 				return sessionErr(err)
 			}
 			n, err := m.FillPool(cmd.Context(), spec)
-			if err != nil && spec.NetworkPolicy == taskenv.NetworkProxied && n == 0 {
+			if err != nil && spec.NetworkPolicy == sandbox.NetworkProxied && n == 0 {
 				a.releaseProxyNet(context.Background(), ws)
 			}
 			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
@@ -1038,16 +1039,16 @@ func runContainerWorker(cmd *cobra.Command) error {
 // network is gone says so).
 func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]string) string {
 	if labels[proxynet.LabelClientOf] == "" {
-		return "none"
+		return string(sandbox.NetworkNone)
 	}
 	if eng == nil {
-		return "proxied"
+		return string(sandbox.NetworkProxied)
 	}
 	st := proxynet.NetworkState(ctx, eng, labels)
 	if st == "ok" {
-		return "proxied"
+		return string(sandbox.NetworkProxied)
 	}
-	return "proxied (" + st + ")"
+	return string(sandbox.NetworkProxied) + " (" + st + ")"
 }
 
 // dockerBaseline chooses the nested Docker sidecar's baseline from the

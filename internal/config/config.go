@@ -625,11 +625,7 @@ func (c *Config) applyEgress(file string, w *fileWire) error {
 	} else if err != nil {
 		return err
 	}
-	np, err := sandbox.ParseNetworkPolicy(eg.Mode)
-	if err != nil {
-		return errf("network.policy", "%v", err)
-	}
-	c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, np
+	c.Egress, c.EgressSections, c.EgressFile, c.Network = eg, sections, file, eg.Mode
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"vak/internal/engine"
 	"vak/internal/fsguard"
 	"vak/internal/hostenv"
+	"vak/internal/netpolicy"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -61,7 +62,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (_
 	}
 	ws := spec.Workspace
 	p := &plan{spec: spec, id: SessionID(spec.Task, ws), user: m.user(), install: m.AllowInstall}
-	if spec.NetworkPolicy == NetworkProxied {
+	if spec.NetworkPolicy == sandbox.NetworkProxied {
 		if m.ProxyNet == nil {
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
 		}
@@ -149,11 +150,11 @@ func checkSpec(spec Spec) (Spec, error) {
 		return spec, bad("mode %v: a session is a sandbox; only %s and %s are possible", spec.Mode, sandbox.ReadOnly, sandbox.WorkspaceWrite)
 	}
 	var err error
-	if spec.NetworkPolicy, err = ParseNetworkPolicy(string(spec.NetworkPolicy)); err != nil {
-		return spec, err
+	if spec.NetworkPolicy, err = netpolicy.Parse(string(spec.NetworkPolicy)); err != nil {
+		return spec, fmt.Errorf("%w: %w", ErrNetworkPolicy, err)
 	}
-	if spec.Docker && spec.NetworkPolicy != NetworkProxied {
-		return spec, bad("nested Docker (--docker) needs --network %s (inner containers' traffic must go through the gateway); the network is %q", NetworkProxied, spec.NetworkPolicy)
+	if spec.Docker && spec.NetworkPolicy != sandbox.NetworkProxied {
+		return spec, bad("nested Docker (--docker) needs --network %s (inner containers' traffic must go through the gateway); the network is %q", sandbox.NetworkProxied, spec.NetworkPolicy)
 	}
 	ws := spec.Workspace
 	if !filepath.IsAbs(ws) || filepath.Clean(ws) != ws || ws == "/" {
@@ -318,7 +319,7 @@ func (m *Manager) planEnv(p *plan) error {
 
 // policyDigest names the policy a session runs under; it is part of the
 // snapshot key's policy generation.
-func policyDigest(n NetworkPolicy, mode sandbox.Mode, install bool, u docker.User) string {
+func policyDigest(n sandbox.NetworkPolicy, mode sandbox.Mode, install bool, u docker.User) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "network=%s\nmode=%s\ninstall=%t\nroot=%t\n", n, mode, install, u.Root))
 	return hex.EncodeToString(h[:8])
 }

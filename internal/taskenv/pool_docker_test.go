@@ -28,7 +28,7 @@ func TestDockerPoolKey(t *testing.T) {
 	m := &Manager{}
 	base := func() *plan {
 		return &plan{
-			spec: Spec{Workspace: "/w", Docker: true, NetworkPolicy: NetworkProxied, Mode: sandbox.WorkspaceWrite, DockerPlaceholders: []string{"TOKEN"}},
+			spec: Spec{Workspace: "/w", Docker: true, NetworkPolicy: sandbox.NetworkProxied, Mode: sandbox.WorkspaceWrite, DockerPlaceholders: []string{"TOKEN"}},
 			id:   "t-0123456789", worker: w, imageID: "sha256:img", dockerImage: "sha256:sidecar",
 			net: &sandbox.NetworkAttachment{
 				Mode: "container:vak-nc-aaaa", NestedPool: netip.MustParsePrefix("10.213.0.0/16"), Gateway: netip.MustParseAddr("10.99.0.1"),

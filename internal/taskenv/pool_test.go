@@ -280,14 +280,16 @@ func TestSessionDynamicWorker(t *testing.T) {
 func TestSessionNetworkPolicy(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for _, p := range []NetworkPolicy{NetworkProxied, "host", "bridge"} {
+	for _, p := range []sandbox.NetworkPolicy{sandbox.NetworkProxied, "host", "bridge"} {
 		sp := f.spec(f.workspace())
 		sp.NetworkPolicy = p
 		if _, err := f.m.Create(context.Background(), sp); !errors.Is(err, ErrNetworkPolicy) {
 			t.Errorf("policy %q: %v", p, err)
 		}
 	}
-	if p, err := ParseNetworkPolicy(""); p != NetworkNone || err != nil {
-		t.Fatalf("default policy %q %v", p, err)
+	// An unset policy is none.
+	sp := f.spec(f.workspace())
+	if checked, err := checkSpec(sp); err != nil || checked.NetworkPolicy != sandbox.NetworkNone {
+		t.Fatalf("default policy %q %v", checked.NetworkPolicy, err)
 	}
 }

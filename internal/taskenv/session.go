@@ -107,36 +107,6 @@ var (
 	ErrInstallNotAllowed = errclass.New(errclass.Invalid, "package installs are not allowed in this session")
 )
 
-// NetworkPolicy says what network a session has (sandbox.NetworkPolicy).
-// Unknown policies are refused (fail closed), never weakened.
-type NetworkPolicy = sandbox.NetworkPolicy
-
-// The network policies of sessions.
-const (
-	// NetworkNone: no network at all (--network none).
-	NetworkNone = sandbox.NetworkNone
-	// NetworkProxied: the workspace's proxied network, whose only way out
-	// is vak's egress gateway (Manager.ProxyNet).
-	NetworkProxied = sandbox.NetworkProxied
-)
-
-// ParseNetworkPolicy parses a policy name; "" means NetworkNone.
-func ParseNetworkPolicy(s string) (NetworkPolicy, error) {
-	p := NetworkPolicy(s)
-	if p == "" {
-		p = NetworkNone
-	}
-	return p, checkNetworkPolicy(p)
-}
-
-func checkNetworkPolicy(p NetworkPolicy) error {
-	switch p {
-	case NetworkNone, NetworkProxied:
-		return nil
-	}
-	return fmt.Errorf("%w: unknown policy %q (want %q or %q)", ErrNetworkPolicy, p, NetworkNone, NetworkProxied)
-}
-
 // Spec is what a caller asks for. The broker validates all of it and
 // decides the rest.
 type Spec struct {
@@ -152,8 +122,8 @@ type Spec struct {
 	BaseImage string
 	// Limits bound the container; zero fields are sandbox defaults.
 	Limits sandbox.Limits
-	// NetworkPolicy; empty means NetworkNone.
-	NetworkPolicy NetworkPolicy
+	// NetworkPolicy; empty means sandbox.NetworkNone.
+	NetworkPolicy sandbox.NetworkPolicy
 	// Mode is ReadOnly or WorkspaceWrite (zero means WorkspaceWrite).
 	// ReadOnly also makes the root filesystem read-only.
 	Mode sandbox.Mode
@@ -175,7 +145,7 @@ type Spec struct {
 	OwnerPID int
 	// Docker gives the session a nested Docker engine behind vak's API
 	// guard (docs/nested-docker.md); DOCKER_HOST in the commands'
-	// environment names the guard's socket. Needs NetworkProxied.
+	// environment names the guard's socket. Needs sandbox.NetworkProxied.
 	Docker bool
 	// DockerPlaceholders names the secret placeholders the guard sets in
 	// every inner container (from the trusted config's
@@ -274,7 +244,7 @@ type Manager struct {
 	// Binary is the docker CLI used only for interactive TTY execs; empty
 	// means "docker".
 	Binary string
-	// ProxyNet gives sessions with NetworkPolicy proxied their network (the
+	// ProxyNet gives sessions with sandbox.NetworkPolicy proxied their network (the
 	// CLI wires the workspace's egress topology here). Nil refuses proxied
 	// sessions.
 	// nested asks for netfence nested mode (a Spec.Docker session). The

@@ -27,6 +27,7 @@ import (
 
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
+	"vak/internal/netpolicy"
 	"vak/internal/suggest"
 )
 
@@ -157,12 +158,6 @@ type Secret struct {
 	AllowForeignCredentials *bool `toml:"allow_foreign_credentials"`
 }
 
-// Network policy modes.
-const (
-	ModeNone    = "none"
-	ModeProxied = "proxied"
-)
-
 // Defaults.
 const (
 	DefaultListen            = "127.0.0.1:3128"
@@ -179,8 +174,8 @@ const (
 
 // Config is the validated gateway configuration.
 type Config struct {
-	// Mode is ModeNone or ModeProxied.
-	Mode   string
+	// Mode is network.policy (netpolicy.None when unset).
+	Mode   netpolicy.Policy
 	Policy *policy.Policy
 	DNS    DNSConfig
 	// Gateway holds listener and limit settings; empty strings mean "use the
@@ -268,16 +263,16 @@ func fieldError(file, field, format string, args ...any) error {
 	return &FieldError{File: file, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// validateMode checks network.policy (unset means ModeNone).
-func validateMode(file string, mode *string) (string, error) {
+// validateMode parses network.policy (unset means netpolicy.None; set, it
+// must name a policy).
+func validateMode(file string, mode *string) (netpolicy.Policy, error) {
 	if mode == nil {
-		return ModeNone, nil
+		return netpolicy.None, nil
 	}
-	switch *mode {
-	case ModeNone, ModeProxied:
-		return *mode, nil
+	if p, err := netpolicy.Parse(*mode); err == nil && *mode != "" {
+		return p, nil
 	}
-	return "", fieldError(file, "network.policy", "%q: want %q or %q", *mode, ModeNone, ModeProxied)
+	return "", fieldError(file, "network.policy", "%q: want %q or %q", *mode, netpolicy.None, netpolicy.Proxied)
 }
 
 // validatePolicy builds the policy of the user's rules followed by the

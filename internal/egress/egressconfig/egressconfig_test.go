@@ -9,6 +9,7 @@ import (
 
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
+	"vak/internal/netpolicy"
 )
 
 const example = `
@@ -73,7 +74,7 @@ func TestLoadExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != ModeProxied || cfg.Policy.Len() != 4 {
+	if cfg.Mode != netpolicy.Proxied || cfg.Policy.Len() != 4 {
 		t.Fatalf("cfg %+v", cfg)
 	}
 	r := cfg.Policy.Rules()
@@ -159,7 +160,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != ModeNone || cfg.Policy.Len() != 0 || cfg.Gateway.Listen != DefaultListen {
+	if cfg.Mode != netpolicy.None || cfg.Policy.Len() != 0 || cfg.Gateway.Listen != DefaultListen {
 		t.Fatalf("%+v", cfg)
 	}
 	if d := cfg.Policy.Decide(policy.Request{Proto: policy.ProtoHTTP, Host: policy.Host{Name: "a.com"}, Port: 443}); d.Allow {

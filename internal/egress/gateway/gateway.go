@@ -34,6 +34,7 @@ import (
 	"vak/internal/egress/policy"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
+	"vak/internal/netpolicy"
 	"vak/internal/paths"
 	"vak/internal/receipts"
 )
@@ -181,8 +182,8 @@ func New(opts Options) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == egressconfig.ModeNone {
-		g.logf("network.policy is %q: the gateway will deny everything", egressconfig.ModeNone)
+	if cfg.Mode == netpolicy.None {
+		g.logf("network.policy is %q: the gateway will deny everything", netpolicy.None)
 	}
 	if err := g.apply(cfg); err != nil {
 		return nil, err
@@ -307,7 +308,7 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 		return err
 	}
 	pol := cfg.Policy
-	if cfg.Mode == egressconfig.ModeNone {
+	if cfg.Mode == netpolicy.None {
 		pol, _ = policy.New(nil)
 	}
 	sess := secrets.NewSession(secs, g.prevSession())
@@ -486,7 +487,7 @@ func (g *Gateway) Status() any {
 		PID:            os.Getpid(),
 		Started:        g.started,
 		ConfigFile:     g.opts.ConfigFile,
-		Mode:           cfg.Mode,
+		Mode:           string(cfg.Mode),
 		Listeners:      g.Addrs(),
 		Rules:          g.pol.Load().Len(),
 		Secrets:        names,

@@ -7,6 +7,7 @@ import (
 
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/policy"
+	"vak/internal/netpolicy"
 )
 
 const settings = `{
@@ -40,7 +41,7 @@ func TestConvert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != egressconfig.ModeProxied || cfg.Policy.Len() != 4 {
+	if cfg.Mode != netpolicy.Proxied || cfg.Policy.Len() != 4 {
 		t.Fatalf("rules: %d\n%s", cfg.Policy.Len(), res.TOML)
 	}
 	req := func(host, method string) policy.Request {
