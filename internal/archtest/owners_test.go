@@ -147,3 +147,42 @@ func mkdirWrite(p, src string) error {
 	}
 	return os.WriteFile(p, []byte(src), 0o644)
 }
+
+// homeFieldPkgs hold the structs that carry a home to a backend: there the
+// user's real home is a field UserHome and the agent's home AgentHome;
+// the names that once meant one or the other (Home, HomeDir, HomeSource)
+// are refused.
+var homeFieldPkgs = []string{"internal/sandbox", "internal/broker", "internal/taskenv"}
+
+// TestHomeNames: the two homes have two names in the packages that pass
+// them on.
+func TestHomeNames(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, dir := range homeFieldPkgs {
+		err := filepath.WalkDir(filepath.Join("../..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || testSupport(filepath.ToSlash(filepath.Dir(path))) {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if st, ok := n.(*ast.StructType); ok {
+					for _, fl := range st.Fields.List {
+						for _, name := range fl.Names {
+							if slices.Contains([]string{"Home", "HomeDir", "HomeSource"}, name.Name) {
+								t.Errorf("%s: field %s: name the home UserHome (the user's real home) or AgentHome (the agent's)", fset.Position(name.Pos()), name.Name)
+							}
+						}
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

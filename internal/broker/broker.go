@@ -106,12 +106,12 @@ type HostTool interface {
 
 // Session is a running worker for one workspace.
 type Session struct {
-	opts    Options
-	client  *wire.Client
-	tempDir string
-	wrapper sandbox.Wrapper // command-scoped backends only
-	env     []string        // environment of sandboxed commands
-	home    string          // persistent home of command-scoped backends ("": fresh)
+	opts      Options
+	client    *wire.Client
+	tempDir   string
+	wrapper   sandbox.Wrapper // command-scoped backends only
+	env       []string        // environment of sandboxed commands
+	agentHome string          // persistent agent home of command-scoped backends ("": fresh)
 	// release undoes what the process backend prepared (cgroups, ...).
 	release func()
 	// baseline is the workspace before the sandbox ran anything (a process
@@ -162,14 +162,14 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	cmd := exec.Command(exe, WorkerCommand)
 	cmd.Dir = opts.Workspace
 	cmd.Stderr = opts.Stderr
-	home, _ := os.UserHomeDir()
+	userHome, _ := os.UserHomeDir()
 
 	var launch *sandbox.WorkerLaunch
 	var lifeR *os.File
 	var snapshot bool // take the baseline (see Session.baseline)
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
-		homeDir, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
+		agentHome, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
 		if err != nil {
 			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
 		}
@@ -190,19 +190,19 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: %w", err)
 		}
 		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
-			Workspace:    opts.Workspace,
-			Mode:         cfg.Sandbox.Mode,
-			TempDir:      tmp,
-			Home:         home,
-			HomeDir:      homeDir,
-			HomeFallback: !cfg.Sandbox.HomeSet,
-			ReadPaths:    cfg.Sandbox.ReadPaths,
-			WritePaths:   cfg.Sandbox.WritePaths,
-			Protection:   prot,
-			Limits:       cfg.Sandbox.Limits,
-			Env:          hostenv.ForProcess(cfg.Sandbox.Env...),
-			AllowWeaker:  cfg.Sandbox.AllowWeaker,
-			Network:      opts.Network,
+			Workspace:         opts.Workspace,
+			Mode:              cfg.Sandbox.Mode,
+			TempDir:           tmp,
+			UserHome:          userHome,
+			AgentHome:         agentHome,
+			AgentHomeFallback: !cfg.Sandbox.HomeSet,
+			ReadPaths:         cfg.Sandbox.ReadPaths,
+			WritePaths:        cfg.Sandbox.WritePaths,
+			Protection:        prot,
+			Limits:            cfg.Sandbox.Limits,
+			Env:               hostenv.ForProcess(cfg.Sandbox.Env...),
+			AllowWeaker:       cfg.Sandbox.AllowWeaker,
+			Network:           opts.Network,
 		}, cmd)
 		if err != nil {
 			s.cleanup()
@@ -222,7 +222,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	case sandbox.Wrapper:
 		s.wrapper = b
 		var err error
-		if s.home, err = agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace); err != nil {
+		if s.agentHome, err = agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace); err != nil {
 			return nil, fmt.Errorf("broker: home %s: %w", cfg.Sandbox.Home, err)
 		}
 		spec.Env = b.HostEnv()
@@ -521,7 +521,7 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		Limits:     s.opts.Config.Sandbox.Limits,
 		Protection: prot,
 		Network:    s.opts.Network,
-		Home:       s.home,
+		AgentHome:  s.agentHome,
 	}
 	var argv []string
 	if a.Interactive {

@@ -27,16 +27,16 @@ type ProcessPolicy struct {
 	// TempDir is the session's private temp dir (the broker creates and
 	// removes it).
 	TempDir string
-	// Home is the invoking user's home directory. The sandbox sees a
+	// UserHome is the invoking user's home directory. The sandbox sees a
 	// private home in its place, never the real one.
-	Home string
-	// HomeDir, if set, is the persistent private home (agenthome): a host
+	UserHome string
+	// AgentHome, if set, is the persistent private home (agenthome): a host
 	// directory the sandbox gets read-write as its HOME. Empty means a
 	// fresh, empty home for this session only.
-	HomeDir string
-	// HomeFallback says HomeDir is only the default: a backend that cannot
+	AgentHome string
+	// AgentHomeFallback says AgentHome is only the default: a backend that cannot
 	// place it (see landlock) gives a fresh home instead of failing.
-	HomeFallback bool
+	AgentHomeFallback bool
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string

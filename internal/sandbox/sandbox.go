@@ -199,10 +199,10 @@ type Command struct {
 	// Network, if set, attaches a container to a proxied network (its
 	// Mode); nil means no network at all.
 	Network *NetworkAttachment
-	// Home, if set, is the persistent private home (agenthome): a host
+	// AgentHome, if set, is the persistent private home (agenthome): a host
 	// directory bound read-write at the container's HOME. Empty means the
 	// container's private /tmp serves as a fresh HOME.
-	Home string
+	AgentHome string
 	// Timeout, if positive, is the command's deadline (enforced by the caller;
 	// backends use it to size cleanup).
 	Timeout time.Duration

@@ -150,7 +150,7 @@ func (m *Manager) createDirect(ctx context.Context, cli *client.Client, p *plan)
 		return nil, m.startErr(cid, att.stderr.String(), err)
 	}
 	rec := &record{ID: p.id, Container: cid, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker,
+		User: p.user.Spec(), AgentHome: p.home, Env: p.env, Owner: cfg.Labels[LabelOwnerProc], Install: p.install, Created: created, Docker: p.spec.Docker,
 		Watched: p.watched()}
 	if p.spec.Docker {
 		rec.DockerSlot = p.id

@@ -175,7 +175,7 @@ func checkSpec(spec Spec) (Spec, error) {
 // state, other sessions' workspaces; the workspace itself must pass it too).
 func (m *Manager) planMounts(p *plan, others []string) error {
 	spec, ws, bad := p.spec, p.spec.Workspace, badSpec
-	home := m.Home
+	home := m.UserHome
 	if home == "" {
 		home, _ = os.UserHomeDir()
 	}

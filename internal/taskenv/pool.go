@@ -63,17 +63,18 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 	}
 	slices.Sort(labels)
 	material := struct {
-		Image, Workspace, Network, Policy, User, Home string
-		Mode                                          sandbox.Mode
-		Limits                                        sandbox.Limits
-		Env, Protected, Labels                        []string
-		Mounts                                        []worker.MountIdentity
-		Install                                       bool
-		Idle, Lifetime, DefaultTimeout                time.Duration
-		Worker                                        string
-		WorkerDev, WorkerIno, WorkerSize              uint64
-		WorkerMtime                                   int64
-		Docker                                        *dockerKey `json:",omitempty"`
+		Image, Workspace, Network, Policy, User string
+		AgentHome                               string `json:"Home"` // the key's JSON predates the name
+		Mode                                    sandbox.Mode
+		Limits                                  sandbox.Limits
+		Env, Protected, Labels                  []string
+		Mounts                                  []worker.MountIdentity
+		Install                                 bool
+		Idle, Lifetime, DefaultTimeout          time.Duration
+		Worker                                  string
+		WorkerDev, WorkerIno, WorkerSize        uint64
+		WorkerMtime                             int64
+		Docker                                  *dockerKey `json:",omitempty"`
 	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.Spec(), p.home,
 		p.spec.Mode, p.limits, p.env, p.protected, labels, p.identity, p.install,
 		m.idle(), m.lifetime(), p.spec.DefaultTimeout,
@@ -247,7 +248,7 @@ func (m *Manager) createPooled(ctx context.Context, cli *client.Client, p *plan,
 	}
 	// Ready when its worker answers on the socket.
 	rec := &record{Container: res.ID, Name: name, RunDir: runDir, Workspace: p.spec.Workspace, Image: p.imageID,
-		User: p.user.Spec(), Home: p.home, Env: p.env, Install: p.install, Created: created, Pool: key,
+		User: p.user.Spec(), AgentHome: p.home, Env: p.env, Install: p.install, Created: created, Pool: key,
 		Docker: p.spec.Docker, DockerSlot: dslot}
 	deadline := time.Now().Add(wire.DefaultStartTimeout)
 	for {

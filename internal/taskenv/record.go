@@ -30,7 +30,7 @@ type record struct {
 	Workspace string    `json:"workspace"`
 	Image     string    `json:"image"`
 	User      string    `json:"user"`
-	Home      string    `json:"home"`
+	AgentHome string    `json:"home"`
 	Env       []string  `json:"env"`
 	Owner     string    `json:"owner,omitempty"`
 	Install   bool      `json:"install,omitempty"`
@@ -135,7 +135,7 @@ func (m *Manager) recordFromDaemon(ctx context.Context, id string) (*record, err
 			r.Env = append(r.Env, kv)
 		}
 		if h, ok := strings.CutPrefix(kv, "HOME="); ok {
-			r.Home = h
+			r.AgentHome = h
 		}
 	}
 	if p, err := m.recordPath(id); err == nil {

@@ -238,9 +238,9 @@ type Manager struct {
 	// PoolSize is how many started containers FillPool keeps ready per pool
 	// key; zero disables the pool (Create then never claims).
 	PoolSize int
-	// Home is the home directory whose credentials are never mounted; empty
+	// UserHome is the home directory whose credentials are never mounted; empty
 	// means the invoking user's.
-	Home string
+	UserHome string
 	// Binary is the docker CLI used only for interactive TTY execs; empty
 	// means "docker".
 	Binary string

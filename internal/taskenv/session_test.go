@@ -99,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 		Worker:   testenv.Vak(t),
 		User:     docker.User{UID: testUID, GID: testGID},
 		Labels:   map[string]string{testenv.TestLabel: "1", labelPkg: "taskenv", "vak.test.run": f.run},
-		Home:     f.home,
+		UserHome: f.home,
 	}
 	cli, err := f.m.engine()
 	if err != nil {

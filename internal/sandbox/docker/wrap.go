@@ -142,9 +142,9 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 		return nil, fmt.Errorf("docker wrap: %w: %q not in %q", ErrDirOutside, dir, ws)
 	}
 	home := ContainerHome
-	if c.Home != "" {
-		if !filepath.IsAbs(c.Home) || filepath.Clean(c.Home) != c.Home || strings.ContainsAny(c.Home, ":,\x00\n") {
-			return nil, fmt.Errorf("docker wrap: %w: home %q", ErrInvalidMountPath, c.Home)
+	if c.AgentHome != "" {
+		if !filepath.IsAbs(c.AgentHome) || filepath.Clean(c.AgentHome) != c.AgentHome || strings.ContainsAny(c.AgentHome, ":,\x00\n") {
+			return nil, fmt.Errorf("docker wrap: %w: home %q", ErrInvalidMountPath, c.AgentHome)
 		}
 		if within(PersistentHome, ws) || within(ws, PersistentHome) {
 			return nil, fmt.Errorf("docker wrap: %w: the workspace %q overlaps the container's home %s", ErrInvalidMountPath, ws, PersistentHome)
@@ -220,8 +220,8 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 			args = append(args, "-v", bind)
 		}
 	}
-	if c.Home != "" {
-		args = append(args, "-v", c.Home+":"+PersistentHome)
+	if c.AgentHome != "" {
+		args = append(args, "-v", c.AgentHome+":"+PersistentHome)
 	}
 	args = append(args, "-e", "HOME="+home, "-e", "TMPDIR=/tmp")
 	if c.Network != nil {

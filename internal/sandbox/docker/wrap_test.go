@@ -174,7 +174,7 @@ func TestWrapPinsAndProtected(t *testing.T) {
 func TestWrapPersistentHome(t *testing.T) {
 	b := &Backend{}
 	for _, mode := range []sandbox.Mode{sandbox.WorkspaceWrite, sandbox.ReadOnly} {
-		c := sandbox.Command{ID: "x", Shell: "true", Workspace: "/w", Mode: mode, Home: "/state/vak/homes/workspace/abc"}
+		c := sandbox.Command{ID: "x", Shell: "true", Workspace: "/w", Mode: mode, AgentHome: "/state/vak/homes/workspace/abc"}
 		got, err := b.Wrap(c)
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +197,7 @@ func TestWrapPersistentHome(t *testing.T) {
 		{"/h", PersistentHome + "/src"},
 		{"/h", "/home"},
 	} {
-		_, err := b.Wrap(sandbox.Command{ID: "x", Shell: "true", Workspace: tc.ws, Mode: sandbox.WorkspaceWrite, Home: tc.home})
+		_, err := b.Wrap(sandbox.Command{ID: "x", Shell: "true", Workspace: tc.ws, Mode: sandbox.WorkspaceWrite, AgentHome: tc.home})
 		if !errors.Is(err, ErrInvalidMountPath) {
 			t.Errorf("home %q workspace %q: %v, want ErrInvalidMountPath", tc.home, tc.ws, err)
 		}

@@ -106,14 +106,14 @@ type Policy struct {
 	Mode      sandbox.Mode
 	// TempDir is the private per-session temp dir, mounted at /tmp (TMPDIR).
 	TempDir string
-	// Home is the user's home: it is replaced by an empty private tmpfs,
-	// or by HomeSource.
-	Home string
-	// HomeSource, if set, is the persistent private home bound read-write
+	// UserHome is the user's home: it is replaced by an empty private tmpfs,
+	// or by AgentHome.
+	UserHome string
+	// AgentHome, if set, is the persistent private home bound read-write
 	// at Home (at HOME without namespaces). Mount points below Home are
 	// created in it without following links (its content is the
 	// sandbox's).
-	HomeSource string `json:",omitempty"`
+	AgentHome string `json:",omitempty"`
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string

@@ -428,14 +428,14 @@ func restrictLandlock(p Policy, namespaces bool) error {
 		rules = append(rules, ll.RODirs(sandbox.FenceTrustDir).IgnoreIfMissing())
 	}
 	rw := []string{p.TempDir}
-	if p.HomeSource != "" {
-		rw = append(rw, p.HomeSource)
+	if p.AgentHome != "" {
+		rw = append(rw, p.AgentHome)
 	}
 	if namespaces {
 		// In the view /tmp is the private temp dir and HOME a private tmpfs.
 		rw = []string{"/tmp", "/dev/shm"}
-		if p.Home != "" && p.Home != "/" {
-			rw = append(rw, p.Home)
+		if p.UserHome != "" && p.UserHome != "/" {
+			rw = append(rw, p.UserHome)
 		}
 	}
 	rw = append(rw, p.WritePaths...)

@@ -73,12 +73,12 @@ func viewSpecs(p Policy) ([]*mountSpec, [][2]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// HOME is an empty private tmpfs, or the persistent home (HomeSource);
+	// HOME is an empty private tmpfs, or the persistent home (AgentHome);
 	// a workspace below it is mounted into it.
-	if p.Home != "" && p.Home != "/" {
-		specs = append(specs, &mountSpec{target: p.Home, source: p.HomeSource})
-	} else if p.HomeSource != "" {
-		return nil, nil, fmt.Errorf("a persistent home needs a home directory other than / (HOME is %q)", p.Home)
+	if p.UserHome != "" && p.UserHome != "/" {
+		specs = append(specs, &mountSpec{target: p.UserHome, source: p.AgentHome})
+	} else if p.AgentHome != "" {
+		return nil, nil, fmt.Errorf("a persistent home needs a home directory other than / (HOME is %q)", p.UserHome)
 	}
 	specs = append(specs, &mountSpec{target: p.Workspace, source: p.Workspace, ro: p.Mode != sandbox.WorkspaceWrite})
 	specs = append(specs, scratchSpecs()...)
@@ -202,18 +202,18 @@ func placeMounts(p Policy, root string, specs []*mountSpec) error {
 	slices.SortStableFunc(specs, func(a, b *mountSpec) int {
 		return strings.Count(a.target, "/") - strings.Count(b.target, "/")
 	})
-	var homeFD = -1 // the view's home, once mounted (HomeSource only)
+	var homeFD = -1 // the view's home, once mounted (AgentHome only)
 	defer func() {
 		if homeFD >= 0 {
 			unix.Close(homeFD)
 		}
 	}()
 	for _, s := range specs {
-		if homeFD >= 0 && s.target != p.Home && paths.Within(p.Home, s.target) {
+		if homeFD >= 0 && s.target != p.UserHome && paths.Within(p.UserHome, s.target) {
 			// Below the persistent home: its directories are the
 			// sandbox's from earlier runs, so a link there must not move
 			// this mount (or a directory it creates) onto a host path.
-			if err := mountBeneath(homeFD, p.Home, s, p.Limits); err != nil {
+			if err := mountBeneath(homeFD, p.UserHome, s, p.Limits); err != nil {
 				return err
 			}
 			continue
@@ -221,7 +221,7 @@ func placeMounts(p Policy, root string, specs []*mountSpec) error {
 		if err := placeMount(p, root, s); err != nil {
 			return err
 		}
-		if s.target == p.Home && p.HomeSource != "" {
+		if s.target == p.UserHome && p.AgentHome != "" {
 			fd, err := unix.Open(filepath.Join(root, s.target), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("open the view's home: %w", err)
@@ -247,7 +247,7 @@ func placeMount(p Policy, root string, s *mountSpec) error {
 	if s.source == "" {
 		mode := "0755"
 		switch {
-		case s.target == p.Home:
+		case s.target == p.UserHome:
 			mode = "0700"
 		case s.target == "/dev/shm" || s.target == "/tmp":
 			mode = "1777"
@@ -255,7 +255,7 @@ func placeMount(p Policy, root string, s *mountSpec) error {
 		if err := mountTmpfs(dst, s, mode, p.Limits); err != nil {
 			return err
 		}
-		if s.target == p.Home {
+		if s.target == p.UserHome {
 			os.Chown(dst, 0, 0) // root of the outer user ns = the invoking user
 		}
 		return nil

@@ -49,18 +49,18 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 			closeFence()
 		}
 	}()
-	if err := CheckHomeTarget(pp.Home); err != nil && pp.HomeDir != "" {
-		if !pp.HomeFallback {
+	if err := CheckHomeTarget(pp.UserHome); err != nil && pp.AgentHome != "" {
+		if !pp.AgentHomeFallback {
 			return nil, err
 		}
-		pp.HomeDir = "" // the default home: a fresh one here
+		pp.AgentHome = "" // the default home: a fresh one here
 	}
 	p := Policy{
 		Workspace:   pp.Workspace,
 		Mode:        pp.Mode,
 		TempDir:     pp.TempDir,
-		Home:        pp.Home,
-		HomeSource:  pp.HomeDir,
+		UserHome:    pp.UserHome,
+		AgentHome:   pp.AgentHome,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
 		Protected:   pp.Protection.ReadOnly,
@@ -76,7 +76,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	}
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
-	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.Home, "/tmp"), SweepAtClose: true}
+	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.UserHome, "/tmp"), SweepAtClose: true}
 	// The limits' cgroup, where the probe found one (always as root: it is
 	// exempt from RLIMIT_NPROC; for others where theirs is delegated).
 	cgroup, err := b.sessionCgroup(pp.Limits)
@@ -102,8 +102,8 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		// No stage 1: stage 2 is our child, and we answer its setsid
 		// notifications (see Supervise).
 		home := pp.TempDir
-		if pp.HomeDir != "" {
-			home = pp.HomeDir
+		if pp.AgentHome != "" {
+			home = pp.AgentHome
 		}
 		l.Env = commandEnv(pp.Env, home, pp.TempDir)
 		cmd.Args = append(cmd.Args, "--stage", "2")

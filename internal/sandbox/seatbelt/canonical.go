@@ -31,9 +31,9 @@ func Canonicalize(p Policy) (Policy, error) {
 	}
 	one(&p.Workspace)
 	one(&p.TempDir)
-	one(&p.Home)
-	if p.HomeDir != "" {
-		one(&p.HomeDir)
+	one(&p.UserHome)
+	if p.AgentHome != "" {
+		one(&p.AgentHome)
 	}
 	if p.Proxy != nil {
 		x := *p.Proxy

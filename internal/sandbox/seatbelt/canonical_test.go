@@ -26,12 +26,12 @@ func TestCanonicalize(t *testing.T) {
 		Workspace:  link + "/ws/",
 		Mode:       sandbox.WorkspaceWrite,
 		TempDir:    link + "/not/yet/there",
-		Home:       base + "/home",
+		UserHome:   base + "/home",
 		ReadPaths:  []string{link + "/ws/../ro"},
 		WritePaths: []string{"relative/is/left"},
 		Protected:  []string{".git/hooks"},
 		Deny:       []string{link + "/state"},
-		HomeDir:    link + "/homes/w",
+		AgentHome:  link + "/homes/w",
 		Proxy:      &Proxy{Port: 1, TrustDir: link + "/trust/"},
 	}
 	got, err := Canonicalize(p)
@@ -42,19 +42,19 @@ func TestCanonicalize(t *testing.T) {
 		Workspace:  real + "/ws",
 		Mode:       sandbox.WorkspaceWrite,
 		TempDir:    real + "/not/yet/there",
-		Home:       base + "/home",
+		UserHome:   base + "/home",
 		ReadPaths:  []string{real + "/ro"},
 		WritePaths: []string{"relative/is/left"},
 		Protected:  []string{".git/hooks"},
 		Deny:       []string{real + "/state", link + "/state"},
 	}
-	if got.Workspace != want.Workspace || got.TempDir != want.TempDir || got.Home != want.Home ||
+	if got.Workspace != want.Workspace || got.TempDir != want.TempDir || got.UserHome != want.UserHome ||
 		!slices.Equal(got.ReadPaths, want.ReadPaths) || !slices.Equal(got.WritePaths, want.WritePaths) ||
 		!slices.Equal(got.Protected, want.Protected) || !slices.Equal(got.Deny, want.Deny) {
 		t.Fatalf("Canonicalize =\n%+v\nwant\n%+v", got, want)
 	}
-	if got.HomeDir != real+"/homes/w" || got.Proxy.TrustDir != real+"/trust" {
-		t.Errorf("Canonicalize: HomeDir %q, Proxy.TrustDir %q", got.HomeDir, got.Proxy.TrustDir)
+	if got.AgentHome != real+"/homes/w" || got.Proxy.TrustDir != real+"/trust" {
+		t.Errorf("Canonicalize: AgentHome %q, Proxy.TrustDir %q", got.AgentHome, got.Proxy.TrustDir)
 	}
 	if p.Proxy.TrustDir != link+"/trust/" {
 		t.Fatal("Canonicalize modified its argument's Proxy")

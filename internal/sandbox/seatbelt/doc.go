@@ -24,7 +24,7 @@
 //     local gateway's port on loopback;
 //  7. protected workspace paths closed for writing, whatever their case;
 //  8. Deny paths closed for everything;
-//  9. the persistent home (HomeDir) opened, although it lies in a Deny path.
+//  9. the persistent home (AgentHome) opened, although it lies in a Deny path.
 //
 // docs/seatbelt.md explains each rule and what was verified where.
 package seatbelt

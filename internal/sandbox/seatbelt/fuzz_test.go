@@ -42,9 +42,9 @@ func FuzzProfile(f *testing.F) {
 		if p.Proxy != nil {
 			trust, port = p.Proxy.TrustDir, p.Proxy.Port
 		}
-		f.Add(p.Workspace, p.Home, p.TempDir, strings.Join(p.ReadPaths, listSep), strings.Join(p.WritePaths, listSep),
+		f.Add(p.Workspace, p.UserHome, p.TempDir, strings.Join(p.ReadPaths, listSep), strings.Join(p.WritePaths, listSep),
 			strings.Join(p.Protected, listSep), strings.Join(p.Deny, listSep), p.Mode == sandbox.WorkspaceWrite, p.AllowNetwork,
-			p.HomeDir, trust, port)
+			p.AgentHome, trust, port)
 	}
 	f.Add(`/a"b`, `/a`, `/t\"`, `/r)(allow default)(x "`, "/w\\", `x"y`, `/d\\"`, true, false, `/s/h")(allow default`, `/t"r`, 1)
 	f.Add("/ws", "/h", "/t", "/\x1e/h/ok", "/h/a/b", "a/b/c\x1e.git", "/", false, true, "", "", 0)
@@ -59,9 +59,9 @@ func FuzzProfile(f *testing.F) {
 			absProxy = &Proxy{Port: port, TrustDir: path.Clean("/" + trust)}
 		}
 		p := Policy{
-			Workspace: ws, Home: home, TempDir: temp, Mode: mode, AllowNetwork: network,
+			Workspace: ws, UserHome: home, TempDir: temp, Mode: mode, AllowNetwork: network,
 			ReadPaths: splitList(read), WritePaths: splitList(write), Protected: splitList(prot), Deny: splitList(deny),
-			HomeDir: homeDir, Proxy: proxy,
+			AgentHome: homeDir, Proxy: proxy,
 		}
 		checkStructure(t, p)
 		// The same inputs made absolute and clean, so that the checks below run
@@ -82,12 +82,12 @@ func FuzzProfile(f *testing.F) {
 			return out
 		}
 		q := Policy{
-			Workspace: abs(ws), Home: abs(home), TempDir: abs(temp), Mode: mode, AllowNetwork: network,
+			Workspace: abs(ws), UserHome: abs(home), TempDir: abs(temp), Mode: mode, AllowNetwork: network,
 			ReadPaths: absAll(p.ReadPaths), WritePaths: absAll(p.WritePaths), Protected: relAll(p.Protected), Deny: absAll(p.Deny),
 			Proxy: absProxy,
 		}
 		if homeDir != "" {
-			q.HomeDir = abs(homeDir)
+			q.AgentHome = abs(homeDir)
 		}
 		checkStructure(t, q)
 	})
@@ -157,12 +157,12 @@ func checkStructure(t *testing.T, p Policy) {
 
 // inputPaths are the absolute paths a policy names.
 func inputPaths(p Policy) []string {
-	in := []string{p.Workspace, p.TempDir, p.Home}
+	in := []string{p.Workspace, p.TempDir, p.UserHome}
 	in = append(in, p.ReadPaths...)
 	in = append(in, p.WritePaths...)
 	in = append(in, p.Deny...)
-	if p.HomeDir != "" {
-		in = append(in, p.HomeDir)
+	if p.AgentHome != "" {
+		in = append(in, p.AgentHome)
 	}
 	if p.Proxy != nil {
 		in = append(in, p.Proxy.TrustDir)
@@ -253,10 +253,10 @@ func benign(p Policy) (Policy, map[string]string) {
 		return out
 	}
 	b := p
-	b.Workspace, b.Home, b.TempDir = renamePath(p.Workspace, names), renamePath(p.Home, names), renamePath(p.TempDir, names)
+	b.Workspace, b.UserHome, b.TempDir = renamePath(p.Workspace, names), renamePath(p.UserHome, names), renamePath(p.TempDir, names)
 	b.ReadPaths, b.WritePaths, b.Deny, b.Protected = ren(p.ReadPaths), ren(p.WritePaths), ren(p.Deny), ren(p.Protected)
-	if p.HomeDir != "" {
-		b.HomeDir = renamePath(p.HomeDir, names)
+	if p.AgentHome != "" {
+		b.AgentHome = renamePath(p.AgentHome, names)
 	}
 	if p.Proxy != nil {
 		b.Proxy = &Proxy{Port: p.Proxy.Port, TrustDir: renamePath(p.Proxy.TrustDir, names)}

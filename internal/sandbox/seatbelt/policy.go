@@ -43,24 +43,24 @@ var AlwaysProtected = sandbox.DefaultProtected
 type Policy struct {
 	// Workspace is the canonical absolute path of the workspace. It is
 	// readable, and writable in WorkspaceWrite. It may not be, or contain,
-	// Home.
+	// UserHome.
 	Workspace string
 	// Mode is ReadOnly or WorkspaceWrite. FullAccess never reaches a backend.
 	Mode sandbox.Mode
 	// TempDir is the private per-session temp dir: readable, writable, and
 	// the only place unix-domain sockets may be bound or connected to. The
-	// launcher exports it as TMPDIR. It may not be, or contain, Home.
+	// launcher exports it as TMPDIR. It may not be, or contain, UserHome.
 	TempDir string
-	// Home is the user's home directory. Nothing under it is readable or
+	// UserHome is the user's home directory. Nothing under it is readable or
 	// writable except paths granted explicitly (Workspace, TempDir,
 	// ReadPaths, WritePaths inside it).
-	Home string
+	UserHome string
 	// ReadPaths are extra read-only paths from trusted config. A grant that
-	// contains Home (such as "/") never opens Home; one equal to Home is an
+	// contains UserHome (such as "/") never opens UserHome; one equal to UserHome is an
 	// error.
 	ReadPaths []string
 	// WritePaths are extra read-write paths from trusted config, with the
-	// same rule about Home as ReadPaths.
+	// same rule about UserHome as ReadPaths.
 	WritePaths []string
 	// Protected are workspace-relative paths that stay read-only even in
 	// WorkspaceWrite, whether or not they exist yet, in addition to
@@ -74,11 +74,11 @@ type Policy struct {
 	// then every IP socket operation (loopback included) is denied, unless
 	// Proxy is set.
 	AllowNetwork bool
-	// HomeDir, if set, is the persistent private home (agenthome) the
+	// AgentHome, if set, is the persistent private home (agenthome) the
 	// launcher exports as HOME: readable and writable, granted after Deny
 	// (it lies in vak's state directory, whose rest stays closed). It may
-	// not be, or contain, Home or a Deny path.
-	HomeDir string
+	// not be, or contain, UserHome or a Deny path.
+	AgentHome string
 	// Proxy, if set, is the proxied network (--network proxied): the only
 	// IP operation allowed is a TCP connection to the local gateway's port
 	// on loopback, and its trust files are readable. It excludes
@@ -94,7 +94,7 @@ type Proxy struct {
 	Port int
 	// TrustDir is the canonical host directory holding the gateway's
 	// public trust files (catrust.Files): readable, not writable, in the
-	// sandbox. It may not be, or contain, Home, and may not lie in a Deny
+	// sandbox. It may not be, or contain, UserHome, and may not lie in a Deny
 	// path.
 	TrustDir string
 }
@@ -102,10 +102,10 @@ type Proxy struct {
 // plan is a validated Policy, sorted into the groups the profile emits.
 type plan struct {
 	p          Policy
-	broadRead  []string // read grants that contain Home: before Home closes
+	broadRead  []string // read grants that contain UserHome: before UserHome closes
 	broadWrite []string
-	read       []string // extra read-only grants inside or beside Home
-	write      []string // extra read-write grants inside or beside Home
+	read       []string // extra read-only grants inside or beside UserHome
+	write      []string // extra read-write grants inside or beside UserHome
 	protected  []string // clean, deduplicated workspace-relative paths
 }
 
@@ -114,14 +114,14 @@ func (p Policy) plan() (*plan, error) {
 		return nil, fmt.Errorf("%w, not %v", ErrMode, p.Mode)
 	}
 	for _, f := range []struct{ name, val string }{
-		{"Workspace", p.Workspace}, {"TempDir", p.TempDir}, {"Home", p.Home},
+		{"Workspace", p.Workspace}, {"TempDir", p.TempDir}, {"UserHome", p.UserHome},
 	} {
 		if err := checkAbs(f.name, f.val); err != nil {
 			return nil, err
 		}
 	}
-	if p.Home == "/" {
-		return nil, fmt.Errorf("%w: Home %q is the root directory", ErrPath, p.Home)
+	if p.UserHome == "/" {
+		return nil, fmt.Errorf("%w: UserHome %q is the root directory", ErrPath, p.UserHome)
 	}
 	for _, f := range []struct {
 		name string
@@ -134,21 +134,21 @@ func (p Policy) plan() (*plan, error) {
 		}
 	}
 	for _, f := range []struct{ name, val string }{{"Workspace", p.Workspace}, {"TempDir", p.TempDir}} {
-		if contains(f.val, p.Home) {
-			return nil, fmt.Errorf("%w: %s %q is or contains Home %q", ErrHomeExposed, f.name, f.val, p.Home)
+		if contains(f.val, p.UserHome) {
+			return nil, fmt.Errorf("%w: %s %q is or contains UserHome %q", ErrHomeExposed, f.name, f.val, p.UserHome)
 		}
 	}
 
-	if p.HomeDir != "" {
-		if err := checkAbs("HomeDir", p.HomeDir); err != nil {
+	if p.AgentHome != "" {
+		if err := checkAbs("AgentHome", p.AgentHome); err != nil {
 			return nil, err
 		}
-		if contains(p.HomeDir, p.Home) {
-			return nil, fmt.Errorf("%w: HomeDir %q is or contains Home %q", ErrHomeExposed, p.HomeDir, p.Home)
+		if contains(p.AgentHome, p.UserHome) {
+			return nil, fmt.Errorf("%w: AgentHome %q is or contains UserHome %q", ErrHomeExposed, p.AgentHome, p.UserHome)
 		}
 		for _, d := range append(slices.Clone(p.Deny), alwaysDeny...) {
-			if contains(p.HomeDir, d) {
-				return nil, fmt.Errorf("%w: HomeDir %q is or contains the denied %q", ErrPath, p.HomeDir, d)
+			if contains(p.AgentHome, d) {
+				return nil, fmt.Errorf("%w: AgentHome %q is or contains the denied %q", ErrPath, p.AgentHome, d)
 			}
 		}
 	}
@@ -168,8 +168,8 @@ func (p Policy) plan() (*plan, error) {
 				return nil, fmt.Errorf("%w: Proxy.TrustDir %q lies in the denied %q; the sandbox could not read it", ErrPath, x.TrustDir, d)
 			}
 		}
-		if x.TrustDir == p.Home || contains(x.TrustDir, p.Home) {
-			return nil, fmt.Errorf("%w: Proxy.TrustDir %q is or contains Home %q", ErrHomeExposed, x.TrustDir, p.Home)
+		if x.TrustDir == p.UserHome || contains(x.TrustDir, p.UserHome) {
+			return nil, fmt.Errorf("%w: Proxy.TrustDir %q is or contains UserHome %q", ErrHomeExposed, x.TrustDir, p.UserHome)
 		}
 		reads = append(slices.Clone(reads), x.TrustDir)
 	}
@@ -185,9 +185,9 @@ func (p Policy) plan() (*plan, error) {
 	} {
 		for i, v := range g.vals {
 			switch {
-			case v == p.Home:
-				return nil, fmt.Errorf("%w: %s[%d] %q is Home; grant the directories under it that are needed", ErrHomeExposed, g.name, i, v)
-			case contains(v, p.Home):
+			case v == p.UserHome:
+				return nil, fmt.Errorf("%w: %s[%d] %q is UserHome; grant the directories under it that are needed", ErrHomeExposed, g.name, i, v)
+			case contains(v, p.UserHome):
 				*g.broad = append(*g.broad, v)
 			default:
 				*g.plain = append(*g.plain, v)

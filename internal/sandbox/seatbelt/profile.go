@@ -303,7 +303,7 @@ func (w *writer) closeHome(pl *plan) {
 	w.comment("The home directory is closed: nothing under it (~/.ssh, ~/.aws, ~/.config,",
 		"~/Library, other projects) may be read or written, under either spelling and in any",
 		"letter case, except what the grants below open.")
-	w.rule("deny "+opsReadWrite, closed(pl.p.Home)...)
+	w.rule("deny "+opsReadWrite, closed(pl.p.UserHome)...)
 }
 
 func (w *writer) grants(pl *plan) {
@@ -407,7 +407,7 @@ func (w *writer) deny(pl *plan) {
 	w.comment("Closed for everything, whatever was granted above: the launcher's deny list (vak's",
 		"own config and state) and the machine keychains.")
 	w.rule("deny "+opsReadWrite+" network-bind network-outbound", fs...)
-	if h := pl.p.HomeDir; h != "" {
+	if h := pl.p.AgentHome; h != "" {
 		w.comment("The persistent private home (HOME): readable and writable. It lies in vak's",
 			"state directory; nothing else of it opens.")
 		w.rule("allow "+opsReadWrite, subpath(h))

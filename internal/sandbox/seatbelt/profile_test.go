@@ -23,7 +23,7 @@ const (
 )
 
 func basePolicy(mode sandbox.Mode) Policy {
-	return Policy{Workspace: ws, Mode: mode, TempDir: tmp, Home: home}
+	return Policy{Workspace: ws, Mode: mode, TempDir: tmp, UserHome: home}
 }
 
 // goldenPolicies are the representative policies whose profiles are kept in
@@ -41,7 +41,7 @@ func goldenPolicies() map[string]Policy {
 		Workspace: `/Users/o"brien/my proj (v2)/a\b;c #"x"`,
 		Mode:      sandbox.WorkspaceWrite,
 		TempDir:   "/private/var/folders/q[1]/T/vak.*+?{}|^$",
-		Home:      `/Users/o"brien`,
+		UserHome:  `/Users/o"brien`,
 		ReadPaths: []string{"/Users/o\"brien/Документы/Kelvin K", "/opt/a b/c'd"},
 		Protected: []string{"we\"ird\\name"},
 	}
@@ -51,7 +51,7 @@ func goldenPolicies() map[string]Policy {
 
 	persistent := basePolicy(sandbox.WorkspaceWrite)
 	persistent.Deny = []string{"/Users/alice/.config/vak", "/Users/alice/.local/state/vak"}
-	persistent.HomeDir = homeDir
+	persistent.AgentHome = homeDir
 
 	proxied := basePolicy(sandbox.WorkspaceWrite)
 	proxied.Proxy = &Proxy{Port: proxyPort, TrustDir: trustDir}
@@ -146,8 +146,8 @@ func TestProfileErrors(t *testing.T) {
 		{"empty workspace", mod(func(p *Policy) { p.Workspace = "" }), ErrPath, "Workspace is empty"},
 		{"unclean workspace", mod(func(p *Policy) { p.Workspace = "/Users/alice/src/../proj" }), ErrPath, `want "/Users/alice/proj"`},
 		{"trailing slash", mod(func(p *Policy) { p.TempDir = tmp + "/" }), ErrPath, "TempDir"},
-		{"empty home", mod(func(p *Policy) { p.Home = "" }), ErrPath, "Home is empty"},
-		{"root home", mod(func(p *Policy) { p.Home = "/" }), ErrPath, "root directory"},
+		{"empty home", mod(func(p *Policy) { p.UserHome = "" }), ErrPath, "Home is empty"},
+		{"root home", mod(func(p *Policy) { p.UserHome = "/" }), ErrPath, "root directory"},
 		{"NUL", mod(func(p *Policy) { p.Workspace = ws + "\x00x" }), ErrPath, "control character"},
 		{"newline", mod(func(p *Policy) { p.ReadPaths = []string{"/opt/a\n(allow default)"} }), ErrPath, "ReadPaths[0]"},
 		{"carriage return", mod(func(p *Policy) { p.Deny = []string{"/a\rb"} }), ErrPath, "Deny[0]"},
@@ -374,7 +374,7 @@ func TestModelExtraPaths(t *testing.T) {
 
 func TestModelAwkwardPaths(t *testing.T) {
 	p := goldenPolicies()["awkward-paths"]
-	w, h := p.Workspace, p.Home
+	w, h := p.Workspace, p.UserHome
 	checkAccess(t, p, []access{
 		allow(rd(w + "/x")), allow(mk(w + "/x")), deny(mk(w + "/.git/hooks/x")), deny(mk(w + `/WE"IRD\name`)),
 		allow(mk(w + `/we"ird\name2`)), deny(rd(h + "/.ssh/id_rsa")), allow(meta(h)),
@@ -543,12 +543,12 @@ func TestModelPersistentHome(t *testing.T) {
 		deny(rd("/System/Volumes/Data" + homeDir + "/f")),
 	})
 	for name, mut := range map[string]func(p *Policy){
-		"home is Home":        func(p *Policy) { p.HomeDir = home },
-		"home holds Home":     func(p *Policy) { p.HomeDir = "/Users" },
-		"home is the state":   func(p *Policy) { p.HomeDir = "/Users/alice/.local/state/vak" },
-		"home holds the deny": func(p *Policy) { p.HomeDir = "/Users/alice/.local" },
-		"home relative":       func(p *Policy) { p.HomeDir = "homes/x" },
-		"home keychains":      func(p *Policy) { p.HomeDir = "/Library" },
+		"home is Home":        func(p *Policy) { p.AgentHome = home },
+		"home holds Home":     func(p *Policy) { p.AgentHome = "/Users" },
+		"home is the state":   func(p *Policy) { p.AgentHome = "/Users/alice/.local/state/vak" },
+		"home holds the deny": func(p *Policy) { p.AgentHome = "/Users/alice/.local" },
+		"home relative":       func(p *Policy) { p.AgentHome = "homes/x" },
+		"home keychains":      func(p *Policy) { p.AgentHome = "/Library" },
 	} {
 		q := goldenPolicies()["persistent-home"]
 		mut(&q)

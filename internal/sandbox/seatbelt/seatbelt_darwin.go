@@ -21,7 +21,7 @@ var probePolicy = Policy{
 	Workspace: "/private/var/empty",
 	Mode:      sandbox.WorkspaceWrite,
 	TempDir:   "/private/var/empty",
-	Home:      "/Users/vak-probe",
+	UserHome:  "/Users/vak-probe",
 	Protected: []string{"probe"},
 	Deny:      []string{"/Users/vak-probe/.config/vak"},
 }

@@ -71,7 +71,7 @@ func newWorld(t *testing.T) *world {
 }
 
 func (w *world) policy(mode sandbox.Mode) Policy {
-	return Policy{Workspace: w.ws, Mode: mode, TempDir: w.tmp, Home: w.home}
+	return Policy{Workspace: w.ws, Mode: mode, TempDir: w.tmp, UserHome: w.home}
 }
 
 // run runs script with /bin/sh under the sandbox, in the workspace.

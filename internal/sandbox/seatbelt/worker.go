@@ -34,7 +34,7 @@ func (*Backend) DescribeLimits(l sandbox.Limits) []string {
 // PrepareWorker implements sandbox.ProcessBackend: cmd becomes sandbox-exec
 // running the worker under the profile for pp, with vak's config and state
 // directories denied and, as HOME, an empty private directory inside the
-// temp dir or the persistent home (pp.HomeDir).
+// temp dir or the persistent home (pp.AgentHome).
 func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, cmd *exec.Cmd) (*sandbox.WorkerLaunch, error) {
 	if err := sandbox.RefuseNetwork(b, pp.Network); err != nil {
 		return nil, err
@@ -49,12 +49,12 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		Workspace:  pp.Workspace,
 		Mode:       pp.Mode,
 		TempDir:    pp.TempDir,
-		Home:       pp.Home,
+		UserHome:   pp.UserHome,
 		ReadPaths:  pp.ReadPaths,
 		WritePaths: pp.WritePaths,
 		Protected:  pp.Protection.Configured, // by name: the profile protects what does not exist yet too
 		Deny:       deny,
-		HomeDir:    pp.HomeDir,
+		AgentHome:  pp.AgentHome,
 	}
 	sb, err := Command(context.Background(), p, cmd.Args)
 	if err != nil {
@@ -62,8 +62,8 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	}
 	cmd.Path, cmd.Args = sb.Path, sb.Args
 	home := filepath.Join(pp.TempDir, PrivateHome)
-	if pp.HomeDir != "" {
-		home = pp.HomeDir
+	if pp.AgentHome != "" {
+		home = pp.AgentHome
 	}
 	env := append(append([]string(nil), pp.Env...), "HOME="+home, "TMPDIR="+pp.TempDir)
 	return &sandbox.WorkerLaunch{Env: env}, nil
