@@ -53,13 +53,12 @@ func testSupport(dir string) bool {
 	return strings.HasPrefix(dir, "internal/testenv") || strings.HasSuffix(dir, "test")
 }
 
-// ownerViolations returns, for the Go files below root, every string
-// literal of a rule spelled outside the rule's owner, one message each.
-func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
+// inspectCode parses every non-test Go file below root/top for each top
+// (skipping test-support packages and testdata) and calls visit with its
+// directory (slash-separated, below root) for every node.
+func inspectCode(t *testing.T, fset *token.FileSet, root string, tops []string, visit func(dir string, n ast.Node)) {
 	t.Helper()
-	var out []string
-	fset := token.NewFileSet()
-	for _, top := range []string{"internal", "cmd"} {
+	for _, top := range tops {
 		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && path == filepath.Join(root, top) {
 				return filepath.SkipDir
@@ -77,30 +76,7 @@ func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
 				return err
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
-				if sel, ok := n.(*ast.SelectorExpr); ok {
-					if x, ok := sel.X.(*ast.Ident); ok {
-						name := x.Name + "." + sel.Sel.Name
-						for _, r := range rules {
-							if dir != r.Owner && slices.Contains(r.Selectors, name) {
-								out = append(out, fset.Position(sel.Pos()).String()+": "+name+" outside "+r.Owner+": "+r.Why)
-							}
-						}
-					}
-					return true
-				}
-				lit, ok := n.(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					return true
-				}
-				v, err := strconv.Unquote(lit.Value)
-				if err != nil {
-					return true
-				}
-				for _, r := range rules {
-					if dir != r.Owner && slices.ContainsFunc(r.Literals, func(l string) bool { return v == l || strings.HasPrefix(v, l+"=") }) {
-						out = append(out, fset.Position(lit.Pos()).String()+": "+strconv.Quote(v)+" outside "+r.Owner+": "+r.Why)
-					}
-				}
+				visit(dir, n)
 				return true
 			})
 			return nil
@@ -109,6 +85,33 @@ func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
 			t.Fatal(err)
 		}
 	}
+}
+
+// ownerViolations returns, for the Go files below root, every string
+// literal or selector of a rule used outside the rule's owner, one message
+// each.
+func ownerViolations(t *testing.T, root string, rules []ownerRule) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	inspectCode(t, fset, root, []string{"internal", "cmd"}, func(dir string, n ast.Node) {
+		for _, r := range rules {
+			if dir == r.Owner {
+				continue
+			}
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && slices.Contains(r.Selectors, x.Name+"."+n.Sel.Name) {
+					out = append(out, fset.Position(n.Pos()).String()+": "+x.Name+"."+n.Sel.Name+" outside "+r.Owner+": "+r.Why)
+				}
+			case *ast.BasicLit:
+				v, err := strconv.Unquote(n.Value)
+				if n.Kind == token.STRING && err == nil && slices.ContainsFunc(r.Literals, func(l string) bool { return v == l || strings.HasPrefix(v, l+"=") }) {
+					out = append(out, fset.Position(n.Pos()).String()+": "+strconv.Quote(v)+" outside "+r.Owner+": "+r.Why)
+				}
+			}
+		}
+	})
 	return out
 }
 
@@ -158,31 +161,17 @@ var homeFieldPkgs = []string{"internal/sandbox", "internal/broker", "internal/ta
 // them on.
 func TestHomeNames(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, dir := range homeFieldPkgs {
-		err := filepath.WalkDir(filepath.Join("../..", dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || testSupport(filepath.ToSlash(filepath.Dir(path))) {
-				return err
-			}
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				if st, ok := n.(*ast.StructType); ok {
-					for _, fl := range st.Fields.List {
-						for _, name := range fl.Names {
-							if slices.Contains([]string{"Home", "HomeDir", "HomeSource"}, name.Name) {
-								t.Errorf("%s: field %s: name the home UserHome (the user's real home) or AgentHome (the agent's)", fset.Position(name.Pos()), name.Name)
-							}
-						}
-					}
-				}
-				return true
-			})
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+	inspectCode(t, fset, "../..", homeFieldPkgs, func(_ string, n ast.Node) {
+		st, ok := n.(*ast.StructType)
+		if !ok {
+			return
 		}
-	}
+		for _, fl := range st.Fields.List {
+			for _, name := range fl.Names {
+				if slices.Contains([]string{"Home", "HomeDir", "HomeSource"}, name.Name) {
+					t.Errorf("%s: field %s: name the home UserHome (the user's real home) or AgentHome (the agent's)", fset.Position(name.Pos()), name.Name)
+				}
+			}
+		}
+	})
 }
