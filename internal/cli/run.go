@@ -13,10 +13,9 @@ import (
 	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/interact"
 	"vak/internal/launch"
-	"vak/internal/netpolicy"
 	"vak/internal/paths"
-	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
 	"vak/internal/shellquote"
 	"vak/internal/trace"
@@ -96,15 +95,15 @@ Exit status: the command's own status (128+N if it died of signal N), or
   git diff | vak run -i -- wc -l`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.stdin.ttySet = cmd.Flags().Changed("tty")
+			f.stdin.TTYSet = cmd.Flags().Changed("tty")
 			return a.run(cmd.Context(), f, args)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.labels, "label", nil, "extra label KEY=VALUE on containers, networks and volumes vak creates")
 	fl.MarkHidden("label")
-	fl.BoolVarP(&f.stdin.interactive, "interactive", "i", false, "forward stdin to the command (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
-	fl.BoolVarP(&f.stdin.tty, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
+	fl.BoolVarP(&f.stdin.Interactive, "interactive", "i", false, "forward stdin to the command (the first Ctrl-C/SIGINT then goes to the command, a second kills it)")
+	fl.BoolVarP(&f.stdin.TTY, "tty", "t", false, "run the command on a terminal inside the sandbox (default: when stdin and stdout are terminals)")
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode: read-only, workspace-write or full-access (default from config: workspace-write)")
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
@@ -123,44 +122,7 @@ func homeFlag(fl *pflag.FlagSet, v *string) {
 
 // applyFlags overrides cfg with command-line flags, which are trusted.
 func applyFlags(cfg *config.Config, f runFlags) error {
-	if f.mode != "" {
-		m, err := sandbox.ParseMode(f.mode)
-		if err != nil {
-			return fmt.Errorf("--mode: %w", err)
-		}
-		cfg.Sandbox.Mode = m
-	}
-	if f.backend != "" {
-		n, err := sandbox.ParseName(f.backend)
-		if err != nil {
-			return fmt.Errorf("--backend: %w", err)
-		}
-		cfg.Sandbox.Backend = n
-	}
-	if f.image != "" {
-		cfg.Sandbox.Image = f.image
-	}
-	if f.network != "" {
-		n, err := netpolicy.Parse(f.network)
-		if err != nil {
-			return fmt.Errorf("--network: %w", err)
-		}
-		cfg.Network = n
-	}
-	if f.home != "" {
-		h, err := agenthome.Parse(f.home)
-		if err != nil {
-			return fmt.Errorf("--home: %w", err)
-		}
-		cfg.Sandbox.Home, cfg.Sandbox.HomeSet = h, true
-	}
-	if f.timeout < 0 {
-		return fmt.Errorf("--timeout: must not be negative")
-	}
-	if f.timeout > 0 {
-		cfg.Sandbox.Timeout = f.timeout
-	}
-	return nil
+	return cfg.Apply(config.Overrides{Mode: f.mode, Backend: f.backend, Image: f.image, Network: f.network, Home: f.home, Timeout: f.timeout})
 }
 
 // workspaceConfig resolves the --workspace flag (default: the current
@@ -205,15 +167,15 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	var intr *interrupts
+	var intr *interact.Interrupts
 	req := a.launchRequest(ws, cfg)
-	req.Interactive, req.Terminal, req.OneCommand = f.stdin.interactive, a.hasTerminal(), true
-	if f.stdin.ttySet {
-		req.TTY = &f.stdin.tty
+	req.Interactive, req.Terminal, req.OneCommand = f.stdin.Interactive, a.hasTerminal(), true
+	if f.stdin.TTYSet {
+		req.TTY = &f.stdin.TTY
 	}
 	req.NetworkIdle = cfg.Session.RunNetworkIdle
 	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
-		ctx, ir, stop := notifyInterrupts(ctx)
+		ctx, ir, stop := interact.Notify(ctx)
 		intr = ir
 		return ctx, stop
 	}
@@ -254,7 +216,7 @@ func (a *app) runAgentNet(ctx context.Context, cfg *config.Config, ws string) fu
 // runCommand runs args in r's session (interactively when stdin asks for
 // it) and maps the outcome to vak run's exit status; ctx is vak's own
 // context, r.Context the run's (which interrupts end).
-func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config, args []string, stdin stdinFlags, intr *interrupts) error {
+func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config, args []string, stdin stdinFlags, intr *interact.Interrupts) error {
 	sigctx := r.Context
 	req := wire.BashArgs{Command: shellquote.Join(args), Stream: true}
 	if cfg.Sandbox.Timeout > 0 {
@@ -263,7 +225,7 @@ func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config,
 	end := trace.From(ctx).Begin("command")
 	var tail outputTail
 	onOutput := tail.tee(a.writeOutput)
-	res, interactive, err := a.interactiveBash(sigctx, r.Backend, r.Session, req, stdin, intr, onOutput)
+	res, interactive, err := interact.Bash(sigctx, r.Session, r.Backend, req, stdin, interact.IO{In: a.stdio.In, Out: a.stdio.Out, Err: a.stdio.Err}, intr, onOutput)
 	if !interactive {
 		res, err = r.Session.Bash(sigctx, req, onOutput)
 	}
@@ -329,12 +291,4 @@ func (a *app) warnTripwire(res *wire.BashResult) {
 	for _, w := range res.TripwireWarnings {
 		a.warnf("check after the command: %s", w)
 	}
-}
-
-// hasTerminal reports whether vak's stdin and stdout are both terminals
-// (then vak run gives the command one by default).
-func (a *app) hasTerminal() bool {
-	_, in := termFd(a.stdio.In)
-	_, out := termFd(a.stdio.Out)
-	return in && out
 }

@@ -28,6 +28,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/hostenv"
+	"vak/internal/interact"
 	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -405,7 +406,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	}
 	// The first SIGINT while an interactive command runs goes to it; a
 	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
-	sigctx, intr, stop := notifyInterrupts(ctx)
+	sigctx, intr, stop := interact.Notify(ctx)
 	defer stop()
 	s, err := m.Open(sigctx, id)
 	if err != nil {
@@ -415,7 +416,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 	var sigs <-chan string
 	if f.interactive {
 		var disarm func()
-		sigs, disarm = intr.arm(a.stdio.Err)
+		sigs, disarm = intr.Arm(a.stdio.Err)
 		defer disarm()
 	}
 	var tail outputTail
@@ -441,12 +442,12 @@ func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execF
 	if !f.tty {
 		return a.sessionExecDockerPlain(ctx, m, f, id, argv, env)
 	}
-	sz := a.termSize()
+	sz := interact.Size(a.stdio.Out, a.stdio.In)
 	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}, f.root)
 	if err != nil {
 		return err
 	}
-	if !ownTerminals {
+	if !interact.OwnTerminals {
 		// The docker CLI runs on vak's terminal and sets it raw itself.
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
@@ -464,21 +465,21 @@ func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execF
 // kill the docker CLI (exit 130); Ctrl-C is a key typed into the
 // container's terminal.
 func (a *app) relayDockerExec(ctx context.Context, args []string) error {
-	sigctx, _, stopSignals := notifyInterrupts(ctx)
+	sigctx, _, stopSignals := interact.Notify(ctx)
 	defer stopSignals()
-	relay, err := a.relayTerminal()
+	relay, err := interact.StartRelay(a.stdio.In, a.stdio.Out)
 	if err != nil {
 		return err
 	}
-	defer relay.stop()
-	in := worker.NewInteraction(relay.size)
-	go in.Feed(relay.stdin)
+	defer relay.Stop()
+	in := worker.NewInteraction(relay.Size)
+	go in.Feed(relay.Stdin)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		for {
 			select {
-			case sz := <-relay.resize:
+			case sz := <-relay.Resize:
 				in.Resize(sz)
 			case <-done:
 				return
@@ -486,7 +487,7 @@ func (a *app) relayDockerExec(ctx context.Context, args []string) error {
 		}
 	}()
 	x := &worker.Exec{Workspace: "/", Env: os.Environ(), NoTripwire: true, RawTerminal: true}
-	sz := relay.size
+	sz := relay.Size
 	res, err := x.BashArgvInteractive(sigctx, args, wire.BashArgs{TTY: &sz}, in, func(_ string, data []byte) { a.stdio.Out.Write(data) })
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
@@ -533,7 +534,7 @@ func (a *app) sessionExecDockerPlain(ctx context.Context, m *taskenv.Manager, f 
 			a.warnf("signal %s to the command: %v", sig, err)
 		}
 	}
-	sigctx, intr, stop := notifyInterrupts(ctx)
+	sigctx, intr, stop := interact.Notify(ctx)
 	defer stop()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = a.stdio.Out, a.stdio.Err
@@ -557,7 +558,7 @@ func (a *app) sessionExecDockerPlain(ctx context.Context, m *taskenv.Manager, f 
 	var sigs <-chan string
 	if f.interactive {
 		var disarm func()
-		sigs, disarm = intr.arm(a.stdio.Err)
+		sigs, disarm = intr.Arm(a.stdio.Err)
 		defer disarm()
 	}
 	var timeout <-chan time.Time

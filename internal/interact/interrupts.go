@@ -1,4 +1,4 @@
-package cli
+package interact
 
 import (
 	"context"
@@ -19,12 +19,12 @@ const interruptHintDelay = time.Second
 // the command (-i without a terminal).
 const interruptHint = "vak: interrupt forwarded to the command; press Ctrl-C again to kill it\n"
 
-// interrupts decides what the signals vak receives do. SIGTERM and SIGHUP
-// always tear the run down (they cancel the context of notifyInterrupts),
+// Interrupts decides what the signals vak receives do. SIGTERM and SIGHUP
+// always tear the run down (they cancel the context of Notify),
 // and so does SIGINT, except while an interactive command runs (arm): the
 // first SIGINT then goes to the command (Ctrl-C reaches the agent, not
 // vak), and only a second one tears down.
-type interrupts struct {
+type Interrupts struct {
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -33,12 +33,12 @@ type interrupts struct {
 	hint      func()      // run once a forward did not end the command
 }
 
-// notifyInterrupts returns a context that SIGTERM, SIGHUP and an
-// unforwarded SIGINT cancel, the interrupts that arm forwarding, and a
+// Notify returns a context that SIGTERM, SIGHUP and an
+// unforwarded SIGINT cancel, the Interrupts that arm forwarding, and a
 // stop function that releases the signals.
-func notifyInterrupts(ctx context.Context) (context.Context, *interrupts, func()) {
+func Notify(ctx context.Context) (context.Context, *Interrupts, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	ir := &interrupts{cancel: cancel}
+	ir := &Interrupts{cancel: cancel}
 	c := make(chan os.Signal, 4)
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -62,7 +62,7 @@ func notifyInterrupts(ctx context.Context) (context.Context, *interrupts, func()
 }
 
 // forwardInterrupt hands SIGINT to the armed command, if this is its first.
-func (ir *interrupts) forwardInterrupt() bool {
+func (ir *Interrupts) forwardInterrupt() bool {
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
 	if ir.forward == nil || ir.forwarded {
@@ -90,7 +90,7 @@ func (ir *interrupts) forwardInterrupt() bool {
 // a signal name on the returned channel (broker.Interaction.Signal), until
 // disarm. hintTo, if set, gets interruptHint when the command is still
 // running interruptHintDelay after the forward.
-func (ir *interrupts) arm(hintTo io.Writer) (signals <-chan string, disarm func()) {
+func (ir *Interrupts) Arm(hintTo io.Writer) (signals <-chan string, disarm func()) {
 	ch := make(chan string, 1)
 	ir.mu.Lock()
 	ir.forward, ir.forwarded, ir.hint = ch, false, nil

@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package cli
+package interact
 
 import (
 	"errors"
@@ -12,5 +12,5 @@ func rawTerminal(int) ([]byte, func(), error) {
 	return nil, nil, fmt.Errorf("terminal: raw mode: %w", errors.ErrUnsupported)
 }
 
-// ownTerminals: worker.Exec's pseudo-terminals are Linux-only.
-const ownTerminals = false
+// OwnTerminals: worker.Exec's pseudo-terminals are Linux-only.
+const OwnTerminals = false

@@ -1,4 +1,4 @@
-package cli
+package interact
 
 import "golang.org/x/sys/unix"
 
@@ -10,6 +10,6 @@ const (
 	vdisable        = 0
 )
 
-// ownTerminals says whether vak gives a command it relays a terminal of its
+// OwnTerminals says whether vak gives a command it relays a terminal of its
 // own here (worker.Exec's pseudo-terminals are Linux-only).
-const ownTerminals = true
+const OwnTerminals = true
