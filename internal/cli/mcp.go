@@ -2,9 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,18 +9,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/broker"
-	"vak/internal/config"
 	"vak/internal/errclass"
-	"vak/internal/hostenv"
 	"vak/internal/launch"
 	"vak/internal/mcp"
-	"vak/internal/sandbox"
-	"vak/internal/taskenv"
 	"vak/internal/worker/wire"
 )
 
@@ -104,7 +96,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	// The server starts (and restarts) its worker on demand; a session has
 	// its own network.
 	req.Deferred, req.NoNetwork = true, sessionMode
-	req.Planted = func(res *wire.BashResult) { logPlanted(log, res) }
+	req.Planted = func(res *wire.BashResult) { mcp.LogPlanted(log, res) }
 	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
 		return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	}
@@ -124,21 +116,19 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	})
 	sessionID := f.session
 	if sessionMode {
-		var done func()
-		if sessionID, start, done, err = a.mcpSessionWorker(sigctx, f, cfg, ws, start, log); err != nil {
+		m, err := a.manager(cfg, &sessionFlags{labels: f.labels})
+		if err != nil {
 			return err
 		}
-		defer done()
+		s, err := launch.OpenMCPSession(sigctx, req, m, f.session, start, log)
+		if err != nil {
+			return exitFor(err)
+		}
+		defer s.Close()
+		sessionID, start = s.ID, s.Start
 	}
-	srv, err := mcp.New(mcp.Options{
-		Workspace:  ws,
-		Mode:       cfg.Sandbox.Mode,
-		MaxTimeout: cfg.Sandbox.Timeout,
-		Session:    sessionID,
-		Version:    Version,
-		Log:        log,
-		Start:      start,
-	})
+	srv, err := mcp.New(mcp.Options{Workspace: ws, Mode: cfg.Sandbox.Mode, MaxTimeout: cfg.Sandbox.Timeout,
+		Session: sessionID, Version: Version, Log: log, Start: start})
 	if err != nil {
 		return exit(ExitInternal, err)
 	}
@@ -149,94 +139,20 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
 	}
 	a.attachAgentNet(sigctx, srv, cfg, ws, log)
-	return a.serveMCP(sigctx, srv, f.listen, log, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
-}
-
-// serveMCP serves srv on stdio, or on streamable HTTP at listen, until ctx
-// ends; what is logged at start gets attrs.
-func (a *app) serveMCP(ctx context.Context, srv *mcp.Server, listen string, log *slog.Logger, attrs ...any) error {
-	if listen != "" {
-		l, err := mcp.Listen(listen)
-		if err != nil {
-			return exit(ExitUsage, err)
-		}
-		log.Info("serving MCP over streamable HTTP", append([]any{"url", l.URL, "socket", l.Socket}, attrs...)...)
-		// The token is printed once, here, and never logged.
-		fmt.Fprintf(a.stdio.Out, "url: %s\n", l.URL)
-		if l.Socket != "" {
-			fmt.Fprintf(a.stdio.Out, "socket: %s\n", l.Socket)
-		} else {
-			fmt.Fprintf(a.stdio.Out, "authorization: Bearer %s\n", l.Token)
-		}
-		if err := mcp.ServeHTTP(ctx, l, srv.HTTPHandler(l)); err != nil {
-			return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
-		}
+	err = srv.Serve(sigctx, f.listen, a.stdio.In, a.stdio.Out, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, mcp.ErrListen):
+		return exit(ExitUsage, err)
+	case errors.Is(err, errclass.Unavailable):
+		return exit(ExitUnavailable, err)
 	}
-	log.Info("serving MCP on stdio", attrs...)
-	if err := srv.ServeStdio(ctx, a.stdio.In, a.stdio.Out); err != nil {
-		if errors.Is(err, errclass.Unavailable) {
-			return exit(ExitUnavailable, err)
-		}
-		return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
-	}
-	return nil
+	return exit(ExitFailure, fmt.Errorf("mcp: %w", err))
 }
 
-// mcpSessionWorker is the worker of `vak mcp --session ID` or
-// --session-new (created here, removed by done): bash runs in the
-// session's container, the file tools stay with files. It fails early on a
-// wrong ID or workspace, not at the first call.
-func (a *app) mcpSessionWorker(ctx context.Context, f mcpFlags, cfg *config.Config, ws string, files mcp.StartFunc, log *slog.Logger) (_ string, _ mcp.StartFunc, _ func(), err error) {
-	m, err := a.manager(cfg, &sessionFlags{labels: f.labels})
-	if err != nil {
-		return "", nil, nil, err
-	}
-	// cleanup ends what was made here: by the caller, or on error.
-	cleanup := func() { m.Close() }
-	defer func() {
-		if err != nil {
-			cleanup()
-		}
-	}()
-	id := f.session
-	if f.sessionNew {
-		if id, err = a.mcpSession(ctx, m, cfg, ws); err != nil {
-			return "", nil, nil, exitFor(err)
-		}
-		log.Info("created task-environment session; it is removed when the server exits", "session", id)
-		cleanup = func() {
-			rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := m.Discard(rmctx, id); err != nil {
-				log.Error("remove the session", "session", id, "err", err)
-			}
-			m.Close()
-		}
-	}
-	open := func(ctx context.Context) (*taskenv.Session, error) {
-		s, err := m.Open(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("session %s: %w", id, err)
-		}
-		if s.Workspace() != ws {
-			s.Close()
-			return nil, fmt.Errorf("session %s belongs to workspace %s, not %s", id, s.Workspace(), ws)
-		}
-		return s, nil
-	}
-	s, err := open(ctx)
-	if err != nil {
-		return "", nil, nil, exitFor(err)
-	}
-	s.Close()
-	return id, mcp.SessionWorker(files, open), cleanup, nil
-}
-
-// mcpClients are the clients --print-config knows.
-var mcpClients = []string{"claude", "codex", "cursor", "gemini"}
-
-// printMCPConfig prints the snippet that registers this server in client.
+// printMCPConfig prints the snippet that registers this server, with the
+// flags given, in the client --print-config names.
 func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -260,76 +176,13 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if f.sessionNew {
 		args = append(args, "--session-new")
 	}
-	out := a.stdio.Out
-	switch f.printConfig {
-	case "codex":
-		// ~/.codex/config.toml; TOML basic strings use JSON's escapes.
-		q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-		qs := make([]string, len(args))
-		for i, s := range args {
-			qs[i] = q(s)
-		}
-		fmt.Fprintf(out, "# ~/.codex/config.toml\n[mcp_servers.vak]\ncommand = %s\nargs = [%s]\n", q(exe), strings.Join(qs, ", "))
-	case "claude", "cursor", "gemini":
-		where := map[string]string{
-			"claude": "# .mcp.json in the project (or: claude mcp add-json vak '<the vak object>')",
-			"cursor": "# .cursor/mcp.json in the project (or ~/.cursor/mcp.json)",
-			"gemini": "# .gemini/settings.json in the project (or ~/.gemini/settings.json)",
-		}[f.printConfig]
-		server := map[string]any{"command": exe, "args": args}
-		if f.printConfig == "claude" {
-			server["type"] = "stdio"
-		}
-		data, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"vak": server}}, "", "  ")
-		fmt.Fprintf(a.stdio.Err, "%s\n", where)
-		fmt.Fprintf(out, "%s\n", data)
-	default:
-		return exit(ExitUsage, fmt.Errorf("--print-config %q: want one of %s", f.printConfig, strings.Join(mcpClients, ", ")))
-	}
-	return nil
-}
-
-// mcpSession creates the session of `vak mcp --session-new`: as `vak
-// session create` would, with a task name of its own.
-func (a *app) mcpSession(ctx context.Context, m *taskenv.Manager, cfg *config.Config, ws string) (string, error) {
-	if !cfg.Sandbox.Mode.Restricted() {
-		return "", exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
-	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	spec := taskenv.Spec{
-		Task:           "mcp-" + hex.EncodeToString(rnd[:]),
-		Workspace:      ws,
-		BaseImage:      cfg.Sandbox.Image,
-		Limits:         cfg.Sandbox.Limits,
-		Mode:           cfg.Sandbox.Mode,
-		Env:            hostenv.Lookup(m.EnvAllowlist),
-		Protected:      cfg.Files.Protected,
-		DefaultTimeout: cfg.Sandbox.Timeout,
-		NetworkPolicy:  cfg.Network,
-	}
-	s, err := m.Create(ctx, spec)
+	where, snippet, err := mcp.ClientConfig(f.printConfig, exe, args)
 	if err != nil {
-		if spec.NetworkPolicy == sandbox.NetworkProxied {
-			a.releaseProxyNet(context.Background(), ws)
-		}
-		return "", err
+		return exit(ExitUsage, err)
 	}
-	id := s.ID()
-	s.Close()
-	return id, nil
-}
-
-// logPlanted logs what a session's workspace watcher removed or cleared
-// while the session ran (broker.Options.Planted), one warning per entry.
-func logPlanted(log *slog.Logger, res *wire.BashResult) {
-	for _, p := range res.ProtectedRemoved {
-		log.Warn("removed a protected path planted in the workspace while the session ran (it would run outside the sandbox)", "path", p)
+	if where != "" {
+		fmt.Fprintf(a.stdio.Err, "%s\n", where)
 	}
-	for _, p := range res.SetuidCleared {
-		log.Warn("cleared the setuid or setgid bits of a file in the workspace", "file", p)
-	}
-	for _, w := range res.TripwireWarnings {
-		log.Warn("workspace watcher", "warning", w)
-	}
+	fmt.Fprint(a.stdio.Out, snippet)
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/pelletier/go-toml/v2"
 
+	"vak/internal/mcp"
 	"vak/internal/testenv"
 	"vak/internal/worker/wire"
 )
@@ -87,7 +88,7 @@ func TestMCPStdio(t *testing.T) {
 
 func TestMCPPrintConfig(t *testing.T) {
 	ws := tempWorkspace(t)
-	for _, client := range mcpClients {
+	for _, client := range mcp.Clients {
 		t.Run(client, func(t *testing.T) {
 			code, out, errs := vakMain(t, "", "mcp", "--workspace", ws, "--mode", "read-only", "--home", "profile:mcp", "--print-config", client)
 			if code != 0 {

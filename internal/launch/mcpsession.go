@@ -1,0 +1,120 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"vak/internal/config"
+	"vak/internal/errclass"
+	"vak/internal/hostenv"
+	"vak/internal/mcp"
+	"vak/internal/sandbox"
+	"vak/internal/taskenv"
+)
+
+// ErrNotASandbox is wrapped by a session refused because the mode is not a
+// sandbox mode (full-access).
+var ErrNotASandbox = errclass.New(errclass.Invalid, "a session is a sandbox (use read-only or workspace-write)")
+
+// SessionSpec is what a session of workspace ws for task gets from cfg:
+// image, limits, mode, the allowlisted host environment, protected paths,
+// timeout and network policy.
+func SessionSpec(m *taskenv.Manager, cfg *config.Config, ws, task string) (taskenv.Spec, error) {
+	if !cfg.Sandbox.Mode.Restricted() {
+		return taskenv.Spec{}, fmt.Errorf("mode %s: %w", cfg.Sandbox.Mode, ErrNotASandbox)
+	}
+	return taskenv.Spec{
+		Task:           task,
+		Workspace:      ws,
+		BaseImage:      cfg.Sandbox.Image,
+		Limits:         cfg.Sandbox.Limits,
+		Mode:           cfg.Sandbox.Mode,
+		Env:            hostenv.Lookup(m.EnvAllowlist),
+		Protected:      cfg.Files.Protected,
+		DefaultTimeout: cfg.Sandbox.Timeout,
+		NetworkPolicy:  cfg.Network,
+	}, nil
+}
+
+// MCPSession is the bash worker of `vak mcp --session ID` or
+// --session-new: bash runs in the session's container, the file tools stay
+// with files (the server's own worker).
+type MCPSession struct {
+	ID    string
+	Start mcp.StartFunc
+	// Close removes a session created for this server and lets go of the
+	// manager.
+	Close func()
+}
+
+// OpenMCPSession opens session id of workspace ws through m (which it
+// owns from now on: closed by Close, or here on error), or with id empty
+// creates one for this server (named mcp-RANDOM, removed by Close). It fails
+// early on a wrong ID or workspace, not at the first call.
+func OpenMCPSession(ctx context.Context, req Request, m *taskenv.Manager, id string, files mcp.StartFunc, log *slog.Logger) (_ *MCPSession, err error) {
+	ws := req.Workspace
+	s := &MCPSession{ID: id, Close: func() { m.Close() }}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if id == "" {
+		if s.ID, err = createMCPSession(ctx, req, m); err != nil {
+			return nil, err
+		}
+		log.Info("created task-environment session; it is removed when the server exits", "session", s.ID)
+		created := s.ID
+		s.Close = func() {
+			rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := m.Discard(rmctx, created); err != nil {
+				log.Error("remove the session", "session", created, "err", err)
+			}
+			m.Close()
+		}
+	}
+	open := func(ctx context.Context) (*taskenv.Session, error) {
+		sess, err := m.Open(ctx, s.ID)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", s.ID, err)
+		}
+		if sess.Workspace() != ws {
+			sess.Close()
+			return nil, fmt.Errorf("session %s belongs to workspace %s, not %s", s.ID, sess.Workspace(), ws)
+		}
+		return sess, nil
+	}
+	sess, err := open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sess.Close()
+	s.Start = mcp.SessionWorker(files, open)
+	return s, nil
+}
+
+// createMCPSession creates the session of `vak mcp --session-new`: as `vak
+// session create` would, with a task name of its own.
+func createMCPSession(ctx context.Context, req Request, m *taskenv.Manager) (string, error) {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	spec, err := SessionSpec(m, req.Config, req.Workspace, "mcp-"+hex.EncodeToString(rnd[:]))
+	if err != nil {
+		return "", err
+	}
+	sess, err := m.Create(ctx, spec)
+	if err != nil {
+		if spec.NetworkPolicy == sandbox.NetworkProxied {
+			TopologyFor(req).Release(context.Background(), req.Workspace)
+		}
+		return "", err
+	}
+	id := sess.ID()
+	sess.Close()
+	return id, nil
+}
