@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/broker"
-	"vak/internal/sandbox"
 	"vak/internal/worker"
 )
 
@@ -26,7 +25,7 @@ func (a *app) newWorkerCmd() *cobra.Command {
 			if container {
 				return runContainerWorker(cmd)
 			}
-			code, err := runWorker(cmd, stage)
+			code, err := worker.Main(cmd.Context(), stage, os.Stdin, os.Stdout)
 			if err != nil {
 				return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 			}
@@ -36,25 +35,4 @@ func (a *app) newWorkerCmd() *cobra.Command {
 	cmd.Flags().IntVar(&stage, "stage", 1, "sandbox stage (1: namespaces and view, 2: self-restriction)")
 	cmd.Flags().BoolVar(&container, "container", false, "be a session container's entrypoint (spec in $"+worker.SpecEnv+")")
 	return cmd
-}
-
-func runWorker(cmd *cobra.Command, stage int) (int, error) {
-	spec, raw, err := worker.ReadSpec()
-	if err != nil {
-		return 0, err
-	}
-	// Each backend registered its own worker entry point (its re-exec
-	// stages); this is only a lookup.
-	entry, err := sandbox.LookupWorker(spec.Backend)
-	if err != nil {
-		return 0, err
-	}
-	out, err := entry(cmd.Context(), sandbox.WorkerStart{Stage: stage, Data: spec.Sandbox, RawSpec: raw})
-	if err != nil || out.Exited {
-		return out.Code, err
-	}
-	if err := worker.Run(cmd.Context(), spec, out, os.Stdin, os.Stdout); err != nil {
-		return 0, err
-	}
-	return 0, nil
 }

@@ -117,3 +117,26 @@ func (u unavailableFiles) Write(wire.WriteArgs) (*wire.WriteResult, error) { ret
 func (u unavailableFiles) Edit(wire.EditArgs) (*wire.EditResult, error)    { return nil, u.err }
 func (u unavailableFiles) Glob(wire.GlobArgs) (*wire.GlobResult, error)    { return nil, u.err }
 func (u unavailableFiles) Grep(wire.GrepArgs) (*wire.GrepResult, error)    { return nil, u.err }
+
+// Main is the re-executed worker's entry (`vak __worker --stage N`): it
+// reads its spec from fd 3, runs the entry point the spec's backend
+// registered (its re-exec stages, restrictions applied on the thread that
+// execs), and serves the protocol on in/out. code is the exit status of a
+// stage that ended the process's work itself (a re-exec that exited).
+func Main(ctx context.Context, stage int, in io.Reader, out io.Writer) (code int, err error) {
+	spec, raw, err := ReadSpec()
+	if err != nil {
+		return 0, err
+	}
+	// Each backend registered its own worker entry point; this is only a
+	// lookup.
+	entry, err := sandbox.LookupWorker(spec.Backend)
+	if err != nil {
+		return 0, err
+	}
+	outcome, err := entry(ctx, sandbox.WorkerStart{Stage: stage, Data: spec.Sandbox, RawSpec: raw})
+	if err != nil || outcome.Exited {
+		return outcome.Code, err
+	}
+	return 0, Run(ctx, spec, outcome, in, out)
+}
