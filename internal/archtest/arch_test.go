@@ -24,8 +24,8 @@ type rule struct {
 }
 
 // backends are the concrete sandbox backends: only the start sequence
-// (internal/launch; cli only through it, importRules), the composition
-// root's doctor, the benchmarks and the backends' own tests may import
+// (internal/launch; cli only through it, importRules), vak doctor's
+// report (internal/doctor), the benchmarks and the backends' own tests may import
 // them.
 var backends = []string{
 	"vak/internal/sandbox/landlock",
@@ -85,6 +85,8 @@ func dockerUserRules() []rule {
 var importRules = []rule{
 	{From: "vak/internal/cli", Forbid: []string{"vak/internal/sandbox/landlock", "vak/internal/sandbox/seatbelt", "vak/internal/sandbox/none"},
 		Why: "the start sequence (internal/launch) registers and resolves the backends; the command line is flags and printing"},
+	{From: "vak/internal/doctor", Forbid: []string{"vak/internal/sandbox/landlock", "vak/internal/sandbox/seatbelt", "vak/internal/sandbox/none"},
+		Why: "the doctor reports on the backends launch registers and resolves (the docker backend only for the container's home path)"},
 }
 
 // matches reports whether pkg is pattern or below it.

@@ -1,20 +1,15 @@
 package cli
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"vak/internal/config"
 	"vak/internal/devcontainer"
 	"vak/internal/egress/egressconfig"
-	"vak/internal/engine"
 	"vak/internal/paths"
-	"vak/internal/proxynet"
 )
 
 type devcontainerFlags struct {
@@ -28,36 +23,15 @@ func (f *devcontainerFlags) add(cmd *cobra.Command) {
 	cmd.Flags().MarkHidden("label")
 }
 
-// resolveEngine is resolve and the Engine API client (engine.New), for the
-// commands that drive Docker.
-func (f *devcontainerFlags) resolveEngine() (string, map[string]string, *engine.Client, error) {
-	ws, labels, err := f.resolve()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	eng, err := engine.New()
-	if err != nil {
-		return "", nil, nil, exitFor(err)
-	}
-	return ws, labels, eng, nil
-}
-
+// resolve is the canonical workspace and the extra labels.
 func (f *devcontainerFlags) resolve() (string, map[string]string, error) {
-	ws := f.workspace
-	if ws == "" {
-		ws = "."
-	}
-	ws, err := paths.CanonicalWorkspace(ws)
+	ws, err := paths.CanonicalWorkspace(cmp.Or(f.workspace, "."))
 	if err != nil {
 		return "", nil, exit(ExitUsage, err)
 	}
 	labels := map[string]string{}
-	for _, l := range f.labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return "", nil, exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
-		}
-		labels[k] = v
+	if err := addLabels(labels, f.labels); err != nil {
+		return "", nil, err
 	}
 	return ws, labels, nil
 }
@@ -107,67 +81,23 @@ preset in the workspace's files would be policy from the workspace.`,
 			if err != nil {
 				return err
 			}
-			var sc *devcontainer.Sandcat
+			var env map[string]string
 			if fromSandcat != "" {
-				if sc, err = a.importSandcat(fromSandcat); err != nil {
-					return err
+				sc, err := devcontainer.ImportSandcat(fromSandcat, a.userConfig, a.stdio.Err)
+				if err != nil {
+					return exitFor(err)
 				}
+				env = sc.Env
 			}
 			cfg, err := a.loadConfig(ws)
 			if err != nil {
 				return err
 			}
-			if n := cfg.EgressSections; n == nil || n.Network == nil || len(n.Network.Rules)+len(n.Network.Presets) == 0 {
-				return exit(ExitConfig, fmt.Errorf("%w (%s has none)", proxynet.ErrNoPolicy, trustedFile(cfg)))
-			}
-			for _, p := range presets {
-				if !slices.Contains(egressconfig.PresetNames(), p) {
-					return exit(ExitUsage, fmt.Errorf("--preset %q: %w (built in: %s)", p, egressconfig.ErrUnknownPreset, strings.Join(egressconfig.PresetNames(), ", ")))
-				}
-				if !slices.Contains(cfg.EgressSections.Network.Presets, p) {
-					return exit(ExitConfig, fmt.Errorf("--preset %q: %s does not name it; add it under [network] there (presets = [%q]): init never writes policy (docs/devcontainer.md)", p, trustedFile(cfg), p))
-				}
-			}
-			state, err := paths.EnsureStateDir()
-			if err != nil {
-				return exitFor(err)
-			}
-			if vakPath == "" {
-				if vakPath, err = os.Executable(); err != nil {
-					return exitFor(err)
-				}
-			}
-			key := proxynet.Key(ws)
-			ph, err := devcontainer.Placeholders(state, key, devcontainer.SecretNames(cfg.EgressSections))
-			if err != nil {
-				return exitFor(err)
-			}
-			user, err := devcontainer.WorkspaceUser(ws)
-			if err != nil {
-				return exitFor(err)
-			}
-			t := &devcontainer.Template{Workspace: ws, Image: image, Key: key, Placeholders: ph, GatewayNetworks: nets, Labels: labels, Vak: vakPath, User: user}
-			if withDocker {
-				t.Docker, t.StateDir = true, state
-				if err := devcontainer.WriteSeccomp(state, key); err != nil {
-					return exitFor(err)
-				}
-			}
-			t.Protected, t.Pinned = devcontainer.ExistingProtected(ws, cfg.Files.Protected)
-			if sc != nil {
-				t.Env = sc.Env
-			}
-			written, err := t.Write(force)
-			if err != nil {
-				return exitFor(err)
-			}
-			for _, p := range written {
-				fmt.Fprintf(a.stdio.Out, "wrote %s\n", p)
-			}
-			if !slices.Contains(cfg.EgressSections.Network.Presets, "vscode") {
-				fmt.Fprintf(a.stdio.Err, "vak: note: VS Code's server and extension downloads are refused by the gateway unless %s names the preset: presets = [\"vscode\"] under [network] (docs/devcontainer.md)\n", trustedFile(cfg))
-			}
-			return nil
+			return exitFor(devcontainer.Init(devcontainer.InitOptions{
+				Workspace: ws, Config: cfg, ConfigFile: trustedFile(cfg), Image: image, Vak: vakPath, GatewayNetworks: nets,
+				Presets: presets, Labels: labels, Docker: withDocker, Force: force, Env: env, Out: a.stdio.Out,
+				Note: func(n string) { fmt.Fprintf(a.stdio.Err, "vak: note: %s\n", n) },
+			}))
 		},
 	}
 	f.add(cmd)
@@ -181,57 +111,6 @@ preset in the workspace's files would be policy from the workspace.`,
 	return cmd
 }
 
-// importSandcat converts a sandcat project's settings into the trusted user
-// config: written as that file when there is none yet, else next to it as
-// sandcat-import.toml for the user to merge (vak never merges policy
-// silently). Notes and behaviour changes go to stderr.
-func (a *app) importSandcat(dir string) (*devcontainer.Sandcat, error) {
-	sc, err := devcontainer.FromSandcat(dir, devcontainer.SandcatUserSettings())
-	if err != nil {
-		return nil, exit(ExitConfig, err)
-	}
-	for _, f := range sc.Files {
-		fmt.Fprintf(a.stdio.Err, "vak: read %s\n", f)
-	}
-	for _, n := range sc.Result.Notes {
-		fmt.Fprintf(a.stdio.Err, "vak: note: %s\n", n)
-	}
-	for _, c := range sc.Changes {
-		fmt.Fprintf(a.stdio.Err, "vak: changed: %s\n", c)
-	}
-	cfgFile := a.userConfig
-	if cfgFile == "" {
-		if cfgFile, err = paths.UserConfigFile(); err != nil {
-			return nil, exitFor(err)
-		}
-	}
-	target, merge := cfgFile, false
-	if _, err := os.Lstat(cfgFile); err == nil {
-		target, merge = filepath.Join(filepath.Dir(cfgFile), "sandcat-import.toml"), true
-	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
-		return nil, exitFor(err)
-	}
-	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, exit(ExitFailure, fmt.Errorf("write the converted settings: %w", err))
-	}
-	data := append([]byte(fmt.Sprintf("version = %d\n\n", config.Version)), sc.Result.TOML...)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, exit(ExitFailure, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, exit(ExitFailure, err)
-	}
-	if merge {
-		fmt.Fprintf(a.stdio.Err, "vak: wrote %s (mode 0600): %s exists, merge its [network] and [secrets] into it\n", target, cfgFile)
-	} else {
-		fmt.Fprintf(a.stdio.Err, "vak: wrote %s (mode 0600): the trusted user config\n", target)
-	}
-	return sc, nil
-}
-
 func (a *app) newDevcontainerPrepareCmd() *cobra.Command {
 	var f devcontainerFlags
 	cmd := &cobra.Command{
@@ -243,7 +122,7 @@ running gateway whose config changed, and remove an agent container left in a
 dead netclient namespace so that compose recreates it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, labels, eng, err := f.resolveEngine()
+			ws, labels, err := f.resolve()
 			if err != nil {
 				return err
 			}
@@ -251,22 +130,9 @@ dead netclient namespace so that compose recreates it.`,
 			if err != nil {
 				return err
 			}
-			state, err := paths.EnsureStateDir()
-			if err != nil {
-				return exitFor(err)
-			}
-			bin := cfg.Session.Worker
-			if bin == "" {
-				bin = workerExecutable
-			}
-			if bin == "" {
-				if bin, err = os.Executable(); err != nil {
-					return exitFor(err)
-				}
-			}
-			return exitFor(devcontainer.Prepare(cmd.Context(), devcontainer.PrepareOptions{
-				Engine: eng, Workspace: ws, Binary: bin, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg),
-				StateDir: state, Labels: labels, Progress: a.stdio.Err,
+			return exitFor(devcontainer.PrepareHere(cmd.Context(), devcontainer.PrepareOptions{
+				Workspace: ws, Binary: cmp.Or(cfg.Session.Worker, workerExecutable), Sections: cfg.EgressSections,
+				ConfigFile: trustedFile(cfg), Labels: labels, Progress: a.stdio.Err,
 			}))
 		},
 	}
@@ -286,32 +152,21 @@ and when all is running run the fence self-test that vak run --network
 proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, _, eng, err := f.resolveEngine()
+			ws, _, err := f.resolve()
 			if err != nil {
 				return err
 			}
-			st, err := devcontainer.Inspect(cmd.Context(), eng, ws)
-			if err != nil {
-				return exitFor(engine.Unreachable(eng.DaemonHost(), err))
-			}
-			st.Report(a.stdio.Out)
-			if len(st.Problems()) > 0 {
+			err = devcontainer.Doctor(cmd.Context(), ws, func() (*egressconfig.Sections, string, error) {
+				cfg, err := a.loadConfig(ws)
+				if err != nil {
+					return nil, "", err
+				}
+				return cfg.EgressSections, trustedFile(cfg), nil
+			}, a.stdio.Out)
+			if errors.Is(err, devcontainer.ErrUnhealthy) {
 				return exit(ExitFailure, nil)
 			}
-			cfg, err := a.loadConfig(ws)
-			if err != nil {
-				return err
-			}
-			state, err := paths.EnsureStateDir()
-			if err != nil {
-				return exitFor(err)
-			}
-			if err := st.SelfTest(cmd.Context(), devcontainer.PrepareOptions{Engine: eng, Workspace: ws, Sections: cfg.EgressSections, ConfigFile: trustedFile(cfg), StateDir: state}); err != nil {
-				fmt.Fprintf(a.stdio.Out, "  problem: %v\n", err)
-				return exit(ExitFailure, nil)
-			}
-			fmt.Fprintf(a.stdio.Out, "  fence self-test passed (receipt in %s)\n", proxynet.SelfTestLog(state, st.Key))
-			return nil
+			return exitFor(err)
 		},
 	}
 	f.add(cmd)
@@ -339,18 +194,11 @@ Reopen in Container / devcontainer up starts afresh from the same files.
 --dry-run lists what would be removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, labels, eng, err := f.resolveEngine()
+			ws, labels, err := f.resolve()
 			if err != nil {
 				return err
 			}
-			defer eng.Close()
-			state, err := paths.EnsureStateDir()
-			if err != nil {
-				return exitFor(err)
-			}
-			err = devcontainer.Down(cmd.Context(), devcontainer.DownOptions{Engine: eng, Workspace: ws, StateDir: state, DryRun: dryRun, Labels: labels, Out: a.stdio.Out})
-			err = engine.APIError("", err)
-			return exitFor(err)
+			return exitFor(devcontainer.DownWorkspace(cmd.Context(), ws, dryRun, labels, a.stdio.Out))
 		},
 	}
 	f.add(cmd)

@@ -16,42 +16,8 @@ import (
 	"time"
 
 	"vak/internal/testenv"
+	"vak/internal/version"
 )
-
-func TestVersionOf(t *testing.T) {
-	const rev = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
-	goos := " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
-	stamped := func(modified string) *debug.BuildInfo {
-		return &debug.BuildInfo{
-			Main: debug.Module{Path: "vak", Version: "v0.0.0-20261202071342-1a2b3c4d5e6f+dirty"},
-			Settings: []debug.BuildSetting{
-				{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev},
-				{Key: "vcs.time", Value: "2026-12-02T07:13:42Z"}, {Key: "vcs.modified", Value: modified},
-			},
-		}
-	}
-	for _, tc := range []struct {
-		name    string
-		info    *debug.BuildInfo
-		ldflags string // cli.Version
-		want    string
-	}{
-		{"modified", stamped("true"), "", "vak v0.0.0-20261202071342-1a2b3c4d5e6f+dirty (rev 1a2b3c4d5e6f, 2026-12-02T07:13:42Z, modified)"},
-		{"clean", stamped("false"), "", "vak v0.0.0-20261202071342-1a2b3c4d5e6f+dirty (rev 1a2b3c4d5e6f, 2026-12-02T07:13:42Z)"},
-		{"release", stamped("false"), "v1.2.3", "vak v1.2.3 (rev 1a2b3c4d5e6f, 2026-12-02T07:13:42Z)"},
-		{"no VCS", &debug.BuildInfo{Main: debug.Module{Path: "vak", Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "-buildvcs", Value: "false"}}}, "", "vak (devel) (no VCS information in this build)"},
-		{"test binary", &debug.BuildInfo{Main: debug.Module{Path: "vak"}}, "", "vak (devel) (no VCS information in this build)"},
-		{"no build info", nil, "", "vak (devel) (no VCS information in this build)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func(v string) { Version = v }(Version)
-			Version = tc.ldflags
-			if got := versionOf(tc.info).String(); got != tc.want+goos {
-				t.Errorf("got  %q\nwant %q", got, tc.want+goos)
-			}
-		})
-	}
-}
 
 // wantVersion is what `vak version` must say of a binary whose build info
 // records rev, commit time and modified (rev empty: no VCS information).
@@ -75,7 +41,7 @@ func checkVersionCmd(t *testing.T, what string, run func(args ...string) string,
 	if got := run("version"); got != line {
 		t.Errorf("%s: vak version printed\n%q, want\n%q", what, got, line)
 	}
-	var got buildVersion
+	var got version.Build
 	if err := json.Unmarshal([]byte(run("version", "--json")), &got); err != nil {
 		t.Fatalf("%s: vak version --json: %v", what, err)
 	}
@@ -88,7 +54,7 @@ func checkVersionCmd(t *testing.T, what string, run func(args ...string) string,
 func wantFromBuildInfo(info *debug.BuildInfo) wantVersion {
 	w := wantVersion{version: info.Main.Version}
 	if w.version == "" {
-		w.version = develVersion
+		w.version = version.Devel
 	}
 	for _, s := range info.Settings {
 		switch s.Key {
@@ -179,7 +145,7 @@ func TestVersionBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitTime := time.Unix(ct, 0).UTC().Format(time.RFC3339)
-	version := func(bin string) string {
+	moduleVersion := func(bin string) string {
 		info, err := buildinfo.ReadFile(bin)
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +154,7 @@ func TestVersionBuilt(t *testing.T) {
 	}
 
 	clean := build("vak-clean", "-buildvcs=true")
-	v := version(clean)
+	v := moduleVersion(clean)
 	if !strings.Contains(v, rev[:12]) || strings.HasSuffix(v, "+dirty") {
 		t.Errorf("control: the clean build's module version %q does not name %s", v, rev[:12])
 	}
@@ -198,9 +164,9 @@ func TestVersionBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	modified := build("vak-modified", "-buildvcs=true")
-	checkVersionCmd(t, "modified tree", runBinary(t, modified), wantVersion{version: version(modified), rev: rev, time: commitTime, modified: true})
+	checkVersionCmd(t, "modified tree", runBinary(t, modified), wantVersion{version: moduleVersion(modified), rev: rev, time: commitTime, modified: true})
 
-	checkVersionCmd(t, "-buildvcs=false", runBinary(t, build("vak-novcs", "-buildvcs=false")), wantVersion{version: develVersion})
+	checkVersionCmd(t, "-buildvcs=false", runBinary(t, build("vak-novcs", "-buildvcs=false")), wantVersion{version: version.Devel})
 }
 
 // vcsClone makes a git clone of this repository whose one new commit holds
