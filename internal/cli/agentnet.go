@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -41,10 +40,6 @@ enabled policy start it on demand (detached, output in
 runs per user: a second one exits with "already running".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := a.agentNet().Dir()
-			if err != nil {
-				return exitFor(err)
-			}
 			load := func() ([]agentnet.Policy, error) {
 				cfg, err := a.loadConfig("")
 				if err != nil {
@@ -53,8 +48,7 @@ runs per user: a second one exits with "already running".`,
 				return agentnet.PoliciesFromConfig(cfg.AgentNetwork), nil
 			}
 			ready := func(s string) { fmt.Fprintf(a.stdio.Err, "vak: agentnet broker listening on %s\n", s) }
-			o := agentnet.RunOptions{Dir: dir, UID: os.Getuid(), Policies: load, PolicyFile: a.agentNet().PolicyFile(), Ready: ready}
-			return exitFor(agentnet.Serve(cmd.Context(), o, a.warn))
+			return exitFor(a.agentNet().Serve(cmd.Context(), load, ready, a.warn))
 		},
 	}
 	edges := &cobra.Command{
@@ -62,15 +56,7 @@ runs per user: a second one exits with "already running".`,
 		Short: "Show every edge the policies name, whether it is up, and why",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.agentNet().Client()
-			if err != nil {
-				return exitFor(err)
-			}
-			es, err := c.Edges(cmd.Context())
-			if err != nil {
-				return exitFor(err)
-			}
-			return agentnet.WriteEdges(a.stdio.Out, es)
+			return exitFor(a.agentNet().Edges(cmd.Context(), a.stdio.Out))
 		},
 	}
 	revoke := &cobra.Command{
@@ -78,16 +64,7 @@ runs per user: a second one exits with "already running".`,
 		Short: "Revoke a workspace's task tokens and close its edges at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.agentNet().Client()
-			if err != nil {
-				return exitFor(err)
-			}
-			n, err := c.Revoke(cmd.Context(), args[0])
-			if err != nil {
-				return exitFor(err)
-			}
-			fmt.Fprintf(a.stdio.Out, "revoked %d task(s) of %s\n", n, args[0])
-			return nil
+			return exitFor(a.agentNet().Revoke(cmd.Context(), args[0], a.stdio.Out))
 		},
 	}
 	reload := &cobra.Command{
@@ -95,11 +72,7 @@ runs per user: a second one exits with "already running".`,
 		Short: "Make the running broker re-read [agent_network] (edges that went down close)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.agentNet().Client()
-			if err != nil {
-				return exitFor(err)
-			}
-			return exitFor(c.Reload(cmd.Context()))
+			return exitFor(a.agentNet().Reload(cmd.Context()))
 		},
 	}
 	cmd.AddCommand(serve, edges, revoke, reload)

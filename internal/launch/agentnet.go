@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -51,8 +52,8 @@ func (n AgentNet) Dir() (string, error) {
 	return agentnet.Dir(state), nil
 }
 
-// Client returns a client of the broker.
-func (n AgentNet) Client() (*agentnet.Client, error) {
+// client returns a client of the broker.
+func (n AgentNet) client() (*agentnet.Client, error) {
 	dir, err := n.Dir()
 	if err != nil {
 		return nil, err
@@ -73,6 +74,56 @@ func (n AgentNet) PolicyFile() string {
 		return f
 	}
 	return ""
+}
+
+// Serve is `vak agentnet serve`: it serves the broker (agentnet.Serve) for
+// this user with the policies load returns (at start and on every reload);
+// ready is told the socket once it listens, warn a reload that failed.
+func (n AgentNet) Serve(ctx context.Context, load func() ([]agentnet.Policy, error), ready, warn func(string)) error {
+	dir, err := n.Dir()
+	if err != nil {
+		return err
+	}
+	return agentnet.Serve(ctx, agentnet.RunOptions{Dir: dir, UID: os.Getuid(), Policies: load, PolicyFile: n.PolicyFile(), Ready: ready}, warn)
+}
+
+// Edges is `vak agentnet edges`: the running broker's edges, as a table
+// on w (agentnet.WriteEdges).
+func (n AgentNet) Edges(ctx context.Context, w io.Writer) error {
+	c, err := n.client()
+	if err != nil {
+		return err
+	}
+	es, err := c.Edges(ctx)
+	if err != nil {
+		return err
+	}
+	return agentnet.WriteEdges(w, es)
+}
+
+// Revoke is `vak agentnet revoke`: it revokes ws's task tokens and closes
+// its edges, saying how many tasks on w.
+func (n AgentNet) Revoke(ctx context.Context, ws string, w io.Writer) error {
+	c, err := n.client()
+	if err != nil {
+		return err
+	}
+	k, err := c.Revoke(ctx, ws)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "revoked %d task(s) of %s\n", k, ws)
+	return nil
+}
+
+// Reload is `vak agentnet reload`: the running broker re-reads its
+// policies.
+func (n AgentNet) Reload(ctx context.Context) error {
+	c, err := n.client()
+	if err != nil {
+		return err
+	}
+	return c.Reload(ctx)
 }
 
 // Ensure returns the function that starts the broker in dir on demand:
