@@ -25,14 +25,15 @@ type callRule struct {
 // place that validates the egress sections of a start; everything after it
 // (internal/launch, proxynet, the on-demand gateway's client) is handed the
 // loaded config and the validated sections (egressconfig.Sections.Validated).
+// A gateway process (`vak gateway`, the on-demand gateway) is not a start:
+// it reloads through config.GatewayLoader, inside config.
 var callRules = []callRule{
 	{Pkg: "vak/internal/config", Func: "Load", In: []string{
-		"internal/cli/root.go",    // app.loadConfig: a command's one load
-		"internal/cli/gateway.go", // `vak gateway`: the gateway process's own loader
+		"internal/cli/root.go", // app.loadConfig: a command's one load
 	}, Why: "a start loads its config once (cli's loadConfig) and passes it down"},
 	{Pkg: "vak/internal/egress/egressconfig", Func: "Validate", In: []string{
 		"internal/config/config.go",          // the loader: once per load
-		"internal/cli/gateway.go",            // `vak gateway` without a config file: the defaults
+		"internal/config/gateway.go",         // a gateway process without a config file: the defaults
 		"internal/egress/sandcat/sandcat.go", // checks an imported file before it is written
 	}, Why: "the egress sections are validated once, by the config's loader; later steps use Sections.Validated"},
 }

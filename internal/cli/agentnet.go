@@ -4,29 +4,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
-	"slices"
-	"syscall"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/agentnet"
 	"vak/internal/config"
+	"vak/internal/launch"
 	"vak/internal/mcp"
-	"vak/internal/paths"
 )
 
-func (a *app) agentnetDir() (string, error) {
-	state, err := paths.StateDir()
-	if err != nil {
-		return "", exit(ExitFailure, err)
-	}
-	return agentnet.Dir(state), nil
+// agentNet is the user's agent network broker as this invocation reaches
+// it (launch.AgentNet).
+func (a *app) agentNet() launch.AgentNet {
+	return launch.AgentNet{UserConfig: a.userConfig, Executable: workerExecutable}
 }
 
 func (a *app) newAgentnetCmd() *cobra.Command {
@@ -50,12 +40,6 @@ enabled policy start it on demand (detached, output in
 runs per user: a second one exits with "already running".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := a.agentnetDir()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			load := func() ([]agentnet.Policy, error) {
 				cfg, err := a.loadConfig("")
 				if err != nil {
@@ -63,19 +47,8 @@ runs per user: a second one exits with "already running".`,
 				}
 				return agentnet.PoliciesFromConfig(cfg.AgentNetwork), nil
 			}
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			go func() {
-				for range hup {
-					if err := agentnet.NewClient(dir).Reload(ctx); err != nil {
-						a.warnf("agentnet reload: %v", err)
-					}
-				}
-			}()
-			err = agentnet.Run(ctx, agentnet.RunOptions{Dir: dir, UID: os.Getuid(), Policies: load, PolicyFile: a.policyFile(),
-				Ready: func(s string) { fmt.Fprintf(a.stdio.Err, "vak: agentnet broker listening on %s\n", s) }})
-			return exitFor(err)
+			ready := func(s string) { fmt.Fprintf(a.stdio.Err, "vak: agentnet broker listening on %s\n", s) }
+			return exitFor(a.agentNet().Serve(cmd.Context(), load, ready, a.warn))
 		},
 	}
 	edges := &cobra.Command{
@@ -83,24 +56,7 @@ runs per user: a second one exits with "already running".`,
 		Short: "Show every edge the policies name, whether it is up, and why",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := a.agentnetDir()
-			if err != nil {
-				return err
-			}
-			es, err := agentnet.NewClient(dir).Edges(cmd.Context())
-			if err != nil {
-				return exitFor(err)
-			}
-			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WORKSPACE A\tWORKSPACE B\tSTATE\tWHY")
-			for _, e := range es {
-				st := "down"
-				if e.Up {
-					st = "up"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.A, e.B, st, e.Reason)
-			}
-			return tw.Flush()
+			return exitFor(a.agentNet().Edges(cmd.Context(), a.stdio.Out))
 		},
 	}
 	revoke := &cobra.Command{
@@ -108,16 +64,7 @@ runs per user: a second one exits with "already running".`,
 		Short: "Revoke a workspace's task tokens and close its edges at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := a.agentnetDir()
-			if err != nil {
-				return err
-			}
-			n, err := agentnet.NewClient(dir).Revoke(cmd.Context(), args[0])
-			if err != nil {
-				return exitFor(err)
-			}
-			fmt.Fprintf(a.stdio.Out, "revoked %d task(s) of %s\n", n, args[0])
-			return nil
+			return exitFor(a.agentNet().Revoke(cmd.Context(), args[0], a.stdio.Out))
 		},
 	}
 	reload := &cobra.Command{
@@ -125,121 +72,26 @@ runs per user: a second one exits with "already running".`,
 		Short: "Make the running broker re-read [agent_network] (edges that went down close)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := a.agentnetDir()
-			if err != nil {
-				return err
-			}
-			return exitFor(agentnet.NewClient(dir).Reload(cmd.Context()))
+			return exitFor(a.agentNet().Reload(cmd.Context()))
 		},
 	}
 	cmd.AddCommand(serve, edges, revoke, reload)
 	return cmd
 }
 
-// policyFile names the user config the broker's policies come from (the
-// --config file, or the default one), for its refused registrations.
-func (a *app) policyFile() string {
-	if a.userConfig != "" {
-		if f, err := filepath.Abs(a.userConfig); err == nil {
-			return f
-		}
-		return a.userConfig
-	}
-	if f, err := paths.UserConfigFile(); err == nil {
-		return f
-	}
-	return ""
-}
-
-// agentNetRefresh is how often `vak mcp` re-checks its agent network
-// registration (token renewal, edges coming up or going down).
-const agentNetRefresh = 2 * time.Second
-
 // agentNetPolicy reports whether the trusted config has an enabled policy
 // for ws and the project config did not disable it.
-func agentNetPolicy(cfg *config.Config, ws string) bool {
-	if cfg.AgentNetwork.ProjectDisabled {
-		return false
-	}
-	return slices.ContainsFunc(cfg.AgentNetwork.Workspaces, func(w config.AgentNetworkWorkspace) bool {
-		c, err := agentnet.Canonical(w.Path)
-		return err == nil && c == ws && w.Enabled
-	})
-}
+func agentNetPolicy(cfg *config.Config, ws string) bool { return launch.AgentNetEnabled(cfg, ws) }
 
-// agentNetEnsure returns the function that starts the broker on demand:
-// this vak binary as `vak agentnet serve` (with the same --config),
-// detached, logging to <state>/agentnet/broker.log.
-func (a *app) agentNetEnsure(dir string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		_, err := agentnet.Ensure(ctx, dir, func() (*exec.Cmd, error) {
-			bin := workerExecutable
-			if bin == "" {
-				var err error
-				if bin, err = os.Executable(); err != nil {
-					return nil, fmt.Errorf("agentnet: find the vak binary: %w", err)
-				}
-			}
-			var args []string
-			if a.userConfig != "" {
-				// Absolute: the broker runs in its state dir.
-				cf, err := filepath.Abs(a.userConfig)
-				if err != nil {
-					return nil, fmt.Errorf("agentnet: --config %s: %w", a.userConfig, err)
-				}
-				args = append(args, "--config", cf)
-			}
-			return exec.Command(bin, append(args, "agentnet", "serve")...), nil
-		})
-		return err
-	}
-}
-
-// agentNetTask registers a task of ws with the broker (started on demand)
-// when the trusted config has an enabled policy for it and the project
-// config did not disable it, and keeps it registered (token renewal,
-// re-registration with a restarted broker) until ctx ends. It returns nil
-// otherwise, or, warning why, when the broker cannot be reached. The token
-// stays in this process: nothing of it reaches the sandbox.
+// agentNetTask registers a task of ws with the broker for as long as ctx
+// lasts, or returns nil (launch.AgentNet.Task; a.warn says why when the
+// broker cannot be reached).
 func (a *app) agentNetTask(ctx context.Context, cfg *config.Config, ws string) *agentnet.Task {
-	if !agentNetPolicy(cfg, ws) {
-		return nil
-	}
-	dir, err := a.agentnetDir()
-	if err != nil {
-		a.warnf("agent network unavailable: %v", err)
-		return nil
-	}
-	t := &agentnet.Task{Client: agentnet.NewClient(dir), Workspace: ws, Ensure: a.agentNetEnsure(dir)}
-	if _, err := t.Register(ctx); err != nil {
-		t.Client.Close()
-		a.warnf("agent network unavailable: %v", err)
-		return nil
-	}
-	go t.Watch(ctx, agentNetRefresh, nil, nil)
-	return t
+	return a.agentNet().Task(ctx, cfg, ws, a.warn)
 }
 
-// attachAgentNet registers the MCP server's workspace with the agentnet
-// broker (started on demand) when the trusted config has an enabled policy
-// for it and the project config did not disable it. Without a broker the
-// server runs without the agent_network tool (a warning says why).
+// attachAgentNet gives the MCP server the agent_network tool when the
+// config enables it for ws (launch.AgentNet.Attach).
 func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.Config, ws string, log *slog.Logger) {
-	if cfg.AgentNetwork.ProjectDisabled {
-		log.Info("agent network disabled by the project config")
-		return
-	}
-	if !agentNetPolicy(cfg, ws) {
-		return
-	}
-	dir, err := a.agentnetDir()
-	if err != nil {
-		log.Warn("agent network unavailable", "err", err)
-		return
-	}
-	if err := srv.AttachAgentNet(ctx, agentnet.NewClient(dir), a.agentNetEnsure(dir)); err != nil {
-		log.Warn("agent network unavailable", "err", err)
-		return
-	}
-	go srv.WatchAgentNet(ctx, agentNetRefresh)
+	a.agentNet().Attach(ctx, srv, cfg, ws, log)
 }

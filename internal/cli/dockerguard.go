@@ -3,9 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net/netip"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,10 +14,9 @@ import (
 // engine (run inside the dockerd sidecar; see docs/nested-docker.md).
 func (a *app) newDockerguardCmd() *cobra.Command {
 	var (
-		p               dockerguard.Policy
-		raw, pool, dns  string
-		labels, trustEv []string
-		env             []string
+		p   dockerguard.Policy
+		f   dockerguard.Flags
+		raw string
 	)
 	cmd := &cobra.Command{
 		Use:    "dockerguard --listen SOCK --upstream RAW --workspace DIR --trust-dir DIR --pool CIDR --dns IP",
@@ -28,37 +24,7 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if p.Pool, err = netip.ParsePrefix(pool); err != nil {
-				return exit(ExitUsage, fmt.Errorf("--pool: %w", err))
-			}
-			if p.DNS, err = netip.ParseAddr(dns); err != nil {
-				return exit(ExitUsage, fmt.Errorf("--dns: %w", err))
-			}
-			p.Labels = map[string]string{}
-			for _, l := range labels {
-				k, v, ok := cutEq(l)
-				if !ok {
-					return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
-				}
-				p.Labels[k] = v
-			}
-			p.TrustEnv = trustEv
-			for _, kv := range env {
-				if _, _, ok := cutEq(kv); !ok {
-					return exit(ExitUsage, fmt.Errorf("--env: want NAME=VALUE, got a value without a name or '='"))
-				}
-			}
-			p.Env = env
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			err = dockerguard.Serve(ctx, p, raw, func() {
-				fmt.Fprintf(a.stdio.Out, "dockerguard: serving %s (reaper %s) -> %s\n", p.GuardSocket, p.ReaperSocket, raw)
-			})
-			if err != nil {
-				return exit(ExitFailure, err)
-			}
-			return nil
+			return exitFor(dockerguard.Command(p, f, raw, a.stdio.Out))
 		},
 	}
 	fl := cmd.Flags()
@@ -67,14 +33,14 @@ func (a *app) newDockerguardCmd() *cobra.Command {
 	fl.StringVar(&raw, "upstream", "", "the nested engine's raw socket")
 	fl.StringVar(&p.Workspace, "workspace", "", "workspace path (allowed bind sources)")
 	fl.StringVar(&p.TrustDir, "trust-dir", "", "trust dir (bound read-only into every container)")
-	fl.StringVar(&pool, "pool", "", "inner address pool")
-	fl.StringVar(&dns, "dns", "", "DNS server for inner containers (the gateway)")
-	fl.StringArrayVar(&labels, "label", nil, "KEY=VALUE label put on every created object (repeatable)")
-	fl.StringArrayVar(&trustEv, "trust-env", nil, "NAME=VALUE CA variable set in every container (repeatable)")
-	fl.StringArrayVar(&env, "env", nil, "NAME=VALUE set in every container whose request does not set NAME (propagated secret placeholders; repeatable)")
+	fl.StringVar(&f.Pool, "pool", "", "inner address pool")
+	fl.StringVar(&f.DNS, "dns", "", "DNS server for inner containers (the gateway)")
+	fl.StringArrayVar(&f.Labels, "label", nil, "KEY=VALUE label put on every created object (repeatable)")
+	fl.StringArrayVar(&p.TrustEnv, "trust-env", nil, "NAME=VALUE CA variable set in every container (repeatable)")
+	fl.StringArrayVar(&f.Env, "env", nil, "NAME=VALUE set in every container whose request does not set NAME (propagated secret placeholders; repeatable)")
 	fl.StringVar(&p.StageDir, "stage-binds", "", "stage workspace bind sources here (opened beneath the workspace, bind-mounted; needs CAP_SYS_ADMIN in the engine's mount namespace)")
-	for _, f := range []string{"listen", "upstream", "workspace", "trust-dir", "pool", "dns"} {
-		cmd.MarkFlagRequired(f)
+	for _, name := range []string{"listen", "upstream", "workspace", "trust-dir", "pool", "dns"} {
+		cmd.MarkFlagRequired(name)
 	}
 	cmd.AddCommand(a.newDockerguardPingCmd())
 	return cmd
@@ -101,13 +67,4 @@ func (a *app) newDockerguardPingCmd() *cobra.Command {
 			return nil
 		},
 	}
-}
-
-func cutEq(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '=' {
-			return s[:i], s[i+1:], i > 0
-		}
-	}
-	return "", "", false
 }

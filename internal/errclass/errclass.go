@@ -50,3 +50,22 @@ func Of(err error) *Class {
 	}
 	return nil
 }
+
+// Wrap returns err with class c added: the same message, and errors.Is
+// matches c as well as everything err matches (a class err already has
+// still counts: Of returns the most specific). Wrap(c, nil) is nil.
+func Wrap(c *Class, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classed{err: err, class: c}
+}
+
+type classed struct {
+	err   error
+	class *Class
+}
+
+func (e *classed) Error() string        { return e.err.Error() }
+func (e *classed) Unwrap() error        { return e.err }
+func (e *classed) Is(target error) bool { return target == e.class }

@@ -5,6 +5,9 @@
 // broker. `vak run`, `vak mcp` and task-environment sessions start
 // through it (sessions attach their network through Topology); the
 // command line only turns flags into a Request and prints the outcome.
+// Around the start: AgentNet registers a run's or an MCP server's
+// workspace on the agent network (the broker started on demand), and
+// StopOnDemandGateway is vak gc's part for native proxied runs.
 package launch
 
 import (

@@ -58,6 +58,27 @@ func Presets() ([]Preset, error) {
 	return out, nil
 }
 
+// PresetList describes every built-in preset as `vak gateway presets`
+// lists them: its name and description, then one line per allow rule.
+func PresetList() (string, error) {
+	ps, err := Presets()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "%s\t%s\n", p.Name, p.Description)
+		for _, r := range p.Rules {
+			b.WriteString("  allow " + strings.Join(r.Methods, ",") + " " + strings.Join(r.Hosts, " "))
+			if len(r.Paths) > 0 {
+				b.WriteString(" paths " + strings.Join(r.Paths, " "))
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String(), nil
+}
+
 // PresetNames lists the built-in presets' names, sorted.
 func PresetNames() []string {
 	ents, _ := presetFS.ReadDir("presets")

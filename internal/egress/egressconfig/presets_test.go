@@ -185,3 +185,24 @@ func TestParsePresetRefuses(t *testing.T) {
 		}
 	}
 }
+
+// PresetList names every preset on a line of its own, followed by its
+// rules indented.
+func TestPresetList(t *testing.T) {
+	t.Parallel()
+	list, err := PresetList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, _ := Presets()
+	rules := 0
+	for _, p := range ps {
+		if !strings.Contains(list, "\n"+p.Name+"\t"+p.Description+"\n") && !strings.HasPrefix(list, p.Name+"\t") {
+			t.Errorf("%s not listed", p.Name)
+		}
+		rules += len(p.Rules)
+	}
+	if n := strings.Count(list, "\n  allow "); n != rules {
+		t.Errorf("%d rule lines, want %d:\n%s", n, rules, list)
+	}
+}

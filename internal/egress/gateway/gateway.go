@@ -2,7 +2,8 @@
 // vak's state directory, the receipts log, the proxy listeners, the
 // policy-aware DNS server and the admin socket; it applies reloads (SIGHUP or
 // admin) without dropping connections and revokes connections a new policy
-// denies. `vak gateway` is a thin command around Run.
+// denies. `vak gateway` is a thin command around Serve, `vak gateway
+// serve-native` around ServeOnDemand.
 package gateway
 
 import (
