@@ -50,3 +50,21 @@ func Of(err error) *Class {
 	}
 	return nil
 }
+
+// Mark returns err with class c, its message unchanged (nil stays nil): for
+// an error built where it is detected whose class only the caller knows.
+func Mark(c *Class, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked{err: err, class: c}
+}
+
+type marked struct {
+	err   error
+	class *Class
+}
+
+func (e *marked) Error() string        { return e.err.Error() }
+func (e *marked) Unwrap() error        { return e.err }
+func (e *marked) Is(target error) bool { return target == e.class }

@@ -20,6 +20,9 @@ func TestOf(t *testing.T) {
 		{errors.New("plain"), nil},
 		{fmt.Errorf("lost: %v", errDown), nil}, // %v drops the class
 		{nil, nil},
+		{Mark(Config, errors.New("plain")), Config},
+		{fmt.Errorf("wrapped: %w", Mark(Invalid, errors.New("bad flag"))), Invalid},
+		{Mark(Invalid, nil), nil},
 	}
 	for _, tc := range tests {
 		if got := Of(tc.err); got != tc.want {
@@ -28,6 +31,9 @@ func TestOf(t *testing.T) {
 	}
 	if !errors.Is(fmt.Errorf("x: %w", errDown), errDown) {
 		t.Error("a sentinel must still match itself")
+	}
+	if err := Mark(Invalid, errDown); err.Error() != "daemon down" || !errors.Is(err, errDown) {
+		t.Errorf("Mark(Invalid, errDown) = %q: want its message and its cause kept", err)
 	}
 	if errors.Is(errDown, errBad) {
 		t.Error("two sentinels of different classes must not match each other")
