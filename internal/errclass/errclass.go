@@ -53,6 +53,8 @@ func Of(err error) *Class {
 
 // Mark returns err with class c, its message unchanged (nil stays nil): for
 // an error built where it is detected whose class only the caller knows.
+// errors.Is(Mark(c, err), c) holds; Of still prefers a more specific
+// class that err already has.
 func Mark(c *Class, err error) error {
 	if err == nil {
 		return nil
