@@ -67,9 +67,10 @@ config or state, or another workspace. See docs/sessions.md.`,
 	return cmd
 }
 
-// sessionRequest is the launch.Request of a session command, with config
-// cfg (nil: defaults only) and the hidden --label flags added.
-func (a *app) sessionRequest(cfg *config.Config, sf *sessionFlags) (launch.Request, error) {
+// sessionRequest is the launch.Request of a session command, with
+// workspace ws (may be empty), config cfg (nil: defaults only) and the
+// hidden --label flags added.
+func (a *app) sessionRequest(ws string, cfg *config.Config, sf *sessionFlags) (launch.Request, error) {
 	labels := maps.Clone(a.labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -77,14 +78,14 @@ func (a *app) sessionRequest(cfg *config.Config, sf *sessionFlags) (launch.Reque
 	if err := addLabels(labels, sf.labels); err != nil {
 		return launch.Request{}, err
 	}
-	req := a.launchRequest("", cfg)
+	req := a.launchRequest(ws, cfg)
 	req.Labels = labels
 	return req, nil
 }
 
 // manager builds the session manager of sessionRequest (launch.Sessions).
 func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
-	req, err := a.sessionRequest(cfg, sf)
+	req, err := a.sessionRequest("", cfg, sf)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +160,10 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		return err
 	}
 	end()
-	req, err := a.sessionRequest(cfg, sf)
+	req, err := a.sessionRequest(ws, cfg, sf)
 	if err != nil {
 		return err
 	}
-	req.Workspace = ws
 	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
 		return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	}
@@ -366,7 +366,7 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	if err != nil {
 		return err
 	}
-	req, err := a.sessionRequest(cfg, sf)
+	req, err := a.sessionRequest("", cfg, sf)
 	if err != nil {
 		return err
 	}
@@ -393,7 +393,7 @@ func (a *app) newSessionRmCmd(sf *sessionFlags) *cobra.Command {
 		Short:   "Discard sessions (their containers are killed and removed)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := a.sessionRequest(nil, sf)
+			req, err := a.sessionRequest("", nil, sf)
 			if err != nil {
 				return err
 			}
@@ -409,7 +409,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 		Short: "List your sessions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req, err := a.sessionRequest(nil, sf)
+			req, err := a.sessionRequest("", nil, sf)
 			if err != nil {
 				return err
 			}
@@ -450,7 +450,7 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	launch.CleanStaleRuns(a.stdio.Out)
 	a.stopOnDemandGateway(ctx)
-	req, err := a.sessionRequest(nil, sf)
+	req, err := a.sessionRequest("", nil, sf)
 	if err != nil {
 		return err
 	}
@@ -485,11 +485,10 @@ its guard; otherwise the pair is removed and the create starts cold.`,
 			if err != nil {
 				return err
 			}
-			req, err := a.sessionRequest(cfg, sf)
+			req, err := a.sessionRequest(ws, cfg, sf)
 			if err != nil {
 				return err
 			}
-			req.Workspace = ws
 			return sessionErr(launch.FillPool(cmd.Context(), req, f.docker, a.stdio.Out))
 		},
 	}

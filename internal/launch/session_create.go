@@ -45,6 +45,10 @@ type SessionCreate struct {
 	Created func(id string)
 }
 
+// errRequired is CreateSession's and FillPool's error for a request
+// without a config or a workspace.
+var errRequired = fmt.Errorf("launch: Config and Workspace are required: %w", ErrUnavailable)
+
 // CreateSession creates a session for req's workspace and config: the
 // quiet gc of finished sessions runs while nested Docker is set up, then
 // the container is created (claimed from the warm pool when one fits),
@@ -52,6 +56,9 @@ type SessionCreate struct {
 // until the interrupts' context ends). Phases are traced on ctx's trace.
 // Its errors carry their class (errclass): a bad request is Invalid.
 func CreateSession(ctx context.Context, req Request, c SessionCreate) error {
+	if req.Config == nil || req.Workspace == "" {
+		return errRequired
+	}
 	cfg := req.Config
 	if !cfg.Sandbox.Mode.Restricted() {
 		return errclass.Mark(errclass.Invalid, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
@@ -150,6 +157,9 @@ func setUpSession(ctx context.Context, req Request, m *taskenv.Manager, spec *ta
 // for what a create with req would make, and writes how many it started
 // to out. A proxied network brought up for nothing is released again.
 func FillPool(ctx context.Context, req Request, docker bool, out io.Writer) error {
+	if req.Config == nil || req.Workspace == "" {
+		return errRequired
+	}
 	m := Sessions(req, nil)
 	defer m.Close()
 	if m.PoolSize == 0 {

@@ -93,6 +93,13 @@ func TestSessionRequestControl(t *testing.T) {
 	if errors.Is(err, taskenv.ErrInvalidSpec) {
 		t.Fatalf("err = %v: the spec was refused", err)
 	}
+	// As Start, both want a config and a workspace.
+	if err := CreateSession(context.Background(), Request{Config: cfg}, SessionCreate{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a create without a workspace: %v", err)
+	}
+	if err := FillPool(context.Background(), Request{Workspace: ws}, false, io.Discard); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a pool fill without a config: %v", err)
+	}
 }
 
 // TestSessionShortID: `vak session ls` shows image IDs as docker does.
