@@ -2,51 +2,22 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"strings"
 
-	"vak/internal/dockerd"
-	"vak/internal/engine"
 	"vak/internal/fsguard"
-	"vak/internal/proxynet"
+	"vak/internal/launch"
 )
 
 // gcImages is `vak gc --images [--dry-run]`: it removes (or lists) the
-// vak-net and vak-dockerd images this vak does not use. labels (hidden
-// --label, tests) restrict it to images carrying them.
+// vak-net and vak-dockerd images this vak does not use (launch.ImageGC).
+// labels (hidden --label, tests) restrict it to images carrying them.
 func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) error {
 	labels := map[string]string{}
-	for _, l := range labelArgs {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("--label %q: want KEY=VALUE", l))
-		}
-		labels[k] = v
+	if err := addLabels(labels, labelArgs); err != nil {
+		return err
 	}
-	eng, err := engine.New()
-	if err != nil {
-		return exitFor(err)
-	}
-	defer eng.Close()
-	keep := []string{dockerd.DefaultRecipe.Tag()}
-	bin := workerExecutable
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return exit(ExitInternal, err)
-		}
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return exit(ExitInternal, fmt.Errorf("vak gc --images: read this vak (%s) to name its image: %w", bin, err))
-	}
-	keep = append(keep, proxynet.ImageTag(data))
-	res, err := proxynet.ImageGC(ctx, eng, proxynet.ImageGCOptions{
-		Repos:  []string{proxynet.ImageRepo, dockerd.ImageRepo},
-		Keep:   keep,
-		Labels: labels,
-		DryRun: dryRun,
-	})
+	res, err := launch.ImageGC(ctx, workerExecutable, labels, dryRun)
 	var freed int64
 	for _, r := range res {
 		switch {
@@ -60,7 +31,9 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 			fmt.Fprintf(a.stdio.Out, "would remove %s (%s)\n", r.Tag, humanSize(fsguard.Usage{Bytes: r.Size}))
 		}
 	}
-	if err != nil {
+	if errors.Is(err, launch.ErrOwnBinary) {
+		return exit(ExitInternal, err)
+	} else if err != nil {
 		return exitFor(err)
 	}
 	if freed > 0 && !dryRun {

@@ -1,20 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,20 +17,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"vak/internal/broker"
 	"vak/internal/config"
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/hostenv"
 	"vak/internal/interact"
 	"vak/internal/launch"
-	"vak/internal/paths"
-	"vak/internal/proxynet"
-	"vak/internal/sandbox"
 	"vak/internal/taskenv"
 	"vak/internal/trace"
 	"vak/internal/worker"
-	"vak/internal/worker/wire"
 )
 
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
@@ -79,35 +68,33 @@ config or state, or another workspace. See docs/sessions.md.`,
 	return cmd
 }
 
-// manager builds the session manager from config (nil: defaults only):
-// launch.Sessions, with the hidden --label flags added.
-func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
+// sessionRequest is the launch.Request of a session command, with
+// workspace ws (may be empty), config cfg (nil: defaults only) and the
+// hidden --label flags added.
+func (a *app) sessionRequest(ws string, cfg *config.Config, sf *sessionFlags) (launch.Request, error) {
 	labels := maps.Clone(a.labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	if err := addLabels(labels, sf.labels); err != nil {
+		return launch.Request{}, err
+	}
+	req := a.launchRequest(ws, cfg)
+	req.Labels = labels
+	return req, nil
+}
+
+// manager builds the session manager of sessionRequest (launch.Sessions).
+func (a *app) manager(cfg *config.Config, sf *sessionFlags) (*taskenv.Manager, error) {
+	req, err := a.sessionRequest("", cfg, sf)
+	if err != nil {
 		return nil, err
 	}
-	req := a.launchRequest("", cfg)
-	req.Labels = labels
-	return launch.Sessions(req, func(id string, lines []string) {
-		for _, l := range lines {
-			a.warnf("session %s: workspace watcher: %s", id, l)
-		}
-	}), nil
+	return launch.Sessions(req, nil), nil
 }
 
 // sessionErr maps session errors to vak's exit statuses (see exitFor).
 func sessionErr(err error) error { return exitFor(err) }
-
-// quietGC removes finished sessions before a session command, best effort
-// and bounded (a daemon that is down is reported by the command itself).
-func quietGC(ctx context.Context, m *taskenv.Manager) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	m.GC(ctx)
-}
 
 type createFlags struct {
 	workspace, task, image, from, mode, network string
@@ -174,148 +161,23 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		return err
 	}
 	end()
-	if !cfg.Sandbox.Mode.Restricted() {
-		return exit(ExitUsage, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
-	}
-	m, err := a.manager(cfg, sf)
+	req, err := a.sessionRequest(ws, cfg, sf)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	image := cfg.Sandbox.Image
-	if f.from != "" {
-		if f.image != "" {
-			return exit(ExitUsage, errors.New("--from and --image exclude each other"))
-		}
-		if image, err = taskenv.SnapshotRef(f.from); err != nil {
-			return exit(ExitUsage, err)
-		}
+	req.Interrupts = func(ctx context.Context) (context.Context, func()) {
+		return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	}
-	// The quiet gc and the nested Docker setup (engine access, runtimes,
-	// sidecar image) are independent: they run at once, and the create
-	// starts after both.
-	// What the gc reports of the sessions it ends is printed after it
-	// (the Docker setup prints meanwhile).
-	gcm, err := a.manager(cfg, sf)
-	if err != nil {
-		return err
-	}
-	defer gcm.Close()
-	var planted [][]string
-	gcm.Planted = func(id string, lines []string) { planted = append(planted, append([]string{id}, lines...)) }
-	var gc sync.WaitGroup
-	gc.Go(func() {
-		defer tr.Begin("gc (quiet)")()
-		quietGC(ctx, gcm)
+	return launch.CreateSession(ctx, req, launch.SessionCreate{
+		Task: f.task, From: f.from, ImageSet: f.image != "", Mounts: f.mounts,
+		Docker: f.docker, Hold: f.hold, NoRefill: f.noRefill,
+		Created: func(id string) {
+			fmt.Fprintln(a.stdio.Out, id)
+			if !f.hold {
+				printTrace()
+			}
+		},
 	})
-	defer gc.Wait()
-	spec := taskenv.Spec{
-		Task:           f.task,
-		Workspace:      ws,
-		BaseImage:      image,
-		Limits:         cfg.Sandbox.Limits,
-		Mode:           cfg.Sandbox.Mode,
-		Env:            hostenv.Lookup(m.EnvAllowlist),
-		Mounts:         f.mounts,
-		Protected:      cfg.Files.Protected,
-		DefaultTimeout: cfg.Sandbox.Timeout,
-	}
-	spec.NetworkPolicy = cfg.Network
-	end = tr.Begin("docker setup")
-	err = a.sessionDocker(ctx, m, cfg, &spec, f.docker)
-	end()
-	gc.Wait()
-	for _, p := range planted {
-		m.Planted(p[0], p[1:])
-	}
-	if err != nil {
-		return err
-	}
-	if f.hold {
-		spec.OwnerPID = os.Getpid()
-	}
-	sigctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	end = tr.Begin("create")
-	s, err := m.Create(sigctx, spec)
-	end()
-	if err != nil {
-		if spec.Docker && m.DockerBaseline == dockerd.BaselineSysbox && errors.Is(err, taskenv.ErrDockerUnavailable) {
-			// Not exercised against a real Sysbox here (docs/nested-docker.md).
-			err = fmt.Errorf("%w (the Sysbox sidecar; session.docker_runtime = \"runc\" in %s uses the capability-listed one)", err, trustedFile(cfg))
-		}
-		if spec.NetworkPolicy == sandbox.NetworkProxied {
-			// A topology brought up for this create goes again.
-			a.releaseProxyNet(context.Background(), ws)
-		}
-		return err
-	}
-	fmt.Fprintln(a.stdio.Out, s.ID())
-	if f.hold {
-		// The broker holds the session over its attached stdio until told
-		// to stop, or until the session ends by itself.
-		select {
-		case <-sigctx.Done():
-		case <-s.Done():
-		}
-		rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		return s.Discard(rmctx)
-	}
-	s.Close()
-	printTrace()
-	if m.PoolSize > 0 && !f.noRefill {
-		// After the ID is out: topping up the pool is the next create's speed.
-		if _, err := m.FillPool(sigctx, spec); err != nil {
-			a.warnf("refilling the warm pool: %v", err)
-		}
-	}
-	return nil
-}
-
-// sessionDocker sets up nested Docker for spec when --docker or
-// session.docker asks for it: the proxied network is required, the host's
-// daemon must answer this user, and the sidecar image is ensured (m's
-// DockerImage). A warm-pool pair that a create refuses to hand out is
-// reported as a warning.
-func (a *app) sessionDocker(ctx context.Context, m *taskenv.Manager, cfg *config.Config, spec *taskenv.Spec, flag bool) error {
-	spec.Docker = flag || cfg.Session.Docker
-	if !spec.Docker {
-		return nil
-	}
-	spec.DockerPlaceholders = cfg.Session.DockerPlaceholders
-	if spec.NetworkPolicy != sandbox.NetworkProxied {
-		return exit(ExitUsage, fmt.Errorf("--docker (or session.docker) needs --network proxied: inner containers' traffic must go through the gateway (the network is %q)", spec.NetworkPolicy))
-	}
-	eng, err := engine.New()
-	if err != nil {
-		return err
-	}
-	tr := trace.From(ctx)
-	end := tr.Begin("docker setup: engine access")
-	err = engine.CheckAccess(ctx, eng, "nested Docker, --docker, starts its engine through the host's Docker daemon")
-	end()
-	if err != nil {
-		return err
-	}
-	end = tr.Begin("docker setup: runtimes (docker info)")
-	b, why, err := dockerBaseline(ctx, eng, cfg)
-	end()
-	if err != nil {
-		return err
-	}
-	end = tr.Begin("docker setup: sidecar image")
-	m.DockerImage, err = dockerd.EnsureImage(ctx, eng, dockerd.DefaultRecipe, a.stdio.Err)
-	end()
-	if err != nil {
-		return err
-	}
-	m.DockerBaseline = b
-	fmt.Fprintf(a.stdio.Err, "vak: nested Docker sidecar: %s; %s\n", b.Describe(), why)
-	m.OnPoolReject = func(name string, err error) {
-		a.warnf("warm pool: %s not claimed (removed): %v", name, err)
-	}
-	return nil
 }
 
 type execFlags struct {
@@ -381,49 +243,30 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	}
 	defer m.Close()
-	// The allowlist of copied variables is the sessions' (sandbox.env of
-	// the trusted config included), read only when a name is copied.
-	allow := hostenv.Allowlist()
-	if slices.ContainsFunc(f.env, func(e string) bool { return !strings.Contains(e, "=") }) {
-		cfg, err := a.loadConfig("")
-		if err != nil {
-			return err
-		}
-		allow = hostenv.Allowlist(cfg.Sandbox.Env...)
-	}
-	env, err := taskenv.CommandEnv(f.env, allow, os.LookupEnv)
+	env, err := a.execEnv(f.env)
 	if err != nil {
-		return exit(ExitUsage, err)
+		return err
 	}
-	if f.tty || f.root {
-		return a.sessionExecDocker(ctx, m, f, id, argv, env)
+	if f.tty {
+		return a.sessionExecTTY(ctx, m, f, id, argv, env)
 	}
 	// -i streams stdin to the command as it arrives (the command may
 	// answer before the input ends), like `vak run -i`.
 	var stdin io.Reader
-	if f.interactive {
-		stdin = a.stdio.In
-	}
+	var arm func() (<-chan string, func())
 	// The first SIGINT while an interactive command runs goes to it; a
 	// second one, SIGTERM or SIGHUP ends it (see interactiveBash).
 	sigctx, intr, stop := interact.Notify(ctx)
 	defer stop()
-	s, err := m.Open(sigctx, id)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	var sigs <-chan string
 	if f.interactive {
-		var disarm func()
-		sigs, disarm = intr.Arm(a.stdio.Err)
-		defer disarm()
+		stdin = a.stdio.In
+		arm = func() (<-chan string, func()) { return intr.Arm(a.stdio.Err) }
 	}
 	var tail outputTail
-	res, err := s.Exec(sigctx, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, Signal: sigs, MaxOutputBytes: f.maxOutput,
+	res, err := m.RunCommand(sigctx, id, taskenv.Command{
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
 		Output: tail.tee(a.writeOutput),
-	})
+	}, taskenv.ExecOptions{Arm: arm, Root: f.root, Stdout: a.stdio.Out, Stderr: a.stdio.Err, Warn: a.warn})
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
@@ -431,17 +274,38 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return err
 	case res.TimedOut:
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
+	case f.root:
+		return exit(res.ExitCode, nil)
 	}
 	a.warnTripwire(res)
 	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, true))
 	return exit(res.ExitCode, nil)
 }
 
-// sessionExecDocker runs docker exec for a terminal or as root.
-func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	if !f.tty {
-		return a.sessionExecDockerPlain(ctx, m, f, id, argv, env)
+// execEnv is the -e variables of a command. The allowlist of copied
+// variables is the sessions' (sandbox.env of the trusted config
+// included), read only when a name is copied.
+func (a *app) execEnv(vars []string) (map[string]string, error) {
+	allow := hostenv.Allowlist()
+	if slices.ContainsFunc(vars, func(e string) bool { return !strings.Contains(e, "=") }) {
+		cfg, err := a.loadConfig("")
+		if err != nil {
+			return nil, err
+		}
+		allow = hostenv.Allowlist(cfg.Sandbox.Env...)
 	}
+	env, err := taskenv.CommandEnv(vars, allow, os.LookupEnv)
+	if err != nil {
+		return nil, exit(ExitUsage, err)
+	}
+	return env, nil
+}
+
+// sessionExecTTY runs docker exec -it, on vak's terminal relayed to a
+// terminal of vak's own (taskenv.RelayDockerExec) where vak allocates
+// terminals. SIGTERM and SIGHUP kill the docker CLI (exit 130); Ctrl-C is
+// a key typed into the container's terminal.
+func (a *app) sessionExecTTY(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
 	sz := interact.Size(a.stdio.Out, a.stdio.In)
 	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}, f.root)
 	if err != nil {
@@ -449,22 +313,12 @@ func (a *app) sessionExecDocker(ctx context.Context, m *taskenv.Manager, f execF
 	}
 	if !interact.OwnTerminals {
 		// The docker CLI runs on vak's terminal and sets it raw itself.
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdio.In, a.stdio.Out, a.stdio.Err
-		return dockerExecStatus(cmd.Run())
+		res, err := taskenv.RunDockerCLI(ctx, args, a.stdio.In, a.stdio.Out, a.stdio.Err)
+		if err != nil {
+			return err
+		}
+		return exit(res.ExitCode, nil)
 	}
-	return a.relayDockerExec(ctx, args)
-}
-
-// relayDockerExec runs the `docker exec -it` args on a terminal of vak's
-// own, started raw (worker.Exec.RawTerminal), relayed to vak's terminal as
-// `vak run -t` relays the sandbox's (relayTerminal): keys typed before
-// either terminal was raw reach the command as typed (the docker CLI on
-// vak's terminal found them cooked, an end of input turned into a NUL),
-// and vak restores its terminal however the run ends. SIGTERM and SIGHUP
-// kill the docker CLI (exit 130); Ctrl-C is a key typed into the
-// container's terminal.
-func (a *app) relayDockerExec(ctx context.Context, args []string) error {
 	sigctx, _, stopSignals := interact.Notify(ctx)
 	defer stopSignals()
 	relay, err := interact.StartRelay(a.stdio.In, a.stdio.Out)
@@ -472,137 +326,14 @@ func (a *app) relayDockerExec(ctx context.Context, args []string) error {
 		return err
 	}
 	defer relay.Stop()
-	in := worker.NewInteraction(relay.Size)
-	go in.Feed(relay.Stdin)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case sz := <-relay.Resize:
-				in.Resize(sz)
-			case <-done:
-				return
-			}
-		}
-	}()
-	x := &worker.Exec{Workspace: "/", Env: os.Environ(), NoTripwire: true, RawTerminal: true}
-	sz := relay.Size
-	res, err := x.BashArgvInteractive(sigctx, args, wire.BashArgs{TTY: &sz}, in, func(_ string, data []byte) { a.stdio.Out.Write(data) })
+	res, err := taskenv.RelayDockerExec(sigctx, args, taskenv.Relay{Stdin: relay.Stdin, Size: relay.Size, Resize: relay.Resize}, a.stdio.Out)
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
 		return exit(ExitInterrupted, errors.New("interrupted; docker exec killed"))
 	case err != nil:
-		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
+		return err
 	}
 	return exit(res.ExitCode, nil)
-}
-
-// sessionExecDockerPlain runs docker exec without a terminal (--root) with
-// the signal and timeout rules of the worker path: with -i the first
-// SIGINT goes to the command, a second one, SIGTERM, SIGHUP (and without
-// -i any of them) or --timeout kill it. docker exec forwards no signal, so
-// vak delivers them in the container itself (taskenv.SignalArgs), finding
-// the command by a random token in its environment.
-func (a *app) sessionExecDockerPlain(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
-	var rnd [12]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return err
-	}
-	token := hex.EncodeToString(rnd[:])
-	env = maps.Clone(env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	env[taskenv.ExecMarkerEnv] = token
-	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, nil, f.root)
-	if err != nil {
-		return err
-	}
-	deliver := func(sig string, all bool) {
-		sa, err := m.SignalArgs(context.WithoutCancel(ctx), id, token, sig, f.root, all)
-		if err == nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			var out []byte
-			out, err = exec.CommandContext(sctx, sa[0], sa[1:]...).CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(out))
-			}
-		}
-		if err != nil {
-			a.warnf("signal %s to the command: %v", sig, err)
-		}
-	}
-	sigctx, intr, stop := interact.Notify(ctx)
-	defer stop()
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = a.stdio.Out, a.stdio.Err
-	if f.interactive {
-		cmd.Stdin = a.stdio.In
-	}
-	// A stdin that is not a file is copied by a goroutine that may block
-	// on a read after the command ended.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
-	}
-	done := make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		if errors.Is(err, exec.ErrWaitDelay) {
-			err = nil // the command succeeded; its stdin was still being read
-		}
-		done <- err
-	}()
-	var sigs <-chan string
-	if f.interactive {
-		var disarm func()
-		sigs, disarm = intr.Arm(a.stdio.Err)
-		defer disarm()
-	}
-	var timeout <-chan time.Time
-	if f.timeout > 0 {
-		timer := time.NewTimer(f.timeout)
-		defer timer.Stop()
-		timeout = timer.C
-	}
-	// kill ends the command's process tree in the container and docker
-	// exec; it kills once more after docker exec ended, for a command
-	// that started while the first kill looked for it.
-	kill := func() {
-		deliver("KILL", true)
-		cmd.Process.Kill()
-		<-done
-		deliver("KILL", true)
-	}
-	for {
-		select {
-		case err := <-done:
-			return dockerExecStatus(err)
-		case sig := <-sigs:
-			deliver(sig, false)
-		case <-timeout:
-			kill()
-			return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
-		case <-sigctx.Done():
-			kill()
-			return exit(ExitInterrupted, errors.New("interrupted; command killed"))
-		}
-	}
-}
-
-// dockerExecStatus maps docker exec's result to vak's: the command's exit
-// status, or 69 when docker exec could not run.
-func dockerExecStatus(err error) error {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return exit(ee.ExitCode(), nil)
-	}
-	if err != nil {
-		return exit(ExitUnavailable, fmt.Errorf("docker exec: %w", err))
-	}
-	return nil
 }
 
 func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
@@ -636,37 +367,11 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	if err != nil {
 		return err
 	}
-	m, err := a.manager(cfg, sf)
+	req, err := a.sessionRequest("", cfg, sf)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	man := taskenv.Manifest{}
-	for _, e := range entries {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok || k == "" {
-			return exit(ExitUsage, fmt.Errorf("-m %q: want NAME=VALUE or NAME=@FILE", e))
-		}
-		if f, isFile := strings.CutPrefix(v, "@"); isFile {
-			// vak computes the entry: the digest of the file's content.
-			data, err := os.ReadFile(f)
-			if err != nil {
-				return exit(ExitUsage, fmt.Errorf("-m %s: %w", k, err))
-			}
-			sum := sha256.Sum256(data)
-			v = "sha256:" + hex.EncodeToString(sum[:])
-		}
-		man[k] = v
-	}
-	if file != "" {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return exit(ExitUsage, fmt.Errorf("--manifest: %w", err))
-		}
-		man["file"] = string(data)
-	}
-	quietGC(ctx, m)
-	ref, err := m.Snapshot(ctx, id, man)
+	ref, err := launch.Snapshot(ctx, req, id, entries, file)
 	if err != nil {
 		return err
 	}
@@ -689,19 +394,11 @@ func (a *app) newSessionRmCmd(sf *sessionFlags) *cobra.Command {
 		Short:   "Discard sessions (their containers are killed and removed)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := a.manager(nil, sf)
+			req, err := a.sessionRequest("", nil, sf)
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			var errs []error
-			for _, id := range args {
-				if err := m.Discard(cmd.Context(), id); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			quietGC(cmd.Context(), m)
-			return sessionErr(errors.Join(errs...))
+			return sessionErr(launch.Discard(cmd.Context(), req, args))
 		},
 	}
 }
@@ -713,36 +410,24 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 		Short: "List your sessions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := a.manager(nil, sf)
+			req, err := a.sessionRequest("", nil, sf)
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			quietGC(cmd.Context(), m)
-			list, err := m.List(cmd.Context())
+			rows, err := launch.ListSessions(cmd.Context(), req, all, quiet)
 			if err != nil {
 				return sessionErr(err)
 			}
 			if quiet {
-				for _, s := range list {
-					if s.ID != "" {
-						fmt.Fprintln(a.stdio.Out, s.ID)
-					}
+				for _, r := range rows {
+					fmt.Fprintln(a.stdio.Out, r.ID)
 				}
 				return nil
 			}
-			eng, _ := engine.New()
 			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
-			for _, s := range list {
-				id := s.ID
-				if id == "" {
-					if !all {
-						continue
-					}
-					id = "(pool) " + s.Name
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, s.State, time.Since(s.Created).Round(time.Second), short(s.Image), sessionNetwork(cmd.Context(), eng, s.Labels), s.Workspace)
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Age, r.Image, r.Network, r.Workspace)
 			}
 			return tw.Flush()
 		},
@@ -750,14 +435,6 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list warm-pool containers")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only session IDs")
 	return cmd
-}
-
-func short(image string) string {
-	image = strings.TrimPrefix(image, "sha256:")
-	if len(image) > 12 {
-		return image[:12]
-	}
-	return image
 }
 
 func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
@@ -772,52 +449,13 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 }
 
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
-	// Private temp dirs (and, as root, cgroups) of native runs whose vak
-	// process is gone, e.g. killed with SIGKILL. Their commands died with
-	// it: the sandbox's init is killed with its parent.
-	for _, p := range broker.CleanStale(registry(config.Default(), nil).All()...) {
-		fmt.Fprintf(a.stdio.Out, "removed %s: its vak process is gone\n", p)
-	}
+	launch.CleanStaleRuns(a.stdio.Out)
 	a.stopOnDemandGateway(ctx)
-	m, err := a.manager(nil, sf)
+	req, err := a.sessionRequest("", nil, sf)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	rep, err := m.GC(ctx)
-	if rep != nil {
-		for _, r := range rep.Removed {
-			name := r.ID
-			if name == "" {
-				name = r.Name
-			}
-			fmt.Fprintf(a.stdio.Out, "removed %s: %s\n", name, r.Reason)
-		}
-		for _, r := range rep.Skipped {
-			fmt.Fprintf(a.stdio.Out, "skipped %s: %s\n", r.Name, r.Reason)
-		}
-	}
-	if err != nil {
-		return sessionErr(err)
-	}
-	// Proxied networks nobody uses any more (their receipts are kept).
-	if eng, eerr := engine.New(); eerr == nil {
-		if state, serr := paths.EnsureStateDir(); serr == nil {
-			prep, perr := proxynet.GC(ctx, eng, state, m.Labels)
-			if prep != nil {
-				for _, k := range prep.Removed {
-					fmt.Fprintf(a.stdio.Out, "removed proxied network %s: no sandbox uses it\n", k)
-				}
-				for _, s := range prep.Skipped {
-					fmt.Fprintf(a.stdio.Out, "skipped proxied network %s: %s\n", s.Key, s.Reason)
-				}
-			}
-			if perr != nil {
-				return sessionErr(perr)
-			}
-		}
-	}
-	return nil
+	return sessionErr(launch.GC(ctx, req, a.stdio.Out))
 }
 
 func (a *app) newSessionPoolCmd(sf *sessionFlags) *cobra.Command {
@@ -844,37 +482,15 @@ its guard; otherwise the pair is removed and the create starts cold.`,
   vak session create -w . --network proxied --docker   # claims the pair`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, err := paths.CanonicalWorkspace(orDot(f.workspace))
-			if err != nil {
-				return exit(ExitUsage, err)
-			}
-			cfg, err := a.loadConfig(ws)
+			ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
 			if err != nil {
 				return err
 			}
-			if err := applyFlags(cfg, runFlags{mode: f.mode, image: f.image, timeout: f.timeout, network: f.network}); err != nil {
-				return exit(ExitUsage, err)
-			}
-			m, err := a.manager(cfg, sf)
+			req, err := a.sessionRequest(ws, cfg, sf)
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			if m.PoolSize == 0 {
-				return exit(ExitUsage, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
-			}
-			spec := taskenv.Spec{Workspace: ws, BaseImage: cfg.Sandbox.Image, Limits: cfg.Sandbox.Limits,
-				Mode: cfg.Sandbox.Mode, Env: hostenv.Lookup(m.EnvAllowlist), Protected: cfg.Files.Protected, DefaultTimeout: cfg.Sandbox.Timeout,
-				NetworkPolicy: cfg.Network}
-			if err := a.sessionDocker(cmd.Context(), m, cfg, &spec, f.docker); err != nil {
-				return sessionErr(err)
-			}
-			n, err := m.FillPool(cmd.Context(), spec)
-			if err != nil && spec.NetworkPolicy == sandbox.NetworkProxied && n == 0 {
-				a.releaseProxyNet(context.Background(), ws)
-			}
-			fmt.Fprintf(a.stdio.Out, "started %d\n", n)
-			return sessionErr(err)
+			return sessionErr(launch.FillPool(cmd.Context(), req, f.docker, a.stdio.Out))
 		},
 	}
 	fill.Flags().StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
@@ -1015,59 +631,18 @@ func newSessionSweepCmd() *cobra.Command {
 }
 
 // runContainerWorker is `vak __worker --container`: a session container's
-// entrypoint.
+// entrypoint (worker.ServeContainer).
 func runContainerWorker(cmd *cobra.Command) error {
-	spec, _, err := worker.ReadSpecEnv()
-	if err != nil {
-		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
-	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	desc := fmt.Sprintf("container: vak worker as PID 1 of a session container (mode %s); commands run as its user under a subreaper shim", spec.Mode)
-	err = worker.RunContainer(ctx, spec, desc, os.Stdin, os.Stdout)
-	if errors.Is(err, worker.ErrIdle) || errors.Is(err, worker.ErrDeadline) {
-		fmt.Fprintf(cmd.ErrOrStderr(), "vak: %v\n", err)
-		return exit(ExitOK, nil)
-	}
-	if err != nil {
+	if err := worker.ServeContainer(ctx, os.Stdin, os.Stdout, cmd.ErrOrStderr()); err != nil {
 		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 	}
 	return exit(ExitOK, nil)
 }
 
-// sessionNetwork is the NETWORK column of `vak session ls`: none, or
-// proxied with the state of the workspace's topology (a session whose
-// network is gone says so).
-func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]string) string {
-	if labels[proxynet.LabelClientOf] == "" {
-		return string(sandbox.NetworkNone)
-	}
-	if eng == nil {
-		return string(sandbox.NetworkProxied)
-	}
-	st := proxynet.NetworkState(ctx, eng, labels)
-	if st == "ok" {
-		return string(sandbox.NetworkProxied)
-	}
-	return string(sandbox.NetworkProxied) + " (" + st + ")"
-}
-
-// dockerBaseline chooses the nested Docker sidecar's baseline from the
-// Engine's runtimes (docker info) and the trusted config's
-// session.docker_runtime; "sysbox" without Sysbox is a config error naming
-// the key and the file.
+// dockerBaseline is launch.DockerBaseline (vak doctor's nested Docker
+// line).
 func dockerBaseline(ctx context.Context, eng *engine.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
-	runtimes, err := dockerd.Runtimes(ctx, eng)
-	if err != nil {
-		return "", "", err
-	}
-	choice := cfg.Session.DockerRuntime
-	b, why, err := dockerd.ChooseBaseline(runtimes, choice)
-	if err != nil {
-		return "", "", exit(ExitConfig, fmt.Errorf("session.docker_runtime = %q (%s): %w", choice, trustedFile(cfg), err))
-	}
-	if choice == "" {
-		choice = dockerd.RuntimeAuto
-	}
-	return b, why + ", session.docker_runtime = " + strconv.Quote(choice), nil
+	return launch.DockerBaseline(ctx, eng, cfg)
 }

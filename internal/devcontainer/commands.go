@@ -18,15 +18,6 @@ import (
 	"vak/internal/proxynet"
 )
 
-// classed is err with the class c (errclass), its message unchanged.
-type classed struct {
-	err   error
-	class *errclass.Class
-}
-
-func (e *classed) Error() string   { return e.err.Error() }
-func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
-
 // ErrUnhealthy reports that Doctor found a problem; it has printed it.
 var ErrUnhealthy = errors.New("devcontainer: the dev container is not healthy")
 
@@ -61,14 +52,14 @@ type InitOptions struct {
 func Init(o InitOptions) error {
 	cfg, file := o.Config, o.ConfigFile
 	if n := cfg.EgressSections; n == nil || n.Network == nil || len(n.Network.Rules)+len(n.Network.Presets) == 0 {
-		return &classed{fmt.Errorf("%w (%s has none)", proxynet.ErrNoPolicy, file), errclass.Config}
+		return errclass.Wrap(errclass.Config, fmt.Errorf("%w (%s has none)", proxynet.ErrNoPolicy, file))
 	}
 	for _, p := range o.Presets {
 		if !slices.Contains(egressconfig.PresetNames(), p) {
-			return &classed{fmt.Errorf("--preset %q: %w (built in: %s)", p, egressconfig.ErrUnknownPreset, strings.Join(egressconfig.PresetNames(), ", ")), errclass.Invalid}
+			return errclass.Wrap(errclass.Invalid, fmt.Errorf("--preset %q: %w (built in: %s)", p, egressconfig.ErrUnknownPreset, strings.Join(egressconfig.PresetNames(), ", ")))
 		}
 		if !slices.Contains(cfg.EgressSections.Network.Presets, p) {
-			return &classed{fmt.Errorf("--preset %q: %s does not name it; add it under [network] there (presets = [%q]): init never writes policy (docs/devcontainer.md)", p, file, p), errclass.Config}
+			return errclass.Wrap(errclass.Config, fmt.Errorf("--preset %q: %s does not name it; add it under [network] there (presets = [%q]): init never writes policy (docs/devcontainer.md)", p, file, p))
 		}
 	}
 	state, err := paths.EnsureStateDir()
@@ -118,7 +109,7 @@ func Init(o InitOptions) error {
 func ImportSandcat(dir, userConfig string, log io.Writer) (*Sandcat, error) {
 	sc, err := FromSandcat(dir, SandcatUserSettings())
 	if err != nil {
-		return nil, &classed{err, errclass.Config}
+		return nil, errclass.Wrap(errclass.Config, err)
 	}
 	for _, f := range sc.Files {
 		fmt.Fprintf(log, "vak: read %s\n", f)

@@ -113,7 +113,7 @@ type Run struct {
 // ErrNotInteractive; on error nothing is left running.
 func Start(ctx context.Context, req Request) (_ *Run, err error) {
 	if req.Config == nil || req.Workspace == "" {
-		return nil, fmt.Errorf("launch: Config and Workspace are required: %w", ErrUnavailable)
+		return nil, errRequired
 	}
 	r := &Run{req: req, Context: ctx}
 	defer func() {

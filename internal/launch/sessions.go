@@ -15,8 +15,16 @@ import (
 // the topology's acquire and release, and, with a config, its [session]
 // settings. req.Config may be nil (`vak session rm`, ls, gc: defaults
 // only; a network is then only released). planted receives what a
-// session's workspace watcher removed, per session.
+// session's workspace watcher removed, per session; nil passes each line
+// to req.Warn.
 func Sessions(req Request, planted func(id string, lines []string)) *taskenv.Manager {
+	if planted == nil {
+		planted = func(id string, lines []string) {
+			for _, l := range lines {
+				warnf(req, "session %s: workspace watcher: %s", id, l)
+			}
+		}
+	}
 	m := &taskenv.Manager{Worker: req.Executable, Labels: req.Labels, Planted: planted}
 	topo := TopologyFor(req)
 	// Discarding a session releases its workspace's proxied network, with

@@ -11,6 +11,8 @@
 //	             ├─ protocol on the attached stdio            (the broker that created it)
 //	             └─ protocol on /.vak/run/worker.sock          (= STATE/sessions/run/SLOT on the host)
 //	Exec   ──> one protocol request; the worker forks `sh -c` under the reap shim
+//	           (a terminal, -t, or root, --root: docker exec instead, RunCommand
+//	           and RelayDockerExec, the only docker CLI this package runs)
 //	Snapshot─> docker commit, tagged vak-env:KEY (KEY = hash of base, manifest, policy)
 //	Discard──> docker rm -f, run directory and record removed
 //

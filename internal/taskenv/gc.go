@@ -55,6 +55,14 @@ type GCReport struct {
 // (409 Conflict: a container already being removed, a mounted volume).
 func inUse(err error) bool { return cerrdefs.IsConflict(err) }
 
+// QuietGC is GC before a session command: best effort and bounded (a
+// daemon that is down is reported by the command itself).
+func (m *Manager) QuietGC(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m.GC(ctx)
+}
+
 // GC removes every session and pool container that is over (see above),
 // and the host-side leftovers (records and socket directories) of sessions
 // whose containers are gone.

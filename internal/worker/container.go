@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -115,4 +117,22 @@ func (r *childRegistry) done(cmd *exec.Cmd) {
 	r.mu.Lock()
 	delete(r.pids, cmd.Process.Pid)
 	r.mu.Unlock()
+}
+
+// ServeContainer is a session container's entrypoint (`vak __worker
+// --container`): the worker as PID 1, its spec read from SpecEnv, serving
+// in and out until ctx ends or the session ends on its own (idle timeout,
+// lifetime: said on stderr, not an error).
+func ServeContainer(ctx context.Context, in io.Reader, out, stderr io.Writer) error {
+	spec, _, err := ReadSpecEnv()
+	if err != nil {
+		return err
+	}
+	desc := fmt.Sprintf("container: vak worker as PID 1 of a session container (mode %s); commands run as its user under a subreaper shim", spec.Mode)
+	err = RunContainer(ctx, spec, desc, in, out)
+	if errors.Is(err, ErrIdle) || errors.Is(err, ErrDeadline) {
+		fmt.Fprintf(stderr, "vak: %v\n", err)
+		return nil
+	}
+	return err
 }

@@ -1,0 +1,221 @@
+package launch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"vak/internal/broker"
+	"vak/internal/config"
+	"vak/internal/dockerd"
+	"vak/internal/engine"
+	"vak/internal/errclass"
+	"vak/internal/proxynet"
+	"vak/internal/sandbox"
+	"vak/internal/taskenv"
+)
+
+// ErrOwnBinary is wrapped by ImageGC's error when it cannot read the vak
+// binary whose vak-net image it keeps.
+var ErrOwnBinary = errors.New("read this vak")
+
+// CleanStaleRuns removes the private temp dirs (and, as root, cgroups) of
+// native runs whose vak process is gone, e.g. killed with SIGKILL, one
+// line each on out. Their commands died with it: the sandbox's init is
+// killed with its parent.
+func CleanStaleRuns(out io.Writer) {
+	for _, p := range broker.CleanStale(Registry(config.Default(), nil).All()...) {
+		fmt.Fprintf(out, "removed %s: its vak process is gone\n", p)
+	}
+}
+
+// GC removes req's sessions that are over and the proxied networks no
+// sandbox uses any more (their receipts are kept), one line on out for
+// each it removed or skipped (in use).
+func GC(ctx context.Context, req Request, out io.Writer) error {
+	m := Sessions(req, nil)
+	defer m.Close()
+	rep, err := m.GC(ctx)
+	if rep != nil {
+		for _, r := range rep.Removed {
+			name := r.ID
+			if name == "" {
+				name = r.Name
+			}
+			fmt.Fprintf(out, "removed %s: %s\n", name, r.Reason)
+		}
+		for _, r := range rep.Skipped {
+			fmt.Fprintf(out, "skipped %s: %s\n", r.Name, r.Reason)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	eng, state, err := engineAndState()
+	if err != nil {
+		return nil
+	}
+	prep, err := proxynet.GC(ctx, eng, state, m.Labels)
+	if prep != nil {
+		for _, k := range prep.Removed {
+			fmt.Fprintf(out, "removed proxied network %s: no sandbox uses it\n", k)
+		}
+		for _, s := range prep.Skipped {
+			fmt.Fprintf(out, "skipped proxied network %s: %s\n", s.Key, s.Reason)
+		}
+	}
+	return err
+}
+
+// Discard removes the sessions ids (every one is tried), then collects
+// finished sessions quietly.
+func Discard(ctx context.Context, req Request, ids []string) error {
+	m := Sessions(req, nil)
+	defer m.Close()
+	var errs []error
+	for _, id := range ids {
+		if err := m.Discard(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.QuietGC(ctx)
+	return errors.Join(errs...)
+}
+
+// SessionRow is one line of `vak session ls`.
+type SessionRow struct {
+	// ID is the session ID, or "(pool) NAME" for a warm-pool container.
+	ID, State string
+	Age       time.Duration
+	// Image is the short image ID, Network none or proxied (with the
+	// state of the workspace's topology when it is not ok).
+	Image, Network, Workspace string
+}
+
+// ListSessions collects finished sessions quietly and lists the others,
+// oldest first; pool adds the warm-pool containers. idsOnly fills in only
+// the IDs.
+func ListSessions(ctx context.Context, req Request, pool, idsOnly bool) ([]SessionRow, error) {
+	m := Sessions(req, nil)
+	defer m.Close()
+	m.QuietGC(ctx)
+	list, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var eng *engine.Client
+	if !idsOnly {
+		eng, _ = engine.New()
+	}
+	var rows []SessionRow
+	for _, s := range list {
+		id := s.ID
+		if id == "" {
+			if !pool || idsOnly {
+				continue
+			}
+			id = "(pool) " + s.Name
+		}
+		if idsOnly {
+			rows = append(rows, SessionRow{ID: id})
+			continue
+		}
+		rows = append(rows, SessionRow{ID: id, State: s.State, Age: time.Since(s.Created).Round(time.Second),
+			Image: shortID(s.Image), Network: sessionNetwork(ctx, eng, s.Labels), Workspace: s.Workspace})
+	}
+	return rows, nil
+}
+
+func shortID(image string) string {
+	image = strings.TrimPrefix(image, "sha256:")
+	if len(image) > 12 {
+		return image[:12]
+	}
+	return image
+}
+
+// sessionNetwork is none, or proxied with the state of the workspace's
+// topology (a session whose network is gone says so).
+func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]string) string {
+	if labels[proxynet.LabelClientOf] == "" {
+		return string(sandbox.NetworkNone)
+	}
+	if eng == nil {
+		return string(sandbox.NetworkProxied)
+	}
+	st := proxynet.NetworkState(ctx, eng, labels)
+	if st == "ok" {
+		return string(sandbox.NetworkProxied)
+	}
+	return string(sandbox.NetworkProxied) + " (" + st + ")"
+}
+
+// Snapshot collects finished sessions quietly and snapshots session id
+// with the manifest of entries (NAME=VALUE, or NAME=@FILE for the digest
+// of FILE's content) and, if file is set, the entry "file" with its
+// content.
+func Snapshot(ctx context.Context, req Request, id string, entries []string, file string) (*taskenv.ImageRef, error) {
+	m := Sessions(req, nil)
+	defer m.Close()
+	man := taskenv.Manifest{}
+	for _, e := range entries {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("-m %q: want NAME=VALUE or NAME=@FILE", e))
+		}
+		if f, isFile := strings.CutPrefix(v, "@"); isFile {
+			// vak computes the entry: the digest of the file's content.
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("-m %s: %w", k, err))
+			}
+			sum := sha256.Sum256(data)
+			v = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		man[k] = v
+	}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("--manifest: %w", err))
+		}
+		man["file"] = string(data)
+	}
+	m.QuietGC(ctx)
+	return m.Snapshot(ctx, id, man)
+}
+
+// ImageGC removes (or, with dryRun, lists) the vak-net and vak-dockerd
+// images this vak does not use: it keeps the sidecar recipe's tag and the
+// vak-net tag of exe (this vak: empty means this program). labels restrict
+// it to images carrying them.
+func ImageGC(ctx context.Context, exe string, labels map[string]string, dryRun bool) ([]proxynet.ImageGCResult, error) {
+	eng, err := engine.New()
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	keep := []string{dockerd.DefaultRecipe.Tag()}
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrOwnBinary, err)
+		}
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		return nil, fmt.Errorf("vak gc --images: %w (%s) to name its image: %w", ErrOwnBinary, exe, err)
+	}
+	keep = append(keep, proxynet.ImageTag(data))
+	return proxynet.ImageGC(ctx, eng, proxynet.ImageGCOptions{
+		Repos:  []string{proxynet.ImageRepo, dockerd.ImageRepo},
+		Keep:   keep,
+		Labels: labels,
+		DryRun: dryRun,
+	})
+}
