@@ -1,16 +1,12 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/agentnet"
-	"vak/internal/config"
 	"vak/internal/launch"
-	"vak/internal/mcp"
 )
 
 // agentNet is the user's agent network broker as this invocation reaches
@@ -77,21 +73,4 @@ runs per user: a second one exits with "already running".`,
 	}
 	cmd.AddCommand(serve, edges, revoke, reload)
 	return cmd
-}
-
-// agentNetPolicy reports whether the trusted config has an enabled policy
-// for ws and the project config did not disable it.
-func agentNetPolicy(cfg *config.Config, ws string) bool { return launch.AgentNetEnabled(cfg, ws) }
-
-// agentNetTask registers a task of ws with the broker for as long as ctx
-// lasts, or returns nil (launch.AgentNet.Task; a.warn says why when the
-// broker cannot be reached).
-func (a *app) agentNetTask(ctx context.Context, cfg *config.Config, ws string) *agentnet.Task {
-	return a.agentNet().Task(ctx, cfg, ws, a.warn)
-}
-
-// attachAgentNet gives the MCP server the agent_network tool when the
-// config enables it for ws (launch.AgentNet.Attach).
-func (a *app) attachAgentNet(ctx context.Context, srv *mcp.Server, cfg *config.Config, ws string, log *slog.Logger) {
-	a.agentNet().Attach(ctx, srv, cfg, ws, log)
 }

@@ -13,6 +13,7 @@ import (
 	"vak/internal/agentnet"
 	"vak/internal/broker"
 	"vak/internal/config"
+	"vak/internal/launch"
 	"vak/internal/receipts"
 	"vak/internal/sandbox"
 	"vak/internal/testenv"
@@ -72,7 +73,7 @@ func TestWorkerToolListAgentNetwork(t *testing.T) {
 	defer tool.Task.Close(context.Background())
 
 	cfg := config.Default()
-	b, _, err := registry(cfg, nil).Resolve(sandbox.Landlock, cfg.Sandbox.Mode)
+	b, _, err := launch.Registry(cfg, nil).Resolve(sandbox.Landlock, cfg.Sandbox.Mode)
 	if err != nil {
 		t.Fatal(err)
 	}

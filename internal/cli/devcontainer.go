@@ -9,6 +9,7 @@ import (
 
 	"vak/internal/devcontainer"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/launch"
 	"vak/internal/paths"
 )
 
@@ -94,7 +95,7 @@ preset in the workspace's files would be policy from the workspace.`,
 				return err
 			}
 			return exitFor(devcontainer.Init(devcontainer.InitOptions{
-				Workspace: ws, Config: cfg, ConfigFile: trustedFile(cfg), Image: image, Vak: vakPath, GatewayNetworks: nets,
+				Workspace: ws, Config: cfg, ConfigFile: launch.TrustedFile(cfg), Image: image, Vak: vakPath, GatewayNetworks: nets,
 				Presets: presets, Labels: labels, Docker: withDocker, Force: force, Env: env, Out: a.stdio.Out,
 				Note: func(n string) { fmt.Fprintf(a.stdio.Err, "vak: note: %s\n", n) },
 			}))
@@ -132,7 +133,7 @@ dead netclient namespace so that compose recreates it.`,
 			}
 			return exitFor(devcontainer.PrepareHere(cmd.Context(), devcontainer.PrepareOptions{
 				Workspace: ws, Binary: cmp.Or(cfg.Session.Worker, workerExecutable), Sections: cfg.EgressSections,
-				ConfigFile: trustedFile(cfg), Labels: labels, Progress: a.stdio.Err,
+				ConfigFile: launch.TrustedFile(cfg), Labels: labels, Progress: a.stdio.Err,
 			}))
 		},
 	}
@@ -161,7 +162,7 @@ proxied runs before a sandbox joins. Exits 1 when anything is wrong.`,
 				if err != nil {
 					return nil, "", err
 				}
-				return cfg.EgressSections, trustedFile(cfg), nil
+				return cfg.EgressSections, launch.TrustedFile(cfg), nil
 			}, a.stdio.Out)
 			if errors.Is(err, devcontainer.ErrUnhealthy) {
 				return exit(ExitFailure, nil)

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/doctor"
-	"vak/internal/fsguard"
+	"vak/internal/launch"
 	"vak/internal/paths"
 )
 
@@ -51,13 +51,10 @@ func (a *app) doctor(ctx context.Context, f runFlags) error {
 	if err := applyFlags(cfg, f); err != nil {
 		return exit(ExitUsage, err)
 	}
-	r := doctor.Build(ctx, doctor.Options{Workspace: ws, WorkspaceErr: wsErr, Config: cfg, ProxiedHow: a.proxiedHow, DockerBaseline: dockerBaseline})
+	r := doctor.Build(ctx, doctor.Options{Workspace: ws, WorkspaceErr: wsErr, Config: cfg, ProxiedHow: launch.ProxiedHow, DockerBaseline: launch.DockerBaseline})
 	r.Print(a.stdio.Out)
 	if !r.OK {
 		return exit(ExitUnavailable, nil)
 	}
 	return nil
 }
-
-// humanSize formats a size for people (fsguard.Usage.Human).
-func humanSize(u fsguard.Usage) string { return u.Human() }

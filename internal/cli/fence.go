@@ -11,8 +11,6 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/ondemand"
 	"vak/internal/launch"
-	"vak/internal/paths"
-	"vak/internal/sandbox"
 )
 
 func (a *app) newGatewayServeNativeCmd() *cobra.Command {
@@ -40,22 +38,6 @@ func (a *app) serveNative(ctx context.Context, idle time.Duration) error {
 	if err != nil {
 		return exit(ExitConfig, err)
 	}
-	state, err := paths.EnsureStateDir()
-	if err != nil {
-		return exit(ExitInternal, err)
-	}
-	o := gateway.OnDemandOptions{Load: load, ConfigFile: cfgFile, StateDir: state, Idle: idle, Out: a.stdio.Err}
+	o := gateway.OnDemandOptions{Load: load, ConfigFile: cfgFile, Idle: idle, Out: a.stdio.Err}
 	return exitFor(gateway.ServeOnDemand(ctx, o))
-}
-
-// stopOnDemandGateway is vak gc's part for native proxied runs
-// (launch.StopOnDemandGateway).
-func (a *app) stopOnDemandGateway(ctx context.Context) {
-	launch.StopOnDemandGateway(ctx, a.stdio.Out, a.warn)
-}
-
-// proxiedHow says, for vak doctor, how b would attach a proxied network
-// (launch.ProxiedHow).
-func (a *app) proxiedHow(ctx context.Context, b sandbox.Backend) string {
-	return launch.ProxiedHow(ctx, b)
 }

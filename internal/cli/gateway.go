@@ -8,12 +8,10 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/egress/admin"
-	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/sandcat"
-	"vak/internal/paths"
 )
 
 func (a *app) newGatewayCmd() *cobra.Command {
@@ -88,9 +86,6 @@ func (a *app) gatewayRun(ctx context.Context, o gateway.ServeOptions, mode, file
 	if o.Procs < 0 {
 		return exit(ExitUsage, fmt.Errorf("--procs %d: want 0 (one per CPU) or a positive number", o.Procs))
 	}
-	if o.StateDir, err = paths.EnsureStateDir(); err != nil {
-		return exit(ExitInternal, err)
-	}
 	o.Load, o.ConfigFile, o.Out = load, cfgFile, a.stdio.Err
 	return exitFor(gateway.Serve(ctx, o))
 }
@@ -101,13 +96,9 @@ func (a *app) newGatewayAdminCmd(name, short string, socket *string) *cobra.Comm
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sock := *socket
-			if sock == "" {
-				state, err := paths.StateDir()
-				if err != nil {
-					return exit(ExitInternal, err)
-				}
-				sock = gateway.DefaultAdminSocket(state)
+			sock, err := gateway.AdminSocket(*socket)
+			if err != nil {
+				return exitFor(err)
 			}
 			return exitFor(admin.NewClient(sock).Command(cmd.Context(), name, a.stdio.Out))
 		},
@@ -122,15 +113,11 @@ func (a *app) newGatewayCACmd() *cobra.Command {
 key stays in vak's state directory (mode 0600) and is never printed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			state, err := paths.EnsureStateDir()
+			pem, err := gateway.CACertPEM()
 			if err != nil {
-				return exit(ExitInternal, err)
+				return exitFor(err)
 			}
-			auth, err := ca.LoadOrCreate(gateway.CADir(state))
-			if err != nil {
-				return exit(ExitFailure, err)
-			}
-			_, err = a.stdio.Out.Write(auth.CertPEM())
+			_, err = a.stdio.Out.Write(pem)
 			return err
 		},
 	}

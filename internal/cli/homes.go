@@ -48,7 +48,7 @@ func (a *app) gcHomes(f gcHomeFlags) error {
 	for _, r := range removed {
 		size := "size unknown"
 		if r.UsageErr == nil {
-			size = humanSize(r.Usage)
+			size = r.Usage.Human()
 		}
 		if r.Err != nil {
 			a.warnf("%s: %v", r.Home.Label(), r.Err)

@@ -23,12 +23,12 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 		switch {
 		case r.Removed:
 			freed += r.Size
-			fmt.Fprintf(a.stdio.Out, "removed %s (%s)\n", r.Tag, humanSize(fsguard.Usage{Bytes: r.Size}))
+			fmt.Fprintf(a.stdio.Out, "removed %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
 		case r.Reason != "":
 			fmt.Fprintf(a.stdio.Out, "kept %s: %s\n", r.Tag, r.Reason)
 		default:
 			freed += r.Size
-			fmt.Fprintf(a.stdio.Out, "would remove %s (%s)\n", r.Tag, humanSize(fsguard.Usage{Bytes: r.Size}))
+			fmt.Fprintf(a.stdio.Out, "would remove %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
 		}
 	}
 	if errors.Is(err, launch.ErrOwnBinary) {
@@ -37,7 +37,7 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 		return exitFor(err)
 	}
 	if freed > 0 && !dryRun {
-		fmt.Fprintf(a.stdio.Out, "freed up to %s (layers shared with kept images stay)\n", humanSize(fsguard.Usage{Bytes: freed}))
+		fmt.Fprintf(a.stdio.Out, "freed up to %s (layers shared with kept images stay)\n", fsguard.Usage{Bytes: freed}.Human())
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"vak/internal/errclass"
 	"vak/internal/launch"
 	"vak/internal/mcp"
+	"vak/internal/version"
 	"vak/internal/worker/wire"
 )
 
@@ -128,7 +129,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		sessionID, start = s.ID, s.Start
 	}
 	srv, err := mcp.New(mcp.Options{Workspace: ws, Mode: cfg.Sandbox.Mode, MaxTimeout: cfg.Sandbox.Timeout,
-		Session: sessionID, Version: Version, Log: log, Start: start})
+		Session: sessionID, Version: version.Version, Log: log, Start: start})
 	if err != nil {
 		return exit(ExitInternal, err)
 	}
@@ -138,7 +139,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 	if err := srv.Warm(sigctx); err != nil {
 		return exit(ExitUnavailable, fmt.Errorf("sandbox backend %s: %w", b.Name(), err))
 	}
-	a.attachAgentNet(sigctx, srv, cfg, ws, log)
+	a.agentNet().Attach(sigctx, srv, cfg, ws, log)
 	err = srv.Serve(sigctx, f.listen, a.stdio.In, a.stdio.Out, "workspace", ws, "backend", b.Name(), "mode", cfg.Sandbox.Mode.String(), "tools", strings.Join(srv.Tools(), ","))
 	switch {
 	case err == nil:

@@ -4,15 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"vak/internal/config"
 	"vak/internal/launch"
-	"vak/internal/sandbox"
 )
-
-// registry builds the backends this build provides (launch.Registry).
-func registry(cfg *config.Config, labels map[string]string) *sandbox.Registry {
-	return launch.Registry(cfg, labels)
-}
 
 // startErr maps a launch.Start error to vak's exit status: a stdin or
 // terminal wish the backend cannot honour is a usage error, anything else
@@ -29,6 +22,3 @@ func startErr(err error) error {
 func (a *app) releaseProxyNet(ctx context.Context, ws string) {
 	launch.Topology{Warn: a.warn}.Release(ctx, ws)
 }
-
-// trustedFile names the file the gateway sections come from (or would).
-func trustedFile(cfg *config.Config) string { return launch.TrustedFile(cfg) }

@@ -73,6 +73,8 @@ func exitFor(err error) error {
 		return exit(ExitUnavailable, err)
 	case errclass.Invalid:
 		return exit(ExitUsage, err)
+	case errclass.Internal:
+		return exit(ExitInternal, err)
 	}
 	// Worker protocol errors that are the caller's mistake.
 	var we *wire.Error

@@ -13,6 +13,7 @@ import (
 	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/hints"
 	"vak/internal/interact"
 	"vak/internal/launch"
 	"vak/internal/paths"
@@ -188,29 +189,9 @@ func (a *app) run(ctx context.Context, f runFlags, args []string) error {
 			a.warnTripwire(sw)
 		}
 	}()
-	// The workspace's agent network registration lives as long as this
-	// run (its token stays in this process, never in the sandbox).
-	if agentNetPolicy(cfg, ws) {
-		defer a.runAgentNet(r.Context, cfg, ws)()
-	}
+	// The workspace's agent network registration lives as long as this run.
+	defer a.agentNet().Hold(r.Context, cfg, ws, a.warn)()
 	return a.runCommand(ctx, r, cfg, args, f.stdin, intr)
-}
-
-// runAgentNet registers the run's workspace on the agent network for as
-// long as the run lasts; the returned function ends the registration.
-func (a *app) runAgentNet(ctx context.Context, cfg *config.Config, ws string) func() {
-	defer trace.From(ctx).Begin("agent network")()
-	anctx, anstop := context.WithCancel(ctx)
-	task := a.agentNetTask(anctx, cfg, ws)
-	return func() {
-		anstop()
-		if task != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			task.Close(cctx)
-			task.Client.Close()
-		}
-	}
 }
 
 // runCommand runs args in r's session (interactively when stdin asks for
@@ -223,9 +204,9 @@ func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config,
 		req.TimeoutMS = cfg.Sandbox.Timeout.Milliseconds()
 	}
 	end := trace.From(ctx).Begin("command")
-	var tail outputTail
-	onOutput := tail.tee(a.writeOutput)
-	res, interactive, err := interact.Bash(sigctx, r.Session, r.Backend, req, stdin, interact.IO{In: a.stdio.In, Out: a.stdio.Out, Err: a.stdio.Err}, intr, onOutput)
+	var tail hints.Tail
+	onOutput := tail.Tee(a.writeOutput)
+	res, interactive, err := interact.Bash(sigctx, r.Session, r.Backend, req, stdin, a.std(), intr, onOutput)
 	if !interactive {
 		res, err = r.Session.Bash(sigctx, req, onOutput)
 	}
@@ -245,7 +226,7 @@ func (a *app) runCommand(ctx context.Context, r *launch.Run, cfg *config.Config,
 		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", cfg.Sandbox.Timeout))
 	}
 	a.warnTripwire(res)
-	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, false))
+	fmt.Fprint(a.stdio.Err, hints.Failure(&tail, res.ExitCode, false, a.userConfigFile()))
 	return exit(res.ExitCode, nil)
 }
 
@@ -268,6 +249,11 @@ func addLabels(labels map[string]string, flags []string) error {
 func (a *app) launchRequest(ws string, cfg *config.Config) launch.Request {
 	return launch.Request{Workspace: ws, Config: cfg, Labels: a.labels, Executable: workerExecutable,
 		UserConfig: a.userConfig, Warn: a.warn, Progress: a.stdio.Err}
+}
+
+// std is vak's standard streams, for interact.
+func (a *app) std() interact.IO {
+	return interact.IO{In: a.stdio.In, Out: a.stdio.Out, Err: a.stdio.Err}
 }
 
 // writeOutput writes a command's output chunk to vak's own stream of the

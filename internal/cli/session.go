@@ -8,8 +8,6 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -18,9 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"vak/internal/config"
-	"vak/internal/dockerd"
-	"vak/internal/engine"
-	"vak/internal/hostenv"
+	"vak/internal/hints"
 	"vak/internal/interact"
 	"vak/internal/launch"
 	"vak/internal/taskenv"
@@ -262,10 +258,10 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		stdin = a.stdio.In
 		arm = func() (<-chan string, func()) { return intr.Arm(a.stdio.Err) }
 	}
-	var tail outputTail
+	var tail hints.Tail
 	res, err := m.RunCommand(sigctx, id, taskenv.Command{
 		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
-		Output: tail.tee(a.writeOutput),
+		Output: tail.Tee(a.writeOutput),
 	}, taskenv.ExecOptions{Arm: arm, Root: f.root, Stdout: a.stdio.Out, Stderr: a.stdio.Err, Warn: a.warn})
 	switch {
 	case sigctx.Err() != nil && ctx.Err() == nil:
@@ -278,62 +274,31 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		return exit(res.ExitCode, nil)
 	}
 	a.warnTripwire(res)
-	fmt.Fprint(a.stdio.Err, a.failureHint(&tail, res.ExitCode, true))
+	fmt.Fprint(a.stdio.Err, hints.Failure(&tail, res.ExitCode, true, a.userConfigFile()))
 	return exit(res.ExitCode, nil)
 }
 
-// execEnv is the -e variables of a command. The allowlist of copied
-// variables is the sessions' (sandbox.env of the trusted config
-// included), read only when a name is copied.
+// execEnv is the -e variables of a command (launch.ExecEnv).
 func (a *app) execEnv(vars []string) (map[string]string, error) {
-	allow := hostenv.Allowlist()
-	if slices.ContainsFunc(vars, func(e string) bool { return !strings.Contains(e, "=") }) {
-		cfg, err := a.loadConfig("")
-		if err != nil {
-			return nil, err
-		}
-		allow = hostenv.Allowlist(cfg.Sandbox.Env...)
-	}
-	env, err := taskenv.CommandEnv(vars, allow, os.LookupEnv)
-	if err != nil {
-		return nil, exit(ExitUsage, err)
-	}
-	return env, nil
+	return launch.ExecEnv(vars, func() (*config.Config, error) { return a.loadConfig("") })
 }
 
-// sessionExecTTY runs docker exec -it, on vak's terminal relayed to a
-// terminal of vak's own (taskenv.RelayDockerExec) where vak allocates
-// terminals. SIGTERM and SIGHUP kill the docker CLI (exit 130); Ctrl-C is
-// a key typed into the container's terminal.
+// sessionExecTTY runs docker exec -it relayed to vak's terminal
+// (interact.DockerExec).
 func (a *app) sessionExecTTY(ctx context.Context, m *taskenv.Manager, f execFlags, id string, argv []string, env map[string]string) error {
 	sz := interact.Size(a.stdio.Out, a.stdio.In)
 	args, err := m.InteractiveArgs(ctx, id, argv, f.dir, env, &taskenv.TTYSize{Rows: sz.Rows, Cols: sz.Cols}, f.root)
 	if err != nil {
 		return err
 	}
-	if !interact.OwnTerminals {
-		// The docker CLI runs on vak's terminal and sets it raw itself.
-		res, err := taskenv.RunDockerCLI(ctx, args, a.stdio.In, a.stdio.Out, a.stdio.Err)
-		if err != nil {
-			return err
-		}
-		return exit(res.ExitCode, nil)
+	code, err := interact.DockerExec(ctx, args, a.std())
+	if errors.Is(err, interact.ErrInterrupted) {
+		return exit(ExitInterrupted, err)
 	}
-	sigctx, _, stopSignals := interact.Notify(ctx)
-	defer stopSignals()
-	relay, err := interact.StartRelay(a.stdio.In, a.stdio.Out)
 	if err != nil {
 		return err
 	}
-	defer relay.Stop()
-	res, err := taskenv.RelayDockerExec(sigctx, args, taskenv.Relay{Stdin: relay.Stdin, Size: relay.Size, Resize: relay.Resize}, a.stdio.Out)
-	switch {
-	case sigctx.Err() != nil && ctx.Err() == nil:
-		return exit(ExitInterrupted, errors.New("interrupted; docker exec killed"))
-	case err != nil:
-		return err
-	}
-	return exit(res.ExitCode, nil)
+	return exit(code, nil)
 }
 
 func (a *app) newSessionSnapshotCmd(sf *sessionFlags) *cobra.Command {
@@ -450,7 +415,7 @@ func (a *app) newSessionGCCmd(sf *sessionFlags) *cobra.Command {
 
 func (a *app) gc(ctx context.Context, sf *sessionFlags) error {
 	launch.CleanStaleRuns(a.stdio.Out)
-	a.stopOnDemandGateway(ctx)
+	launch.StopOnDemandGateway(ctx, a.stdio.Out, a.warn)
 	req, err := a.sessionRequest("", nil, sf)
 	if err != nil {
 		return err
@@ -592,21 +557,11 @@ func newSessionWatchCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ready := os.NewFile(3, "ready")
-			if ready == nil || state == "" {
-				return exit(ExitUsage, errors.New("the workspace watcher needs --state and its ready pipe on fd 3"))
-			}
-			// SIGTERM (vak session rm, gc): stop; whoever sent it makes the
-			// final sweep. SIGINT and SIGHUP do not reach it (a session of
-			// its own, no terminal).
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
-			defer stop()
-			m := &taskenv.Manager{StateDir: state}
-			defer m.Close()
-			if err := m.RunWatcher(ctx, args[0], ready); err != nil {
+			err := taskenv.WatcherMain(cmd.Context(), state, args[0])
+			if err != nil && !errors.Is(err, taskenv.ErrWatcherUsage) {
 				return exit(ExitFailure, err)
 			}
-			return nil
+			return exitFor(err)
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "vak's state directory")
@@ -639,10 +594,4 @@ func runContainerWorker(cmd *cobra.Command) error {
 		return exit(ExitInternal, fmt.Errorf("worker: %w", err))
 	}
 	return exit(ExitOK, nil)
-}
-
-// dockerBaseline is launch.DockerBaseline (vak doctor's nested Docker
-// line).
-func dockerBaseline(ctx context.Context, eng *engine.Client, cfg *config.Config) (dockerd.Baseline, string, error) {
-	return launch.DockerBaseline(ctx, eng, cfg)
 }

@@ -9,10 +9,6 @@ import (
 	"vak/internal/version"
 )
 
-// Version is the version set at build time (version.Version), for the
-// commands that report it.
-var Version = version.Version
-
 func (a *app) newVersionCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

@@ -25,10 +25,13 @@ var (
 	Invalid = &Class{"invalid request"}
 	// Config: a config file is invalid; nothing ran.
 	Config = &Class{"invalid config"}
+	// Internal: vak itself failed (its state directory cannot be made, its
+	// own executable cannot be found); not the request's fault.
+	Internal = &Class{"internal error"}
 )
 
 // classes lists every class, most specific first.
-var classes = []*Class{Config, Unavailable, Invalid}
+var classes = []*Class{Config, Unavailable, Invalid, Internal}
 
 // New returns a sentinel error with message msg and class c.
 func New(c *Class, msg string) error { return &sentinel{msg: msg, class: c} }

@@ -14,6 +14,7 @@ import (
 	"vak/internal/agentnet"
 	"vak/internal/config"
 	"vak/internal/paths"
+	"vak/internal/trace"
 )
 
 // AgentNetRefresh is how often a registration is re-checked (token
@@ -206,4 +207,26 @@ func (n AgentNet) Attach(ctx context.Context, srv AgentNetServer, cfg *config.Co
 		return
 	}
 	go srv.WatchAgentNet(ctx, AgentNetRefresh)
+}
+
+// Hold registers workspace ws on the agent network for as long as a run
+// lasts, when cfg enables it for ws (AgentNetEnabled); the returned function
+// ends the registration (its token stays in this process, never in the
+// sandbox). warn says why the broker could not be reached.
+func (n AgentNet) Hold(ctx context.Context, cfg *config.Config, ws string, warn func(string)) (release func()) {
+	if !AgentNetEnabled(cfg, ws) {
+		return func() {}
+	}
+	defer trace.From(ctx).Begin("agent network")()
+	anctx, anstop := context.WithCancel(ctx)
+	task := n.Task(anctx, cfg, ws, warn)
+	return func() {
+		anstop()
+		if task != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			task.Close(cctx)
+			task.Client.Close()
+		}
+	}
 }

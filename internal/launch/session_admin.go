@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/errclass"
+	"vak/internal/hostenv"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
 	"vak/internal/taskenv"
@@ -218,4 +220,24 @@ func ImageGC(ctx context.Context, exe string, labels map[string]string, dryRun b
 		Labels: labels,
 		DryRun: dryRun,
 	})
+}
+
+// ExecEnv is the -e variables of a session command (NAME=VALUE, or NAME
+// alone to copy it from this environment). The allowlist of copied
+// variables is the sessions' (sandbox.env of the trusted config included),
+// loaded only when a name is copied. A refused name is an invalid request.
+func ExecEnv(vars []string, load func() (*config.Config, error)) (map[string]string, error) {
+	allow := hostenv.Allowlist()
+	if slices.ContainsFunc(vars, func(e string) bool { return !strings.Contains(e, "=") }) {
+		cfg, err := load()
+		if err != nil {
+			return nil, err
+		}
+		allow = hostenv.Allowlist(cfg.Sandbox.Env...)
+	}
+	env, err := taskenv.CommandEnv(vars, allow, os.LookupEnv)
+	if err != nil {
+		return nil, errclass.Wrap(errclass.Invalid, err)
+	}
+	return env, nil
 }

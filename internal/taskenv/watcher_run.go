@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -14,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
+	"vak/internal/errclass"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -137,4 +140,25 @@ func (m *Manager) waitEnded(ctx context.Context, cid string) bool {
 		t.Stop()
 	}
 	return false
+}
+
+// ErrWatcherUsage is returned by WatcherMain without a state dir or its
+// ready pipe.
+var ErrWatcherUsage = errclass.New(errclass.Invalid, "the workspace watcher needs --state and its ready pipe on fd 3")
+
+// WatcherMain is the hidden WatcherCommand: the workspace watcher of
+// session id, detached by session create, with vak's state dir state and
+// its first pass reported on fd 3. SIGTERM (vak session rm, gc) stops it;
+// whoever sent it makes the final sweep. SIGINT and SIGHUP do not reach it
+// (a session of its own, no terminal).
+func WatcherMain(ctx context.Context, state, id string) error {
+	ready := os.NewFile(3, "ready")
+	if ready == nil || state == "" {
+		return ErrWatcherUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	m := &Manager{StateDir: state}
+	defer m.Close()
+	return m.RunWatcher(ctx, id, ready)
 }

@@ -35,6 +35,7 @@ import (
 	"vak/internal/egress/policy"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
+	"vak/internal/errclass"
 	"vak/internal/netpolicy"
 	"vak/internal/paths"
 	"vak/internal/receipts"
@@ -552,4 +553,32 @@ func (g *Gateway) closeAll() error {
 		return g.receipts.Close()
 	}
 	return nil
+}
+
+// AdminSocket is the admin socket a command talks to: flag when set, else
+// the default one in vak's state dir (an error there is errclass.Internal).
+func AdminSocket(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	state, err := paths.StateDir()
+	if err != nil {
+		return "", errclass.Wrap(errclass.Internal, err)
+	}
+	return DefaultAdminSocket(state), nil
+}
+
+// CACertPEM is the gateway CA's certificate (PEM), the CA created in vak's
+// state dir on first use (a state dir that cannot be made is
+// errclass.Internal). The key never leaves the state dir.
+func CACertPEM() ([]byte, error) {
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return nil, errclass.Wrap(errclass.Internal, err)
+	}
+	auth, err := ca.LoadOrCreate(CADir(state))
+	if err != nil {
+		return nil, err
+	}
+	return auth.CertPEM(), nil
 }

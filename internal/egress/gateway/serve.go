@@ -16,6 +16,7 @@ import (
 	"vak/internal/egress/proxy"
 	"vak/internal/errclass"
 	"vak/internal/netfence"
+	"vak/internal/paths"
 )
 
 // CanaryFile, in the gateway's state dir, records what reached the fence
@@ -41,7 +42,12 @@ type ServeOptions struct {
 // SIGINT or SIGTERM arrives; SIGHUP reloads. A configuration that does not
 // load is of class errclass.Config, a gateway that cannot start (the
 // canary included) errclass.Unavailable, a bad o.Procs errclass.Invalid.
+// An empty o.StateDir is vak's own (made if missing; errclass.Internal when
+// it cannot be).
 func Serve(ctx context.Context, o ServeOptions) error {
+	if err := defaultStateDir(&o.StateDir); err != nil {
+		return err
+	}
 	if o.Canary != "" {
 		c, err := netfence.ListenCanary(o.Canary, filepath.Join(o.StateDir, CanaryFile))
 		if err != nil {
@@ -91,8 +97,12 @@ type OnDemandOptions struct {
 // proxied runs, with its transparent and DNS listeners on unix sockets of
 // the on-demand directory and no TCP listener at all, until it has been
 // idle (no run holding its lease) for o.Idle, ctx ends, or SIGINT or
-// SIGTERM arrives (vak gc). Errors are classed as Serve's.
+// SIGTERM arrives (vak gc). Errors are classed as Serve's; an empty
+// o.StateDir is vak's own, as in Serve.
 func ServeOnDemand(ctx context.Context, o OnDemandOptions) error {
+	if err := defaultStateDir(&o.StateDir); err != nil {
+		return err
+	}
 	p := ondemand.Layout(o.StateDir)
 	g, err := start(Options{
 		Load:              o.Load,
@@ -149,4 +159,18 @@ func runUntilSignal(ctx context.Context, g *Gateway) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return g.Run(ctx)
+}
+
+// defaultStateDir sets *dir to vak's state dir (made if missing) when it
+// is empty.
+func defaultStateDir(dir *string) error {
+	if *dir != "" {
+		return nil
+	}
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return errclass.Wrap(errclass.Internal, err)
+	}
+	*dir = state
+	return nil
 }
