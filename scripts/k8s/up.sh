@@ -124,8 +124,11 @@ build_images() {
 	cp "$k8s_deb/bin/busybox" "$ctx/busybox/busybox"
 	printf '%s\n' 'FROM scratch' 'COPY busybox /bin/busybox' \
 		'RUN ["/bin/busybox", "--install", "-s", "/bin"]' 'CMD ["/bin/sh"]' >"$ctx/busybox/Dockerfile"
-	DOCKER_BUILDKIT=0 docker build -q -t "$pause_image" "$ctx/pause" >/dev/null
-	DOCKER_BUILDKIT=0 docker build -q -t "$busybox_image" "$ctx/busybox" >/dev/null
+	local img out
+	for img in pause:"$pause_image" busybox:"$busybox_image"; do
+		out=$(DOCKER_BUILDKIT=0 docker build -q -t "${img#*:}" "$ctx/${img%%:*}" 2>&1) ||
+			{ printf '%s\n' "$out" >&2; return 1; }
+	done
 	docker save "$pause_image" "$busybox_image" | ctr_k8s images import - >/dev/null
 }
 
