@@ -38,17 +38,19 @@ func APIServer(t testing.TB) *Env {
 	ports := freePorts(t, 3)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	startProcess(t, dir, "etcd", etcd, "--name=vaktest", "--data-dir="+filepath.Join(dir, "etcd"),
+	etcdDone := startProcess(t, dir, "etcd", etcd, "--name=vaktest", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=vaktest="+peerURL)
-	startProcess(t, dir, "kube-apiserver", apiserver, "--etcd-servers="+etcdURL,
+	apiDone := startProcess(t, dir, "kube-apiserver", apiserver, "--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
 		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
 		"--tls-cert-file="+files.ServerCert, "--tls-private-key-file="+files.ServerKey, "--client-ca-file="+files.CA,
 		"--service-account-key-file="+files.SAPub, "--service-account-signing-key-file="+files.SAKey,
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC", "--allow-privileged=true",
+		// A loopback advertise address needs no endpoint reconciler.
+		"--endpoint-reconciler-type=none",
 		// No controller-manager makes the default service accounts.
 		"--disable-admission-plugins=ServiceAccount")
 	cfg := &rest.Config{
@@ -57,14 +59,15 @@ func APIServer(t testing.TB) *Env {
 			CAFile: files.CA, CertFile: files.AdminCert, KeyFile: files.AdminKey,
 		},
 	}
-	if err := waitReady(cfg, 2*time.Minute); err != nil {
+	if err := waitReady(cfg, 2*time.Minute, etcdDone, apiDone); err != nil {
 		t.Fatalf("kube-apiserver: %v\n%s", err, logTails(dir, "etcd", "kube-apiserver"))
 	}
 	return newEnv(t, cfg, false)
 }
 
-// waitReady polls the apiserver's /readyz until it answers ok.
-func waitReady(cfg *rest.Config, limit time.Duration) error {
+// waitReady polls the apiserver's /readyz until it answers ok, failing
+// early when one of the processes (exited) ends.
+func waitReady(cfg *rest.Config, limit time.Duration, exited ...<-chan struct{}) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -76,6 +79,13 @@ func waitReady(cfg *rest.Config, limit time.Duration) error {
 		if err == nil && string(body) == "ok" {
 			return nil
 		}
+		for i, ch := range exited {
+			select {
+			case <-ch:
+				return fmt.Errorf("process %d of %d exited before the apiserver was ready", i+1, len(exited))
+			default:
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not ready after %v: %w", limit, err)
@@ -85,8 +95,9 @@ func waitReady(cfg *rest.Config, limit time.Duration) error {
 }
 
 // startProcess starts bin with args, its output in dir/name.log, and stops
-// it at cleanup: SIGTERM to its PID, SIGKILL after ten seconds.
-func startProcess(t testing.TB, dir, name, bin string, args ...string) {
+// it at cleanup: SIGTERM to its PID, SIGKILL after ten seconds. The channel
+// is closed when the process has exited.
+func startProcess(t testing.TB, dir, name, bin string, args ...string) <-chan struct{} {
 	t.Helper()
 	logFile, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -114,6 +125,7 @@ func startProcess(t testing.TB, dir, name, bin string, args ...string) {
 			<-done
 		}
 	})
+	return done
 }
 
 // freePorts returns n loopback ports that were free a moment ago.
