@@ -1,3 +1,10 @@
+//go:build kubernetes
+
+// The harness's own tests need the Kubernetes binaries (APIServer) or the
+// test cluster (Cluster): they are built with -tags kubernetes, which the
+// Kubernetes leg passes (docs/kubernetes.md). .ci/run vets them; it does not
+// run them yet.
+
 package kubetest
 
 import (
