@@ -10,7 +10,6 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/errclass"
-	"vak/internal/hostenv"
 	"vak/internal/mcp"
 	"vak/internal/sandbox"
 	"vak/internal/taskenv"
@@ -20,24 +19,13 @@ import (
 // sandbox mode (full-access).
 var ErrNotASandbox = errclass.New(errclass.Invalid, "a session is a sandbox (use read-only or workspace-write)")
 
-// SessionSpec is what a session of workspace ws for task gets from cfg:
-// image, limits, mode, the allowlisted host environment, protected paths,
-// timeout and network policy.
-func SessionSpec(m *taskenv.Manager, cfg *config.Config, ws, task string) (taskenv.Spec, error) {
+// checkSessionMode refuses a session in a mode that is no sandbox
+// (full-access).
+func checkSessionMode(cfg *config.Config) error {
 	if !cfg.Sandbox.Mode.Restricted() {
-		return taskenv.Spec{}, fmt.Errorf("mode %s: %w", cfg.Sandbox.Mode, ErrNotASandbox)
+		return fmt.Errorf("mode %s: %w", cfg.Sandbox.Mode, ErrNotASandbox)
 	}
-	return taskenv.Spec{
-		Task:           task,
-		Workspace:      ws,
-		BaseImage:      cfg.Sandbox.Image,
-		Limits:         cfg.Sandbox.Limits,
-		Mode:           cfg.Sandbox.Mode,
-		Env:            hostenv.Lookup(m.EnvAllowlist),
-		Protected:      cfg.Files.Protected,
-		DefaultTimeout: cfg.Sandbox.Timeout,
-		NetworkPolicy:  cfg.Network,
-	}, nil
+	return nil
 }
 
 // MCPSession is the bash worker of `vak mcp --session ID` or
@@ -103,10 +91,11 @@ func OpenMCPSession(ctx context.Context, req Request, m *taskenv.Manager, id str
 func createMCPSession(ctx context.Context, req Request, m *taskenv.Manager) (string, error) {
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	spec, err := SessionSpec(m, req.Config, req.Workspace, "mcp-"+hex.EncodeToString(rnd[:]))
-	if err != nil {
+	if err := checkSessionMode(req.Config); err != nil {
 		return "", err
 	}
+	spec := sessionSpec(req, m)
+	spec.Task = "mcp-" + hex.EncodeToString(rnd[:])
 	sess, err := m.Create(ctx, spec)
 	if err != nil {
 		if spec.NetworkPolicy == sandbox.NetworkProxied {

@@ -60,8 +60,8 @@ func CreateSession(ctx context.Context, req Request, c SessionCreate) error {
 		return errRequired
 	}
 	cfg := req.Config
-	if !cfg.Sandbox.Mode.Restricted() {
-		return errclass.Wrap(errclass.Invalid, fmt.Errorf("mode %s: a session is a sandbox (use read-only or workspace-write)", cfg.Sandbox.Mode))
+	if err := checkSessionMode(cfg); err != nil {
+		return err
 	}
 	m := Sessions(req, nil)
 	defer m.Close()
