@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 
 	"vak/internal/launch"
@@ -15,10 +14,4 @@ func startErr(err error) error {
 		return exit(ExitUsage, err)
 	}
 	return exit(ExitUnavailable, err)
-}
-
-// releaseProxyNet removes a workspace's proxied network when nothing uses
-// it any more (launch.Topology.Release; it needs no config).
-func (a *app) releaseProxyNet(ctx context.Context, ws string) {
-	launch.Topology{Warn: a.warn}.Release(ctx, ws)
 }
