@@ -149,6 +149,9 @@ type Config struct {
 	Sandbox Sandbox
 	Files   Files
 	Session Session
+	// Kubernetes is [kubernetes]: the cluster of the kubernetes session
+	// backend (trusted only).
+	Kubernetes Kubernetes
 	// Network is the network policy of restricted modes: the trusted
 	// config's network.policy, else none (the --network flag overrides it).
 	Network sandbox.NetworkPolicy
@@ -179,9 +182,10 @@ func Default() *Config {
 			Limits:  sandbox.DefaultLimits(),
 			Home:    sandbox.DefaultHome,
 		},
-		Files:   Files{Protected: slices.Clone(DefaultProtected)},
-		Session: DefaultSession(),
-		Network: sandbox.NetworkNone,
+		Files:      Files{Protected: slices.Clone(DefaultProtected)},
+		Session:    DefaultSession(),
+		Kubernetes: DefaultKubernetes(),
+		Network:    sandbox.NetworkNone,
 	}
 }
 
@@ -458,6 +462,9 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 		}
 	}
 	if err := c.applySession(file, w.Session); err != nil {
+		return err
+	}
+	if err := c.applyKubernetes(file, w.Kubernetes); err != nil {
 		return err
 	}
 	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {

@@ -26,6 +26,7 @@ import (
 //	docker = false             # nested Docker in every session (as --docker)
 //	docker_placeholders = []   # secret placeholders set in inner containers (none by default)
 //	docker_runtime = "auto"    # nested Docker's sidecar: "auto" (the capability-listed runc sidecar), "sysbox" (required), "runc"
+//	backend = "docker"         # where sessions run: "docker" or "kubernetes" ([kubernetes], kubernetes.go)
 
 // Limits of the [session] values.
 const (
@@ -62,6 +63,10 @@ type Session struct {
 	// untested with the netclient's shared network namespace), "sysbox"
 	// (required; an error without it) or "runc" (never Sysbox).
 	DockerRuntime string
+	// Backend is where sessions run: "docker" (the default) or
+	// "kubernetes" ([kubernetes], docs/kubernetes.md); `vak session create
+	// --backend` overrides it.
+	Backend string
 }
 
 // DockerRuntimes are the valid session.docker_runtime values (the same as
@@ -87,6 +92,7 @@ func DefaultSession() Session {
 		PolicyGeneration: DefaultSessionPolicyGeneration,
 		RunNetworkIdle:   DefaultRunNetworkIdle,
 		DockerRuntime:    "auto",
+		Backend:          "docker",
 	}
 }
 
@@ -159,6 +165,12 @@ func (c *Config) applySession(file string, s *sessionWire) error {
 			return errf("docker_runtime", "%q is not one of %s", *s.DockerRuntime, strings.Join(DockerRuntimes, ", "))
 		}
 		next.DockerRuntime = *s.DockerRuntime
+	}
+	if s.Backend != nil {
+		if !slices.Contains(SessionBackends, *s.Backend) {
+			return errf("backend", "%q is not one of %s", *s.Backend, strings.Join(SessionBackends, ", "))
+		}
+		next.Backend = *s.Backend
 	}
 	if s.Worker != nil {
 		p, err := hostPath(*s.Worker)

@@ -48,7 +48,7 @@ docker_runtime = "runc"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true, DockerPlaceholders: []string{"TOKEN", "B_2"}, DockerRuntime: "runc"}
+	want := Session{IdleTimeout: 10 * time.Minute, MaxLifetime: 2 * time.Hour, PoolSize: 3, AllowInstall: true, Worker: "/opt/vak/vak", PolicyGeneration: "2025-01.b", RunNetworkIdle: 0, Docker: true, DockerPlaceholders: []string{"TOKEN", "B_2"}, DockerRuntime: "runc", Backend: "docker"}
 	if !reflect.DeepEqual(cfg.Session, want) {
 		t.Fatalf("session = %+v", cfg.Session)
 	}

@@ -18,6 +18,8 @@ type fileWire struct {
 	Secrets map[string]*egressconfig.Secret `toml:"secrets"`
 	// AgentNetwork is [agent_network] (agentnet.go).
 	AgentNetwork *agentNetworkWire `toml:"agent_network"`
+	// Kubernetes is [kubernetes] (kubernetes.go).
+	Kubernetes *kubernetesWire `toml:"kubernetes"`
 
 	raw []byte // the file's bytes, to put line numbers on validation errors
 }
@@ -69,6 +71,7 @@ type sessionWire struct {
 	// DockerPlaceholders: see Session.DockerPlaceholders.
 	DockerPlaceholders *[]string `toml:"docker_placeholders"`
 	DockerRuntime      *string   `toml:"docker_runtime"`
+	Backend            *string   `toml:"backend"`
 }
 
 // projectKeys are the only keys an untrusted project config may set. They can
