@@ -307,8 +307,24 @@ func TestNoInjectionOverCleartext(t *testing.T) {
 	sec := secrets.NewForTest("GH_TOKEN", ghValue, secrets.Header, "allowed.test")
 	sec.AllowPlaintext = true
 	h.sess.Store(secrets.NewSession([]*secrets.Secret{sec}, h.sess.Load()))
+	from := len(h.seen.all())
 	if status, resp, _ := get(t, c, "GET", h.url("http", "allowed.test", "/h"), http.Header{"Authorization": {"Bearer " + gh}}, nil); status != 200 || h.seen.last(t).auth != "Bearer "+ghValue {
-		t.Errorf("allow_plaintext: %d %s", status, resp)
+		// Say what the upstream got without printing the value: the
+		// response echoes it redacted, so resp alone cannot tell.
+		var got []string
+		for _, r := range h.seen.all()[from:] {
+			what := "other"
+			switch r.auth {
+			case "Bearer " + ghValue:
+				what = "the real value"
+			case "Bearer " + gh:
+				what = "the placeholder"
+			case "":
+				what = "none"
+			}
+			got = append(got, fmt.Sprintf("%s %s%s: %s", r.method, r.host, r.path, what))
+		}
+		t.Errorf("allow_plaintext: %d %s; upstream received since the opt-in: %q", status, resp, got)
 	}
 	h.noSecretsInReceipts()
 }
