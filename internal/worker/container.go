@@ -46,6 +46,11 @@ type ContainerSpec struct {
 	// path swapped for a symlink between the check and the mount (the daemon
 	// follows symlinks in mount sources) would show another inode.
 	Mounts []MountIdentity `json:"mounts,omitempty"`
+	// InheritEnv makes the worker's own environment (the image's, as the
+	// orchestrator started it) the base of every command's, with the
+	// spec's Env set over it: a Kubernetes pod's image is not inspected by
+	// the host, so its ENV is only known inside.
+	InheritEnv bool `json:"inherit_env,omitempty"`
 }
 
 // MountIdentity is a mounted path and the device and inode it had when the

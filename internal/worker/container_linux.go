@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vak/internal/fsguard"
+	"vak/internal/hostenv"
 	"vak/internal/procfs"
 	"vak/internal/worker/wire"
 )
@@ -56,6 +57,13 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 		return err
 	}
 	defer files.Close()
+	env := spec.Env
+	if cs.InheritEnv {
+		env = os.Environ()
+		for _, kv := range spec.Env {
+			env = hostenv.Set(env, kv)
+		}
+	}
 	reg := newChildRegistry()
 	// Every command of the session, and every inner container of a
 	// --docker session, runs on this kernel: the tripwire can keep its
@@ -64,7 +72,7 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 	defer watch.Close()
 	shell := &Exec{
 		Workspace:      spec.Workspace,
-		Env:            spec.Env,
+		Env:            env,
 		DefaultTimeout: spec.DefaultTimeout,
 		Protected:      spec.Protected,
 		Watch:          watch,
