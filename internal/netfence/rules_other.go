@@ -40,3 +40,12 @@ func ServeLocal(LocalConfig, func(context.Context) (net.Conn, error), func(conte
 
 // Close does nothing here.
 func (*Local) Close() {}
+
+// ApplyPod is unsupported here.
+func ApplyPod(PodConfig) error { return ErrUnsupported }
+
+// VerifyPod is unsupported here.
+func VerifyPod(PodConfig) (string, error) { return "", ErrUnsupported }
+
+// FencePod is unsupported here.
+func FencePod(context.Context, PodConfig) (*PodReceipt, error) { return nil, ErrUnsupported }

@@ -1,0 +1,48 @@
+package netfence
+
+import "time"
+
+// The pod fence: a Kubernetes session pod's first init container runs
+// `vak __pod-fence none` as root with NET_ADMIN as its only capability. It
+// installs PodTable in the pod's network namespace, which the session
+// container shares but, holding no capability, cannot change: an inet
+// table (IPv4 and IPv6 alike) whose input, output and forward chains drop
+// everything but loopback. It needs no sysctl (a pod's /proc/sys is
+// read-only) and no nft binary (netlink, as the other fences).
+//
+// Mode "none" is the only one so far; a proxied mode will add the
+// in-cluster gateway's address as the one other destination.
+
+// PodTable is the pod fence's table (family inet).
+const PodTable = "vak_pod"
+
+// PodModes are the pod fence's modes.
+var PodModes = []string{"none"}
+
+// PodConfig is what the pod fence installs.
+type PodConfig struct {
+	// Mode is "none": nothing but loopback.
+	Mode string
+}
+
+// PodCheck is one probe of the pod fence's self-test.
+type PodCheck struct {
+	Name string `json:"name"`
+	// Want is "blocked" or "open"; Got what happened.
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	OK   bool   `json:"ok"`
+}
+
+// PodReceipt is the pod fence's record of what it installed and tested:
+// the init container's termination message, kept by vak with the session.
+type PodReceipt struct {
+	Mode string `json:"mode"`
+	// Table is PodTable; Rules the sha256 of the rules as read back from
+	// the kernel (normalized).
+	Table  string     `json:"table"`
+	Rules  string     `json:"rules_sha256"`
+	Checks []PodCheck `json:"checks"`
+	Time   time.Time  `json:"time"`
+	OK     bool       `json:"ok"`
+}

@@ -1,0 +1,272 @@
+package netfence
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// buildPod is the ruleset of c: inet table PodTable, input and output
+// accept loopback only, forward nothing; every chain's policy is drop.
+func buildPod(c PodConfig) (*ruleset, error) {
+	if !slices.Contains(PodModes, c.Mode) {
+		return nil, fmt.Errorf("netfence: pod fence mode %q: want one of %s", c.Mode, strings.Join(PodModes, ", "))
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: PodTable}
+	drop := nftables.ChainPolicyDrop
+	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	lo := func(key expr.MetaKey) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: key, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+		}
+	}
+	chain := func(name string, hook *nftables.ChainHook) *nftables.Chain {
+		return &nftables.Chain{Name: name, Table: t, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityFilter, Policy: &drop}
+	}
+	return &ruleset{filter: t, chains: []chainSpec{
+		{chain("input", nftables.ChainHookInput), [][]expr.Any{cat(lo(expr.MetaKeyIIFNAME), accept)}},
+		{chain("output", nftables.ChainHookOutput), [][]expr.Any{cat(lo(expr.MetaKeyOIFNAME), accept)}},
+		{chain("forward", nftables.ChainHookForward), nil},
+	}}, nil
+}
+
+// ApplyPod installs the pod fence of c in the current network namespace
+// (replacing an earlier PodTable) and verifies it. It needs CAP_NET_ADMIN.
+func ApplyPod(c PodConfig) error {
+	r, err := buildPod(c)
+	if err != nil {
+		return err
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("netfence: netlink: %w", err)
+	}
+	conn.DelTable(r.filter)
+	conn.Flush() // "not found" on a fresh namespace
+	conn.AddTable(r.filter)
+	for _, cs := range r.chains {
+		conn.AddChain(cs.chain)
+		for _, e := range cs.rules {
+			conn.AddRule(&nftables.Rule{Table: r.filter, Chain: cs.chain, Exprs: e})
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("netfence: program the pod fence: %w", err)
+	}
+	_, err = VerifyPod(c)
+	return err
+}
+
+// VerifyPod reads the namespace's ruleset back and checks that PodTable is
+// exactly the fence of c, and that no other table has a chain on a hook
+// that could accept what the fence drops first (a base chain of another
+// table with a priority before the fence's). It returns the digest of the
+// rules read back.
+func VerifyPod(c PodConfig) (string, error) {
+	r, err := buildPod(c)
+	if err != nil {
+		return "", err
+	}
+	if err := verify(r, false); err != nil {
+		return "", err
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return "", fmt.Errorf("netfence: netlink: %w", err)
+	}
+	h := sha256.New()
+	for _, cs := range r.chains {
+		got, err := conn.GetRules(r.filter, cs.chain)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrNotVerified, err)
+		}
+		fmt.Fprintf(h, "chain %s policy drop\n", cs.chain.Name)
+		for _, rule := range got {
+			fmt.Fprintln(h, describe(rule.Exprs))
+		}
+	}
+	chains, err := conn.ListChains()
+	if err != nil {
+		return "", fmt.Errorf("%w: list chains: %v", ErrNotVerified, err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == PodTable && ch.Table.Family == nftables.TableFamilyINet {
+			if !slices.ContainsFunc(r.chains, func(cs chainSpec) bool { return cs.chain.Name == ch.Name }) {
+				return "", fmt.Errorf("%w: unexpected chain %s in %s", ErrNotVerified, ch.Name, PodTable)
+			}
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// SelfTestPod probes the fence from inside the namespace: a TCP listener
+// on loopback must be reachable (the control), and TCP, UDP and ICMP
+// toward the default gateway, the cluster's usual service and metadata
+// addresses and IPv6 must all fail.
+func SelfTestPod(ctx context.Context) []PodCheck {
+	var checks []PodCheck
+	checks = append(checks, loopbackCheck())
+	targets := []string{"169.254.169.254:80", "10.96.0.1:443", "1.1.1.1:443", "[2606:4700:4700::1111]:443", "[fd00::1]:80"}
+	if gw, ok := defaultGateway(); ok {
+		targets = append([]string{net.JoinHostPort(gw.String(), "53"), net.JoinHostPort(gw.String(), "443")}, targets...)
+	}
+	for _, t := range targets {
+		checks = append(checks, blockedCheck(ctx, "tcp "+t, "tcp", t))
+	}
+	udp := []string{"1.1.1.1:53", "[2606:4700:4700::1111]:53"}
+	if gw, ok := defaultGateway(); ok {
+		udp = append([]string{net.JoinHostPort(gw.String(), "53")}, udp...)
+	}
+	for _, t := range udp {
+		checks = append(checks, udpCheck("udp "+t, t))
+	}
+	checks = append(checks, icmpCheck())
+	return checks
+}
+
+func loopbackCheck() PodCheck {
+	c := PodCheck{Name: "tcp loopback (control)", Want: "open"}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.Got = "listen: " + err.Error()
+		return c
+	}
+	defer ln.Close()
+	go func() {
+		if a, err := ln.Accept(); err == nil {
+			a.Close()
+		}
+	}()
+	conn, err := net.DialTimeout("tcp", ln.Addr().String(), 2*time.Second)
+	if err != nil {
+		c.Got = err.Error()
+		return c
+	}
+	conn.Close()
+	c.Got, c.OK = "connected", true
+	return c
+}
+
+// blockedCheck dials addr and wants it to fail.
+func blockedCheck(ctx context.Context, name, network, addr string) PodCheck {
+	c := PodCheck{Name: name, Want: "blocked"}
+	d := net.Dialer{Timeout: 2 * time.Second}
+	conn, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		conn.Close()
+		c.Got = "connected"
+		return c
+	}
+	c.Got, c.OK = shortErr(err), true
+	return c
+}
+
+// udpCheck sends a datagram to addr and wants the send to fail (a drop in
+// the output chain fails sendto at once).
+func udpCheck(name, addr string) PodCheck {
+	c := PodCheck{Name: name, Want: "blocked"}
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		c.Got, c.OK = shortErr(err), true
+		return c
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("vak-fence-selftest")); err != nil {
+		c.Got, c.OK = shortErr(err), true
+		return c
+	}
+	c.Got = "sent"
+	return c
+}
+
+// icmpCheck sends an echo request to 1.1.1.1 over an ICMP datagram socket
+// (or fails to open one: neither NET_RAW nor the ping group range).
+func icmpCheck() PodCheck {
+	c := PodCheck{Name: "icmp 1.1.1.1", Want: "blocked"}
+	pc, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+	if err != nil {
+		c.Got, c.OK = "no ICMP socket: "+shortErr(err), true
+		return c
+	}
+	defer pc.Close()
+	echo := []byte{8, 0, 0xf7, 0xff, 0, 0, 0, 0}
+	if _, err := pc.WriteTo(echo, &net.IPAddr{IP: net.IPv4(1, 1, 1, 1)}); err != nil {
+		c.Got, c.OK = shortErr(err), true
+		return c
+	}
+	c.Got = "sent"
+	return c
+}
+
+func shortErr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
+}
+
+// defaultGateway reads the IPv4 default route's gateway from
+// /proc/net/route.
+func defaultGateway() (netip.Addr, bool) {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fs := strings.Fields(s.Text())
+		if len(fs) < 3 || fs[1] != "00000000" {
+			continue
+		}
+		v, err := strconv.ParseUint(fs[2], 16, 32)
+		if err != nil || v == 0 {
+			continue
+		}
+		// Little-endian in the file.
+		return netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}), true
+	}
+	return netip.Addr{}, false
+}
+
+// FencePod applies and verifies the fence of c, runs the self-test and
+// returns the receipt; any failure is an error (the receipt says which
+// check failed).
+func FencePod(ctx context.Context, c PodConfig) (*PodReceipt, error) {
+	rc := &PodReceipt{Mode: c.Mode, Table: PodTable, Time: time.Now().UTC()}
+	if err := ApplyPod(c); err != nil {
+		return rc, err
+	}
+	digest, err := VerifyPod(c)
+	if err != nil {
+		return rc, err
+	}
+	rc.Rules = digest
+	rc.Checks = SelfTestPod(ctx)
+	var failed []string
+	for _, ch := range rc.Checks {
+		if !ch.OK {
+			failed = append(failed, fmt.Sprintf("%s: want %s, got %s", ch.Name, ch.Want, ch.Got))
+		}
+	}
+	if len(failed) > 0 {
+		return rc, fmt.Errorf("%w: the pod fence's self-test failed: %s", ErrNotVerified, strings.Join(failed, "; "))
+	}
+	rc.OK = true
+	return rc, nil
+}
