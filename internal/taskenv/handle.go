@@ -52,10 +52,8 @@ func (s *Session) Done() <-chan struct{} { return s.client.Done() }
 // Exec runs c in the session. A worker that died ends the session: the
 // error wraps ErrSessionEnded and says how it died.
 func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
-	if len(c.Argv) == 0 {
-		return nil, fmt.Errorf("%w: no command", ErrInvalidSpec)
-	}
-	if err := shellquote.Check(c.Argv...); err != nil {
+	a, err := BashArgsOf(c)
+	if err != nil {
 		return nil, err
 	}
 	if _, err := resolveDir(s.rec.Workspace, c.Dir); err != nil {
@@ -67,26 +65,12 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 	if err := s.EnsureWatcher(ctx); err != nil {
 		return nil, err
 	}
-	a := wire.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
-	if c.Timeout > 0 {
-		a.TimeoutMS = max(1, c.Timeout.Milliseconds())
-	}
-	if c.Stdin != nil {
-		in := string(c.Stdin)
-		a.Stdin = &in
-	}
 	// What the workspace watcher removes while the command runs (from the
 	// command or anything else) is reported after it (Manager.Planted).
 	mark := s.m.watchLogSize(s.rec)
 	defer s.m.reportSince(s.rec, mark)
 	var res *Result
-	var err error
 	if c.StdinStream != nil {
-		if c.Output == nil || c.Stdin != nil {
-			return nil, fmt.Errorf("%w: a streamed stdin needs Output and no Stdin", ErrInvalidSpec)
-		}
-		a.Interactive = true
-		a.Command = "exec " + a.Command
 		res, err = s.client.BashInteractive(ctx, a, c.StdinStream, nil, c.Signal, c.Output)
 	} else {
 		res, err = s.client.Bash(ctx, a, c.Output)
@@ -95,6 +79,34 @@ func (s *Session) Exec(ctx context.Context, c Command) (*Result, error) {
 		return nil, s.m.ended(s.rec, err)
 	}
 	return res, err
+}
+
+// BashArgsOf is the worker request of c: its argv checked and joined by
+// the quoting layer, its options carried over. A streamed stdin makes an
+// interactive request whose command replaces the worker's shell.
+func BashArgsOf(c Command) (wire.BashArgs, error) {
+	if len(c.Argv) == 0 {
+		return wire.BashArgs{}, fmt.Errorf("%w: no command", ErrInvalidSpec)
+	}
+	if err := shellquote.Check(c.Argv...); err != nil {
+		return wire.BashArgs{}, err
+	}
+	a := wire.BashArgs{Command: shellquote.Join(c.Argv), Cwd: c.Dir, Env: c.Env, MaxOutputBytes: c.MaxOutputBytes, Stream: c.Output != nil}
+	if c.Timeout > 0 {
+		a.TimeoutMS = max(1, c.Timeout.Milliseconds())
+	}
+	if c.Stdin != nil {
+		in := string(c.Stdin)
+		a.Stdin = &in
+	}
+	if c.StdinStream != nil {
+		if c.Output == nil || c.Stdin != nil {
+			return wire.BashArgs{}, fmt.Errorf("%w: a streamed stdin needs Output and no Stdin", ErrInvalidSpec)
+		}
+		a.Interactive = true
+		a.Command = "exec " + a.Command
+	}
+	return a, nil
 }
 
 // EnsureWatcher checks that the session's workspace watcher runs, and
