@@ -63,6 +63,8 @@ var rules = append([]rule{
 		Why: "engine is the low Docker plumbing every Docker user imports (client, access check, labels, exec): it depends on no other vak package"},
 	{From: "vak/internal/proxynet", Forbid: []string{"vak/internal/taskenv"},
 		Why: "the topology is below sessions: its binary check and exec helper come from engine"},
+	{From: "vak/internal/kubesession", Forbid: append([]string{"vak/internal/taskenv", "vak/internal/proxynet", "vak/internal/dockerd", "vak/internal/launch", "vak/internal/cli"}, backends...),
+		Why: "the kubernetes session backend is a sibling of Docker sessions: it shares the worker and its protocol, not the Docker code; launch registers it"},
 }, dockerUserRules()...)
 
 // dockerUsers are the packages that drive Docker but are not the docker

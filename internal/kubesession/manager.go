@@ -1,0 +1,371 @@
+package kubesession
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"vak/internal/errclass"
+	"vak/internal/worker/wire"
+)
+
+// More errors of the backend.
+var (
+	// ErrSessionExists reports a session for the same task and workspace.
+	ErrSessionExists = errclass.New(errclass.Invalid, "session already exists")
+	// ErrNoSession reports a session ID with no record and no pod.
+	ErrNoSession = errclass.New(errclass.Invalid, "no such session")
+	// ErrSessionEnded reports a session whose pod or worker is gone; the
+	// message says why.
+	ErrSessionEnded = errclass.New(errclass.Unavailable, "session ended")
+)
+
+// Defaults.
+const (
+	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxLifetime = 24 * time.Hour
+	// DefaultStartTimeout bounds a create: scheduling, image pulls, the
+	// fence, the workspace's upload and the worker's start.
+	DefaultStartTimeout = 5 * time.Minute
+)
+
+// Manager creates and drives kubernetes sessions on one cluster.
+type Manager struct {
+	Cluster *Cluster
+	// StateDir is vak's state directory (records under kube-sessions/).
+	StateDir string
+	// Labels go on every object the manager creates and restrict List and
+	// GC to objects carrying them (tests: vak.test=1).
+	Labels map[string]string
+	// Progress, if set, gets a line per phase of a create.
+	Progress io.Writer
+	// StartTimeout bounds Create; zero means DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// record is what the host keeps about a kubernetes session.
+type record struct {
+	ID         string    `json:"id"`
+	Task       string    `json:"task"`
+	Workspace  string    `json:"workspace"`
+	Namespace  string    `json:"namespace"`
+	Pod        string    `json:"pod"`
+	Context    string    `json:"context,omitempty"`
+	Kubeconfig string    `json:"kubeconfig,omitempty"`
+	Image      string    `json:"image"`
+	Created    time.Time `json:"created"`
+	// Fence is the fence init container's receipt (its termination
+	// message): the rules' digest and the self-test's checks.
+	Fence string `json:"fence,omitempty"`
+}
+
+// Pack writes a workspace as a tar stream (wsync.Pack's shape).
+type Pack func(w io.Writer) error
+
+// Create makes the session pod of s, uploads the workspace (pack) into it
+// before the workload starts, and returns a connection to its worker. A
+// pod that does not start (image, fence, upload, worker) is removed and
+// the error says which step failed. The record is written first, so an
+// interrupted create is found by `vak session rm` and gc.
+func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, error) {
+	if s.ID == "" {
+		s.ID = SessionID(s.Task, s.Workspace)
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = DefaultIdleTimeout
+	}
+	if s.Lifetime == 0 {
+		s.Lifetime = DefaultMaxLifetime
+	}
+	if s.Created.IsZero() {
+		s.Created = time.Now()
+	}
+	s.Owner = os.Getuid()
+	s.Labels = m.Labels
+	pod, err := Pod(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.readRecord(s.ID); err == nil {
+		return nil, fmt.Errorf("%w: %s (vak session rm %s)", ErrSessionExists, s.ID, s.ID)
+	}
+	timeout := m.StartTimeout
+	if timeout == 0 {
+		timeout = DefaultStartTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := m.Cluster
+	rec := &record{ID: s.ID, Task: s.Task, Workspace: s.Workspace, Namespace: c.Namespace, Pod: pod.Name,
+		Context: c.Context, Kubeconfig: c.Kubeconfig, Image: s.Image, Created: s.Created}
+	if err := m.writeRecord(rec); err != nil {
+		return nil, err
+	}
+	sess, err := m.start(ctx, s, pod, rec, pack)
+	if err != nil {
+		rmctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m.remove(rmctx, rec)
+		return nil, err
+	}
+	return sess, nil
+}
+
+// start creates the pod and its network policy, uploads the workspace and
+// connects to the worker.
+func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *record, pack Pack) (*Session, error) {
+	c := m.Cluster
+	m.progress("creating pod %s/%s (image %s, worker %s)", c.Namespace, pod.Name, s.Image, s.WorkerImage)
+	created, err := c.Client.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("%w: pod %s/%s of %s exists (vak session rm %s)", ErrSessionExists, c.Namespace, pod.Name, s.ID, s.ID)
+		}
+		return nil, apiError("create pod "+c.Namespace+"/"+pod.Name, err)
+	}
+	np := NetworkPolicy(s, created)
+	if _, err := c.Client.NetworkingV1().NetworkPolicies(c.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		return nil, apiError("create network policy "+c.Namespace+"/"+np.Name, err)
+	}
+	m.progress("waiting for the fence and the workspace upload")
+	if _, err := m.waitPod(ctx, pod.Name, syncRunning); err != nil {
+		return nil, err
+	}
+	n, err := m.upload(ctx, pod.Name, pack)
+	if err != nil {
+		return nil, err
+	}
+	m.progress("workspace uploaded (%d bytes); starting the worker", n)
+	p, err := m.waitPod(ctx, pod.Name, sessionRunning)
+	if err != nil {
+		return nil, err
+	}
+	rec.Fence = terminationMessage(p, ContainerFence)
+	if err := m.writeRecord(rec); err != nil {
+		return nil, err
+	}
+	return m.connect(ctx, rec)
+}
+
+// upload streams the workspace to the sync init container's stdin.
+func (m *Manager) upload(ctx context.Context, pod string, pack Pack) (int64, error) {
+	c := m.Cluster
+	ex, err := c.executor(c.attachRequest(pod, ContainerSync))
+	if err != nil {
+		return 0, err
+	}
+	pr, pw := io.Pipe()
+	cw := &countWriter{w: pw}
+	go func() { pw.CloseWithError(pack(cw)) }()
+	stderr := wire.NewTailBuffer(4 << 10)
+	err = ex.StreamWithContext(ctx, streamOptions(pr, io.Discard, stderr))
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return cw.n, fmt.Errorf("%w: upload the workspace to %s/%s: %v %s", ErrPodFailed, c.Namespace, pod, err, stderr.String())
+	}
+	return cw.n, nil
+}
+
+// connect opens a relay to rec's worker and waits for its ready event.
+func (m *Manager) connect(ctx context.Context, rec *record) (*Session, error) {
+	r, err := m.Cluster.openRelay(rec.Pod)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.client.WaitReady(ctx); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.Close(cctx)
+		return nil, m.ended(rec, fmt.Errorf("the worker did not answer: %v; %s", err, r.describe()))
+	}
+	return &Session{m: m, rec: rec, relay: r}, nil
+}
+
+// Open connects to the worker of session id.
+func (m *Manager) Open(ctx context.Context, id string) (*Session, error) {
+	rec, err := m.readRecord(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.sameCluster(rec); err != nil {
+		return nil, err
+	}
+	return m.connect(ctx, rec)
+}
+
+// sameCluster refuses a record made on another cluster or namespace than
+// the manager's.
+func (m *Manager) sameCluster(rec *record) error {
+	c := m.Cluster
+	if rec.Namespace != c.Namespace || rec.Context != c.Context {
+		return fmt.Errorf("%w: session %s is on context %q, namespace %s, but the [kubernetes] config now names context %q, namespace %s", ErrCluster, rec.ID, rec.Context, rec.Namespace, c.Context, c.Namespace)
+	}
+	return nil
+}
+
+// ended explains why rec's session cannot be reached: the pod's state,
+// wrapped in ErrSessionEnded, or the cluster's error.
+func (m *Manager) ended(rec *record, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := m.Cluster.Client.CoreV1().Pods(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %s: its pod %s/%s is gone", ErrSessionEnded, rec.ID, rec.Namespace, rec.Pod)
+	case err != nil:
+		return apiError("session "+rec.ID, err)
+	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		return fmt.Errorf("%w: %s: pod %s/%s is %s%s", ErrSessionEnded, rec.ID, rec.Namespace, rec.Pod, p.Status.Phase, containerEnd(p, ContainerSession))
+	}
+	return fmt.Errorf("%w: %s: %v", ErrSessionEnded, rec.ID, cause)
+}
+
+// Session is a connection to one kubernetes session's worker.
+type Session struct {
+	m     *Manager
+	rec   *record
+	relay *relay
+}
+
+// ID is the session ID.
+func (s *Session) ID() string { return s.rec.ID }
+
+// Pod is the session's pod (namespace/name).
+func (s *Session) Pod() string { return s.rec.Namespace + "/" + s.rec.Pod }
+
+// FenceReceipt is the fence init container's receipt.
+func (s *Session) FenceReceipt() string { return s.rec.Fence }
+
+// Client is the worker protocol client (file tools and bash).
+func (s *Session) Client() *wire.Client { return s.relay.client }
+
+// Exec runs a bash request on the worker; a broken stream or a gone pod is
+// ErrSessionEnded with the reason.
+func (s *Session) Exec(ctx context.Context, a wire.BashArgs, out func(stream string, data []byte)) (*wire.BashResult, error) {
+	res, err := s.relay.client.Bash(ctx, a, out)
+	if err != nil && errors.Is(err, wire.ErrWorkerExited) {
+		return nil, s.m.ended(s.rec, fmt.Errorf("%v; %s", err, s.relay.describe()))
+	}
+	return res, err
+}
+
+// Close drops this connection; the session keeps running.
+func (s *Session) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.relay.Close(ctx)
+	return nil
+}
+
+func (m *Manager) progress(format string, a ...any) {
+	if m.Progress != nil {
+		fmt.Fprintf(m.Progress, "vak: "+format+"\n", a...)
+	}
+}
+
+// records
+
+func (m *Manager) recordPath(id string) (string, error) {
+	if !validID(id) {
+		return "", fmt.Errorf("%w: %q is not a session ID", ErrNoSession, id)
+	}
+	return filepath.Join(RecordDir(m.StateDir), id+".json"), nil
+}
+
+// readRecord reads the record of id; a missing one is ErrNotKubernetes
+// (and ErrNoSession).
+func (m *Manager) readRecord(id string) (*record, error) {
+	p, err := m.recordPath(id)
+	if err != nil {
+		return nil, err
+	}
+	return readRecordFile(p, id)
+}
+
+func readRecordFile(p, id string) (*record, error) {
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoSession, id, ErrNotKubernetes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
+		return nil, fmt.Errorf("session record %s is damaged (remove it; the pod, if any, is collected by vak session gc): %v", p, err)
+	}
+	return &rec, nil
+}
+
+func (m *Manager) writeRecord(rec *record) error {
+	p, err := m.recordPath(rec.ID)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+rec.ID+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}
+
+// IsSession reports whether id has a kubernetes record in state.
+func IsSession(state, id string) bool {
+	if !validID(id) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(RecordDir(state), id+".json"))
+	return err == nil
+}
+
+// validID is a session ID's shape (TASK-HASH), safe as a file name.
+func validID(id string) bool {
+	n := len(id) - 11
+	if n < 1 || id[n] != '-' || len(id) > 51 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || (i > 0 && (c == '_' || c == '.' || c == '-'))
+		if !ok || (i > n && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f')) {
+			return false
+		}
+	}
+	return true
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

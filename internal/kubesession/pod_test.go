@@ -1,0 +1,161 @@
+package kubesession
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"vak/internal/sandbox"
+	"vak/internal/worker"
+)
+
+func testSpec() Spec {
+	return Spec{ID: SessionID("t", "/work/ws"), Task: "t", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1",
+		Mode: sandbox.WorkspaceWrite, Limits: sandbox.Limits{Memory: 1 << 30, CPUs: 2}, Env: []string{"LANG=C.UTF-8"},
+		IdleTimeout: time.Minute, Lifetime: time.Hour, Created: time.Unix(1700000000, 0), Owner: 1234}
+}
+
+// TestPodSecurity: only the fence holds a capability (NET_ADMIN, as root,
+// in an init container); everything else runs as the session's uid with
+// nothing, no privilege escalation, seccomp RuntimeDefault; no service
+// account token, no service links; the worker binary is read-only.
+func TestPodSecurity(t *testing.T) {
+	p, err := Pod(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Spec
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+		t.Error("service account token or service links not disabled")
+	}
+	if s.RestartPolicy != corev1.RestartPolicyNever || s.ActiveDeadlineSeconds == nil || *s.ActiveDeadlineSeconds != 3660 {
+		t.Errorf("restart policy %s, deadline %v", s.RestartPolicy, s.ActiveDeadlineSeconds)
+	}
+	if s.HostNetwork || s.HostPID || s.HostIPC || s.ShareProcessNamespace != nil {
+		t.Error("host namespaces or a shared process namespace")
+	}
+	all := append(append([]corev1.Container(nil), s.InitContainers...), s.Containers...)
+	if names := containerNames(all); !slices.Equal(names, []string{ContainerFence, ContainerInstall, ContainerSync, ContainerSession}) {
+		t.Fatalf("containers %v", names)
+	}
+	for _, c := range all {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged {
+			t.Errorf("%s: privilege escalation or privileged", c.Name)
+			continue
+		}
+		if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: seccomp %v", c.Name, sc.SeccompProfile)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("%s: capabilities not all dropped", c.Name)
+		}
+		if c.Name == ContainerFence {
+			if !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) || *sc.RunAsUser != 0 || len(c.VolumeMounts) != 0 {
+				t.Errorf("fence: adds %v as uid %d with mounts %v", sc.Capabilities.Add, *sc.RunAsUser, c.VolumeMounts)
+			}
+			continue
+		}
+		if len(sc.Capabilities.Add) != 0 || sc.RunAsUser == nil || *sc.RunAsUser != sessionID || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("%s: adds %v, runs as %v", c.Name, sc.Capabilities.Add, sc.RunAsUser)
+		}
+	}
+	sess := s.Containers[0]
+	for _, m := range sess.VolumeMounts {
+		if m.MountPath == BinDir && !m.ReadOnly {
+			t.Error("the worker binary's volume is writable in the session container")
+		}
+	}
+	if sess.Resources.Limits.Memory().Value() != 1<<30 || sess.Resources.Limits.Cpu().MilliValue() != 2000 {
+		t.Errorf("limits %v", sess.Resources.Limits)
+	}
+	if s.HostUsers != nil || s.RuntimeClassName != nil {
+		t.Error("hostUsers or runtimeClassName set without being asked for")
+	}
+}
+
+// TestPodOptions: runtime class, user namespace, read-only mode, the
+// worker's spec.
+func TestPodOptions(t *testing.T) {
+	sp := testSpec()
+	sp.RuntimeClass, sp.UserNamespace, sp.Mode = "gvisor", true, sandbox.ReadOnly
+	p, err := Pod(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" || p.Spec.HostUsers == nil || *p.Spec.HostUsers {
+		t.Errorf("runtime class %v, hostUsers %v", p.Spec.RuntimeClassName, p.Spec.HostUsers)
+	}
+	sess := p.Spec.Containers[0]
+	if !*sess.SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("read-only mode: root filesystem writable")
+	}
+	for _, m := range sess.VolumeMounts {
+		if m.MountPath == sp.Workspace && !m.ReadOnly {
+			t.Error("read-only mode: workspace mounted writable")
+		}
+	}
+	var ws worker.Spec
+	if err := json.Unmarshal([]byte(sess.Env[0].Value), &ws); err != nil || sess.Env[0].Name != worker.SpecEnv {
+		t.Fatalf("worker spec: %v", err)
+	}
+	if ws.Container == nil || ws.Container.Socket != Socket || !ws.Container.InheritEnv || !ws.Container.Deadline.Equal(sp.Created.Add(time.Hour)) || ws.Workspace != sp.Workspace {
+		t.Errorf("worker spec %+v", ws.Container)
+	}
+	if !slices.Contains(ws.Env, "LANG=C.UTF-8") || !slices.Contains(ws.Env, "HOME="+Home) {
+		t.Errorf("worker env %v", ws.Env)
+	}
+	if l := p.Labels; l[LabelSession] != sp.ID || l[LabelOwner] != "1234" || strings.Contains(l[LabelWorkspace], "/") {
+		t.Errorf("labels %v", l)
+	}
+	np := NetworkPolicy(sp, p)
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 || np.Spec.PodSelector.MatchLabels[LabelSession] != sp.ID {
+		t.Errorf("network policy %+v", np.Spec)
+	}
+}
+
+// TestPodWorkspaceRefused: workspaces the pod cannot mount safely.
+func TestPodWorkspaceRefused(t *testing.T) {
+	for _, ws := range []string{"", "rel", "/", "/.vak", "/.vak/x", "/tmp", "/home/vak", "/home", "/proc/1", "/etc", "/work/../etc", "/work/"} {
+		sp := testSpec()
+		sp.Workspace = ws
+		if _, err := Pod(sp); !errors.Is(err, ErrInvalid) {
+			t.Errorf("workspace %q: %v, want ErrInvalid", ws, err)
+		}
+	}
+	for _, ws := range []string{"/work/ws", "/home/user/proj", "/srv/a b", "/tmp/w"} {
+		sp := testSpec()
+		sp.Workspace = ws
+		if _, err := Pod(sp); err != nil {
+			t.Errorf("workspace %q refused: %v", ws, err)
+		}
+	}
+}
+
+func TestIDs(t *testing.T) {
+	id := SessionID("build.x_1", "/w")
+	if !validID(id) || id == SessionID("build.x_1", "/w2") {
+		t.Fatalf("SessionID %q", id)
+	}
+	for _, bad := range []string{"", "-0123456789", "a-012345678", "../x-0123456789", "a/b-0123456789", "a-0123456789A", strings.Repeat("a", 41) + "-0123456789"} {
+		if validID(bad) {
+			t.Errorf("validID(%q)", bad)
+		}
+	}
+	if n := PodName(id); len(n) > 63 || strings.ToLower(n) != n {
+		t.Errorf("PodName %q", n)
+	}
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return n
+}
