@@ -27,7 +27,7 @@ var userCommands = []string{
 	"receipts", "receipts ls", "receipts verify",
 	"run",
 	"session", "session create", "session exec", "session gc", "session ls",
-	"session pool", "session pool fill", "session rm", "session snapshot",
+	"session pool", "session pool fill", "session rm", "session snapshot", "session worker-image",
 	"version",
 }
 
@@ -35,7 +35,7 @@ var userCommands = []string{
 // containers, detached processes): hidden from help and completion, still
 // runnable.
 var internalCommandPaths = []string{
-	"__hashfiles", "__reap", "__session-sweep", "__session-watch", "__worker",
+	"__hashfiles", "__install-worker", "__pod-fence", "__reap", "__tar", "__untar", "__session-sweep", "__session-watch", "__worker", "__worker-relay",
 	"dockerguard", "dockerguard ping",
 	"gateway serve-native",
 	"netclient", "netclient selftest", "netclient unfence",

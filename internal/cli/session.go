@@ -8,6 +8,8 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -27,7 +29,7 @@ import (
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
 // hidden reap shim of session containers.
 func (a *app) sessionCommands() []*cobra.Command {
-	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd(), newSessionWatchCmd(), newSessionSweepCmd()}
+	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd(), newSessionWatchCmd(), newSessionSweepCmd(), newWorkerRelayCmd(), newInstallWorkerCmd(), newPodFenceCmd(), newUntarCmd(), newTarCmd()}
 }
 
 // sessionFlags are shared by the session subcommands.
@@ -60,6 +62,7 @@ config or state, or another workspace. See docs/sessions.md.`,
 		a.newSessionLsCmd(&sf),
 		a.newSessionGCCmd(&sf),
 		a.newSessionPoolCmd(&sf),
+		a.newSessionWorkerImageCmd(),
 	)
 	return cmd
 }
@@ -94,6 +97,7 @@ func sessionErr(err error) error { return exitFor(err) }
 
 type createFlags struct {
 	workspace, task, image, from, mode, network string
+	backend                                     string
 	mounts                                      []string
 	hold, noRefill, docker, trace               bool
 	timeout                                     time.Duration
@@ -137,6 +141,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.BoolVar(&f.noRefill, "no-refill", false, "do not top up the warm pool after claiming from it")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase of the create took to stderr (also VAK_TRACE=1)")
 	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under runc with a fixed capability list, under Sysbox only with session.docker_runtime = \"sysbox\")")
+	fl.StringVar(&f.backend, "backend", "", "where the session runs: docker (the host's Docker Engine) or kubernetes (a pod on the cluster of [kubernetes]; docs/kubernetes.md) (default from config: session.backend)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
 	return cmd
 }
@@ -157,6 +162,12 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 		return err
 	}
 	end()
+	if f.backend != "" {
+		if !slices.Contains(config.SessionBackends, f.backend) {
+			return exit(ExitUsage, fmt.Errorf("--backend %q: want one of %s", f.backend, strings.Join(config.SessionBackends, ", ")))
+		}
+		cfg.Session.Backend = f.backend
+	}
 	req, err := a.sessionRequest(ws, cfg, sf)
 	if err != nil {
 		return err
@@ -234,6 +245,9 @@ Exit status: the command's own (128+N if it died of signal N), or
 }
 
 func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id string, argv []string) error {
+	if launch.IsKubeSession(id) {
+		return a.kubeExec(ctx, sf, f, id, argv)
+	}
 	m, err := a.manager(nil, sf)
 	if err != nil {
 		return err

@@ -94,6 +94,9 @@ func Build(ctx context.Context, o Options) *Report {
 	r.add("home", describeHome(cfg, o.Workspace, res.Effective))
 	r.network(ctx, o, b)
 	r.add("nested docker", nestedDockerHow(ctx, o))
+	if k := launch.KubeDoctor(ctx, cfg); k != "" {
+		r.add("kubernetes sessions", k)
+	}
 	r.Problem = b.Available(ctx)
 	r.OK = r.Problem == nil
 	return r

@@ -59,6 +59,9 @@ func GC(ctx context.Context, req Request, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := kubeGC(ctx, req, out); err != nil {
+		return err
+	}
 	eng, state, err := engineAndState()
 	if err != nil {
 		return nil
@@ -82,6 +85,12 @@ func Discard(ctx context.Context, req Request, ids []string) error {
 	defer m.Close()
 	var errs []error
 	for _, id := range ids {
+		if IsKubeSession(id) {
+			if err := kubeDiscard(ctx, req, id); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if err := m.Discard(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
@@ -131,7 +140,8 @@ func ListSessions(ctx context.Context, req Request, pool, idsOnly bool) ([]Sessi
 		rows = append(rows, SessionRow{ID: id, State: s.State, Age: time.Since(s.Created).Round(time.Second),
 			Image: shortID(s.Image), Network: sessionNetwork(ctx, eng, s.Labels), Workspace: s.Workspace})
 	}
-	return rows, nil
+	krows, err := kubeRows(ctx, req, idsOnly)
+	return append(rows, krows...), err
 }
 
 func shortID(image string) string {

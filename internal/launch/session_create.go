@@ -63,6 +63,9 @@ func CreateSession(ctx context.Context, req Request, c SessionCreate) error {
 	if err := checkSessionMode(cfg); err != nil {
 		return err
 	}
+	if cfg.Session.Backend == BackendKubernetes {
+		return createKubeSession(ctx, req, c)
+	}
 	m := Sessions(req, nil)
 	defer m.Close()
 	spec := sessionSpec(req, m)

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/hints"
+	"vak/internal/interact"
+	"vak/internal/kubesession"
+	"vak/internal/launch"
+	"vak/internal/taskenv"
+)
+
+// kubeExec is `vak session exec` of a kubernetes session: the worker path
+// of sessionExec over the session's relay stream (no -t, no --root).
+func (a *app) kubeExec(ctx context.Context, sf *sessionFlags, f execFlags, id string, argv []string) error {
+	if f.tty || f.root {
+		return exit(ExitUsage, errors.New("-t and --root are not available in kubernetes sessions yet (commands run through the worker as the session's user)"))
+	}
+	env, err := a.execEnv(f.env)
+	if err != nil {
+		return err
+	}
+	req, err := a.sessionRequest("", nil, sf)
+	if err != nil {
+		return err
+	}
+	var stdin io.Reader
+	var arm func() (<-chan string, func())
+	sigctx, intr, stop := interact.Notify(ctx)
+	defer stop()
+	if f.interactive {
+		stdin = a.stdio.In
+		arm = func() (<-chan string, func()) { return intr.Arm(a.stdio.Err) }
+	}
+	var tail hints.Tail
+	res, err := launch.RunKubeCommand(sigctx, req, id, taskenv.Command{
+		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
+		Output: tail.Tee(a.writeOutput),
+	}, arm)
+	switch {
+	case sigctx.Err() != nil && ctx.Err() == nil:
+		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
+	case err != nil:
+		return err
+	case res.TimedOut:
+		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
+	}
+	a.warnTripwire(res)
+	fmt.Fprint(a.stdio.Err, hints.Failure(&tail, res.ExitCode, true, a.userConfigFile()))
+	return exit(res.ExitCode, nil)
+}
+
+// newSessionWorkerImageCmd is `vak session worker-image`.
+func (a *app) newSessionWorkerImageCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "worker-image [-o FILE]",
+		Short: "Write the worker image kubernetes sessions start from (a docker-archive tar)",
+		Long: `Write the image that kubernetes session pods' init containers run: this vak
+binary alone at /vak, as a 'docker save' archive. Its reference
+(vak.local/worker:<digest of this binary>) is printed on stderr; it is what
+'vak session create --backend kubernetes' asks the cluster for unless
+kubernetes.worker_image names another.
+
+Load it onto the cluster's nodes (no registry needed):
+  vak session worker-image -o worker.tar && ctr -n k8s.io images import worker.tar
+or push it to a registry the cluster pulls from and set kubernetes.worker_image:
+  skopeo copy docker-archive:worker.tar docker://registry.example/vak-worker:TAG
+
+vak must be a static Linux build (CGO_ENABLED=0), as for Docker sessions.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return exit(ExitInternal, err)
+			}
+			var w io.Writer = a.stdio.Out
+			var f *os.File
+			if out != "" && out != "-" {
+				if f, err = os.Create(out); err != nil {
+					return exit(ExitUsage, err)
+				}
+				w = f
+			} else if interact.IsTerminal(a.stdio.Out) {
+				return exit(ExitUsage, errors.New("refusing to write an image archive to a terminal: use -o FILE or a pipe"))
+			}
+			bw := bufio.NewWriterSize(w, 1<<20)
+			ref, err := kubesession.WriteWorkerImage(bw, exe)
+			if err == nil {
+				err = bw.Flush()
+			}
+			if f != nil {
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					os.Remove(out)
+				}
+			}
+			if err != nil {
+				return exitFor(err)
+			}
+			fmt.Fprintln(a.stdio.Err, ref)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE (default: stdout, which must not be a terminal)")
+	return cmd
+}

@@ -1,0 +1,256 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"vak/internal/config"
+	"vak/internal/errclass"
+	"vak/internal/hostenv"
+	"vak/internal/kubesession"
+	"vak/internal/paths"
+	"vak/internal/sandbox"
+	"vak/internal/taskenv"
+	"vak/internal/worker/wire"
+	"vak/internal/wsync"
+)
+
+// BackendKubernetes is session.backend's value for sessions on a cluster.
+const BackendKubernetes = "kubernetes"
+
+// kubeManager connects to the cluster k names and returns its session
+// manager with req's labels and progress.
+func kubeManager(req Request, k config.Kubernetes) (*kubesession.Manager, error) {
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubesession.Connect(k)
+	if err != nil {
+		return nil, err
+	}
+	return &kubesession.Manager{Cluster: c, StateDir: state, Labels: req.Labels, Progress: req.Progress}, nil
+}
+
+// createKubeSession is CreateSession on the kubernetes backend: the pod of
+// req's config ([sandbox] image, limits, mode, env; [session] lifetimes;
+// [kubernetes] cluster, runtime class, worker image) with the workspace
+// uploaded into it.
+func createKubeSession(ctx context.Context, req Request, c SessionCreate) error {
+	cfg := req.Config
+	switch {
+	case c.From != "":
+		return errclass.Wrap(errclass.Invalid, errors.New("--from: snapshots of kubernetes sessions are not available yet (docs/kubernetes.md)"))
+	case c.Docker || cfg.Session.Docker:
+		return errclass.Wrap(errclass.Invalid, errors.New("--docker (or session.docker): nested Docker is not available in kubernetes sessions"))
+	case len(c.Mounts) > 0:
+		return errclass.Wrap(errclass.Invalid, errors.New("--mount: a kubernetes session has no host paths; its workspace is uploaded"))
+	case c.Hold:
+		return errclass.Wrap(errclass.Invalid, errors.New("--hold is not available for kubernetes sessions yet: remove the session with vak session rm"))
+	case cfg.Network != sandbox.NetworkNone && cfg.Network != "":
+		return errclass.Wrap(errclass.Invalid, fmt.Errorf("--network %s: kubernetes sessions have network none only so far (the in-cluster gateway is not built yet; docs/kubernetes.md)", cfg.Network))
+	}
+	m, err := kubeManager(req, cfg.Kubernetes)
+	if err != nil {
+		return err
+	}
+	worker := cfg.Kubernetes.WorkerImage
+	if worker == "" {
+		exe := req.Executable
+		if exe == "" {
+			if exe, err = os.Executable(); err != nil {
+				return err
+			}
+		}
+		if worker, err = kubesession.WorkerImageTag(exe); err != nil {
+			return err
+		}
+	}
+	task := c.Task
+	if task == "" {
+		task = taskenv.DefaultTask
+	}
+	spec := kubesession.Spec{
+		Task: task, Workspace: req.Workspace,
+		Image: cfg.Sandbox.Image, WorkerImage: worker,
+		PullPolicy:   corev1.PullPolicy(cfg.Kubernetes.PullPolicy),
+		RuntimeClass: cfg.Kubernetes.RuntimeClass,
+		Mode:         cfg.Sandbox.Mode, Limits: cfg.Sandbox.Limits,
+		Env:            hostenv.Lookup(hostenv.Allowlist(cfg.Sandbox.Env...)),
+		Protected:      cfg.Files.Protected,
+		DefaultTimeout: cfg.Sandbox.Timeout,
+		IdleTimeout:    cfg.Session.IdleTimeout, Lifetime: cfg.Session.MaxLifetime,
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	probe, err := kubesession.ProbeCluster(pctx, m.Cluster, cfg.Kubernetes.RuntimeClass)
+	cancel()
+	if err != nil {
+		return err
+	}
+	spec.UserNamespace = probe.UserNamespaces
+	if req.Progress != nil {
+		fmt.Fprintf(req.Progress, "vak: cluster: %s\n", probe.Describe())
+	}
+	pack := func(w io.Writer) error {
+		_, err := wsync.Pack(w, req.Workspace, wsync.PackOptions{})
+		return err
+	}
+	s, err := m.Create(ctx, spec, pack)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if c.Created != nil {
+		c.Created(s.ID())
+	}
+	return nil
+}
+
+// KubeDoctor is vak doctor's line on the kubernetes session backend:
+// what the configured cluster offers sessions (ProbeCluster), or why it
+// cannot be reached; "" when sessions are not configured to run there.
+func KubeDoctor(ctx context.Context, cfg *config.Config) string {
+	if cfg.Session.Backend != BackendKubernetes && cfg.Kubernetes == config.DefaultKubernetes() {
+		return ""
+	}
+	c, err := kubesession.Connect(cfg.Kubernetes)
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	p, err := kubesession.ProbeCluster(ctx, c, cfg.Kubernetes.RuntimeClass)
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	return fmt.Sprintf("context %q: %s", c.Context, p.Describe())
+}
+
+// IsKubeSession reports whether id is a kubernetes session of this host.
+func IsKubeSession(id string) bool {
+	state, err := paths.StateDir()
+	return err == nil && kubesession.IsSession(state, id)
+}
+
+// kubeFor is the manager of session id's cluster (from its record).
+func kubeFor(req Request, id string) (*kubesession.Manager, error) {
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return nil, err
+	}
+	k, err := kubesession.RecordCluster(state, id)
+	if err != nil {
+		return nil, err
+	}
+	return kubeManager(req, k)
+}
+
+// RunKubeCommand runs c in kubernetes session id (vak session exec): one
+// relay stream to its worker, the command's output streamed to c.Output.
+func RunKubeCommand(ctx context.Context, req Request, id string, c taskenv.Command, arm func() (<-chan string, func())) (*taskenv.Result, error) {
+	if len(c.Argv) == 0 {
+		return nil, errclass.Wrap(errclass.Invalid, errors.New("no command"))
+	}
+	m, err := kubeFor(req, id)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.Open(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	a, err := taskenv.BashArgsOf(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.StdinStream != nil {
+		var signals <-chan string
+		if arm != nil {
+			var disarm func()
+			signals, disarm = arm()
+			defer disarm()
+		}
+		return s.Client().BashInteractive(ctx, a, c.StdinStream, nil, signals, c.Output)
+	}
+	return s.Exec(ctx, a, c.Output)
+}
+
+// kubeDiscard removes kubernetes session id.
+func kubeDiscard(ctx context.Context, req Request, id string) error {
+	m, err := kubeFor(req, id)
+	if err != nil {
+		return err
+	}
+	return m.Remove(ctx, id)
+}
+
+// kubeRows are the `vak session ls` rows of the clusters this host has
+// kubernetes sessions on.
+func kubeRows(ctx context.Context, req Request, idsOnly bool) ([]SessionRow, error) {
+	state, err := paths.StateDir()
+	if err != nil {
+		return nil, nil
+	}
+	var rows []SessionRow
+	var errs []error
+	for _, k := range kubesession.RecordClusters(state) {
+		m, err := kubeManager(req, k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		list, err := m.List(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, s := range list {
+			if idsOnly {
+				rows = append(rows, SessionRow{ID: s.ID})
+				continue
+			}
+			rows = append(rows, SessionRow{ID: s.ID, State: s.State + " (kubernetes " + s.Pod + ")", Age: time.Since(s.Created).Round(time.Second),
+				Image: s.Image, Network: string(sandbox.NetworkNone), Workspace: s.Workspace})
+		}
+	}
+	return rows, errors.Join(errs...)
+}
+
+// kubeGC collects the finished kubernetes sessions of the clusters this
+// host has sessions on, one line each on out.
+func kubeGC(ctx context.Context, req Request, out io.Writer) error {
+	state, err := paths.StateDir()
+	if err != nil {
+		return nil
+	}
+	clusters := kubesession.RecordClusters(state)
+	if req.Config != nil && req.Config.Session.Backend == BackendKubernetes {
+		clusters = append(clusters, req.Config.Kubernetes)
+	}
+	var errs []error
+	for _, k := range clusters {
+		m, err := kubeManager(req, k)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed, err := m.GC(ctx)
+		for _, r := range removed {
+			fmt.Fprintf(out, "removed %s (pod %s): %s\n", r.ID, r.Pod, r.Reason)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensure wire stays the result type of both backends.
+var _ *wire.BashResult = (*taskenv.Result)(nil)
