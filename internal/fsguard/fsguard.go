@@ -300,3 +300,17 @@ func stripIgnorable(s string) string {
 		return r
 	}, s)
 }
+
+// ProtectedMatcher returns the check the tripwire and the file tools make
+// of a workspace-relative path (slash-separated, clean) against the
+// protected entries: the entry it is equal to, beneath or an ancestor of,
+// compared as a case-folding file system would, with entries below .git
+// applying to every nested repository. Code that changes the workspace on
+// the host from elsewhere (a session's changes pulled back) uses it.
+func ProtectedMatcher(protected []string) (func(rel string) (string, bool), error) {
+	ps, err := normalizeProtected(protected)
+	if err != nil {
+		return nil, err
+	}
+	return func(rel string) (string, bool) { return protectedEntry(ps, rel) }, nil
+}
