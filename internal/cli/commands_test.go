@@ -27,7 +27,7 @@ var userCommands = []string{
 	"receipts", "receipts ls", "receipts verify",
 	"run",
 	"session", "session create", "session exec", "session gc", "session ls",
-	"session pool", "session pool fill", "session rm", "session snapshot", "session worker-image",
+	"session pool", "session pool fill", "session pull", "session rm", "session snapshot", "session worker-image",
 	"version",
 }
 

@@ -114,3 +114,58 @@ vak must be a static Linux build (CGO_ENABLED=0), as for Docker sessions.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE (default: stdout, which must not be a terminal)")
 	return cmd
 }
+
+// newSessionPullCmd is `vak session pull ID`.
+func (a *app) newSessionPullCmd(sf *sessionFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pull ID",
+		Short: "Bring a kubernetes session's workspace changes back to the host workspace, checked",
+		Long: `Copy what a kubernetes session changed in its workspace back to the host
+workspace. A kubernetes session works on a copy uploaded at create; nothing it
+writes reaches this machine except through pull.
+
+The session's workspace arrives as a tar stream and is unpacked into a private
+staging directory first (a malformed stream changes nothing), then applied
+file by file. Refused, and listed: protected paths (files.protected, as the
+tripwire protects them), every git control entry (.git in any spelling, at any
+depth), symbolic links that are absolute, leave the workspace or point at a
+protected path, and files that would replace a directory. Files the session
+deleted are not deleted here.
+
+Exit status: 0 when everything was applied, 1 when some entries were refused
+(the rest was applied), 2 for an unknown session, 69 when the session or the
+cluster cannot be reached (nothing was applied).`,
+		Example: `  vak session exec "$id" -- make fmt
+  vak session pull "$id" && git diff`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, err := launch.KubeWorkspace(args[0])
+			if err != nil {
+				return exitFor(err)
+			}
+			ws, cfg, err := a.workspaceConfig(runFlags{workspace: ws})
+			if err != nil {
+				return err
+			}
+			req, err := a.sessionRequest(ws, cfg, sf)
+			if err != nil {
+				return err
+			}
+			rep, err := launch.PullSession(cmd.Context(), req, args[0])
+			if err != nil {
+				return exitFor(err)
+			}
+			for _, w := range rep.Written {
+				fmt.Fprintf(a.stdio.Out, "updated %s\n", w)
+			}
+			for _, r := range rep.Refused {
+				fmt.Fprintf(a.stdio.Err, "vak: refused %s: %s\n", r.Path, r.Reason)
+			}
+			fmt.Fprintf(a.stdio.Err, "vak: pulled %s into %s: %d updated, %d unchanged, %d refused\n", args[0], ws, len(rep.Written), rep.Unchanged, len(rep.Refused))
+			if len(rep.Refused) > 0 {
+				return exit(1, nil)
+			}
+			return nil
+		},
+	}
+}

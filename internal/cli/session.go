@@ -62,6 +62,7 @@ config or state, or another workspace. See docs/sessions.md.`,
 		a.newSessionLsCmd(&sf),
 		a.newSessionGCCmd(&sf),
 		a.newSessionPoolCmd(&sf),
+		a.newSessionPullCmd(&sf),
 		a.newSessionWorkerImageCmd(),
 	)
 	return cmd

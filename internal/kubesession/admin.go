@@ -212,3 +212,15 @@ func RecordClusters(state string) []config.Kubernetes {
 	}
 	return out
 }
+
+// RecordWorkspace is the host workspace of session id's record.
+func RecordWorkspace(state, id string) (string, error) {
+	if !validID(id) {
+		return "", fmt.Errorf("%w: %q is not a session ID: %w", ErrNoSession, id, ErrNotKubernetes)
+	}
+	rec, err := readRecordFile(filepath.Join(RecordDir(state), id+".json"), id)
+	if err != nil {
+		return "", err
+	}
+	return rec.Workspace, nil
+}

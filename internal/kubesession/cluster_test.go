@@ -8,10 +8,8 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,39 +27,12 @@ import (
 // VAK_TEST_KUBECONFIG). They need root to load vak's worker image into
 // the cluster's containerd (scripts/k8s/load-image.sh).
 
-var loadOnce sync.Once
-var loadedRef string
-var loadErr error
-
-// workerImage writes the worker image of a freshly built static vak and
-// loads it into the test cluster, once per test process.
+// workerImage loads the worker image of a freshly built static vak into
+// the test cluster.
 func workerImage(t *testing.T) string {
 	t.Helper()
 	vak := testenv.Vak(t)
-	loadOnce.Do(func() {
-		tar := filepath.Join(os.TempDir(), "vak-worker-"+testenv.TestID(t)+".tar")
-		defer os.Remove(tar)
-		f, err := os.Create(tar)
-		if err != nil {
-			loadErr = err
-			return
-		}
-		loadedRef, loadErr = WriteWorkerImage(f, vak)
-		if cerr := f.Close(); loadErr == nil {
-			loadErr = cerr
-		}
-		if loadErr != nil {
-			return
-		}
-		out, err := exec.Command(filepath.Join(testenv.RepoRoot(t), "scripts/k8s/load-image.sh"), "--archive", tar).CombinedOutput()
-		if err != nil {
-			loadErr = errors.New("load-image.sh: " + err.Error() + ": " + string(out))
-		}
-	})
-	if loadErr != nil {
-		t.Fatalf("worker image: %v", loadErr)
-	}
-	return loadedRef
+	return kubetest.LoadArchive(t, func(w io.Writer) (string, error) { return WriteWorkerImage(w, vak) })
 }
 
 type clusterFixture struct {

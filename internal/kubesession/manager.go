@@ -15,8 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/tools/remotecommand"
+
 	"vak/internal/errclass"
 	"vak/internal/worker/wire"
+	"vak/internal/wsync"
 )
 
 // More errors of the backend.
@@ -216,6 +219,15 @@ func (m *Manager) sameCluster(rec *record) error {
 // ended explains why rec's session cannot be reached: the pod's state,
 // wrapped in ErrSessionEnded, or the cluster's error.
 func (m *Manager) ended(rec *record, cause error) error {
+	if err := m.podEnded(rec); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %v", ErrSessionEnded, rec.ID, cause)
+}
+
+// podEnded is the error of rec's pod being gone or over (or of the
+// cluster not answering), nil while it runs.
+func (m *Manager) podEnded(rec *record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, err := m.Cluster.Client.CoreV1().Pods(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
@@ -227,7 +239,7 @@ func (m *Manager) ended(rec *record, cause error) error {
 	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 		return fmt.Errorf("%w: %s: pod %s/%s is %s%s", ErrSessionEnded, rec.ID, rec.Namespace, rec.Pod, p.Status.Phase, containerEnd(p, ContainerSession))
 	}
-	return fmt.Errorf("%w: %s: %v", ErrSessionEnded, rec.ID, cause)
+	return nil
 }
 
 // Session is a connection to one kubernetes session's worker.
@@ -368,4 +380,48 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// Pull brings session id's workspace back to the host: `vak __tar` in the
+// session container streams it, and wsync.Apply applies it to the host
+// workspace, refusing what protected says is protected (and every git
+// control entry and link that leaves the workspace). Nothing is applied
+// when the stream fails.
+func (m *Manager) Pull(ctx context.Context, id string, protected func(rel string) (string, bool)) (*wsync.Report, error) {
+	rec, err := m.readRecord(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.sameCluster(rec); err != nil {
+		return nil, err
+	}
+	c := m.Cluster
+	ex, err := c.executor(c.execRequest(rec.Pod, ContainerSession, []string{Worker, TarCommand, rec.Workspace}, false))
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	stderr := wire.NewTailBuffer(4 << 10)
+	go func() {
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: pw, Stderr: stderr})
+		if err != nil {
+			err = fmt.Errorf("pack the session's workspace: %v %s", err, stderr.String())
+		}
+		pw.CloseWithError(err)
+	}()
+	rep, err := wsync.Apply(pr, rec.Workspace, wsync.ApplyOptions{Protected: protected})
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return rep, m.endedIfGone(rec, err)
+	}
+	return rep, nil
+}
+
+// endedIfGone is the ended session's error when rec's pod is gone or
+// over, else err.
+func (m *Manager) endedIfGone(rec *record, err error) error {
+	if e := m.podEnded(rec); e != nil {
+		return e
+	}
+	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/fsguard"
 	"vak/internal/hostenv"
 	"vak/internal/kubesession"
 	"vak/internal/paths"
@@ -254,3 +255,32 @@ func kubeGC(ctx context.Context, req Request, out io.Writer) error {
 
 // ensure wire stays the result type of both backends.
 var _ *wire.BashResult = (*taskenv.Result)(nil)
+
+// KubeWorkspace is the host workspace of kubernetes session id (its
+// record), for loading the config a pull checks against.
+func KubeWorkspace(id string) (string, error) {
+	state, err := paths.StateDir()
+	if err != nil {
+		return "", err
+	}
+	ws, err := kubesession.RecordWorkspace(state, id)
+	if errors.Is(err, kubesession.ErrNotKubernetes) {
+		return "", errclass.Wrap(errclass.Invalid, fmt.Errorf("session %s: pull is for kubernetes sessions (a Docker session's workspace is the host's own): %w", id, err))
+	}
+	return ws, err
+}
+
+// PullSession applies kubernetes session id's workspace to the host
+// workspace (kubesession.Manager.Pull), refusing req.Config's protected
+// paths as the tripwire does.
+func PullSession(ctx context.Context, req Request, id string) (*wsync.Report, error) {
+	match, err := fsguard.ProtectedMatcher(req.Config.Files.Protected)
+	if err != nil {
+		return nil, errclass.Wrap(errclass.Config, err)
+	}
+	m, err := kubeFor(req, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.Pull(ctx, id, match)
+}

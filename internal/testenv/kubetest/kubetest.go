@@ -15,8 +15,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,3 +182,49 @@ func (e *Env) WaitPod(ctx context.Context, name string, ok func(*corev1.Pod) boo
 
 // Running accepts a pod in phase Running (for WaitPod).
 func Running(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
+
+// EnvWorkerImage names a worker image already loaded into the test
+// cluster (scripts/test-nonroot loads it as root for the unprivileged
+// leg, which cannot reach the cluster's containerd); LoadArchive then
+// loads nothing.
+const EnvWorkerImage = "VAK_TEST_WORKER_IMAGE"
+
+var (
+	loadMu     sync.Mutex
+	loadedRefs = map[string]bool{}
+)
+
+// LoadArchive loads the image archive that write writes (a `docker save`
+// archive; vak session worker-image's) into the test cluster's containerd
+// with scripts/k8s/load-image.sh (root), once per ref and test process,
+// and returns write's ref. With $VAK_TEST_WORKER_IMAGE set it returns that
+// instead and loads nothing.
+func LoadArchive(t testing.TB, write func(io.Writer) (string, error)) string {
+	t.Helper()
+	if ref := os.Getenv(EnvWorkerImage); ref != "" {
+		return ref
+	}
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	f, err := os.CreateTemp("", "vak-image-*.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	ref, err := write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("write the image archive: %v", err)
+	}
+	if loadedRefs[ref] {
+		return ref
+	}
+	out, err := exec.Command(filepath.Join(testenv.RepoRoot(t), "scripts", "k8s", "load-image.sh"), "--archive", f.Name()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/k8s/load-image.sh --archive: %v: %s", err, out)
+	}
+	loadedRefs[ref] = true
+	return ref
+}
