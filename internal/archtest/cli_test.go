@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// cliMaxLines bounds internal/cli's code (test files aside): the command
+// cliMaxLines bounds internal/cli's code (test files aside; lines that
+// are blank or only a comment do not count, help texts do): the command
 // line parses flags, calls one package function per command, prints and
 // maps errors to exit codes; logic grows in the package that owns it.
-const cliMaxLines = 2500
+const cliMaxLines = 2400
 
 // TestCLIThin keeps internal/cli flag parsing and printing.
 func TestCLIThin(t *testing.T) {
@@ -27,7 +28,11 @@ func TestCLIThin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += strings.Count(string(data), "\n")
+		for _, l := range strings.Split(string(data), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "//") {
+				n++
+			}
+		}
 		counted++
 	}
 	if counted < 10 {

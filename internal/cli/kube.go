@@ -1,61 +1,16 @@
 package cli
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"vak/internal/hints"
 	"vak/internal/interact"
 	"vak/internal/kubesession"
 	"vak/internal/launch"
-	"vak/internal/taskenv"
 )
-
-// kubeExec is `vak session exec` of a kubernetes session: the worker path
-// of sessionExec over the session's relay stream (no -t, no --root).
-func (a *app) kubeExec(ctx context.Context, sf *sessionFlags, f execFlags, id string, argv []string) error {
-	if f.tty || f.root {
-		return exit(ExitUsage, errors.New("-t and --root are not available in kubernetes sessions yet (commands run through the worker as the session's user)"))
-	}
-	env, err := a.execEnv(f.env)
-	if err != nil {
-		return err
-	}
-	req, err := a.sessionRequest("", nil, sf)
-	if err != nil {
-		return err
-	}
-	var stdin io.Reader
-	var arm func() (<-chan string, func())
-	sigctx, intr, stop := interact.Notify(ctx)
-	defer stop()
-	if f.interactive {
-		stdin = a.stdio.In
-		arm = func() (<-chan string, func()) { return intr.Arm(a.stdio.Err) }
-	}
-	var tail hints.Tail
-	res, err := launch.RunKubeCommand(sigctx, req, id, taskenv.Command{
-		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
-		Output: tail.Tee(a.writeOutput),
-	}, arm)
-	switch {
-	case sigctx.Err() != nil && ctx.Err() == nil:
-		return exit(ExitInterrupted, errors.New("interrupted; command killed"))
-	case err != nil:
-		return err
-	case res.TimedOut:
-		return exit(ExitTimeout, fmt.Errorf("command timed out after %v and was killed", f.timeout))
-	}
-	a.warnTripwire(res)
-	fmt.Fprint(a.stdio.Err, hints.Failure(&tail, res.ExitCode, true, a.userConfigFile()))
-	return exit(res.ExitCode, nil)
-}
 
 // newSessionWorkerImageCmd is `vak session worker-image`.
 func (a *app) newSessionWorkerImageCmd() *cobra.Command {
@@ -77,33 +32,14 @@ or push it to a registry the cluster pulls from and set kubernetes.worker_image:
 vak must be a static Linux build (CGO_ENABLED=0), as for Docker sessions.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (out == "" || out == "-") && interact.IsTerminal(a.stdio.Out) {
+				return exit(ExitUsage, errors.New("refusing to write an image archive to a terminal: use -o FILE or a pipe"))
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return exit(ExitInternal, err)
 			}
-			var w io.Writer = a.stdio.Out
-			var f *os.File
-			if out != "" && out != "-" {
-				if f, err = os.Create(out); err != nil {
-					return exit(ExitUsage, err)
-				}
-				w = f
-			} else if interact.IsTerminal(a.stdio.Out) {
-				return exit(ExitUsage, errors.New("refusing to write an image archive to a terminal: use -o FILE or a pipe"))
-			}
-			bw := bufio.NewWriterSize(w, 1<<20)
-			ref, err := kubesession.WriteWorkerImage(bw, exe)
-			if err == nil {
-				err = bw.Flush()
-			}
-			if f != nil {
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err != nil {
-					os.Remove(out)
-				}
-			}
+			ref, err := kubesession.WriteWorkerImageFile(out, a.stdio.Out, exe)
 			if err != nil {
 				return exitFor(err)
 			}

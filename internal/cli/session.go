@@ -29,7 +29,7 @@ import (
 // sessionCommands are the `vak session` tree, the `vak gc` alias and the
 // hidden reap shim of session containers.
 func (a *app) sessionCommands() []*cobra.Command {
-	return []*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd(), newSessionWatchCmd(), newSessionSweepCmd(), newWorkerRelayCmd(), newInstallWorkerCmd(), newPodFenceCmd(), newUntarCmd(), newTarCmd()}
+	return append([]*cobra.Command{a.newSessionCmd(), a.newGCCmd(), newReapCmd(), newSessionWatchCmd(), newSessionSweepCmd()}, podCommands()...)
 }
 
 // sessionFlags are shared by the session subcommands.
@@ -246,19 +246,20 @@ Exit status: the command's own (128+N if it died of signal N), or
 }
 
 func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id string, argv []string) error {
-	if launch.IsKubeSession(id) {
-		return a.kubeExec(ctx, sf, f, id, argv)
-	}
-	m, err := a.manager(nil, sf)
+	req, err := a.sessionRequest("", nil, sf)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
 	env, err := a.execEnv(f.env)
 	if err != nil {
 		return err
 	}
+	if f.tty && launch.IsKubeSession(id) {
+		return exit(ExitUsage, errors.New("-t is not available in kubernetes sessions yet: use -i"))
+	}
 	if f.tty {
+		m := launch.Sessions(req, nil)
+		defer m.Close()
 		return a.sessionExecTTY(ctx, m, f, id, argv, env)
 	}
 	// -i streams stdin to the command as it arrives (the command may
@@ -274,7 +275,7 @@ func (a *app) sessionExec(ctx context.Context, sf *sessionFlags, f execFlags, id
 		arm = func() (<-chan string, func()) { return intr.Arm(a.stdio.Err) }
 	}
 	var tail hints.Tail
-	res, err := m.RunCommand(sigctx, id, taskenv.Command{
+	res, err := launch.RunSessionCommand(sigctx, req, id, taskenv.Command{
 		Argv: argv, Dir: f.dir, Env: env, Timeout: f.timeout, StdinStream: stdin, MaxOutputBytes: f.maxOutput,
 		Output: tail.Tee(a.writeOutput),
 	}, taskenv.ExecOptions{Arm: arm, Root: f.root, Stdout: a.stdio.Out, Stderr: a.stdio.Err, Warn: a.warn})

@@ -2,6 +2,7 @@ package kubesession
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -104,4 +105,32 @@ func WriteWorkerImage(w io.Writer, path string) (string, error) {
 		return "", fmt.Errorf("worker image: %w", err)
 	}
 	return ref, nil
+}
+
+// WriteWorkerImageFile writes the worker image of the vak binary at exe
+// to the file out (removed again if writing fails), or to w when out is ""
+// or "-"; it returns the image's reference.
+func WriteWorkerImageFile(out string, w io.Writer, exe string) (string, error) {
+	var f *os.File
+	if out != "" && out != "-" {
+		var err error
+		if f, err = os.Create(out); err != nil {
+			return "", fmt.Errorf("worker image: %w", err)
+		}
+		w = f
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	ref, err := WriteWorkerImage(bw, exe)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if f != nil {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(out)
+		}
+	}
+	return ref, err
 }

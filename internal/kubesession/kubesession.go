@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"vak/internal/config"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 )
 
@@ -72,12 +73,12 @@ const (
 // Labels of a session pod (besides vak's managed/kind labels, shared with
 // Docker sessions).
 const (
-	LabelManaged   = "vak.managed"
-	LabelKind      = "vak.kind"
+	LabelManaged   = engine.LabelManaged
+	LabelKind      = engine.LabelKind
 	LabelSession   = "vak.session"
-	LabelOwner     = "vak.owner"
+	LabelOwner     = engine.LabelOwner
 	LabelTask      = "vak.task"
-	LabelWorkspace = "vak.workspace" // a hash of the workspace path (label values cannot hold it)
+	LabelWorkspace = engine.LabelWorkspace // a hash of the workspace path here (label values cannot hold it)
 	KindSession    = "session"
 	// AnnotationWorkspace holds the workspace path itself; AnnotationHost
 	// the host that created the session.

@@ -152,12 +152,24 @@ func kubeFor(req Request, id string) (*kubesession.Manager, error) {
 	return kubeManager(req, k)
 }
 
-// RunKubeCommand runs c in kubernetes session id (vak session exec): one
-// relay stream to its worker, the command's output streamed to c.Output.
-func RunKubeCommand(ctx context.Context, req Request, id string, c taskenv.Command, arm func() (<-chan string, func())) (*taskenv.Result, error) {
-	if len(c.Argv) == 0 {
-		return nil, errclass.Wrap(errclass.Invalid, errors.New("no command"))
+// RunSessionCommand runs c in session id (vak session exec), on the
+// backend that holds it: a kubernetes session's worker through its relay
+// stream, a Docker session's through taskenv (o's options).
+func RunSessionCommand(ctx context.Context, req Request, id string, c taskenv.Command, o taskenv.ExecOptions) (*taskenv.Result, error) {
+	if !IsKubeSession(id) {
+		m := Sessions(req, nil)
+		defer m.Close()
+		return m.RunCommand(ctx, id, c, o)
 	}
+	if o.Root {
+		return nil, errclass.Wrap(errclass.Invalid, errors.New("--root is not available in kubernetes sessions: commands run as the session's user"))
+	}
+	return runKubeCommand(ctx, req, id, c, o.Arm)
+}
+
+// runKubeCommand runs c in kubernetes session id: one relay stream to its
+// worker, the command's output streamed to c.Output.
+func runKubeCommand(ctx context.Context, req Request, id string, c taskenv.Command, arm func() (<-chan string, func())) (*taskenv.Result, error) {
 	m, err := kubeFor(req, id)
 	if err != nil {
 		return nil, err

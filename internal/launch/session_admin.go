@@ -41,6 +41,8 @@ func CleanStaleRuns(out io.Writer) {
 // sandbox uses any more (their receipts are kept), one line on out for
 // each it removed or skipped (in use).
 func GC(ctx context.Context, req Request, out io.Writer) error {
+	// Sessions on a cluster first: they need no Docker.
+	kerr := kubeGC(ctx, req, out)
 	m := Sessions(req, nil)
 	defer m.Close()
 	rep, err := m.GC(ctx)
@@ -57,10 +59,10 @@ func GC(ctx context.Context, req Request, out io.Writer) error {
 		}
 	}
 	if err != nil {
-		return err
+		return errors.Join(kerr, err)
 	}
-	if err := kubeGC(ctx, req, out); err != nil {
-		return err
+	if kerr != nil {
+		return kerr
 	}
 	eng, state, err := engineAndState()
 	if err != nil {
@@ -118,7 +120,14 @@ func ListSessions(ctx context.Context, req Request, pool, idsOnly bool) ([]Sessi
 	m.QuietGC(ctx)
 	list, err := m.List(ctx)
 	if err != nil {
-		return nil, err
+		// Sessions on a cluster are listed without Docker: a user of the
+		// kubernetes backend alone gets them, and a warning.
+		krows, kerr := kubeRows(ctx, req, idsOnly)
+		if len(krows) == 0 {
+			return nil, errors.Join(err, kerr)
+		}
+		warnf(req, "Docker sessions not listed: %v", err)
+		return krows, kerr
 	}
 	var eng *engine.Client
 	if !idsOnly {

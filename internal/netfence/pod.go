@@ -1,6 +1,15 @@
 package netfence
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
 
 // The pod fence: a Kubernetes session pod's first init container runs
 // `vak __pod-fence none` as root with NET_ADMIN as its only capability. It
@@ -45,4 +54,30 @@ type PodReceipt struct {
 	Checks []PodCheck `json:"checks"`
 	Time   time.Time  `json:"time"`
 	OK     bool       `json:"ok"`
+}
+
+// PodFenceMain is `vak __pod-fence MODE`: FencePod, its receipt (JSON, cut
+// to the 4 KiB a termination message keeps) written to out and to the
+// file receipt when that exists or can be made (a pod's
+// /dev/termination-log). Any failure is an error: the init container
+// fails and the pod never starts its workload.
+func PodFenceMain(ctx context.Context, mode, receipt string, out io.Writer) error {
+	if !slices.Contains(PodModes, mode) {
+		return fmt.Errorf("pod fence: mode %q: want one of %s", mode, strings.Join(PodModes, ", "))
+	}
+	rc, err := FencePod(ctx, PodConfig{Mode: mode})
+	if rc != nil {
+		data, _ := json.Marshal(rc)
+		data = data[:min(len(data), 4000)]
+		fmt.Fprintln(out, string(data))
+		if receipt != "" {
+			if werr := os.WriteFile(receipt, data, 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pod fence: %w", err)
+	}
+	return nil
 }
