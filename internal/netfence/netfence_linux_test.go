@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	case "local":
 		localRole()
 		return
+	case "pod":
+		podRole()
+		return
 	case "verify":
 		if err := Verify(testConfig(os.Getenv("VAK_NETFENCE_NET"))); err != nil {
 			fmt.Println("VERIFY-FAILED", err)
