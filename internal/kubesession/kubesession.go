@@ -99,6 +99,16 @@ type Cluster struct {
 	Kubeconfig string
 }
 
+// Describe names the cluster for messages: its context, kubeconfig and
+// namespace.
+func (c *Cluster) Describe() string {
+	kc := c.Kubeconfig
+	if kc == "" {
+		kc = "$KUBECONFIG or ~/.kube/config"
+	}
+	return fmt.Sprintf("context %q of %s, namespace %s", c.Context, kc, c.Namespace)
+}
+
 // Connect loads the cluster of k: the kubeconfig k.Kubeconfig, else
 // $KUBECONFIG, else ~/.kube/config; the context k.Context, else the current
 // one; the namespace k.Namespace, else the context's, else "default". The

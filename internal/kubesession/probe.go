@@ -34,7 +34,7 @@ func ProbeCluster(ctx context.Context, c *Cluster, runtimeClass string) (*Probe,
 	p := &Probe{Namespace: c.Namespace}
 	v, err := c.Client.Discovery().ServerVersion()
 	if err != nil {
-		return nil, apiError("server version", err)
+		return nil, apiError("server version ("+c.Describe()+")", err)
 	}
 	p.Server = v.GitVersion
 	if ns, err := c.Client.CoreV1().Namespaces().Get(ctx, c.Namespace, metav1.GetOptions{}); err == nil {

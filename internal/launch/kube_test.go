@@ -1,0 +1,74 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"vak/internal/errclass"
+	"vak/internal/kubesession"
+	"vak/internal/paths"
+)
+
+// kubeconfigAt writes a kubeconfig whose only cluster is server.
+func kubeconfigAt(t *testing.T, server string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "kubeconfig")
+	body := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"" + server + "\", insecure-skip-tls-verify: true}\n" +
+		"users:\n- name: u\n  user: {token: not-a-real-token}\ncontexts:\n- name: ctx\n  context: {cluster: c, user: u, namespace: agents}\ncurrent-context: ctx\n"
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestKubeSessionRefused: what kubernetes sessions do not provide yet is
+// refused (class Invalid, saying what) before the cluster is contacted,
+// never run weaker; a cluster that does not answer, or a kubeconfig that
+// is missing, fails closed (class Unavailable, naming the kubeconfig and
+// context) and leaves no record.
+func TestKubeSessionRefused(t *testing.T) {
+	dead := kubeconfigAt(t, "https://127.0.0.1:1")
+	cfgBody := func(kubeconfig, extra string) string {
+		return "version = 1\n[session]\nbackend = \"kubernetes\"\n[kubernetes]\nkubeconfig = \"" + kubeconfig + "\"\n" + extra
+	}
+	for _, tc := range []struct {
+		name, body string
+		create     SessionCreate
+		class      *errclass.Class
+		want       string
+	}{
+		{"docker", cfgBody(dead, ""), SessionCreate{Task: "t", Docker: true}, errclass.Invalid, "nested Docker is not available in kubernetes sessions"},
+		{"mount", cfgBody(dead, ""), SessionCreate{Task: "t", Mounts: []string{"/etc"}}, errclass.Invalid, "a kubernetes session has no host paths"},
+		{"hold", cfgBody(dead, ""), SessionCreate{Task: "t", Hold: true}, errclass.Invalid, "--hold is not available"},
+		{"from", cfgBody(dead, ""), SessionCreate{Task: "t", From: strings.Repeat("a", 64)}, errclass.Invalid, "snapshots of kubernetes sessions"},
+		{"proxied", cfgBody(dead, "[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"example.com\"]\n"), SessionCreate{Task: "t"}, errclass.Invalid, "network none only"},
+		{"unreachable", cfgBody(dead, ""), SessionCreate{Task: "t"}, errclass.Unavailable, "kubernetes cluster unavailable: server version (context \"ctx\" of "},
+		{"no kubeconfig", cfgBody(filepath.Join(t.TempDir(), "missing"), ""), SessionCreate{Task: "t"}, errclass.Unavailable, "missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, cfg, file := setup(t, tc.body)
+			created := false
+			tc.create.Created = func(string) { created = true }
+			req := Request{Workspace: ws, Config: cfg, UserConfig: file, Labels: map[string]string{"vak.test": "1"}}
+			err := CreateSession(context.Background(), req, tc.create)
+			if errclass.Of(err) != tc.class || !strings.Contains(err.Error(), tc.want) || created {
+				t.Fatalf("err = %v (class %v), created %v: want class %v and %q", err, errclass.Of(err), created, tc.class, tc.want)
+			}
+			t.Logf("%v", err)
+			if strings.Contains(err.Error(), "not-a-real-token") {
+				t.Errorf("the kubeconfig's token is in the error: %v", err)
+			}
+			if tc.class == errclass.Unavailable && !errors.Is(err, kubesession.ErrCluster) {
+				t.Errorf("err = %v: want ErrCluster", err)
+			}
+			state, _ := paths.StateDir()
+			if ents, _ := os.ReadDir(kubesession.RecordDir(state)); len(ents) != 0 {
+				t.Errorf("records left: %v", ents)
+			}
+		})
+	}
+}
