@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"vak/internal/testenv"
 )
@@ -227,4 +228,22 @@ func LoadArchive(t testing.TB, write func(io.Writer) (string, error)) string {
 	}
 	loadedRefs[ref] = true
 	return ref
+}
+
+// Kubeconfig writes a kubeconfig for e (context "vaktest", e's namespace)
+// into t's temporary directory and returns its path: for code under test
+// that loads one, as vak does.
+func (e *Env) Kubeconfig(t testing.TB) string {
+	t.Helper()
+	c := e.Config.TLSClientConfig
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["vaktest"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthority: c.CAFile, CertificateAuthorityData: c.CAData}
+	cfg.AuthInfos["vaktest"] = &clientcmdapi.AuthInfo{ClientCertificate: c.CertFile, ClientCertificateData: c.CertData, ClientKey: c.KeyFile, ClientKeyData: c.KeyData, Token: e.Config.BearerToken}
+	cfg.Contexts["vaktest"] = &clientcmdapi.Context{Cluster: "vaktest", AuthInfo: "vaktest", Namespace: e.Namespace}
+	cfg.CurrentContext = "vaktest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatalf("write kubeconfig: %v", err)
+	}
+	return path
 }
