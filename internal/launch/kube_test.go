@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,5 +71,21 @@ func TestKubeSessionRefused(t *testing.T) {
 				t.Errorf("records left: %v", ents)
 			}
 		})
+	}
+}
+
+// TestKubeMCPAndPoolRefused: vak mcp --session-new and the warm pool,
+// with sessions on the kubernetes backend, are refused with what to do,
+// never served by Docker sessions instead.
+func TestKubeMCPAndPoolRefused(t *testing.T) {
+	ws, cfg, file := setup(t, "version = 1\n[session]\nbackend = \"kubernetes\"\n")
+	req := Request{Workspace: ws, Config: cfg, UserConfig: file, Labels: map[string]string{"vak.test": "1"}}
+	_, err := OpenMCPSession(context.Background(), req, Sessions(req, nil), "", nil, nil)
+	if errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), "kubernetes sessions cannot serve MCP yet") {
+		t.Fatalf("err = %v (class %v)", err, errclass.Of(err))
+	}
+	// Nor does the warm pool fill with Docker containers for it.
+	if err := FillPool(context.Background(), req, false, io.Discard); errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), "warm pool is not available for kubernetes") {
+		t.Fatalf("pool fill: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,6 +45,10 @@ type MCPSession struct {
 // creates one for this server (named mcp-RANDOM, removed by Close). It fails
 // early on a wrong ID or workspace, not at the first call.
 func OpenMCPSession(ctx context.Context, req Request, m *taskenv.Manager, id string, files mcp.StartFunc, log *slog.Logger) (_ *MCPSession, err error) {
+	if (id == "" && req.Config != nil && req.Config.Session.Backend == BackendKubernetes) || (id != "" && IsKubeSession(id)) {
+		m.Close()
+		return nil, errclass.Wrap(errclass.Invalid, errors.New("vak mcp with a session: kubernetes sessions cannot serve MCP yet (their workspace is a copy in the pod, so the file tools would have to run there too); use a Docker session (session.backend = \"docker\" or --backend docker) or vak session exec"))
+	}
 	ws := req.Workspace
 	s := &MCPSession{ID: id, Close: func() { m.Close() }}
 	defer func() {

@@ -163,6 +163,9 @@ func FillPool(ctx context.Context, req Request, docker bool, out io.Writer) erro
 	if req.Config == nil || req.Workspace == "" {
 		return errRequired
 	}
+	if req.Config.Session.Backend == BackendKubernetes {
+		return errclass.Wrap(errclass.Invalid, errors.New("session.backend is kubernetes: the warm pool is not available for kubernetes sessions yet (docs/kubernetes.md)"))
+	}
 	m := Sessions(req, nil)
 	defer m.Close()
 	if m.PoolSize == 0 {
