@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"vak/internal/config"
+	"vak/internal/engine"
 )
 
 // Info describes a kubernetes session.
@@ -145,6 +146,8 @@ func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 			why = "its pod is " + strings.ToLower(string(p.Status.Phase)) + containerEnd(p, ContainerSession)
 		case !m.hasRecord(id) && p.Annotations[AnnotationHost] == host:
 			why = "orphaned: this host has no record of it"
+		case p.Annotations[AnnotationHost] == host && ownerGone(p.Annotations[AnnotationOwnerProc]):
+			why = "its owner (vak session create --hold) is gone"
 		default:
 			continue
 		}
@@ -174,6 +177,16 @@ func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 		out = append(out, Removed{ID: id, Pod: rec.Namespace + "/" + rec.Pod, Reason: "its pod is gone"})
 	}
 	return out, errors.Join(errs...)
+}
+
+// ownerGone reports whether the owning process of token (if any) is
+// known to be gone.
+func ownerGone(token string) bool {
+	if token == "" {
+		return false
+	}
+	alive, known := engine.OwnerAlive(token)
+	return known && !alive
 }
 
 func (m *Manager) hasRecord(id string) bool {

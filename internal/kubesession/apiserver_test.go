@@ -5,6 +5,8 @@ package kubesession
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"vak/internal/engine"
 	"vak/internal/sandbox"
 	"vak/internal/testenv/kubetest"
 )
@@ -69,5 +72,67 @@ func TestAPIServerAcceptsSessionObjects(t *testing.T) {
 	_, err = m.Create(ctx, sp2, nil)
 	if !errors.Is(err, ErrCluster) || !strings.Contains(err.Error(), "pod-security.kubernetes.io/enforce=privileged") {
 		t.Fatalf("create in a baseline namespace: %v", err)
+	}
+}
+
+// TestAPIServerGC: gc removes the pods of this host whose owner (a held
+// create) is gone and those it has no record of, and keeps a pod whose
+// owner lives (the control) and one with a record and no owner; pods of
+// another host are not this host's to collect.
+func TestAPIServerGC(t *testing.T) {
+	env := kubetest.APIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := &Manager{Cluster: &Cluster{Config: env.Config, Client: env.Client, Namespace: env.Namespace}, StateDir: t.TempDir(), Labels: kubetest.Labels(t)}
+	dead := exec.Command("sleep", "60")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadTok, err := engine.OwnerToken(dead.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Process.Kill()
+	dead.Wait()
+	liveTok, err := engine.OwnerToken(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(task, owner string, withRecord bool, host string) string {
+		sp := Spec{Task: task, Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1", Lifetime: time.Hour,
+			Created: time.Now(), Owner: os.Getuid(), Labels: m.Labels, OwnerProc: owner}
+		sp.ID = SessionID(task, sp.Workspace)
+		pod, err := Pod(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "" {
+			pod.Annotations[AnnotationHost] = host
+		}
+		if _, err := env.Client.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if withRecord {
+			if err := m.writeRecord(&record{ID: sp.ID, Task: task, Workspace: sp.Workspace, Namespace: env.Namespace, Pod: pod.Name, Created: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sp.ID
+	}
+	gone := mk("ownergone", deadTok, true, "")
+	alive := mk("ownerlives", liveTok, true, "")
+	kept := mk("recorded", "", true, "")
+	orphan := mk("norecord", "", false, "")
+	elsewhere := mk("otherhost", deadTok, false, "another-host")
+	removed, err := m.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range removed {
+		got[r.ID] = r.Reason
+	}
+	if !strings.Contains(got[gone], "owner") || !strings.Contains(got[orphan], "orphaned") || len(got) != 2 {
+		t.Fatalf("gc removed %v; want %s (owner gone) and %s (orphan) only, not %s, %s, %s", got, gone, orphan, alive, kept, elsewhere)
 	}
 }

@@ -85,6 +85,10 @@ const (
 	AnnotationWorkspace = "vak.dev/workspace"
 	AnnotationHost      = "vak.dev/host"
 	AnnotationCreated   = "vak.dev/created"
+	// AnnotationOwnerProc is the owning process's token on this host
+	// (engine.OwnerToken) of a session created with --hold: gc removes
+	// the pod once that process is gone.
+	AnnotationOwnerProc = "vak.dev/owner-proc"
 )
 
 // Cluster is a Kubernetes API client and the namespace sessions go to.

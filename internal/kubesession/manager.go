@@ -258,6 +258,9 @@ func (s *Session) Pod() string { return s.rec.Namespace + "/" + s.rec.Pod }
 // FenceReceipt is the fence init container's receipt.
 func (s *Session) FenceReceipt() string { return s.rec.Fence }
 
+// Done is closed when the connection to the worker ends.
+func (s *Session) Done() <-chan struct{} { return s.relay.done }
+
 // Client is the worker protocol client (file tools and bash).
 func (s *Session) Client() *wire.Client { return s.relay.client }
 

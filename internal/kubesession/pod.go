@@ -63,6 +63,9 @@ type Spec struct {
 	Labels map[string]string
 	// UserNamespace runs the pod in a user namespace (hostUsers: false).
 	UserNamespace bool
+	// OwnerProc is the owning process's token (engine.OwnerToken), if the
+	// session is held: gc removes it once that process is gone.
+	OwnerProc string
 }
 
 // reservedDirs are paths a workspace may not be at or under: the pod's own
@@ -160,6 +163,9 @@ func Pod(s Spec) (*corev1.Pod, error) {
 	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
+	}
+	if s.OwnerProc != "" {
+		pod.Annotations[AnnotationOwnerProc] = s.OwnerProc
 	}
 	if s.UserNamespace {
 		pod.Spec.HostUsers = &no

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"vak/internal/config"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/fsguard"
 	"vak/internal/hostenv"
@@ -52,8 +53,6 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 		return errclass.Wrap(errclass.Invalid, errors.New("--docker (or session.docker): nested Docker is not available in kubernetes sessions"))
 	case len(c.Mounts) > 0:
 		return errclass.Wrap(errclass.Invalid, errors.New("--mount: a kubernetes session has no host paths; its workspace is uploaded"))
-	case c.Hold:
-		return errclass.Wrap(errclass.Invalid, errors.New("--hold is not available for kubernetes sessions yet: remove the session with vak session rm"))
 	case cfg.Network != sandbox.NetworkNone && cfg.Network != "":
 		return errclass.Wrap(errclass.Invalid, fmt.Errorf("--network %s: kubernetes sessions have network none only so far (the in-cluster gateway is not built yet; docs/kubernetes.md)", cfg.Network))
 	}
@@ -98,11 +97,22 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	if req.Progress != nil {
 		fmt.Fprintf(req.Progress, "vak: cluster: %s\n", probe.Describe())
 	}
+	if c.Hold {
+		if spec.OwnerProc, err = engine.OwnerToken(os.Getpid()); err != nil {
+			return err
+		}
+	}
 	pack := func(w io.Writer) error {
 		_, err := wsync.Pack(w, req.Workspace, wsync.PackOptions{})
 		return err
 	}
-	s, err := m.Create(ctx, spec, pack)
+	sigctx := ctx
+	if req.Interrupts != nil {
+		var stop func()
+		sigctx, stop = req.Interrupts(ctx)
+		defer stop()
+	}
+	s, err := m.Create(sigctx, spec, pack)
 	if err != nil {
 		return err
 	}
@@ -110,7 +120,18 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	if c.Created != nil {
 		c.Created(s.ID())
 	}
-	return nil
+	if !c.Hold {
+		return nil
+	}
+	// Held: the session lives until this process is told to stop (or is
+	// killed: gc then removes the pod, its owner being gone).
+	select {
+	case <-sigctx.Done():
+	case <-s.Done():
+	}
+	rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return m.Remove(rmctx, s.ID())
 }
 
 // KubeDoctor is vak doctor's line on the kubernetes session backend:
