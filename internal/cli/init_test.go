@@ -15,9 +15,16 @@ import (
 // client's image-reference parser did: 414 KB before third_party/ made
 // it lazy) is start-up time of every sandboxed command. Allocations are
 // deterministic for a given binary, unlike times.
+//
+// The total was 512 KB (vak itself allocated 265 KB) until the kubernetes
+// session backend linked client-go: its REST client, kubeconfig loading
+// and exec streams, with the core, networking and node API types, add
+// about 510 KB that no package-level change of vak's can defer (the typed
+// clientset, whose scheme alone added 670 KB, is not used:
+// internal/kubesession/api.go). The budget holds that and no more.
 const (
 	initBytesPerPackage = 128 << 10
-	initBytesTotal      = 512 << 10
+	initBytesTotal      = 800 << 10
 )
 
 // TestInitAllocations checks the initialisers of every package linked into

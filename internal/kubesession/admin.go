@@ -40,7 +40,7 @@ func (m *Manager) selector() string {
 // List lists this user's sessions in the manager's namespace, oldest first.
 func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	c := m.Cluster
-	pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector()})
+	pods, err := c.api.listPods(ctx, c.Namespace, metav1.ListOptions{LabelSelector: m.selector()})
 	if err != nil {
 		return nil, apiError("list session pods in "+c.Namespace, err)
 	}
@@ -95,14 +95,14 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 func (m *Manager) remove(ctx context.Context, rec *record) error {
 	c := m.Cluster
 	grace := int64(0)
-	err := c.Client.CoreV1().Pods(rec.Namespace).Delete(ctx, rec.Pod, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	err := c.api.deletePod(ctx, rec.Namespace, rec.Pod, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return apiError("delete pod "+rec.Namespace+"/"+rec.Pod, err)
 	}
 	// Owned by the pod, so the cluster's garbage collector removes it too;
 	// deleted here as well for clusters (and API-only test servers)
 	// without one.
-	err = c.Client.NetworkingV1().NetworkPolicies(rec.Namespace).Delete(ctx, rec.Pod, metav1.DeleteOptions{})
+	err = c.api.deleteNetworkPolicy(ctx, rec.Namespace, rec.Pod)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return apiError("delete network policy "+rec.Namespace+"/"+rec.Pod, err)
 	}
@@ -125,7 +125,7 @@ type Removed struct{ ID, Pod, Reason string }
 // pod is gone.
 func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 	c := m.Cluster
-	pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector()})
+	pods, err := c.api.listPods(ctx, c.Namespace, metav1.ListOptions{LabelSelector: m.selector()})
 	if err != nil {
 		return nil, apiError("list session pods in "+c.Namespace, err)
 	}

@@ -66,7 +66,7 @@ func TestAPIServerAcceptsSessionObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
-	m := &Manager{Cluster: &Cluster{Config: env.Config, Client: env.Client, Namespace: ns.Name}, StateDir: t.TempDir(), Labels: kubetest.Labels(t)}
+	m := &Manager{Cluster: mustCluster(t, env.Config, ns.Name), StateDir: t.TempDir(), Labels: kubetest.Labels(t)}
 	sp2 := sp
 	sp2.ID, sp2.RuntimeClass, sp2.UserNamespace = "", "", false
 	_, err = m.Create(ctx, sp2, nil)
@@ -83,7 +83,7 @@ func TestAPIServerGC(t *testing.T) {
 	env := kubetest.APIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m := &Manager{Cluster: &Cluster{Config: env.Config, Client: env.Client, Namespace: env.Namespace}, StateDir: t.TempDir(), Labels: kubetest.Labels(t)}
+	m := &Manager{Cluster: mustCluster(t, env.Config, env.Namespace), StateDir: t.TempDir(), Labels: kubetest.Labels(t)}
 	dead := exec.Command("sleep", "60")
 	if err := dead.Start(); err != nil {
 		t.Fatal(err)

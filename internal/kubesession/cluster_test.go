@@ -45,7 +45,7 @@ func newClusterFixture(t *testing.T) *clusterFixture {
 	env := kubetest.Cluster(t)
 	ref := workerImage(t)
 	m := &Manager{
-		Cluster:  &Cluster{Config: env.Config, Client: env.Client, Namespace: env.Namespace},
+		Cluster:  mustCluster(t, env.Config, env.Namespace),
 		StateDir: t.TempDir(),
 		Labels:   kubetest.Labels(t),
 	}

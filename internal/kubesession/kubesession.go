@@ -34,7 +34,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -94,13 +93,23 @@ const (
 // Cluster is a Kubernetes API client and the namespace sessions go to.
 type Cluster struct {
 	Config    *rest.Config
-	Client    kubernetes.Interface
 	Namespace string
 	// Context is the kubeconfig context used ("" when the config was
 	// given directly).
 	Context string
 	// Kubeconfig is the kubeconfig file used ("" for the default rules).
 	Kubeconfig string
+
+	api *api
+}
+
+// NewCluster is the cluster of cfg with sessions in namespace.
+func NewCluster(cfg *rest.Config, namespace string) (*Cluster, error) {
+	a, err := newAPI(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCluster, err)
+	}
+	return &Cluster{Config: cfg, Namespace: namespace, api: a}, nil
 }
 
 // Describe names the cluster for messages: its context, kubeconfig and
@@ -148,11 +157,12 @@ func Connect(k config.Kubernetes) (*Cluster, error) {
 		}
 	}
 	rc.QPS, rc.Burst = 50, 100
-	client, err := kubernetes.NewForConfig(rc)
+	c, err := NewCluster(rc, ns)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kubeconfig %s, context %q: %v", ErrCluster, where, ctxName, err)
+		return nil, fmt.Errorf("kubeconfig %s, context %q: %w", where, ctxName, err)
 	}
-	return &Cluster{Config: rc, Client: client, Namespace: ns, Context: ctxName, Kubeconfig: rules.ExplicitPath}, nil
+	c.Context, c.Kubeconfig = ctxName, rules.ExplicitPath
+	return c, nil
 }
 
 // describeKubeconfig names the files rules read, for messages.

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -129,7 +128,7 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *record, pack Pack) (*Session, error) {
 	c := m.Cluster
 	m.progress("creating pod %s/%s (image %s, worker %s)", c.Namespace, pod.Name, s.Image, s.WorkerImage)
-	created, err := c.Client.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := c.api.createPod(ctx, c.Namespace, pod)
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("%w: pod %s/%s of %s exists (vak session rm %s)", ErrSessionExists, c.Namespace, pod.Name, s.ID, s.ID)
@@ -137,7 +136,7 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 		return nil, apiError("create pod "+c.Namespace+"/"+pod.Name, err)
 	}
 	np := NetworkPolicy(s, created)
-	if _, err := c.Client.NetworkingV1().NetworkPolicies(c.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+	if err := c.api.createNetworkPolicy(ctx, c.Namespace, np); err != nil {
 		return nil, apiError("create network policy "+c.Namespace+"/"+np.Name, err)
 	}
 	m.progress("waiting for the fence and the workspace upload")
@@ -230,7 +229,7 @@ func (m *Manager) ended(rec *record, cause error) error {
 func (m *Manager) podEnded(rec *record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := m.Cluster.Client.CoreV1().Pods(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
+	p, err := m.Cluster.api.getPod(ctx, rec.Namespace, rec.Pod)
 	switch {
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%w: %s: its pod %s/%s is gone", ErrSessionEnded, rec.ID, rec.Namespace, rec.Pod)

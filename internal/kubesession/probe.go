@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Probe is what a cluster offers sessions, read from its API (no pod is
@@ -32,22 +31,22 @@ type Probe struct {
 // default runtime). Its errors wrap ErrCluster.
 func ProbeCluster(ctx context.Context, c *Cluster, runtimeClass string) (*Probe, error) {
 	p := &Probe{Namespace: c.Namespace}
-	v, err := c.Client.Discovery().ServerVersion()
+	v, err := c.api.serverVersion(ctx)
 	if err != nil {
 		return nil, apiError("server version ("+c.Describe()+")", err)
 	}
 	p.Server = v.GitVersion
-	if ns, err := c.Client.CoreV1().Namespaces().Get(ctx, c.Namespace, metav1.GetOptions{}); err == nil {
+	if ns, err := c.api.getNamespace(ctx, c.Namespace); err == nil {
 		p.PodSecurity = ns.Labels["pod-security.kubernetes.io/enforce"]
 	}
 	if runtimeClass != "" {
-		rc, err := c.Client.NodeV1().RuntimeClasses().Get(ctx, runtimeClass, metav1.GetOptions{})
+		rc, err := c.api.getRuntimeClass(ctx, runtimeClass)
 		if err != nil {
 			return nil, apiError("runtime class "+runtimeClass+" (kubernetes.runtime_class)", err)
 		}
 		p.Handler = rc.Handler
 	}
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := c.api.listNodes(ctx)
 	if err != nil {
 		// A namespaced user may not list nodes: say so, assume no support.
 		p.Why = "cannot read the nodes' runtime features: " + err.Error()

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -30,18 +29,14 @@ func (c *Cluster) executor(req *rest.Request) (remotecommand.Executor, error) {
 
 // execURL is the exec subresource request of cmd in pod's container.
 func (c *Cluster) execRequest(pod, container string, cmd []string, stdin bool) *rest.Request {
-	return c.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.Namespace).
-		Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdin: stdin, Stdout: true, Stderr: true},
-			scheme.ParameterCodec)
+	return c.api.podRequest(c.Namespace, pod, "exec",
+		&corev1.PodExecOptions{Container: container, Command: cmd, Stdin: stdin, Stdout: true, Stderr: true})
 }
 
 // attachRequest is the attach subresource request of pod's container.
 func (c *Cluster) attachRequest(pod, container string) *rest.Request {
-	return c.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.Namespace).
-		Name(pod).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true, Stderr: true},
-			scheme.ParameterCodec)
+	return c.api.podRequest(c.Namespace, pod, "attach",
+		&corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true, Stderr: true})
 }
 
 // relay is one exec stream of `vak __worker-relay` in a session pod: the

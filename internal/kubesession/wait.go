@@ -36,8 +36,8 @@ func sessionRunning(p *corev1.Pod) bool {
 // that cannot get there (podFailure) and, when ctx ends, saying what the
 // pod was doing.
 func (m *Manager) waitPod(ctx context.Context, name string, ok podCheck) (*corev1.Pod, error) {
-	pods := m.Cluster.Client.CoreV1().Pods(m.Cluster.Namespace)
-	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	c := m.Cluster
+	p, err := c.api.getPod(ctx, c.Namespace, name)
 	if err != nil {
 		return nil, apiError("get pod "+m.Cluster.Namespace+"/"+name, err)
 	}
@@ -48,7 +48,7 @@ func (m *Manager) waitPod(ctx context.Context, name string, ok podCheck) (*corev
 		if ok(p) {
 			return p, nil
 		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{
+		w, err := c.api.watchPods(ctx, c.Namespace, metav1.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
 			ResourceVersion: p.ResourceVersion,
 		})
