@@ -132,7 +132,10 @@ func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 	var out []Removed
 	var errs []error
 	seen := map[string]bool{}
-	host := hostname()
+	host, err := m.hostID()
+	if err != nil {
+		return nil, err
+	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		id := p.Labels[LabelSession]
@@ -144,9 +147,9 @@ func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 			continue
 		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 			why = "its pod is " + strings.ToLower(string(p.Status.Phase)) + containerEnd(p, ContainerSession)
-		case !m.hasRecord(id) && p.Annotations[AnnotationHost] == host:
+		case !m.hasRecord(id) && p.Annotations[AnnotationHostID] == host:
 			why = "orphaned: this host has no record of it"
-		case p.Annotations[AnnotationHost] == host && ownerGone(p.Annotations[AnnotationOwnerProc]):
+		case p.Annotations[AnnotationHostID] == host && ownerGone(p.Annotations[AnnotationOwnerProc]):
 			why = "its owner (vak session create --hold) is gone"
 		default:
 			continue

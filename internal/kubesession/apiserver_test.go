@@ -37,7 +37,7 @@ func TestAPIServerAcceptsSessionObjects(t *testing.T) {
 	t.Cleanup(func() {
 		env.Client.NodeV1().RuntimeClasses().Delete(context.Background(), rc.Name, metav1.DeleteOptions{})
 	})
-	sp := Spec{ID: SessionID("api", "/work/ws"), Task: "api", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1",
+	sp := Spec{ID: SessionID("h", "api", "/work/ws"), Task: "api", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1",
 		PullPolicy: corev1.PullNever, Mode: sandbox.WorkspaceWrite, RuntimeClass: rc.Name, UserNamespace: true,
 		Lifetime: time.Hour, Created: time.Now(), Labels: kubetest.Labels(t)}
 	pod, err := Pod(sp)
@@ -98,16 +98,20 @@ func TestAPIServerGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hid, err := m.hostID()
+	if err != nil {
+		t.Fatal(err)
+	}
 	mk := func(task, owner string, withRecord bool, host string) string {
+		if host == "" {
+			host = hid
+		}
 		sp := Spec{Task: task, Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1", Lifetime: time.Hour,
-			Created: time.Now(), Owner: os.Getuid(), Labels: m.Labels, OwnerProc: owner}
-		sp.ID = SessionID(task, sp.Workspace)
+			Created: time.Now(), Owner: os.Getuid(), Labels: m.Labels, OwnerProc: owner, HostID: host}
+		sp.ID = SessionID(host, task, sp.Workspace)
 		pod, err := Pod(sp)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if host != "" {
-			pod.Annotations[AnnotationHost] = host
 		}
 		if _, err := env.Client.CoreV1().Pods(env.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -134,5 +138,46 @@ func TestAPIServerGC(t *testing.T) {
 	}
 	if !strings.Contains(got[gone], "owner") || !strings.Contains(got[orphan], "orphaned") || len(got) != 2 {
 		t.Fatalf("gc removed %v; want %s (owner gone) and %s (orphan) only, not %s, %s, %s", got, gone, orphan, alive, kept, elsewhere)
+	}
+}
+
+// TestAPIServerCreateNeverTakesAPod: a create whose pod name is taken by a
+// pod it did not make (another host's, a record lost) fails with
+// ErrSessionExists and leaves that pod alone; a create of a session that
+// has a record here stops before the API is asked anything.
+func TestAPIServerCreateNeverTakesAPod(t *testing.T) {
+	env := kubetest.APIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := &Manager{Cluster: mustCluster(t, env.Config, env.Namespace), StateDir: t.TempDir(), Labels: kubetest.Labels(t), StartTimeout: 20 * time.Second}
+	hid, err := m.hostID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := Spec{Task: "taken", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1", Lifetime: time.Hour}
+	id := SessionID(hid, sp.Task, sp.Workspace)
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(id), Labels: kubetest.Labels(t)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "someone-elses:1"}}}}
+	if _, err := env.Client.CoreV1().Pods(env.Namespace).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, sp, nil); !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("create over a foreign pod: %v, want ErrSessionExists", err)
+	}
+	if p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, foreign.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil || p.Spec.Containers[0].Image != "someone-elses:1" {
+		t.Fatalf("the foreign pod was touched: %v", err)
+	}
+	if m.hasRecord(id) {
+		t.Error("the failed create left its record")
+	}
+	// A record here: the create stops at once.
+	if err := m.createRecord(&record{ID: id, Task: sp.Task, Workspace: sp.Workspace, Namespace: env.Namespace, Pod: PodName(id), Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, sp, nil); !errors.Is(err, ErrSessionExists) || errors.Is(err, errPodNotOurs) {
+		t.Fatalf("create of a recorded session: %v", err)
+	}
+	if !m.hasRecord(id) {
+		t.Error("the refused create removed the existing record")
 	}
 }

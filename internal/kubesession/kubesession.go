@@ -84,6 +84,9 @@ const (
 	AnnotationWorkspace = "vak.dev/workspace"
 	AnnotationHost      = "vak.dev/host"
 	AnnotationCreated   = "vak.dev/created"
+	// AnnotationHostID is the creating host's identity (Manager's host
+	// ID): gc collects only this host's pods.
+	AnnotationHostID = "vak.dev/host-id"
 	// AnnotationOwnerProc is the owning process's token on this host
 	// (engine.OwnerToken) of a session created with --hold: gc removes
 	// the pod once that process is gone.
@@ -176,11 +179,13 @@ func describeKubeconfig(rules *clientcmd.ClientConfigLoadingRules) string {
 	return strings.Join(rules.Precedence, ":")
 }
 
-// SessionID is the ID of the kubernetes session for task in workspace:
-// shaped like a Docker session's (TASK-HASH), hashed with the backend's
-// name so the two backends' sessions of one task never share an ID.
-func SessionID(task, workspace string) string {
-	h := sha256.Sum256([]byte("kubernetes\x00" + task + "\x00" + workspace))
+// SessionID is the ID of the kubernetes session for task in workspace,
+// created by the host (state directory) hostID: shaped like a Docker
+// session's (TASK-HASH), hashed with the backend's name and the host, so
+// the two backends' sessions of one task, and two hosts' sessions of one
+// task and workspace path, never share an ID (or a pod name).
+func SessionID(hostID, task, workspace string) string {
+	h := sha256.Sum256([]byte("kubernetes\x00" + hostID + "\x00" + task + "\x00" + workspace))
 	return task + "-" + hex.EncodeToString(h[:5])
 }
 

@@ -2,6 +2,8 @@ package kubesession
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,8 +83,13 @@ type Pack func(w io.Writer) error
 // the error says which step failed. The record is written first, so an
 // interrupted create is found by `vak session rm` and gc.
 func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, error) {
+	hostID, err := m.hostID()
+	if err != nil {
+		return nil, err
+	}
+	s.HostID = hostID
 	if s.ID == "" {
-		s.ID = SessionID(s.Task, s.Workspace)
+		s.ID = SessionID(hostID, s.Task, s.Workspace)
 	}
 	if s.IdleTimeout == 0 {
 		s.IdleTimeout = DefaultIdleTimeout
@@ -98,9 +106,6 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.readRecord(s.ID); err == nil {
-		return nil, fmt.Errorf("%w: %s (vak session rm %s)", ErrSessionExists, s.ID, s.ID)
-	}
 	timeout := m.StartTimeout
 	if timeout == 0 {
 		timeout = DefaultStartTimeout
@@ -110,17 +115,92 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 	c := m.Cluster
 	rec := &record{ID: s.ID, Task: s.Task, Workspace: s.Workspace, Namespace: c.Namespace, Pod: pod.Name,
 		Context: c.Context, Kubeconfig: c.Kubeconfig, Image: s.Image, Created: s.Created}
-	if err := m.writeRecord(rec); err != nil {
+	// The record is created exclusively: of two creates of one session,
+	// one goes on and the other stops here, touching nothing.
+	if err := m.createRecord(rec); err != nil {
 		return nil, err
 	}
 	sess, err := m.start(ctx, s, pod, rec, pack)
 	if err != nil {
 		rmctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		m.remove(rmctx, rec)
+		if errors.Is(err, errPodNotOurs) {
+			// A pod of that name exists that this create did not make:
+			// only the record goes.
+			m.removeRecord(rec.ID)
+		} else {
+			m.remove(rmctx, rec)
+		}
 		return nil, err
 	}
 	return sess, nil
+}
+
+// errPodNotOurs marks a create whose pod name was taken by a pod it did
+// not make (it must not remove that pod).
+var errPodNotOurs = errors.New("the pod is not this create's")
+
+// createRecord writes rec's record if there is none; an existing one is
+// ErrSessionExists.
+func (m *Manager) createRecord(rec *record) error {
+	p, err := m.recordPath(rec.ID)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: %s (vak session rm %s)", ErrSessionExists, rec.ID, rec.ID)
+	}
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return m.writeRecord(rec)
+}
+
+// hostID is this state directory's identity on clusters (random, made on
+// first use): it marks the pods this host created, for gc, and goes into
+// session IDs, so two hosts' sessions of one task and workspace path never
+// share a pod name.
+func (m *Manager) hostID() (string, error) {
+	dir := RecordDir(m.StateDir)
+	p := filepath.Join(dir, "host-id")
+	if data, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(data))) == 32 {
+		return strings.TrimSpace(string(data)), nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b[:])
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		// Another create made it meanwhile.
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, err = f.WriteString(id + "\n")
+	return id, err
+}
+
+// removeRecord removes session id's record.
+func (m *Manager) removeRecord(id string) {
+	if p, err := m.recordPath(id); err == nil {
+		os.Remove(p)
+	}
 }
 
 // start creates the pod and its network policy, uploads the workspace and
@@ -131,7 +211,7 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 	created, err := c.api.createPod(ctx, c.Namespace, pod)
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("%w: pod %s/%s of %s exists (vak session rm %s)", ErrSessionExists, c.Namespace, pod.Name, s.ID, s.ID)
+			return nil, fmt.Errorf("%w: pod %s/%s of %s exists, and this host has no record of it (another host's, or one whose record was lost: vak session gc collects it if it is this host's): %w", ErrSessionExists, c.Namespace, pod.Name, s.ID, errPodNotOurs)
 		}
 		return nil, apiError("create pod "+c.Namespace+"/"+pod.Name, err)
 	}

@@ -63,6 +63,8 @@ type Spec struct {
 	Labels map[string]string
 	// UserNamespace runs the pod in a user namespace (hostUsers: false).
 	UserNamespace bool
+	// HostID is the creating host's identity (AnnotationHostID).
+	HostID string
 	// OwnerProc is the owning process's token (engine.OwnerToken), if the
 	// session is held: gc removes it once that process is gone.
 	OwnerProc string
@@ -113,6 +115,7 @@ func Pod(s Spec) (*corev1.Pod, error) {
 				AnnotationWorkspace: s.Workspace,
 				AnnotationHost:      hostname(),
 				AnnotationCreated:   s.Created.UTC().Format(time.RFC3339),
+				AnnotationHostID:    s.HostID,
 			},
 		},
 		Spec: corev1.PodSpec{

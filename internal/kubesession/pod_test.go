@@ -15,7 +15,7 @@ import (
 )
 
 func testSpec() Spec {
-	return Spec{ID: SessionID("t", "/work/ws"), Task: "t", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1",
+	return Spec{ID: SessionID("h", "t", "/work/ws"), Task: "t", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1",
 		Mode: sandbox.WorkspaceWrite, Limits: sandbox.Limits{Memory: 1 << 30, CPUs: 2}, Env: []string{"LANG=C.UTF-8"},
 		IdleTimeout: time.Minute, Lifetime: time.Hour, Created: time.Unix(1700000000, 0), Owner: 1234}
 }
@@ -138,8 +138,8 @@ func TestPodWorkspaceRefused(t *testing.T) {
 }
 
 func TestIDs(t *testing.T) {
-	id := SessionID("build.x_1", "/w")
-	if !validID(id) || id == SessionID("build.x_1", "/w2") {
+	id := SessionID("h", "build.x_1", "/w")
+	if !validID(id) || id == SessionID("h", "build.x_1", "/w2") || id == SessionID("other-host", "build.x_1", "/w") {
 		t.Fatalf("SessionID %q", id)
 	}
 	for _, bad := range []string{"", "-0123456789", "a-012345678", "../x-0123456789", "a/b-0123456789", "a-0123456789A", strings.Repeat("a", 41) + "-0123456789"} {

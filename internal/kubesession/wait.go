@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,13 +59,27 @@ func (m *Manager) waitPod(ctx context.Context, name string, ok podCheck) (*corev
 			}
 			return nil, apiError("watch pod "+m.Cluster.Namespace+"/"+name, err)
 		}
-		p, err = nextPod(ctx, w, p, ok)
+		next, err := nextPod(ctx, w, p, ok)
 		w.Stop()
 		if err != nil {
 			return nil, err
 		}
-		if p == nil {
+		if next == nil {
 			return nil, fmt.Errorf("%w: pod %s/%s was deleted while it started", ErrPodFailed, m.Cluster.Namespace, name)
+		}
+		if podFailure(next) != nil || ok(next) {
+			p = next
+			continue
+		}
+		// The watch ended (or its resource version expired): look again
+		// after a pause, from a fresh version.
+		select {
+		case <-ctx.Done():
+			return nil, waitTimeout(name, next, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if p, err = c.api.getPod(ctx, c.Namespace, name); err != nil {
+			return nil, apiError("get pod "+c.Namespace+"/"+name, err)
 		}
 	}
 }
