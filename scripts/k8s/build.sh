@@ -6,7 +6,7 @@
 #   scripts/k8s/build.sh [BINARY...]
 #
 # BINARY defaults to kube-apiserver kube-controller-manager kube-scheduler
-# kubelet; kubectl and kube-proxy can be named too. The Kubernetes binaries
+# kubelet kube-proxy; kubectl can be named too. The Kubernetes binaries
 # come from the k8s.io/kubernetes Go module: it replaces its staging modules
 # with local directories, so `go install` cannot build it; a generated wrapper
 # module requires it and points every staging module at its published
@@ -29,7 +29,7 @@ export GOFLAGS=${GOFLAGS:--p=2} CGO_ENABLED=0 GOTOOLCHAIN=local
 command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 
 bins=("$@")
-[ ${#bins[@]} -gt 0 ] || bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+[ ${#bins[@]} -gt 0 ] || bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 debs=(etcd-server containernetworking-plugins containerd runc busybox-static)
 
 vdir=$dir/$version

@@ -119,6 +119,14 @@ remove_host_paths() {
 	return 0
 }
 
+# remove_proxy_tables deletes kube-proxy's nftables tables (nftables mode
+# keeps everything it programs there; no other kube-proxy runs here).
+remove_proxy_tables() {
+	local f
+	for f in ip ip6; do nft delete table "$f" kube-proxy 2>/dev/null; done
+	return 0
+}
+
 main() {
 	[ "$(id -u)" = 0 ] || { log "down.sh runs as root"; return 1; }
 	[ -d "$state" ] || { log "no cluster state at $state"; return 0; }
@@ -127,10 +135,11 @@ main() {
 	delete_pods
 	stop kubelet
 	stop_tasks
-	for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop "$name"; done
+	for name in kube-proxy kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop "$name"; done
 	unmount_state
 	remove_cgroups
 	remove_network
+	remove_proxy_tables
 	restore_sysctls
 	remove_host_paths
 	rm -rf "$state"

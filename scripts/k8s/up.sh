@@ -35,7 +35,7 @@ node_ip() {
 check() {
 	[ "$(id -u)" = 0 ] || { log "up.sh runs as root (kubelet, containerd, cgroups, CNI)"; return 1; }
 	local b
-	for b in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+	for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 		[ -x "$k8s_bin/$b" ] || { log "missing $k8s_bin/$b: run scripts/k8s/build.sh"; return 1; }
 	done
 	for b in "$k8s_deb/usr/bin/etcd" "$k8s_deb/usr/bin/containerd" "$k8s_deb/usr/sbin/runc" \
@@ -107,8 +107,9 @@ gen_certs() {
 	cert scheduler system:kube-scheduler "" ""
 	cert kubelet "system:node:$node_name" system:nodes ""
 	cert kubelet-server "$node_name" "" "DNS:$node_name,IP:$ip,IP:127.0.0.1"
+	cert kube-proxy system:kube-proxy "" ""
 	local u
-	for u in admin controller-manager scheduler kubelet; do
+	for u in admin controller-manager scheduler kubelet kube-proxy; do
 		write_kubeconfig "$u" "$p/$u.kubeconfig"
 	done
 	cp "$p/admin.kubeconfig" "$kubeconfig"
@@ -277,6 +278,22 @@ EOC
 		--node-ip="$ip"
 }
 
+# start_proxy runs kube-proxy in nftables mode: Services (the in-cluster
+# gateway's ClusterIP) work, and everything it programs is in its own
+# tables ("ip kube-proxy", "ip6 kube-proxy"), which down.sh deletes. It
+# masquerades all service traffic (pods on one bridge reach a service
+# backend on the same bridge without br_netfilter) and leaves the host's
+# conntrack sysctls alone.
+start_proxy() {
+	local p=$state/pki
+	start kube-proxy "$k8s_bin/kube-proxy" --kubeconfig="$p/kube-proxy.kubeconfig" --proxy-mode=nftables \
+		--cluster-cidr="$pod_subnet" --hostname-override="$node_name" --masquerade-all \
+		--conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
+		--metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256
+}
+
+proxy_ready() { curl -sf http://127.0.0.1:10256/healthz >/dev/null; }
+
 node_ready() { api "/api/v1/nodes/$node_name" | grep -q '"type":"Ready","status":"True"'; }
 
 main() {
@@ -293,6 +310,7 @@ main() {
 	t=$(now); start_apiserver "$ip"; log "apiserver ready: $(since "$t") s"
 	start_controllers
 	t=$(now); start_kubelet "$ip"; wait_for "node Ready" 120 node_ready; log "node Ready: $(since "$t") s"
+	t=$(now); start_proxy; wait_for "kube-proxy healthy" 60 proxy_ready; log "kube-proxy healthy: $(since "$t") s"
 	t=$(now)
 	wait_for "the default service account" 120 api /api/v1/namespaces/default/serviceaccounts/default
 	log "default service account: $(since "$t") s"
