@@ -23,7 +23,6 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
-	"vak/internal/egress/secrets"
 	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -36,40 +35,7 @@ var ErrStale = errors.New("devcontainer: the template is out of date")
 // Placeholders returns the workspace's placeholders for names, creating
 // (and saving) fresh ones for names that have none yet.
 func Placeholders(stateDir, key string, names []string) (map[string]string, error) {
-	p := PlaceholderFile(stateDir, key)
-	m := map[string]string{}
-	if data, err := os.ReadFile(p); err == nil {
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("devcontainer: %s: %w", p, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("devcontainer: %w", err)
-	}
-	changed := false
-	out := map[string]string{}
-	for _, n := range names {
-		if !validName(n) {
-			return nil, fmt.Errorf("devcontainer: secret name %q is not an environment variable name", n)
-		}
-		if m[n] == "" {
-			m[n] = secrets.NewPlaceholder()
-			changed = true
-		}
-		out[n] = m[n]
-	}
-	if changed {
-		data, _ := json.Marshal(m)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return nil, fmt.Errorf("devcontainer: %w", err)
-		}
-		if err := os.WriteFile(p+".tmp", data, 0o600); err != nil {
-			return nil, fmt.Errorf("devcontainer: %w", err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return nil, fmt.Errorf("devcontainer: %w", err)
-		}
-	}
-	return out, nil
+	return proxynet.Placeholders(PlaceholderFile(stateDir, key), names)
 }
 
 // SecretNames are the secrets of the trusted config's sections, sorted.

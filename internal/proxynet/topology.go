@@ -646,8 +646,14 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	// compares digests).
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		data := files[name]
+		// Parents before children (outermost first): a strict unpacker
+		// (the cluster gateway's, wsync) creates no directory itself.
+		var missing []string
 		for d := filepath.Dir(name); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
+			missing = append(missing, d)
+		}
+		for _, d := range slices.Backward(missing) {
 			tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o700})
 		}
 		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(data))})

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"vak/internal/catrust"
+	"vak/internal/egress/secrets"
 
 	pkcs12 "software.sslmate.com/src/go-pkcs12"
 )
@@ -173,4 +175,42 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// Placeholders returns the placeholders kept in file for names, creating
+// (and saving, 0600) fresh ones for names that have none yet: the
+// sandboxes' environment is written before their gateway starts (a dev
+// container's template, a kubernetes session), and the gateway is seeded
+// with the same ones.
+func Placeholders(file string, names []string) (map[string]string, error) {
+	m := map[string]string{}
+	if data, err := os.ReadFile(file); err == nil {
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("proxynet: %s: %w", file, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("proxynet: %w", err)
+	}
+	changed := false
+	out := map[string]string{}
+	for _, n := range names {
+		if !secrets.ValidName(n) {
+			return nil, fmt.Errorf("proxynet: secret name %q is not an environment variable name", n)
+		}
+		if m[n] == "" {
+			m[n] = secrets.NewPlaceholder()
+			changed = true
+		}
+		out[n] = m[n]
+	}
+	if changed {
+		data, _ := json.Marshal(m)
+		if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+			return nil, fmt.Errorf("proxynet: %w", err)
+		}
+		if err := writeFileAtomic(file, data, 0o600); err != nil {
+			return nil, fmt.Errorf("proxynet: %w", err)
+		}
+	}
+	return out, nil
 }
