@@ -34,7 +34,13 @@ the same --nested-pool/--uplink as the running netclient. With --check
 --joined, check from another container that joined the netclient's namespace
 (a dev container's dockerd): the rules verify, the uplink is up with an
 address, and the gateway's DNS port accepts a TCP connection; this fails in a
-namespace whose netclient is gone (no uplink left).`,
+namespace whose netclient is gone (no uplink left).
+
+With --pod, the fence of a Kubernetes session pod, run by vak as the pod's
+vak-fence sidecar with the in-cluster gateway's Service address: no sysctl
+is set, IPv6 is dropped rather than disabled, connections opened toward the
+pod are dropped, and a self-test (its receipt one JSON line) runs before the
+pod is reported ready. See docs/kubernetes.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return exitFor(netfence.Command(c, f, a.stdio.Out))
@@ -49,6 +55,7 @@ namespace whose netclient is gone (no uplink left).`,
 	fl.StringVar(&f.NestedPool, "nested-pool", "", "nested mode: the inner Docker engine's IPv4 address pool (e.g. "+netfence.DefaultNestedPool.String()+")")
 	fl.StringVar(&c.Uplink, "uplink", netfence.DefaultUplink, "nested mode: the interface toward the sandbox network")
 	fl.BoolVar(&f.Check, "check", false, "only verify that the fence is in place")
+	fl.BoolVar(&f.Pod, "pod", false, "a Kubernetes session pod's fence: no sysctls, inbound connections dropped, a self-test whose receipt is printed before ready")
 	fl.BoolVar(&f.Joined, "joined", false, "with --check: from a container that joined the namespace (no ready file; the uplink and the gateway must answer)")
 	fl.DurationVar(&f.VerifyEvery, "verify-interval", netfence.DefaultVerifyInterval, "how often to re-verify the rules (exit if they changed)")
 	cmd.MarkFlagRequired("gateway")

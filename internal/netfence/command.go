@@ -2,6 +2,7 @@ package netfence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,10 @@ type Flags struct {
 	Check, Joined bool
 	// VerifyEvery is the running netclient's re-verify interval.
 	VerifyEvery time.Duration
+	// Pod is the proxied fence of a Kubernetes session pod (Config.Pod):
+	// the netclient also runs ProxiedPodSelfTest and writes its receipt
+	// (one JSON line) before it reports ready.
+	Pod bool
 }
 
 // Command is `vak netclient`: with f.Check it verifies the fence (and the
@@ -68,12 +73,29 @@ func Command(c Config, f Flags, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return Run(ctx, c, RunOptions{VerifyEvery: f.VerifyEvery, ReadyFile: ReadyFile, Out: out})
+	o := RunOptions{VerifyEvery: f.VerifyEvery, ReadyFile: ReadyFile, Out: out}
+	if c.Pod {
+		o.SelfTest = func(ctx context.Context) error {
+			rc, err := ProxiedPodSelfTest(ctx, c)
+			if rc != nil {
+				data, _ := json.Marshal(rc)
+				fmt.Fprintf(out, "%s%s\n", PodReceiptPrefix, data)
+			}
+			return err
+		}
+	}
+	return Run(ctx, c, o)
 }
+
+// PodReceiptPrefix starts the line of the proxied pod fence's receipt in
+// the netclient's output (the sidecar's log, which vak keeps with the
+// session).
+const PodReceiptPrefix = "vak-fence-receipt: "
 
 // apply parses f into c and checks the combination.
 func (f Flags) apply(c *Config) error {
 	var err error
+	c.Pod = f.Pod
 	if c.Gateway, err = netip.ParseAddr(f.Gateway); err != nil {
 		return fmt.Errorf("--gateway: %w", err)
 	}

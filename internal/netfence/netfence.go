@@ -46,6 +46,15 @@ type Config struct {
 	// Uplink is the interface toward the sandbox network (nested mode
 	// only; empty means DefaultUplink).
 	Uplink string
+	// Pod is the proxied fence of a Kubernetes session pod (docs/
+	// kubernetes.md): the gateway is the in-cluster gateway's Service
+	// address; no sysctl is set (a pod's /proc/sys is read-only, and
+	// nothing needs route_localnet: the pod's resolver is the gateway, not
+	// a loopback address); IPv6 is dropped by the filter table rather than
+	// disabled; and an input chain drops every connection opened toward
+	// the pod (another pod of the cluster could otherwise give the
+	// workload a channel out).
+	Pod bool
 }
 
 // DefaultUplink is the sandbox-network interface of a Docker container.
@@ -84,6 +93,9 @@ func (c Config) Validate() error {
 		if p == 0 {
 			return fmt.Errorf("netfence: %s port is zero", name)
 		}
+	}
+	if c.Pod && c.Nested() {
+		return errors.New("netfence: the pod fence has no nested mode")
 	}
 	if c.Nested() {
 		if err := CheckPool(c.NestedPool, map[string]netip.Prefix{"gateway": netip.PrefixFrom(c.Gateway, 32)}); err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"vak/internal/egress/proxyproto"
 	"vak/internal/testenv"
 )
@@ -356,12 +358,32 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Gateway = netip.MustParseAddr("fd00::1") },
 		func(c *Config) { c.Gateway = netip.Addr{} },
 		func(c *Config) { c.ForwarderPort = 0 },
+		func(c *Config) { c.Pod, c.NestedPool = true, DefaultNestedPool },
 	} {
 		c := good
 		mod(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("accepted %+v", c)
 		}
+	}
+}
+
+// TestPodRuleset: the pod fence is the netclient's ruleset plus an input
+// chain (policy drop: loopback and replies only), and sets no sysctl.
+func TestPodRuleset(t *testing.T) {
+	c := testConfig("10.1.2")
+	plain := build(c)
+	c.Pod = true
+	pod := build(c)
+	if plain.noSysctl || !pod.noSysctl {
+		t.Errorf("noSysctl: plain %v, pod %v", plain.noSysctl, pod.noSysctl)
+	}
+	if len(pod.chains) != len(plain.chains)+1 {
+		t.Fatalf("pod chains %d, plain %d", len(pod.chains), len(plain.chains))
+	}
+	in := pod.chains[len(pod.chains)-1]
+	if in.chain.Name != "input" || *in.chain.Hooknum != *nftables.ChainHookInput || *in.chain.Policy != nftables.ChainPolicyDrop || len(in.rules) != 2 {
+		t.Errorf("input chain %+v with %d rules", in.chain, len(in.rules))
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+
+	"vak/internal/netpolicy"
 )
 
 // buildPod is the ruleset of c: inet table PodTable, input and output
@@ -85,17 +87,23 @@ func VerifyPod(c PodConfig) (string, error) {
 	if err := verify(r, false); err != nil {
 		return "", err
 	}
+	return digestAndCheck(r)
+}
+
+// digestAndCheck returns the sha256 of r's chains as read back from the
+// kernel, and fails if r's tables hold a chain r does not have.
+func digestAndCheck(r *ruleset) (string, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return "", fmt.Errorf("netfence: netlink: %w", err)
 	}
 	h := sha256.New()
 	for _, cs := range r.chains {
-		got, err := conn.GetRules(r.filter, cs.chain)
+		got, err := conn.GetRules(cs.chain.Table, cs.chain)
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", ErrNotVerified, err)
 		}
-		fmt.Fprintf(h, "chain %s policy drop\n", cs.chain.Name)
+		fmt.Fprintf(h, "chain %s %s\n", cs.chain.Table.Name, cs.chain.Name)
 		for _, rule := range got {
 			fmt.Fprintln(h, describe(rule.Exprs))
 		}
@@ -105,9 +113,12 @@ func VerifyPod(c PodConfig) (string, error) {
 		return "", fmt.Errorf("%w: list chains: %v", ErrNotVerified, err)
 	}
 	for _, ch := range chains {
-		if ch.Table.Name == PodTable && ch.Table.Family == nftables.TableFamilyINet {
-			if !slices.ContainsFunc(r.chains, func(cs chainSpec) bool { return cs.chain.Name == ch.Name }) {
-				return "", fmt.Errorf("%w: unexpected chain %s in %s", ErrNotVerified, ch.Name, PodTable)
+		for _, t := range []*nftables.Table{r.nat, r.filter} {
+			if t == nil || ch.Table.Name != t.Name || ch.Table.Family != t.Family {
+				continue
+			}
+			if !slices.ContainsFunc(r.chains, func(cs chainSpec) bool { return cs.chain.Table == t && cs.chain.Name == ch.Name }) {
+				return "", fmt.Errorf("%w: unexpected chain %s in %s", ErrNotVerified, ch.Name, t.Name)
 			}
 		}
 	}
@@ -263,6 +274,46 @@ func FencePod(ctx context.Context, c PodConfig) (*PodReceipt, error) {
 	}
 	rc.Rules = digest
 	rc.Checks = SelfTestPod(ctx)
+	return rc, failedChecks(rc)
+}
+
+// ProxiedPodSelfTest is the self-test of the proxied pod fence (Config.Pod),
+// run by the netclient once its rules are in place and its forwarder
+// serves: loopback open (the control), the gateway's DNS port open, ICMP,
+// UDP to anywhere but DNS, and IPv6 refused at once, and a plain HTTP
+// request to the metadata address, which the rules send through the
+// forwarder, answered 403 by the gateway (so the path the workload's
+// connections take ends at the policy). The receipt says what each probe
+// got; any failure is an error.
+func ProxiedPodSelfTest(ctx context.Context, c Config) (*PodReceipt, error) {
+	rc := &PodReceipt{Mode: string(netpolicy.Proxied), Table: FilterTable, Time: time.Now().UTC()}
+	digest, err := digestAndCheck(build(c))
+	if err != nil {
+		return rc, err
+	}
+	rc.Rules = digest
+	gw := netip.AddrPortFrom(c.Gateway, c.DNSPort).String()
+	probes := []func() PodCheck{
+		loopbackCheck, icmpCheck,
+		func() PodCheck { return udpCheck("udp 192.0.2.1:9", "192.0.2.1:9") },
+		func() PodCheck { return udpCheck("udp [2606:4700:4700::1111]:53", "[2606:4700:4700::1111]:53") },
+		func() PodCheck { return blockedCheck(ctx, "tcp [fd00::1]:443", "tcp", "[fd00::1]:443") },
+		func() PodCheck { return openCheck(ctx, "tcp gateway dns "+gw, gw) },
+		func() PodCheck {
+			return deniedHTTPCheck(ctx, "http 169.254.169.254:80 via the gateway", "169.254.169.254:80")
+		},
+	}
+	rc.Checks = make([]PodCheck, len(probes))
+	var wg sync.WaitGroup
+	for i, p := range probes {
+		wg.Go(func() { rc.Checks[i] = p() })
+	}
+	wg.Wait()
+	return rc, failedChecks(rc)
+}
+
+// failedChecks is nil when every check of rc passed (and marks rc OK).
+func failedChecks(rc *PodReceipt) error {
 	var failed []string
 	for _, ch := range rc.Checks {
 		if !ch.OK {
@@ -270,8 +321,50 @@ func FencePod(ctx context.Context, c PodConfig) (*PodReceipt, error) {
 		}
 	}
 	if len(failed) > 0 {
-		return rc, fmt.Errorf("%w: the pod fence's self-test failed: %s", ErrNotVerified, strings.Join(failed, "; "))
+		return fmt.Errorf("%w: the pod fence's self-test failed: %s", ErrNotVerified, strings.Join(failed, "; "))
 	}
 	rc.OK = true
-	return rc, nil
+	return nil
+}
+
+// openCheck dials addr (TCP) and wants it to connect.
+func openCheck(ctx context.Context, name, addr string) PodCheck {
+	c := PodCheck{Name: name, Want: "open"}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		c.Got = shortErr(err)
+		return c
+	}
+	conn.Close()
+	c.Got, c.OK = "connected", true
+	return c
+}
+
+// deniedHTTPCheck sends a plain HTTP request to addr and wants the
+// gateway's 403.
+func deniedHTTPCheck(ctx context.Context, name, addr string) PodCheck {
+	c := PodCheck{Name: name, Want: "403"}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		c.Got = shortErr(err)
+		return c
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	host, _, _ := net.SplitHostPort(addr)
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
+		c.Got = shortErr(err)
+		return c
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		c.Got = shortErr(err)
+		return c
+	}
+	c.Got = strings.TrimSpace(line)
+	f := strings.Fields(c.Got)
+	c.OK = len(f) >= 2 && f[1] == "403"
+	return c
 }

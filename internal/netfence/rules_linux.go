@@ -18,6 +18,8 @@ import (
 type ruleset struct {
 	nat, filter *nftables.Table
 	chains      []chainSpec
+	// noSysctl: program leaves route_localnet alone (the pod fence).
+	noSysctl bool
 }
 
 // chainSpec is one chain and its rules, in order.
@@ -166,6 +168,20 @@ func build(c Config) *ruleset {
 		// Everything else, IPv6 included, hits the chain's drop policy.
 	)
 	r.chains = []chainSpec{{natOut, natRules}, {natPost, natPostRules}, {filterOut, filterRules}}
+	if c.Pod {
+		// Nothing may open a connection toward the pod: only loopback and
+		// the replies to its own connections come in.
+		in := &nftables.Chain{Name: "input", Table: r.filter, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop}
+		iifLo := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+		}
+		r.chains = append(r.chains, chainSpec{in, [][]expr.Any{
+			cat(iifLo, []expr.Any{accept}),
+			cat(established, []expr.Any{accept}),
+		}})
+		r.noSysctl = true
+	}
 	if !c.Nested() {
 		return r
 	}
@@ -269,6 +285,9 @@ func Apply(c Config) error {
 // 127.0.0.1) and replaces vak's tables with r.
 func program(r *ruleset) error {
 	for _, f := range []string{"/proc/sys/net/ipv4/conf/all/route_localnet", "/proc/sys/net/ipv4/conf/default/route_localnet"} {
+		if r.noSysctl {
+			break
+		}
 		if err := ensureSysctl(f, "1"); err != nil {
 			return err
 		}
@@ -299,7 +318,17 @@ func program(r *ruleset) error {
 // Verify reads the namespace's ruleset back and checks that vak's chains
 // and rules are exactly as built, with the filter chain's policy drop.
 func Verify(c Config) error {
-	return verify(build(c), !c.Nested())
+	r := build(c)
+	if err := verify(r, !c.Nested()); err != nil {
+		return err
+	}
+	if !c.Pod {
+		return nil
+	}
+	// The pod fence also refuses chains of other tables on its hooks
+	// that run before it (one could accept what it drops).
+	_, err := digestAndCheck(r)
+	return err
 }
 
 // verify checks r's chains; with noNested, the chains only nested mode

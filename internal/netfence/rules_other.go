@@ -49,3 +49,6 @@ func VerifyPod(PodConfig) (string, error) { return "", ErrUnsupported }
 
 // FencePod is unsupported here.
 func FencePod(context.Context, PodConfig) (*PodReceipt, error) { return nil, ErrUnsupported }
+
+// ProxiedPodSelfTest is unsupported here.
+func ProxiedPodSelfTest(context.Context, Config) (*PodReceipt, error) { return nil, ErrUnsupported }

@@ -19,6 +19,10 @@ type RunOptions struct {
 	ReadyFile string
 	// Out receives the ready line (may be nil).
 	Out io.Writer
+	// SelfTest, if set, runs once the rules are in place and the
+	// forwarder serves, before the namespace is reported ready; its
+	// failure stops the netclient (the pod fence's self-test).
+	SelfTest func(ctx context.Context) error
 }
 
 // Run is the netclient: it disables IPv6, applies the rules for c, serves
@@ -33,8 +37,10 @@ func Run(ctx context.Context, c Config, o RunOptions) error {
 	if o.ReadyFile != "" {
 		os.Remove(o.ReadyFile)
 	}
-	if err := DisableIPv6(); err != nil {
-		return err
+	if !c.Pod {
+		if err := DisableIPv6(); err != nil {
+			return err
+		}
 	}
 	if err := Apply(c); err != nil {
 		return err
@@ -50,6 +56,12 @@ func Run(ctx context.Context, c Config, o RunOptions) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- f.Serve(ln) }()
+	if o.SelfTest != nil {
+		if err := o.SelfTest(ctx); err != nil {
+			stop()
+			return err
+		}
+	}
 	if o.ReadyFile != "" {
 		if err := os.WriteFile(o.ReadyFile, []byte("ready\n"), 0o644); err != nil {
 			stop()
