@@ -17,11 +17,12 @@ import (
 // containers' fence, self-install and workspace upload, and the pack of a
 // pull. Each takes one argument; a failure exits 69.
 func podCommands() []*cobra.Command {
-	var receipt string
+	var receipt, input string
 	fence := hiddenCmd(kubesession.FenceCommand+" MODE", "Install and self-test a session pod's network fence", func(cmd *cobra.Command, arg string) error {
 		return netfence.PodFenceMain(cmd.Context(), arg, receipt, cmd.OutOrStdout())
 	})
 	fence.Flags().StringVar(&receipt, "receipt", "/dev/termination-log", "write the receipt (JSON) here too")
+	untar := untarCmd(&input)
 	return []*cobra.Command{
 		fence,
 		hiddenCmd(worker.RelayCommand+" SOCKET", "Relay stdio to a session worker's socket", func(_ *cobra.Command, arg string) error {
@@ -30,18 +31,35 @@ func podCommands() []*cobra.Command {
 		hiddenCmd(worker.InstallCommand+" DST", "Copy this vak to DST", func(_ *cobra.Command, arg string) error {
 			return worker.Install(arg)
 		}),
-		hiddenCmd(kubesession.UntarCommand+" DIR", "Unpack a tar stream from stdin into DIR, checked", func(cmd *cobra.Command, arg string) error {
-			st, err := wsync.Unpack(cmd.InOrStdin(), arg, wsync.UnpackOptions{})
-			if err == nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "vak: unpacked %d files, %d directories, %d symlinks, %d bytes into %s\n", st.Files, st.Dirs, st.Symlinks, st.Bytes, arg)
-			}
-			return err
-		}),
+		untar,
 		hiddenCmd(kubesession.TarCommand+" DIR", "Pack DIR as a tar stream to stdout", func(cmd *cobra.Command, arg string) error {
 			_, err := wsync.Pack(cmd.OutOrStdout(), arg, wsync.PackOptions{})
 			return err
 		}),
 	}
+}
+
+// untarCmd is `vak __untar DIR`: the sync init container's (stdin) and the
+// gateway pod's (--input, its Secret's tar).
+func untarCmd(input *string) *cobra.Command {
+	cmd := hiddenCmd(kubesession.UntarCommand+" DIR", "Unpack a tar stream from stdin (or --input) into DIR, checked", func(cmd *cobra.Command, arg string) error {
+		in := cmd.InOrStdin()
+		if *input != "" {
+			f, err := os.Open(*input)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			in = f
+		}
+		st, err := wsync.Unpack(in, arg, wsync.UnpackOptions{})
+		if err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "vak: unpacked %d files, %d directories, %d symlinks, %d bytes into %s\n", st.Files, st.Dirs, st.Symlinks, st.Bytes, arg)
+		}
+		return err
+	})
+	cmd.Flags().StringVar(input, "input", "", "read the tar from this file instead of stdin")
+	return cmd
 }
 
 // hiddenCmd is a hidden command of one argument run by vak itself in a

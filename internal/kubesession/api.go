@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -19,22 +20,23 @@ import (
 )
 
 // api is the few calls sessions make, over client-go's REST client with a
-// scheme of the three API groups they use, built on first use. The typed
+// scheme of the four API groups they use, built on first use. The typed
 // clientset is not used: its scheme registers every API group when vak
 // starts, which cost every vak process (each command, each re-executed
 // sandbox stage) 0.7 MB of allocations and milliseconds before main
 // (internal/cli's TestInitAllocations measures it).
 type api struct {
-	core, networking, node *rest.RESTClient
-	params                 runtime.ParameterCodec
+	core, networking, node, apps *rest.RESTClient
+	params                       runtime.ParameterCodec
 }
 
-// scheme is the API groups of sessions: core, networking and node (and
+// scheme is the API groups of sessions: core, networking, node and apps
+// (the gateway's Deployment) (and
 // meta's options and statuses).
 var scheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, nodev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, nodev1.AddToScheme, appsv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic("kubesession: scheme: " + err.Error())
 		}
@@ -63,6 +65,9 @@ func newAPI(cfg *rest.Config) (*api, error) {
 		return nil, err
 	}
 	if a.node, err = client("/apis", nodev1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if a.apps, err = client("/apis", appsv1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
 	return a, nil

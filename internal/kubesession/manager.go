@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"vak/internal/errclass"
+	"vak/internal/netfence"
 	"vak/internal/worker/wire"
 	"vak/internal/wsync"
 )
@@ -70,8 +71,29 @@ type record struct {
 	Image      string    `json:"image"`
 	Created    time.Time `json:"created"`
 	// Fence is the fence init container's receipt (its termination
-	// message): the rules' digest and the self-test's checks.
+	// message, or its log line when it is the proxied sidecar): the rules'
+	// digest and the self-test's checks.
 	Fence string `json:"fence,omitempty"`
+	// Gateway is the in-cluster gateway's address of a proxied session.
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// fenceReceipt is the proxied fence sidecar's receipt from its log ("" if
+// it cannot be read: the session runs only after the self-test passed).
+func (m *Manager) fenceReceipt(ctx context.Context, pod string) string {
+	c := m.Cluster
+	raw, err := c.api.core.Get().Namespace(c.Namespace).Resource("pods").Name(pod).SubResource("log").
+		Param("container", ContainerFence).Param("limitBytes", "65536").Do(ctx).Raw()
+	if err != nil {
+		m.progress("warning: the fence's receipt could not be read: %v", err)
+		return ""
+	}
+	for line := range strings.Lines(string(raw)) {
+		if r, ok := strings.CutPrefix(strings.TrimSpace(line), netfence.PodReceiptPrefix); ok {
+			return r
+		}
+	}
+	return ""
 }
 
 // Pack writes a workspace as a tar stream (wsync.Pack's shape).
@@ -233,6 +255,11 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 		return nil, err
 	}
 	rec.Fence = terminationMessage(p, ContainerFence)
+	if s.Gateway.IsValid() {
+		// The proxied fence keeps running: its receipt is a line of its log.
+		rec.Fence = m.fenceReceipt(ctx, pod.Name)
+		rec.Gateway = s.Gateway.String()
+	}
 	if err := m.writeRecord(rec); err != nil {
 		return nil, err
 	}

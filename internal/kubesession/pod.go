@@ -3,6 +3,7 @@ package kubesession
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,6 +69,11 @@ type Spec struct {
 	// OwnerProc is the owning process's token (engine.OwnerToken), if the
 	// session is held: gc removes it once that process is gone.
 	OwnerProc string
+	// Gateway, when valid, makes the session proxied: the address of the
+	// namespace's gateway Service (EnsureGateway), the only destination
+	// its fence lets through. Env then holds the trust variables (files
+	// under TrustDir) and the secret placeholders.
+	Gateway netip.Addr
 }
 
 // reservedDirs are paths a workspace may not be at or under: the pod's own
@@ -129,7 +135,7 @@ func Pod(s Spec) (*corev1.Pod, error) {
 				FSGroup:        ptr(int64(sessionID)),
 			},
 			InitContainers: []corev1.Container{
-				initContainer(ContainerFence, s, []string{imageVak, FenceCommand, "none"}, rootNetAdmin()),
+				fenceContainer(s),
 				initContainer(ContainerInstall, s, []string{imageVak, worker.InstallCommand, Worker}, unprivileged(true),
 					corev1.VolumeMount{Name: "vak-bin", MountPath: BinDir}),
 				syncContainer(s),
@@ -173,7 +179,54 @@ func Pod(s Spec) (*corev1.Pod, error) {
 	if s.UserNamespace {
 		pod.Spec.HostUsers = &no
 	}
+	if s.Gateway.IsValid() {
+		proxied(pod, s)
+	}
 	return pod, nil
+}
+
+// fenceContainer is the pod's first init container: the fence. Without a
+// gateway it runs once (`vak __pod-fence none`: nothing but loopback).
+// With one it is a sidecar (an init container that keeps running) doing
+// what a Docker session's netclient does: its rules send every TCP
+// connection to its forwarder, which relays it to the gateway, and DNS to
+// the gateway; everything else is dropped. Its startup probe holds the
+// rest of the pod back until the rules are verified and its self-test
+// passed; it re-verifies them and exits if they change (the forwarder
+// goes with it: connections fail, none gets out).
+func fenceContainer(s Spec) corev1.Container {
+	if !s.Gateway.IsValid() {
+		return initContainer(ContainerFence, s, []string{imageVak, FenceCommand, "none"}, rootNetAdmin())
+	}
+	flags := []string{"--pod", "--gateway", s.Gateway.String()}
+	c := initContainer(ContainerFence, s, append([]string{imageVak, "netclient"}, flags...), rootNetAdmin(),
+		corev1.VolumeMount{Name: "fence-run", MountPath: "/run"})
+	always := corev1.ContainerRestartPolicyAlways
+	c.RestartPolicy = &always
+	c.StartupProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{imageVak, "netclient", "--check"}, flags...)}},
+		PeriodSeconds: 1, FailureThreshold: 60, TimeoutSeconds: 5,
+	}
+	c.LivenessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{imageVak, "netclient", "--check"}, flags...)}},
+		PeriodSeconds: 10, FailureThreshold: 1, TimeoutSeconds: 5,
+	}
+	return c
+}
+
+// proxied adds what a proxied session pod has besides its fence: the
+// gateway as its only DNS server, and the public trust files.
+func proxied(pod *corev1.Pod, s Spec) {
+	ps := &pod.Spec
+	ps.DNSPolicy = corev1.DNSNone
+	ps.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{s.Gateway.String()}}
+	ps.Volumes = append(ps.Volumes,
+		emptyDir("fence-run", corev1.StorageMediumMemory, resource.NewQuantity(1<<20, resource.BinarySI)),
+		corev1.Volume{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: GatewayTrustName}}}})
+	for i := range ps.Containers {
+		ps.Containers[i].VolumeMounts = append(ps.Containers[i].VolumeMounts, corev1.VolumeMount{Name: "trust", MountPath: TrustDir, ReadOnly: true})
+	}
 }
 
 // workerSpec is the session worker's spec (worker.SpecEnv).
@@ -292,8 +345,9 @@ func emptyDir(name string, medium corev1.StorageMedium, size *resource.Quantity)
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: size}}}
 }
 
-// NetworkPolicy denies the session pod every ingress and egress, where the
-// cluster's network plugin enforces policies (the fence does regardless).
+// NetworkPolicy denies the session pod every ingress and egress but, when
+// it is proxied, egress to the gateway's pods, where the cluster's network
+// plugin enforces policies (the fence does regardless).
 func NetworkPolicy(s Spec, owner *corev1.Pod) *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(s.ID), Labels: podLabels(s)},
@@ -301,6 +355,12 @@ func NetworkPolicy(s Spec, owner *corev1.Pod) *networkingv1.NetworkPolicy {
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: s.ID, LabelManaged: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
+	}
+	if s.Gateway.IsValid() {
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{
+			To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "true", LabelKind: KindGateway}}}},
+			Ports: gatewayPolicyPorts(),
+		}}
 	}
 	if owner != nil && owner.UID != "" {
 		np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: owner.Name, UID: owner.UID}}

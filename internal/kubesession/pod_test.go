@@ -3,12 +3,14 @@ package kubesession
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"vak/internal/sandbox"
 	"vak/internal/worker"
@@ -158,4 +160,85 @@ func containerNames(cs []corev1.Container) []string {
 		n = append(n, c.Name)
 	}
 	return n
+}
+
+// TestProxiedPod: with a gateway the fence is a sidecar (an init container
+// that keeps running) whose startup probe verifies the rules, holding back
+// the rest of the pod; the pod's only DNS server is the gateway; the trust
+// files are mounted read-only; the network policy lets egress through to
+// the gateway's pods only. Without one, none of that is there.
+func TestProxiedPod(t *testing.T) {
+	s := testSpec()
+	s.Gateway = netip.MustParseAddr("10.96.0.10")
+	p, err := Pod(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := p.Spec.InitContainers[0]
+	if f.Name != ContainerFence || f.RestartPolicy == nil || *f.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Fatalf("the fence is not a sidecar: %s %v", f.Name, f.RestartPolicy)
+	}
+	want := []string{imageVak, "netclient", "--pod", "--gateway", "10.96.0.10"}
+	if !slices.Equal(f.Command, want) || f.StartupProbe == nil || !slices.Contains(f.StartupProbe.Exec.Command, "--check") {
+		t.Errorf("fence command %v, startup probe %v", f.Command, f.StartupProbe)
+	}
+	if p.Spec.DNSPolicy != corev1.DNSNone || p.Spec.DNSConfig == nil || !slices.Equal(p.Spec.DNSConfig.Nameservers, []string{"10.96.0.10"}) {
+		t.Errorf("DNS %s %v", p.Spec.DNSPolicy, p.Spec.DNSConfig)
+	}
+	sess := p.Spec.Containers[0]
+	if !slices.ContainsFunc(sess.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == TrustDir && m.ReadOnly }) {
+		t.Errorf("trust files not mounted read-only: %v", sess.VolumeMounts)
+	}
+	np := NetworkPolicy(s, nil)
+	if len(np.Spec.Egress) != 1 || np.Spec.Egress[0].To[0].PodSelector.MatchLabels[LabelKind] != KindGateway {
+		t.Errorf("egress %v", np.Spec.Egress)
+	}
+
+	plain, err := Pod(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := plain.Spec.InitContainers[0]; f.RestartPolicy != nil || f.Command[1] != FenceCommand || plain.Spec.DNSConfig != nil {
+		t.Errorf("a session without a gateway: fence %v %v, DNS %v", f.RestartPolicy, f.Command, plain.Spec.DNSConfig)
+	}
+	if np := NetworkPolicy(testSpec(), nil); len(np.Spec.Egress) != 0 {
+		t.Errorf("a session without a gateway may egress: %v", np.Spec.Egress)
+	}
+}
+
+// TestGatewayObjects: the gateway runs unprivileged with no capability, no
+// service account token, its secret mounted only into it; its Service
+// maps DNS to an unprivileged port; only session pods may reach it.
+func TestGatewayObjects(t *testing.T) {
+	labels := map[string]string{LabelManaged: "true", LabelKind: KindGateway}
+	g := GatewaySpec{Payload: []byte("tar"), WorkerImage: "vak.local/worker:1", Session: "s"}
+	d := gatewayDeployment(metav1.ObjectMeta{Name: GatewayName}, labels, g, g.hash())
+	ps := d.Spec.Template.Spec
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Error("service account token mounted")
+	}
+	for _, c := range append(append([]corev1.Container(nil), ps.InitContainers...), ps.Containers...) {
+		sc := c.SecurityContext
+		if *sc.RunAsUser == 0 || !*sc.RunAsNonRoot || *sc.AllowPrivilegeEscalation || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+			t.Errorf("%s: security context %+v", c.Name, sc)
+		}
+	}
+	if d.Spec.Template.Annotations[AnnotationGatewayHash] != g.hash() {
+		t.Error("the template does not carry the hash (a change would not roll)")
+	}
+	g2 := g
+	g2.Payload = []byte("other")
+	if g.hash() == g2.hash() {
+		t.Error("the hash ignores the payload")
+	}
+	svc := gatewayService(metav1.ObjectMeta{Name: GatewayName}, labels)
+	for _, p := range svc.Spec.Ports {
+		if p.Port == GatewayDNSPort && p.TargetPort.IntValue() != gatewayDNSTarget {
+			t.Errorf("DNS port %d -> %v", p.Port, p.TargetPort)
+		}
+	}
+	np := gatewayNetworkPolicy(metav1.ObjectMeta{Name: GatewayName}, labels)
+	if len(np.Spec.Ingress) != 1 || np.Spec.Ingress[0].From[0].PodSelector.MatchLabels[LabelKind] != KindSession {
+		t.Errorf("gateway ingress %v", np.Spec.Ingress)
+	}
 }

@@ -143,7 +143,13 @@ var stuckReasons = map[string]bool{
 // that cannot be pulled, a pod that ended.
 func podFailure(p *corev1.Pod) error {
 	for _, st := range p.Status.InitContainerStatuses {
-		if t := st.State.Terminated; t != nil && t.ExitCode != 0 {
+		t := st.State.Terminated
+		if t == nil && st.RestartCount > 0 && p.Status.Phase == corev1.PodPending {
+			// The proxied fence is a sidecar, restarted when it fails:
+			// before the session runs, one failure is the answer.
+			t = st.LastTerminationState.Terminated
+		}
+		if t != nil && t.ExitCode != 0 {
 			return fmt.Errorf("%w: pod %s/%s: init container %s failed (exit %d, %s): %s", ErrPodFailed, p.Namespace, p.Name, st.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message))
 		}
 	}

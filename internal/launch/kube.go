@@ -53,8 +53,6 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 		return errclass.Wrap(errclass.Invalid, errors.New("--docker (or session.docker): nested Docker is not available in kubernetes sessions"))
 	case len(c.Mounts) > 0:
 		return errclass.Wrap(errclass.Invalid, errors.New("--mount: a kubernetes session has no host paths; its workspace is uploaded"))
-	case cfg.Network != sandbox.NetworkNone && cfg.Network != "":
-		return errclass.Wrap(errclass.Invalid, fmt.Errorf("--network %s: kubernetes sessions have network none only so far (the in-cluster gateway is not built yet; docs/kubernetes.md)", cfg.Network))
 	}
 	m, err := kubeManager(req, cfg.Kubernetes)
 	if err != nil {
@@ -96,6 +94,13 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	spec.UserNamespace = probe.UserNamespaces
 	if req.Progress != nil {
 		fmt.Fprintf(req.Progress, "vak: cluster: %s\n", probe.Describe())
+	}
+	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+		gw, env, err := kubeGateway(ctx, req, m, worker, spec.PullPolicy)
+		if err != nil {
+			return err
+		}
+		spec.Gateway, spec.Env = gw, append(spec.Env, env...)
 	}
 	if c.Hold {
 		if spec.OwnerProc, err = engine.OwnerToken(os.Getpid()); err != nil {

@@ -1,0 +1,240 @@
+//go:build kubernetes
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"vak/internal/egress/egresstest"
+	"vak/internal/kubesession"
+	"vak/internal/testenv"
+	"vak/internal/testenv/kubetest"
+)
+
+const kubeSecret = "vak-kube-real-secret-0123456789"
+
+// nodeIP is the test cluster node's InternalIP: the host's address the
+// gateway pod reaches the test's upstreams at.
+func nodeIP(t *testing.T, env *kubetest.Env) string {
+	t.Helper()
+	nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).To4() != nil {
+				return a.Address
+			}
+		}
+	}
+	t.Fatal("the test cluster's node has no IPv4 InternalIP")
+	return ""
+}
+
+// TestKubernetesProxiedSessionCLI drives a proxied kubernetes session on
+// the real test cluster through vak's own commands: the namespace's
+// gateway is deployed, and from inside the pod the egress matrix holds
+// (an allowed host answers with the real secret swapped in upstream, the
+// placeholder toward another allowed host is refused, a canary on the
+// node is never reached by TCP, UDP, ICMP or IPv6, the metadata address
+// gets 403, DNS for a denied name gives nothing), the workload cannot
+// undo the fence, and with the gateway gone commands fail closed, then
+// recover once it is back.
+func TestKubernetesProxiedSessionCLI(t *testing.T) {
+	env := kubetest.Cluster(t)
+	vak := testenv.Vak(t)
+	ref := kubetest.LoadArchive(t, func(w io.Writer) (string, error) { return kubesession.WriteWorkerImage(w, vak) })
+	ip := nodeIP(t, env)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("VAKTEST_KUBE_KEY", kubeSecret)
+
+	ca := egresstest.NewCA(t)
+	caFile := ca.WritePEM(t, t.TempDir())
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	record := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[name] = append(seen[name], r.Header.Get("X-Key"))
+			mu.Unlock()
+			fmt.Fprintf(w, "UPSTREAM-%s\n", name)
+		})
+	}
+	api := egresstest.StartTLS(t, egresstest.Listen(t, ip, 0), ca, record("api"), "api.test")
+	other := egresstest.StartTLS(t, egresstest.Listen(t, ip, 0), ca, record("other"), "other.test")
+	// The canary shares the node's address with the allowed upstreams
+	// (the rules allow only their ports): nothing may ever reach it.
+	canary := egresstest.StartCanary(t, egresstest.Listen(t, ip, 0))
+	udp, err := net.ListenPacket("udp4", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { udp.Close() })
+	udpCount := 0
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			mu.Lock()
+			udpCount++
+			mu.Unlock()
+		}
+	}()
+
+	cfg := writeConfig(t, `version = 1
+[sandbox]
+image = "`+kubetest.BusyboxImage+`"
+[session]
+backend = "kubernetes"
+[kubernetes]
+kubeconfig = "`+os.Getenv(kubetest.EnvKubeconfig)+`"
+namespace = "`+env.Namespace+`"
+worker_image = "`+ref+`"
+pull_policy = "Never"
+[network]
+policy = "proxied"
+[[network.rules]]
+name = "api"
+hosts = ["api.test"]
+cidrs = ["`+ip+`/32"]
+ports = [`+strconv.Itoa(api.Port())+`]
+[[network.rules]]
+name = "other"
+hosts = ["other.test"]
+cidrs = ["`+ip+`/32"]
+ports = [`+strconv.Itoa(other.Port())+`]
+[network.dns.overrides]
+"api.test" = ["`+ip+`"]
+"other.test" = ["`+ip+`"]
+"denied.test" = ["`+ip+`"]
+[gateway]
+extra_ca_bundles = [`+strconv.Quote(caFile)+`]
+[secrets.KUBE_KEY]
+env = "VAKTEST_KUBE_KEY"
+hosts = ["api.test"]
+`)
+	ws := tempWorkspace(t)
+	probe, err := os.ReadFile(testenv.Probe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
+	code, out, errs := vakMain(t, cfg, append([]string{"session", "create", "-w", ws, "--task", "proxied"}, labels...)...)
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s %s", code, out, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { vakMain(t, cfg, "session", "rm", id) })
+	if !strings.Contains(errs, "waiting for the gateway") {
+		t.Errorf("create's progress does not mention the gateway: %s", errs)
+	}
+	sh := func(script string) string {
+		t.Helper()
+		_, out, errs := vakMain(t, cfg, "session", "exec", id, "--", "sh", "-c", script)
+		return out + errs
+	}
+	apiURL := "https://api.test:" + strconv.Itoa(api.Port()) + "/"
+	otherURL := "https://other.test:" + strconv.Itoa(other.Port()) + "/"
+	canaryAddr := net.JoinHostPort(ip, strconv.Itoa(canary.Port()))
+
+	// The positive control: an allowed host, the placeholder swapped for
+	// the real secret on the way out, never the real value inside.
+	if got := sh(`echo "key=$KUBE_KEY"; ./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + ` 15s`); !strings.Contains(got, "UPSTREAM-api") || !strings.Contains(got, "key=vakph_") || strings.Contains(got, kubeSecret) {
+		t.Fatalf("allowed host through the gateway: %s", got)
+	}
+	mu.Lock()
+	if len(seen["api"]) != 1 || seen["api"][0] != kubeSecret {
+		t.Errorf("the allowed upstream saw X-Key %q, want the real secret", seen["api"])
+	}
+	mu.Unlock()
+
+	for _, c := range []struct{ name, script, want, never string }{
+		{"placeholder toward another allowed host", `./probe http -H "X-Key: $KUBE_KEY" ` + otherURL + ` 10s`, "403", "UPSTREAM-other"},
+		{"metadata address", `./probe http http://169.254.169.254/ 10s`, "403", "OK 200"},
+		{"UDP to the node", `./probe udp ` + net.JoinHostPort(ip, strconv.Itoa(udp.LocalAddr().(*net.UDPAddr).Port)) + ` 2s`, "FAIL", "OK"},
+		{"ICMP to the node", `./probe ping ` + ip + ` 2s`, "FAIL", "OK"},
+		{"IPv6", `./probe connect '[fd00::1]:443' 2s`, "FAIL", "OK"},
+		{"DNS of a denied name", `./probe dns denied.test 1.1.1.1 5s`, "", ip},
+		{"the workload undoes the fence", `/.vak/bin/vak netclient unfence; echo rc=$?`, "rc=", "unfenced"},
+		{"TCP to the canary (raw, not HTTP)", `printf 'x' | ./probe connect ` + canaryAddr + ` 3s; ./probe http http://` + canaryAddr + `/ 5s`, "", "UPSTREAM"},
+	} {
+		got := sh(c.script)
+		if (c.want != "" && !strings.Contains(got, c.want)) || strings.Contains(got, c.never) {
+			t.Errorf("%s: want %q and never %q: %s", c.name, c.want, c.never, got)
+		}
+	}
+	mu.Lock()
+	if len(seen["other"]) != 0 {
+		t.Errorf("the other upstream was reached: %q", seen["other"])
+	}
+	if udpCount != 0 {
+		t.Errorf("%d UDP datagrams reached the node", udpCount)
+	}
+	mu.Unlock()
+	if n := canary.Accepted.Load(); n != 0 {
+		t.Errorf("the canary on the node accepted %d connections", n)
+	}
+
+	// The gateway gone: commands fail closed (nothing reaches anything);
+	// back, they work again.
+	ctx := context.Background()
+	scale := func(n int32) {
+		t.Helper()
+		s, err := env.Client.AppsV1().Deployments(env.Namespace).GetScale(ctx, kubesession.GatewayName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Spec.Replicas = n
+		if _, err := env.Client.AppsV1().Deployments(env.Namespace).UpdateScale(ctx, kubesession.GatewayName, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scale(0)
+	waitFor(t, "the gateway pod to go", func() bool {
+		pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kubesession.LabelKind + "=" + kubesession.KindGateway})
+		return err == nil && len(pods.Items) == 0
+	})
+	if got := sh(`./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + ` 5s; printf 'x' | ./probe connect ` + canaryAddr + ` 3s`); strings.Contains(got, "UPSTREAM-api") {
+		t.Errorf("with the gateway gone, the allowed host was still reached: %s", got)
+	}
+	mu.Lock()
+	if len(seen["api"]) != 1 {
+		t.Errorf("with the gateway gone, the upstream saw %d requests", len(seen["api"]))
+	}
+	mu.Unlock()
+	scale(1)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got := sh(`./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + ` 5s`)
+		if strings.Contains(got, "UPSTREAM-api") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session did not recover after the gateway came back: %s", got)
+		}
+		time.Sleep(time.Second)
+	}
+	if n := canary.Accepted.Load(); n != 0 {
+		t.Errorf("the canary on the node accepted %d connections", n)
+	}
+}

@@ -1,0 +1,101 @@
+package launch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"vak/internal/catrust"
+	"vak/internal/egress/ca"
+	"vak/internal/errclass"
+	"vak/internal/kubesession"
+	"vak/internal/paths"
+	"vak/internal/proxynet"
+)
+
+// kubeGatewayDir is the host's state of the gateway of m's cluster and
+// namespace: its CA and receipts key (the host keeps them to verify what
+// the gateway signs) and the placeholders sessions are given.
+func kubeGatewayDir(state string, m *kubesession.Manager) string {
+	sum := sha256.Sum256([]byte(m.Cluster.Config.Host + "\x00" + m.Cluster.Namespace))
+	return filepath.Join(state, "kube-gateways", hex.EncodeToString(sum[:8]))
+}
+
+// kubeGateway deploys (or updates) the gateway of the session's namespace
+// from the trusted config's [network], [gateway] and [secrets], and returns
+// its address and what the session's environment gets: the trust
+// variables and the secret placeholders, never a real value.
+func kubeGateway(ctx context.Context, req Request, m *kubesession.Manager, worker string, pull corev1.PullPolicy) (netip.Addr, []string, error) {
+	cfg := req.Config
+	file := TrustedFile(cfg)
+	sections := cfg.EgressSections
+	if sections == nil || sections.Network == nil || len(sections.Network.Rules)+len(sections.Network.Presets) == 0 {
+		return netip.Addr{}, nil, errclass.Wrap(errclass.Config, fmt.Errorf("%w (%s has none): a proxied kubernetes session's gateway enforces the [network] rules of the trusted config", proxynet.ErrNoPolicy, file))
+	}
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	dir := kubeGatewayDir(state, m)
+	var names []string
+	if sections.Secrets != nil {
+		names = slices.Sorted(maps.Keys(sections.Secrets))
+	}
+	ph, err := proxynet.Placeholders(filepath.Join(dir, "placeholders.json"), names)
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	phJSON, _ := json.Marshal(ph)
+	payload, err := proxynet.GatewayPayload(proxynet.Options{Sections: sections, ConfigFile: file, StateDir: dir},
+		map[string][]byte{"vak/placeholders.json": phJSON})
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	trust, err := kubeTrust(dir)
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	g, err := m.EnsureGateway(ctx, kubesession.GatewaySpec{
+		Payload: payload, Trust: trust, WorkerImage: worker, PullPolicy: pull,
+		Session: "kube-" + m.Cluster.Namespace,
+	})
+	if err != nil {
+		return netip.Addr{}, nil, err
+	}
+	return g.Addr, proxynet.SandboxEnv(kubesession.TrustDir, ph), nil
+}
+
+// kubeTrust is the trust files of the gateway CA kept in dir (created by
+// the payload), for the ConfigMap session pods mount.
+func kubeTrust(dir string) (map[string][]byte, error) {
+	caPEM, err := os.ReadFile(filepath.Join(paths.GatewayCADir(dir), ca.CertFile))
+	if err != nil {
+		return nil, fmt.Errorf("the cluster gateway's CA: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "vak-kube-trust-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := proxynet.WriteTrust(tmp, caPEM, proxynet.SystemRoots()); err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, f := range catrust.Files {
+		data, err := os.ReadFile(filepath.Join(tmp, f))
+		if err != nil {
+			return nil, err
+		}
+		out[f] = data
+	}
+	return out, nil
+}
