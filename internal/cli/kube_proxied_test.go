@@ -139,7 +139,9 @@ hosts = ["api.test"]
 		t.Fatal(err)
 	}
 	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
+	start := time.Now()
 	code, out, errs := vakMain(t, cfg, append([]string{"session", "create", "-w", ws, "--task", "proxied"}, labels...)...)
+	t.Logf("create, the namespace's gateway deployed first: %v", time.Since(start).Round(time.Millisecond))
 	if code != 0 {
 		t.Fatalf("create: exit %d: %s %s", code, out, errs)
 	}
@@ -236,5 +238,10 @@ hosts = ["api.test"]
 	}
 	if n := canary.Accepted.Load(); n != 0 {
 		t.Errorf("the canary on the node accepted %d connections", n)
+	}
+	// What a request through the cluster gateway costs (logged, not
+	// asserted: docs/kubernetes.md records it).
+	for _, conc := range []string{"1", "8"} {
+		t.Logf("bench, concurrency %s: %s", conc, strings.TrimSpace(sh(`./probe bench `+apiURL+` 300 `+conc)))
 	}
 }
