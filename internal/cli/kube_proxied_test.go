@@ -98,17 +98,7 @@ func TestKubernetesProxiedSessionCLI(t *testing.T) {
 		}
 	}()
 
-	cfg := writeConfig(t, `version = 1
-[sandbox]
-image = "`+kubetest.BusyboxImage+`"
-[session]
-backend = "kubernetes"
-[kubernetes]
-kubeconfig = "`+os.Getenv(kubetest.EnvKubeconfig)+`"
-namespace = "`+env.Namespace+`"
-worker_image = "`+ref+`"
-pull_policy = "Never"
-[network]
+	cfg := writeConfig(t, kubeConfig(env, ref)+`[network]
 policy = "proxied"
 [[network.rules]]
 name = "api"

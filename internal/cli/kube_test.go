@@ -23,18 +23,7 @@ func TestKubernetesSessionCLI(t *testing.T) {
 	env := kubetest.Cluster(t)
 	vak := testenv.Vak(t)
 	ref := kubetest.LoadArchive(t, func(w io.Writer) (string, error) { return kubesession.WriteWorkerImage(w, vak) })
-	kubeconfig := os.Getenv(kubetest.EnvKubeconfig)
-	cfg := writeConfig(t, `version = 1
-[sandbox]
-image = "`+kubetest.BusyboxImage+`"
-[session]
-backend = "kubernetes"
-[kubernetes]
-kubeconfig = "`+kubeconfig+`"
-namespace = "`+env.Namespace+`"
-worker_image = "`+ref+`"
-pull_policy = "Never"
-`)
+	cfg := writeConfig(t, kubeConfig(env, ref))
 	ws := tempWorkspace(t)
 	os.WriteFile(filepath.Join(ws, "f.txt"), []byte("from the host\n"), 0o644)
 	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
@@ -84,4 +73,20 @@ pull_policy = "Never"
 	if code, _, errs := vakMain(t, cfg, "session", "exec", id, "--", "true"); code != ExitUsage && code != ExitUnavailable {
 		t.Errorf("exec after rm: exit %d, want %d or %d: %s", code, ExitUsage, ExitUnavailable, errs)
 	}
+}
+
+// kubeConfig is the config of a kubernetes session in env's namespace on
+// the busybox image with the worker image ref; tests append sections.
+func kubeConfig(env *kubetest.Env, ref string) string {
+	return `version = 1
+[sandbox]
+image = "` + kubetest.BusyboxImage + `"
+[session]
+backend = "kubernetes"
+[kubernetes]
+kubeconfig = "` + os.Getenv(kubetest.EnvKubeconfig) + `"
+namespace = "` + env.Namespace + `"
+worker_image = "` + ref + `"
+pull_policy = "Never"
+`
 }

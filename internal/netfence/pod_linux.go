@@ -327,17 +327,24 @@ func failedChecks(rc *PodReceipt) error {
 	return nil
 }
 
-// openCheck dials addr (TCP) and wants it to connect.
-func openCheck(ctx context.Context, name, addr string) PodCheck {
-	c := PodCheck{Name: name, Want: "open"}
+// dialCheck connects to addr (TCP) for c; a failure is c's result.
+func dialCheck(ctx context.Context, c *PodCheck, addr string) net.Conn {
 	d := net.Dialer{Timeout: 3 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		c.Got = shortErr(err)
-		return c
+		return nil
 	}
-	conn.Close()
-	c.Got, c.OK = "connected", true
+	return conn
+}
+
+// openCheck dials addr (TCP) and wants it to connect.
+func openCheck(ctx context.Context, name, addr string) PodCheck {
+	c := PodCheck{Name: name, Want: "open"}
+	if conn := dialCheck(ctx, &c, addr); conn != nil {
+		conn.Close()
+		c.Got, c.OK = "connected", true
+	}
 	return c
 }
 
@@ -345,10 +352,8 @@ func openCheck(ctx context.Context, name, addr string) PodCheck {
 // gateway's 403.
 func deniedHTTPCheck(ctx context.Context, name, addr string) PodCheck {
 	c := PodCheck{Name: name, Want: "403"}
-	d := net.Dialer{Timeout: 3 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		c.Got = shortErr(err)
+	conn := dialCheck(ctx, &c, addr)
+	if conn == nil {
 		return c
 	}
 	defer conn.Close()
