@@ -90,3 +90,40 @@ worker_image = "` + ref + `"
 pull_policy = "Never"
 `
 }
+
+// TestKubernetesPoolCLI: with session.pool_size on the kubernetes backend,
+// `vak session pool fill` starts a warm pod, a create claims it (and tops
+// the pool up again), the session works, and rm removes it.
+func TestKubernetesPoolCLI(t *testing.T) {
+	env := kubetest.Cluster(t)
+	vak := testenv.Vak(t)
+	ref := kubetest.LoadArchive(t, func(w io.Writer) (string, error) { return kubesession.WriteWorkerImage(w, vak) })
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	cfg := writeConfig(t, strings.Replace(kubeConfig(env, ref), "[session]\n", "[session]\npool_size = 1\n", 1))
+	ws := tempWorkspace(t)
+	os.WriteFile(filepath.Join(ws, "f.txt"), []byte("warm\n"), 0o644)
+	labels := []string{"--label", testenv.TestLabel + "=1", "--label", testenv.TestIDLabel + "=" + testenv.TestID(t)}
+	code, out, errs := vakMain(t, cfg, append([]string{"session", "pool", "fill", "-w", ws}, labels...)...)
+	if code != 0 || out != "started 1\n" {
+		t.Fatalf("pool fill: exit %d: %q %s", code, out, errs)
+	}
+	code, out, errs = vakMain(t, cfg, append([]string{"session", "create", "-w", ws, "--task", "warm"}, labels...)...)
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s %s", code, out, errs)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { vakMain(t, cfg, "session", "rm", id) })
+	if !strings.Contains(errs, "claimed warm pod") || !strings.Contains(errs, "vak-pool-") {
+		t.Errorf("create did not claim the warm pod: %s", errs)
+	}
+	if code, out, errs := vakMain(t, cfg, "session", "exec", id, "--", "cat", "f.txt"); code != 0 || out != "warm\n" {
+		t.Fatalf("exec: exit %d: %q %s", code, out, errs)
+	}
+	// The pool was topped up after the claim: a fill starts nothing.
+	if code, out, errs := vakMain(t, cfg, append([]string{"session", "pool", "fill", "-w", ws}, labels...)...); code != 0 || out != "started 0\n" {
+		t.Errorf("pool fill after a create: exit %d: %q %s", code, out, errs)
+	}
+	if code, _, errs := vakMain(t, cfg, "session", "rm", id); code != 0 {
+		t.Fatalf("rm: exit %d: %s", code, errs)
+	}
+}

@@ -458,7 +458,12 @@ slot of its own and answering through the guard. A create claims a pair only
 when its sidecar is exactly what a cold create would start (same workspace,
 sidecar image, nested pool, gateway, trust variables and propagated
 placeholders), it runs behind a live fence, and 'docker info' answers through
-its guard; otherwise the pair is removed and the create starts cold.`,
+its guard; otherwise the pair is removed and the create starts cold.
+
+With session.backend = "kubernetes" the pool is pods on the cluster, started
+as far as they go without the workspace (fence, vak installed) and waiting
+for it; a create with the same pod (image, workspace path, mode, limits,
+environment, gateway) claims one (docs/kubernetes.md).`,
 		Example: `  vak session pool fill -w . --network proxied --docker
   vak session create -w . --network proxied --docker   # claims the pair`,
 		Args: cobra.NoArgs,

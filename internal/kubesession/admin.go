@@ -121,8 +121,8 @@ type Removed struct{ ID, Pod, Reason string }
 
 // GC removes this user's sessions that are over: pods whose worker ended
 // (idle timeout, lifetime, killed) or that failed, pods this host created
-// whose record is gone (nothing here can reach them), and records whose
-// pod is gone.
+// whose record is gone (nothing here can reach them), records whose pod is
+// gone, and this host's warm pool pods that can no longer be claimed.
 func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 	c := m.Cluster
 	pods, err := c.api.listPods(ctx, c.Namespace, metav1.ListOptions{LabelSelector: m.selector()})
@@ -159,6 +159,11 @@ func (m *Manager) GC(ctx context.Context) ([]Removed, error) {
 			continue
 		}
 		out = append(out, Removed{ID: id, Pod: p.Namespace + "/" + p.Name, Reason: why})
+	}
+	pooled, err := m.poolGC(ctx, host)
+	out = append(out, pooled...)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	ents, _ := os.ReadDir(RecordDir(m.StateDir))
 	for _, e := range ents {

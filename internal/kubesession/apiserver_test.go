@@ -5,9 +5,11 @@ package kubesession
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,5 +181,59 @@ func TestAPIServerCreateNeverTakesAPod(t *testing.T) {
 	}
 	if !m.hasRecord(id) {
 		t.Error("the refused create removed the existing record")
+	}
+}
+
+// TestAPIServerPoolClaim: a filled pool pod is claimed by exactly one of
+// two racing creates (the other gets none and would make a pod of its
+// own); the claimed pod is the session's (labels, network policy kept);
+// a second fill makes one pod again, since the claimed one left the pool;
+// a spec that differs in anything fixed at creation has another key.
+func TestAPIServerPoolClaim(t *testing.T) {
+	env := kubetest.APIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := &Manager{Cluster: mustCluster(t, env.Config, env.Namespace), StateDir: t.TempDir(), Labels: kubetest.Labels(t), Pool: true, Progress: os.Stderr}
+	base := Spec{Task: "pool", Workspace: "/work/ws", Image: "img:1", WorkerImage: "vak.local/worker:1", Lifetime: time.Hour}
+	if n, err := m.FillPool(ctx, base, 1); err != nil || n != 1 {
+		t.Fatalf("fill: %d, %v", n, err)
+	}
+	if n, err := m.FillPool(ctx, base, 1); err != nil || n != 0 {
+		t.Fatalf("a full pool filled again: %d, %v", n, err)
+	}
+	got := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range got {
+		sp := base
+		sp.Task = fmt.Sprintf("racer%d", i)
+		if err := m.prepare(&sp); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { got[i] = m.claim(ctx, sp) })
+	}
+	wg.Wait()
+	if (got[0] == "") == (got[1] == "") {
+		t.Fatalf("claims %q: want exactly one", got)
+	}
+	name := got[0] + got[1]
+	p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Labels[LabelKind] != KindSession || !strings.HasPrefix(p.Labels[LabelTask], "racer") || p.Labels[LabelPod] != name || p.Labels[LabelPoolKey] != "" {
+		t.Errorf("claimed pod's labels %v", p.Labels)
+	}
+	if n, err := m.FillPool(ctx, base, 1); err != nil || n != 1 {
+		t.Fatalf("refill after a claim: %d, %v", n, err)
+	}
+	k1, _ := PoolKey(base)
+	other := base
+	other.Env = []string{"X=1"}
+	k2, _ := PoolKey(other)
+	renamed := base
+	renamed.Task = "another"
+	k3, _ := PoolKey(renamed)
+	if k1 == k2 || k1 != k3 {
+		t.Errorf("pool keys: base %s, other env %s, other task %s", k1, k2, k3)
 	}
 }

@@ -254,3 +254,68 @@ func control(t *testing.T, env *kubetest.Env, cmd, want string) {
 		t.Fatalf("positive control %q in an unfenced pod: %q %q %v", cmd, out, errOut, err)
 	}
 }
+
+// TestClusterWarmPool: a create claims a warm pool pod (its fence done,
+// waiting for the workspace) instead of making one, and gets the same
+// session: the workspace uploaded, commands run, rm removes the pod; gc
+// leaves a warm pod alone. Cold and warm create times are logged.
+func TestClusterWarmPool(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "f.txt"), []byte("pooled\n"), 0o644)
+	sp := f.spec("pool", ws, sandbox.WorkspaceWrite)
+
+	start := time.Now()
+	cold, err := f.m.Create(ctx, sp, packDir(ws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coldTime := time.Since(start)
+	if out, _, code := run(t, cold, "cat f.txt"); code != 0 || out != "pooled\n" {
+		t.Fatalf("cold session: %q %d", out, code)
+	}
+	cold.Close()
+	if err := f.m.Remove(ctx, cold.ID()); err != nil {
+		t.Fatal(err)
+	}
+
+	f.m.Pool = true
+	if n, err := f.m.FillPool(ctx, sp, 1); err != nil || n != 1 {
+		t.Fatalf("fill: %d, %v", n, err)
+	}
+	pods, err := f.env.Client.CoreV1().Pods(f.env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelKind + "=" + KindPool})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pool pods: %v %v", pods, err)
+	}
+	warmPod := pods.Items[0].Name
+	if _, err := f.m.waitPod(ctx, warmPod, syncRunning); err != nil {
+		t.Fatalf("the pool pod did not get warm: %v", err)
+	}
+	if removed, err := f.m.GC(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("gc removed %v (%v): a warm pod must stay", removed, err)
+	}
+
+	start = time.Now()
+	warm, err := f.m.Create(ctx, sp, packDir(ws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Close()
+	warmTime := time.Since(start)
+	if warm.Pod() != f.env.Namespace+"/"+warmPod {
+		t.Errorf("the create made %s instead of claiming %s", warm.Pod(), warmPod)
+	}
+	if out, _, code := run(t, warm, "cat f.txt; id -u"); code != 0 || out != "pooled\n1000\n" {
+		t.Fatalf("warm session: %q %d", out, code)
+	}
+	t.Logf("create to the worker's ready: cold %v, warm (a claimed pool pod) %v", coldTime.Round(time.Millisecond), warmTime.Round(time.Millisecond))
+	if err := f.m.Remove(ctx, warm.ID()); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted with grace 0: gone or going.
+	if p, err := f.env.Client.CoreV1().Pods(f.env.Namespace).Get(ctx, warmPod, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Error("rm left the claimed pod")
+	}
+}

@@ -57,6 +57,9 @@ type Manager struct {
 	Progress io.Writer
 	// StartTimeout bounds Create; zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Pool makes Create claim a warm pod of the pool (FillPool) whose key
+	// is the session's, when there is one.
+	Pool bool
 }
 
 // record is what the host keeps about a kubernetes session.
@@ -105,25 +108,9 @@ type Pack func(w io.Writer) error
 // the error says which step failed. The record is written first, so an
 // interrupted create is found by `vak session rm` and gc.
 func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, error) {
-	hostID, err := m.hostID()
-	if err != nil {
+	if err := m.prepare(&s); err != nil {
 		return nil, err
 	}
-	s.HostID = hostID
-	if s.ID == "" {
-		s.ID = SessionID(hostID, s.Task, s.Workspace)
-	}
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = DefaultIdleTimeout
-	}
-	if s.Lifetime == 0 {
-		s.Lifetime = DefaultMaxLifetime
-	}
-	if s.Created.IsZero() {
-		s.Created = time.Now()
-	}
-	s.Owner = os.Getuid()
-	s.Labels = m.Labels
 	pod, err := Pod(s)
 	if err != nil {
 		return nil, err
@@ -156,6 +143,37 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 		return nil, err
 	}
 	return sess, nil
+}
+
+// defaults sets the lifetimes left zero.
+func (s *Spec) defaults() {
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = DefaultIdleTimeout
+	}
+	if s.Lifetime == 0 {
+		s.Lifetime = DefaultMaxLifetime
+	}
+}
+
+// prepare fills in what a create (or a pool fill) sets itself: this host's
+// identity, the session's ID, default lifetimes, the time, the owner and
+// the manager's labels.
+func (m *Manager) prepare(s *Spec) error {
+	hostID, err := m.hostID()
+	if err != nil {
+		return err
+	}
+	s.HostID = hostID
+	if s.ID == "" {
+		s.ID = SessionID(hostID, s.Task, s.Workspace)
+	}
+	s.defaults()
+	if s.Created.IsZero() {
+		s.Created = time.Now()
+	}
+	s.Owner = os.Getuid()
+	s.Labels = m.Labels
+	return nil
 }
 
 // errPodNotOurs marks a create whose pod name was taken by a pod it did
@@ -225,21 +243,19 @@ func (m *Manager) removeRecord(id string) {
 	}
 }
 
-// start creates the pod and its network policy, uploads the workspace and
+// start claims a warm pod of the pool (when the manager has one) or
+// creates the pod and its network policy, then uploads the workspace and
 // connects to the worker.
 func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *record, pack Pack) (*Session, error) {
 	c := m.Cluster
-	m.progress("creating pod %s/%s (image %s, worker %s)", c.Namespace, pod.Name, s.Image, s.WorkerImage)
-	created, err := c.api.createPod(ctx, c.Namespace, pod)
-	if err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("%w: pod %s/%s of %s exists, and this host has no record of it (another host's, or one whose record was lost: vak session gc collects it if it is this host's): %w", ErrSessionExists, c.Namespace, pod.Name, s.ID, errPodNotOurs)
+	if claimed := m.claim(ctx, s); claimed != "" {
+		m.progress("claimed warm pod %s/%s from the pool", c.Namespace, claimed)
+		pod.Name, rec.Pod = claimed, claimed
+		if err := m.writeRecord(rec); err != nil {
+			return nil, err
 		}
-		return nil, apiError("create pod "+c.Namespace+"/"+pod.Name, err)
-	}
-	np := NetworkPolicy(s, created)
-	if err := c.api.createNetworkPolicy(ctx, c.Namespace, np); err != nil {
-		return nil, apiError("create network policy "+c.Namespace+"/"+np.Name, err)
+	} else if err := m.createPod(ctx, s, pod); err != nil {
+		return nil, err
 	}
 	m.progress("waiting for the fence and the workspace upload")
 	if _, err := m.waitPod(ctx, pod.Name, syncRunning); err != nil {
@@ -264,6 +280,24 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 		return nil, err
 	}
 	return m.connect(ctx, rec)
+}
+
+// createPod creates pod and its network policy.
+func (m *Manager) createPod(ctx context.Context, s Spec, pod *corev1.Pod) error {
+	c := m.Cluster
+	m.progress("creating pod %s/%s (image %s, worker %s)", c.Namespace, pod.Name, s.Image, s.WorkerImage)
+	created, err := c.api.createPod(ctx, c.Namespace, pod)
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%w: pod %s/%s of %s exists, and this host has no record of it (another host's, or one whose record was lost: vak session gc collects it if it is this host's): %w", ErrSessionExists, c.Namespace, pod.Name, s.ID, errPodNotOurs)
+		}
+		return apiError("create pod "+c.Namespace+"/"+pod.Name, err)
+	}
+	np := NetworkPolicy(s, created)
+	if err := c.api.createNetworkPolicy(ctx, c.Namespace, np); err != nil {
+		return apiError("create network policy "+c.Namespace+"/"+np.Name, err)
+	}
+	return nil
 }
 
 // upload streams the workspace to the sync init container's stdin.

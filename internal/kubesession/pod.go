@@ -256,6 +256,7 @@ func podLabels(s Spec) map[string]string {
 	l := map[string]string{
 		LabelManaged:   "true",
 		LabelKind:      KindSession,
+		LabelPod:       PodName(s.ID),
 		LabelSession:   s.ID,
 		LabelOwner:     strconv.Itoa(s.Owner),
 		LabelTask:      s.Task,
@@ -348,11 +349,18 @@ func emptyDir(name string, medium corev1.StorageMedium, size *resource.Quantity)
 // NetworkPolicy denies the session pod every ingress and egress but, when
 // it is proxied, egress to the gateway's pods, where the cluster's network
 // plugin enforces policies (the fence does regardless).
+//
+// It selects its pod by the pod's name (LabelPod), which, unlike the
+// session label, a warm pod claimed from the pool keeps.
 func NetworkPolicy(s Spec, owner *corev1.Pod) *networkingv1.NetworkPolicy {
+	name := PodName(s.ID)
+	if owner != nil && owner.Name != "" {
+		name = owner.Name
+	}
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: PodName(s.ID), Labels: podLabels(s)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: podLabels(s)},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: s.ID, LabelManaged: "true"}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelPod: name, LabelManaged: "true"}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}

@@ -116,7 +116,7 @@ func TestPodOptions(t *testing.T) {
 		t.Errorf("labels %v", l)
 	}
 	np := NetworkPolicy(sp, p)
-	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 || np.Spec.PodSelector.MatchLabels[LabelSession] != sp.ID {
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 || np.Spec.PodSelector.MatchLabels[LabelPod] != p.Name || p.Labels[LabelPod] != p.Name {
 		t.Errorf("network policy %+v", np.Spec)
 	}
 }

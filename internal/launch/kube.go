@@ -54,54 +54,11 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	case len(c.Mounts) > 0:
 		return errclass.Wrap(errclass.Invalid, errors.New("--mount: a kubernetes session has no host paths; its workspace is uploaded"))
 	}
-	m, err := kubeManager(req, cfg.Kubernetes)
+	m, spec, err := kubeSpec(ctx, req, c.Task)
 	if err != nil {
 		return err
 	}
-	worker := cfg.Kubernetes.WorkerImage
-	if worker == "" {
-		exe := req.Executable
-		if exe == "" {
-			if exe, err = os.Executable(); err != nil {
-				return err
-			}
-		}
-		if worker, err = kubesession.WorkerImageTag(exe); err != nil {
-			return err
-		}
-	}
-	task := c.Task
-	if task == "" {
-		task = taskenv.DefaultTask
-	}
-	spec := kubesession.Spec{
-		Task: task, Workspace: req.Workspace,
-		Image: cfg.Sandbox.Image, WorkerImage: worker,
-		PullPolicy:   corev1.PullPolicy(cfg.Kubernetes.PullPolicy),
-		RuntimeClass: cfg.Kubernetes.RuntimeClass,
-		Mode:         cfg.Sandbox.Mode, Limits: cfg.Sandbox.Limits,
-		Env:            hostenv.Lookup(hostenv.Allowlist(cfg.Sandbox.Env...)),
-		Protected:      cfg.Files.Protected,
-		DefaultTimeout: cfg.Sandbox.Timeout,
-		IdleTimeout:    cfg.Session.IdleTimeout, Lifetime: cfg.Session.MaxLifetime,
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	probe, err := kubesession.ProbeCluster(pctx, m.Cluster, cfg.Kubernetes.RuntimeClass)
-	cancel()
-	if err != nil {
-		return err
-	}
-	spec.UserNamespace = probe.UserNamespaces
-	if req.Progress != nil {
-		fmt.Fprintf(req.Progress, "vak: cluster: %s\n", probe.Describe())
-	}
-	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
-		gw, env, err := kubeGateway(ctx, req, m, worker, spec.PullPolicy)
-		if err != nil {
-			return err
-		}
-		spec.Gateway, spec.Env = gw, append(spec.Env, env...)
-	}
+	m.Pool = cfg.Session.PoolSize > 0
 	if c.Hold {
 		if spec.OwnerProc, err = engine.OwnerToken(os.Getpid()); err != nil {
 			return err
@@ -125,6 +82,12 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	if c.Created != nil {
 		c.Created(s.ID())
 	}
+	if m.Pool && !c.NoRefill {
+		// After the ID is out: topping up the pool is the next create's speed.
+		if _, err := m.FillPool(sigctx, spec, cfg.Session.PoolSize); err != nil {
+			warnf(req, "refilling the warm pool: %v", err)
+		}
+	}
 	if !c.Hold {
 		return nil
 	}
@@ -137,6 +100,78 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return m.Remove(rmctx, s.ID())
+}
+
+// kubeSpec connects to the cluster of req's config and returns its
+// manager and the pod spec of a session of task (or a pool pod, which
+// differs only in the task): [sandbox] image, limits, mode, env; [session]
+// lifetimes; [kubernetes] runtime class and worker image, what the cluster
+// offers (user namespaces), and for a proxied network the namespace's
+// gateway, deployed or updated first.
+func kubeSpec(ctx context.Context, req Request, task string) (*kubesession.Manager, kubesession.Spec, error) {
+	cfg := req.Config
+	m, err := kubeManager(req, cfg.Kubernetes)
+	if err != nil {
+		return nil, kubesession.Spec{}, err
+	}
+	worker := cfg.Kubernetes.WorkerImage
+	if worker == "" {
+		exe := req.Executable
+		if exe == "" {
+			if exe, err = os.Executable(); err != nil {
+				return nil, kubesession.Spec{}, err
+			}
+		}
+		if worker, err = kubesession.WorkerImageTag(exe); err != nil {
+			return nil, kubesession.Spec{}, err
+		}
+	}
+	if task == "" {
+		task = taskenv.DefaultTask
+	}
+	spec := kubesession.Spec{
+		Task: task, Workspace: req.Workspace,
+		Image: cfg.Sandbox.Image, WorkerImage: worker,
+		PullPolicy:   corev1.PullPolicy(cfg.Kubernetes.PullPolicy),
+		RuntimeClass: cfg.Kubernetes.RuntimeClass,
+		Mode:         cfg.Sandbox.Mode, Limits: cfg.Sandbox.Limits,
+		Env:            hostenv.Lookup(hostenv.Allowlist(cfg.Sandbox.Env...)),
+		Protected:      cfg.Files.Protected,
+		DefaultTimeout: cfg.Sandbox.Timeout,
+		IdleTimeout:    cfg.Session.IdleTimeout, Lifetime: cfg.Session.MaxLifetime,
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	probe, err := kubesession.ProbeCluster(pctx, m.Cluster, cfg.Kubernetes.RuntimeClass)
+	cancel()
+	if err != nil {
+		return nil, kubesession.Spec{}, err
+	}
+	spec.UserNamespace = probe.UserNamespaces
+	if req.Progress != nil {
+		fmt.Fprintf(req.Progress, "vak: cluster: %s\n", probe.Describe())
+	}
+	if cfg.Network == sandbox.NetworkProxied && cfg.Sandbox.Mode.Restricted() {
+		gw, env, err := kubeGateway(ctx, req, m, worker, spec.PullPolicy)
+		if err != nil {
+			return nil, kubesession.Spec{}, err
+		}
+		spec.Gateway, spec.Env = gw, append(spec.Env, env...)
+	}
+	return m, spec, nil
+}
+
+// fillKubePool is FillPool on the kubernetes backend.
+func fillKubePool(ctx context.Context, req Request, out io.Writer) error {
+	if req.Config.Session.PoolSize == 0 {
+		return errclass.Wrap(errclass.Invalid, errors.New("session.pool_size is 0 in the user config: the warm pool is off"))
+	}
+	m, spec, err := kubeSpec(ctx, req, "")
+	if err != nil {
+		return err
+	}
+	n, err := m.FillPool(ctx, spec, req.Config.Session.PoolSize)
+	fmt.Fprintf(out, "started %d\n", n)
+	return err
 }
 
 // KubeDoctor is vak doctor's line on the kubernetes session backend:

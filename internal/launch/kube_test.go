@@ -73,9 +73,10 @@ func TestKubeSessionRefused(t *testing.T) {
 	}
 }
 
-// TestKubeMCPAndPoolRefused: vak mcp --session-new and the warm pool,
-// with sessions on the kubernetes backend, are refused with what to do,
-// never served by Docker sessions instead.
+// TestKubeMCPAndPoolRefused: vak mcp --session-new with sessions on the
+// kubernetes backend is refused with what to do, and the warm pool fills
+// on the cluster or fails naming it: neither is ever served by Docker
+// sessions instead.
 func TestKubeMCPAndPoolRefused(t *testing.T) {
 	ws, cfg, file := setup(t, "version = 1\n[session]\nbackend = \"kubernetes\"\n")
 	req := Request{Workspace: ws, Config: cfg, UserConfig: file, Labels: map[string]string{"vak.test": "1"}}
@@ -83,8 +84,15 @@ func TestKubeMCPAndPoolRefused(t *testing.T) {
 	if errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), "kubernetes sessions cannot serve MCP yet") {
 		t.Fatalf("err = %v (class %v)", err, errclass.Of(err))
 	}
-	// Nor does the warm pool fill with Docker containers for it.
-	if err := FillPool(context.Background(), req, false, io.Discard); errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), "warm pool is not available for kubernetes") {
-		t.Fatalf("pool fill: %v", err)
+	// Nor does the warm pool fill with Docker containers for it: off, it
+	// says so; on, it needs the cluster.
+	if err := FillPool(context.Background(), req, false, io.Discard); errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), "pool_size is 0") {
+		t.Fatalf("pool fill, pool off: %v", err)
+	}
+	dead := kubeconfigAt(t, "https://127.0.0.1:1")
+	ws, cfg, file = setup(t, "version = 1\n[session]\nbackend = \"kubernetes\"\npool_size = 1\n[kubernetes]\nkubeconfig = \""+dead+"\"\n")
+	req = Request{Workspace: ws, Config: cfg, UserConfig: file, Labels: map[string]string{"vak.test": "1"}}
+	if err := FillPool(context.Background(), req, false, io.Discard); !errors.Is(err, kubesession.ErrCluster) {
+		t.Fatalf("pool fill, cluster unreachable: %v", err)
 	}
 }

@@ -164,7 +164,10 @@ func FillPool(ctx context.Context, req Request, docker bool, out io.Writer) erro
 		return errRequired
 	}
 	if req.Config.Session.Backend == BackendKubernetes {
-		return errclass.Wrap(errclass.Invalid, errors.New("session.backend is kubernetes: the warm pool is not available for kubernetes sessions yet (docs/kubernetes.md)"))
+		if docker {
+			return errclass.Wrap(errclass.Invalid, errors.New("--docker: nested Docker is not available in kubernetes sessions"))
+		}
+		return fillKubePool(ctx, req, out)
 	}
 	m := Sessions(req, nil)
 	defer m.Close()
