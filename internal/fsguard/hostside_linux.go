@@ -3,6 +3,7 @@ package fsguard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -194,6 +196,33 @@ func removeAt(dfd int, name string, depth int) error {
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
+	// A writer still running (an inner container planting a directory and
+	// then its file) can add an entry between the last read and the rmdir:
+	// empty the directory again, a bounded number of times with a growing
+	// pause, rather than fail on the first such race.
+	for pass := 0; ; pass++ {
+		if err := emptyDir(f, fd, name, depth); err != nil {
+			return err
+		}
+		err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		if !errors.Is(err, unix.ENOTEMPTY) || pass == removePasses-1 {
+			return err
+		}
+		time.Sleep(time.Duration(1<<pass) * time.Millisecond)
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	}
+}
+
+// removePasses bounds how often removeAt empties a directory that a
+// concurrent writer keeps refilling (the pauses between passes add up to
+// about a quarter of a second).
+const removePasses = 8
+
+// emptyDir removes every entry of the open directory f (descriptor fd, named
+// name for errors), returning the first failure after trying them all.
+func emptyDir(f *os.File, fd int, name string, depth int) error {
 	var first error
 	for {
 		names, rerr := f.Readdirnames(1024)
@@ -203,13 +232,9 @@ func removeAt(dfd int, name string, depth int) error {
 			}
 		}
 		if rerr != nil || len(names) == 0 {
-			break
+			return first
 		}
 	}
-	if first != nil {
-		return first
-	}
-	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
 }
 
 // openDirForRemoval opens the directory name in dfd for reading, without

@@ -2,6 +2,7 @@ package fsguard
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -399,4 +400,39 @@ func TestScanLacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Remove empties a directory again when a writer still running adds an
+// entry between the last read and the rmdir (an inner container doing
+// `mkdir .vscode; echo > .vscode/tasks.json` while the watcher removes the
+// directory): a burst of files written into the directory as it is removed
+// does not make Remove fail, and the directory is gone afterwards.
+func TestTreeRemoveRacingWriter(t *testing.T) {
+	w := newHostWorld(t)
+	dir := filepath.Join(w.ws, ".vscode")
+	for round := 0; round < 20; round++ {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "tasks.json"), "{}")
+		done := make(chan int)
+		go func() {
+			n := 0
+			for ; n < 300; n++ {
+				if os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", n)), nil, 0o644) != nil {
+					break // removed under the writer: it stops, as a path-based writer does
+				}
+			}
+			done <- n
+		}()
+		err := w.tree.Remove(".vscode")
+		n := <-done
+		if err != nil {
+			t.Fatalf("round %d: Remove with a writer adding %d files: %v", round, n, err)
+		}
+		if _, err := os.Lstat(dir); err == nil {
+			t.Fatalf("round %d: .vscode survived", round)
+		}
+	}
+	w.outsideIntact(t)
 }
