@@ -234,4 +234,76 @@ hosts = ["api.test"]
 	for _, conc := range []string{"1", "8"} {
 		t.Logf("bench, concurrency %s: %s", conc, strings.TrimSpace(sh(`./probe bench `+apiURL+` 300 `+conc)))
 	}
+	kubeSnapshotLeg(t, cfg, labels, ws, id, sh, apiURL)
+}
+
+// kubeSnapshotLeg: a package installed into the session's home through
+// the gateway is snapshotted (the key is the Docker sessions' kind: the
+// same home and manifest give the same key, reused; a changed home under
+// it is refused), a session created from the key has it on top of the
+// host's workspace, and neither the snapshot on the host nor the new
+// session holds the real secret.
+func kubeSnapshotLeg(t *testing.T, cfg string, labels []string, ws, id string, sh func(string) string, apiURL string) {
+	install := `mkdir -p ~/.local/bin && ./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + `pkg 15s > ~/.local/pkg && printf '#!/bin/sh\necho tool-ran\n' > ~/.local/bin/tool && chmod 755 ~/.local/bin/tool && grep -c UPSTREAM-api ~/.local/pkg`
+	if got := sh(install); !strings.HasPrefix(got, "1\n") {
+		t.Fatalf("install through the gateway: %s", got)
+	}
+	snap := func(args ...string) (int, string, string) {
+		return vakMain(t, cfg, append([]string{"session", "snapshot"}, append(args, id)...)...)
+	}
+	code, out, errs := snap("-m", "step=install")
+	if code != 0 || !strings.Contains(out, "home:  ") {
+		t.Fatalf("snapshot: exit %d: %s %s", code, out, errs)
+	}
+	t.Logf("snapshot:\n%s", out)
+	key := strings.TrimSpace(strings.TrimPrefix(strings.Split(out, "\n")[0], "key:"))
+	dir := strings.Fields(strings.TrimPrefix(strings.Split(out, "\n")[1], "home:"))[0]
+	tarData, err := os.ReadFile(filepath.Join(dir, "home.tar"))
+	if err != nil || !strings.Contains(string(tarData), "UPSTREAM-api") || strings.Contains(string(tarData), kubeSecret) {
+		t.Errorf("the stored home (%d bytes, %v): want the package and never the real secret", len(tarData), err)
+	}
+	if code, out, errs := snap("-q", "-m", "step=install"); code != 0 || strings.TrimSpace(out) != key {
+		t.Errorf("the same snapshot again: exit %d, key %q want %q: %s", code, out, key, errs)
+	}
+	if code, out, _ := snap("-q", "-m", "step=other"); code != 0 || strings.TrimSpace(out) == key {
+		t.Errorf("another manifest: exit %d, key %q (want a new one)", code, out)
+	}
+	sh(`echo changed >> ~/.local/pkg`)
+	if code, _, errs := snap("-m", "step=install"); code != ExitUsage || !strings.Contains(errs, "its home differs") {
+		t.Errorf("a changed home under the same key: exit %d, want %d: %s", code, ExitUsage, errs)
+	}
+
+	code, out, errs = vakMain(t, cfg, append([]string{"session", "create", "-w", ws, "--from", key, "--task", "restored"}, labels...)...)
+	if code != 0 {
+		t.Fatalf("create --from: exit %d: %s %s", code, out, errs)
+	}
+	rid := strings.TrimSpace(out)
+	t.Cleanup(func() { vakMain(t, cfg, "session", "rm", rid) })
+	code, out, errs = vakMain(t, cfg, "session", "exec", rid, "--", "sh", "-c", `~/.local/bin/tool; cat ~/.local/pkg; test -x probe && echo workspace-ok; grep -rl "`+kubeSecret+`" ~ . 2>/dev/null; env | grep -c "`+kubeSecret+`" || true`)
+	if code != 0 || !strings.Contains(out, "tool-ran") || !strings.Contains(out, "UPSTREAM-api") || strings.Contains(out, "changed") ||
+		!strings.Contains(out, "workspace-ok") || !strings.HasSuffix(out, "0\n") {
+		t.Errorf("the session from the snapshot: exit %d: %q %s", code, out, errs)
+	}
+	if code, _, errs := vakMain(t, cfg, "session", "rm", rid); code != 0 {
+		t.Errorf("rm of the session from the snapshot: exit %d: %s", code, errs)
+	}
+
+	// A snapshot whose image the cluster no longer runs as recorded (the
+	// tag moved): the create fails closed, and leaves no session.
+	moved := strings.Repeat("0", 64)
+	mdir := filepath.Join(filepath.Dir(dir), moved)
+	if err := os.MkdirAll(mdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(mdir, "home.tar"), tarData, 0o600)
+	meta, _ := os.ReadFile(filepath.Join(dir, "snapshot.json"))
+	meta = []byte(strings.Replace(strings.Replace(string(meta), key, moved, 1), `"image_id": "sha256:`, `"image_id": "sha256:0`, 1))
+	os.WriteFile(filepath.Join(mdir, "snapshot.json"), meta, 0o600)
+	code, out, errs = vakMain(t, cfg, append([]string{"session", "create", "-w", ws, "--from", moved, "--task", "moved"}, labels...)...)
+	if code != ExitUsage || !strings.Contains(errs, "the cluster ran it as") {
+		t.Errorf("create from a snapshot of a moved image: exit %d, want %d: %s %s", code, ExitUsage, out, errs)
+	}
+	if _, out, _ := vakMain(t, cfg, append([]string{"session", "ls", "-q"}, labels...)...); strings.Contains(out, "moved") {
+		t.Errorf("the refused create left a session: %s", out)
+	}
 }

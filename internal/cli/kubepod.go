@@ -17,12 +17,12 @@ import (
 // containers' fence, self-install and workspace upload, and the pack of a
 // pull. Each takes one argument; a failure exits 69.
 func podCommands() []*cobra.Command {
-	var receipt, input string
+	var receipt, input, next string
 	fence := hiddenCmd(kubesession.FenceCommand+" MODE", "Install and self-test a session pod's network fence", func(cmd *cobra.Command, arg string) error {
 		return netfence.PodFenceMain(cmd.Context(), arg, receipt, cmd.OutOrStdout())
 	})
 	fence.Flags().StringVar(&receipt, "receipt", "/dev/termination-log", "write the receipt (JSON) here too")
-	untar := untarCmd(&input)
+	untar := untarCmd(&input, &next)
 	return []*cobra.Command{
 		fence,
 		hiddenCmd(worker.RelayCommand+" SOCKET", "Relay stdio to a session worker's socket", func(_ *cobra.Command, arg string) error {
@@ -39,9 +39,10 @@ func podCommands() []*cobra.Command {
 	}
 }
 
-// untarCmd is `vak __untar DIR`: the sync init container's (stdin) and the
-// gateway pod's (--input, its Secret's tar).
-func untarCmd(input *string) *cobra.Command {
+// untarCmd is `vak __untar DIR`: the sync init container's (stdin: the
+// workspace, then with --next the home of a snapshot) and the gateway
+// pod's (--input, its Secret's tar).
+func untarCmd(input, next *string) *cobra.Command {
 	cmd := hiddenCmd(kubesession.UntarCommand+" DIR", "Unpack a tar stream from stdin (or --input) into DIR, checked", func(cmd *cobra.Command, arg string) error {
 		in := cmd.InOrStdin()
 		if *input != "" {
@@ -52,13 +53,22 @@ func untarCmd(input *string) *cobra.Command {
 			defer f.Close()
 			in = f
 		}
-		st, err := wsync.Unpack(in, arg, wsync.UnpackOptions{})
-		if err == nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "vak: unpacked %d files, %d directories, %d symlinks, %d bytes into %s\n", st.Files, st.Dirs, st.Symlinks, st.Bytes, arg)
+		for _, dir := range []string{arg, *next} {
+			if dir == "" {
+				break
+			}
+			// One archive after the other on one stream: a tar reader stops
+			// right after its archive's end blocks.
+			st, err := wsync.Unpack(in, dir, wsync.UnpackOptions{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "vak: unpacked %d files, %d directories, %d symlinks, %d bytes into %s\n", st.Files, st.Dirs, st.Symlinks, st.Bytes, dir)
 		}
-		return err
+		return nil
 	})
 	cmd.Flags().StringVar(input, "input", "", "read the tar from this file instead of stdin")
+	cmd.Flags().StringVar(next, "next", "", "then unpack a second archive from the same input into this directory")
 	return cmd
 }
 

@@ -331,7 +331,12 @@ as a lockfile, and/or --manifest FILE, describing how the environment was
 made) and the policy generation. The same three reuse the existing image if
 its content matches the session's filesystem (else the snapshot is refused);
 changing any one makes a new one. Start a session from
-it with 'vak session create --from KEY'.`,
+it with 'vak session create --from KEY'.
+
+A kubernetes session's snapshot is its home directory (/home/vak, where an
+unprivileged session installs what it adds) on top of the image ID the
+cluster ran, kept on this host in STATE/kube-snapshots/KEY, with the same
+key rules (docs/kubernetes.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return sessionErr(a.sessionSnapshot(cmd.Context(), sf, args[0], manifest, manifestFile, quiet))
@@ -363,6 +368,10 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	cached := ""
 	if ref.Cached {
 		cached = " (cached: reused the existing image)"
+	}
+	if ref.Host != "" {
+		fmt.Fprintf(a.stdio.Out, "key:   %s\nhome:  %s %s%s\nbase:  %s\n", ref.Key, ref.Host, ref.ID, strings.Replace(cached, "image", "snapshot", 1), ref.Base)
+		return nil
 	}
 	fmt.Fprintf(a.stdio.Out, "key:   %s\nimage: %s %s%s\n", ref.Key, ref.Ref, ref.ID, cached)
 	return nil

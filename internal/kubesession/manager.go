@@ -79,6 +79,10 @@ type record struct {
 	Fence string `json:"fence,omitempty"`
 	// Gateway is the in-cluster gateway's address of a proxied session.
 	Gateway string `json:"gateway,omitempty"`
+	// Policy is policyDigest of the session's spec; From the snapshot the
+	// session started from.
+	Policy string `json:"policy,omitempty"`
+	From   string `json:"from,omitempty"`
 }
 
 // fenceReceipt is the proxied fence sidecar's receipt from its log ("" if
@@ -111,6 +115,15 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 	if err := m.prepare(&s); err != nil {
 		return nil, err
 	}
+	var from *SnapshotInfo
+	if s.From != "" {
+		info, f, err := m.openSnapshot(s.From)
+		if err != nil {
+			return nil, err
+		}
+		f.Close()
+		from, s.Image = info, info.Image
+	}
 	pod, err := Pod(s)
 	if err != nil {
 		return nil, err
@@ -123,13 +136,13 @@ func (m *Manager) Create(ctx context.Context, s Spec, pack Pack) (*Session, erro
 	defer cancel()
 	c := m.Cluster
 	rec := &record{ID: s.ID, Task: s.Task, Workspace: s.Workspace, Namespace: c.Namespace, Pod: pod.Name,
-		Context: c.Context, Kubeconfig: c.Kubeconfig, Image: s.Image, Created: s.Created}
+		Context: c.Context, Kubeconfig: c.Kubeconfig, Image: s.Image, Created: s.Created, Policy: policyDigest(s), From: s.From}
 	// The record is created exclusively: of two creates of one session,
 	// one goes on and the other stops here, touching nothing.
 	if err := m.createRecord(rec); err != nil {
 		return nil, err
 	}
-	sess, err := m.start(ctx, s, pod, rec, pack)
+	sess, err := m.start(ctx, s, pod, rec, pack, from)
 	if err != nil {
 		rmctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -246,7 +259,7 @@ func (m *Manager) removeRecord(id string) {
 // start claims a warm pod of the pool (when the manager has one) or
 // creates the pod and its network policy, then uploads the workspace and
 // connects to the worker.
-func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *record, pack Pack) (*Session, error) {
+func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *record, pack Pack, from *SnapshotInfo) (*Session, error) {
 	c := m.Cluster
 	if claimed := m.claim(ctx, s); claimed != "" {
 		m.progress("claimed warm pod %s/%s from the pool", c.Namespace, claimed)
@@ -261,7 +274,7 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 	if _, err := m.waitPod(ctx, pod.Name, syncRunning); err != nil {
 		return nil, err
 	}
-	n, err := m.upload(ctx, pod.Name, pack)
+	n, err := m.upload(ctx, pod.Name, pack, from)
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +282,11 @@ func (m *Manager) start(ctx context.Context, s Spec, pod *corev1.Pod, rec *recor
 	p, err := m.waitPod(ctx, pod.Name, sessionRunning)
 	if err != nil {
 		return nil, err
+	}
+	if from != nil {
+		if got := containerImageID(p, ContainerSession); got != from.ImageID {
+			return nil, fmt.Errorf("%w: snapshot %s was made on %s as image %s; the cluster ran it as %s: snapshot again on this image", ErrSnapshotMismatch, from.Key, from.Image, from.ImageID, got)
+		}
 	}
 	rec.Fence = terminationMessage(p, ContainerFence)
 	if s.Gateway.IsValid() {
@@ -300,8 +318,9 @@ func (m *Manager) createPod(ctx context.Context, s Spec, pod *corev1.Pod) error 
 	return nil
 }
 
-// upload streams the workspace to the sync init container's stdin.
-func (m *Manager) upload(ctx context.Context, pod string, pack Pack) (int64, error) {
+// upload streams the workspace to the sync init container's stdin, then
+// the home of the snapshot from (if any).
+func (m *Manager) upload(ctx context.Context, pod string, pack Pack, from *SnapshotInfo) (int64, error) {
 	c := m.Cluster
 	ex, err := c.executor(c.attachRequest(pod, ContainerSync))
 	if err != nil {
@@ -309,7 +328,7 @@ func (m *Manager) upload(ctx context.Context, pod string, pack Pack) (int64, err
 	}
 	pr, pw := io.Pipe()
 	cw := &countWriter{w: pw}
-	go func() { pw.CloseWithError(pack(cw)) }()
+	go func() { pw.CloseWithError(packWithHome(cw, pack, m, from)) }()
 	stderr := wire.NewTailBuffer(4 << 10)
 	err = ex.StreamWithContext(ctx, streamOptions(pr, io.Discard, stderr))
 	pr.CloseWithError(io.ErrClosedPipe)
@@ -317,6 +336,24 @@ func (m *Manager) upload(ctx context.Context, pod string, pack Pack) (int64, err
 		return cw.n, fmt.Errorf("%w: upload the workspace to %s/%s: %v %s", ErrPodFailed, c.Namespace, pod, err, stderr.String())
 	}
 	return cw.n, nil
+}
+
+// packWithHome writes the workspace (pack), then the home archive of
+// snapshot from, checked again against its record.
+func packWithHome(w io.Writer, pack Pack, m *Manager, from *SnapshotInfo) error {
+	if err := pack(w); err != nil {
+		return err
+	}
+	if from == nil {
+		return nil
+	}
+	_, f, err := m.openSnapshot(from.Key)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
 }
 
 // connect opens a relay to rec's worker and waits for its ready event.

@@ -1,6 +1,8 @@
 package kubesession
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -74,6 +76,20 @@ type Spec struct {
 	// its fence lets through. Env then holds the trust variables (files
 	// under TrustDir) and the secret placeholders.
 	Gateway netip.Addr
+	// From is the key of the snapshot (Manager.Snapshot) whose home the
+	// session starts with; Image is then the snapshot's.
+	From string
+}
+
+// policyDigest is a digest of what a session of s may do (its backend,
+// network and mode), kept in its record: part of its snapshots' keys.
+func policyDigest(s Spec) string {
+	network := "none"
+	if s.Gateway.IsValid() {
+		network = "proxied"
+	}
+	h := sha256.Sum256(fmt.Appendf(nil, "backend=kubernetes\nnetwork=%s\nmode=%s\n", network, s.Mode))
+	return hex.EncodeToString(h[:8])
 }
 
 // reservedDirs are paths a workspace may not be at or under: the pod's own
@@ -284,10 +300,12 @@ func initContainer(name string, s Spec, cmd []string, sc *corev1.SecurityContext
 }
 
 // syncContainer receives the workspace on its stdin (attached once) and
-// unpacks it onto the workspace volume.
+// unpacks it onto the workspace volume, then the home of the snapshot the
+// session starts from (an empty stream when there is none) onto the home
+// volume.
 func syncContainer(s Spec) corev1.Container {
-	c := initContainer(ContainerSync, s, []string{imageVak, UntarCommand, s.Workspace}, unprivileged(true),
-		corev1.VolumeMount{Name: "workspace", MountPath: s.Workspace})
+	c := initContainer(ContainerSync, s, []string{imageVak, UntarCommand, "--next", Home, s.Workspace}, unprivileged(true),
+		corev1.VolumeMount{Name: "workspace", MountPath: s.Workspace}, corev1.VolumeMount{Name: "home", MountPath: Home})
 	c.Stdin, c.StdinOnce = true, true
 	return c
 }

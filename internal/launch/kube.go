@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,18 +49,23 @@ func kubeManager(req Request, k config.Kubernetes) (*kubesession.Manager, error)
 func createKubeSession(ctx context.Context, req Request, c SessionCreate) error {
 	cfg := req.Config
 	switch {
-	case c.From != "":
-		return errclass.Wrap(errclass.Invalid, errors.New("--from: snapshots of kubernetes sessions are not available yet (docs/kubernetes.md)"))
+	case c.From != "" && c.ImageSet:
+		return errclass.Wrap(errclass.Invalid, errors.New("--from and --image exclude each other"))
 	case c.Docker || cfg.Session.Docker:
 		return errclass.Wrap(errclass.Invalid, errors.New("--docker (or session.docker): nested Docker is not available in kubernetes sessions"))
 	case len(c.Mounts) > 0:
 		return errclass.Wrap(errclass.Invalid, errors.New("--mount: a kubernetes session has no host paths; its workspace is uploaded"))
+	}
+	from, err := kubeFrom(c.From)
+	if err != nil {
+		return err
 	}
 	m, spec, err := kubeSpec(ctx, req, c.Task)
 	if err != nil {
 		return err
 	}
 	m.Pool = cfg.Session.PoolSize > 0
+	spec.From = from
 	if c.Hold {
 		if spec.OwnerProc, err = engine.OwnerToken(os.Getpid()); err != nil {
 			return err
@@ -100,6 +107,27 @@ func createKubeSession(ctx context.Context, req Request, c SessionCreate) error 
 	rmctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return m.Remove(rmctx, s.ID())
+}
+
+// kubeFrom is the snapshot key of --from (KEY or vak-env:KEY), checked to
+// be on this host before the cluster is asked anything; "" without one.
+func kubeFrom(from string) (string, error) {
+	if from == "" {
+		return "", nil
+	}
+	ref, err := taskenv.SnapshotRef(from)
+	if err != nil {
+		return "", err
+	}
+	key := strings.TrimPrefix(ref, taskenv.SnapshotRepo+":")
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return "", err
+	}
+	if _, err := (&kubesession.Manager{StateDir: state}).ReadSnapshot(key); err != nil {
+		return "", err
+	}
+	return key, nil
 }
 
 // kubeSpec connects to the cluster of req's config and returns its
@@ -356,4 +384,30 @@ func PullSession(ctx context.Context, req Request, id string) (*wsync.Report, er
 		return nil, err
 	}
 	return m.Pull(ctx, id, match)
+}
+
+// kubeSnapshot is Snapshot on the kubernetes backend: session id's home,
+// kept on this host under the key of the image the cluster ran, the
+// manifest and the policy generation (taskenv.SnapshotKey, the Docker
+// sessions' key).
+func kubeSnapshot(ctx context.Context, req Request, id string, man taskenv.Manifest) (*taskenv.ImageRef, error) {
+	m, err := kubeFor(req, id)
+	if err != nil {
+		return nil, err
+	}
+	gen := ""
+	if req.Config != nil {
+		gen = req.Config.Session.PolicyGeneration
+	}
+	if gen == "" {
+		gen = taskenv.DefaultPolicyGeneration
+	}
+	info, err := m.Snapshot(ctx, id, func(imageID, policy string) string {
+		return taskenv.SnapshotKey(imageID, man, gen+"/"+policy)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &taskenv.ImageRef{Key: info.Key, Ref: taskenv.SnapshotRepo + ":" + info.Key, ID: info.Content, Base: info.ImageID,
+		Cached: info.Cached, Host: filepath.Join(kubesession.SnapshotDir(m.StateDir), info.Key)}, nil
 }

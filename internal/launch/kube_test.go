@@ -44,7 +44,9 @@ func TestKubeSessionRefused(t *testing.T) {
 	}{
 		{"docker", cfgBody(dead, ""), SessionCreate{Task: "t", Docker: true}, errclass.Invalid, "nested Docker is not available in kubernetes sessions"},
 		{"mount", cfgBody(dead, ""), SessionCreate{Task: "t", Mounts: []string{"/etc"}}, errclass.Invalid, "a kubernetes session has no host paths"},
-		{"from", cfgBody(dead, ""), SessionCreate{Task: "t", From: strings.Repeat("a", 64)}, errclass.Invalid, "snapshots of kubernetes sessions"},
+		{"from with image", cfgBody(dead, ""), SessionCreate{Task: "t", From: strings.Repeat("a", 64), ImageSet: true}, errclass.Invalid, "--from and --image exclude each other"},
+		{"from a non-key", cfgBody(dead, ""), SessionCreate{Task: "t", From: "v1"}, errclass.Invalid, "is not a snapshot key"},
+		{"from an unknown key", cfgBody(dead, ""), SessionCreate{Task: "t", From: strings.Repeat("a", 64)}, errclass.Invalid, "no such kubernetes snapshot: " + strings.Repeat("a", 64) + " (vak session snapshot ID makes one)"},
 		{"proxied", cfgBody(dead, "[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"example.com\"]\n"), SessionCreate{Task: "t"}, errclass.Unavailable, "kubernetes cluster unavailable"},
 		{"unreachable", cfgBody(dead, ""), SessionCreate{Task: "t"}, errclass.Unavailable, "kubernetes cluster unavailable: server version (context \"ctx\" of "},
 		{"no kubeconfig", cfgBody(filepath.Join(t.TempDir(), "missing"), ""), SessionCreate{Task: "t"}, errclass.Unavailable, "missing"},

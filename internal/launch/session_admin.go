@@ -182,11 +182,6 @@ func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]s
 // of FILE's content) and, if file is set, the entry "file" with its
 // content.
 func Snapshot(ctx context.Context, req Request, id string, entries []string, file string) (*taskenv.ImageRef, error) {
-	if IsKubeSession(id) {
-		return nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("session %s runs on kubernetes: snapshots of kubernetes sessions are not available yet (docs/kubernetes.md)", id))
-	}
-	m := Sessions(req, nil)
-	defer m.Close()
 	man := taskenv.Manifest{}
 	for _, e := range entries {
 		k, v, ok := strings.Cut(e, "=")
@@ -211,6 +206,11 @@ func Snapshot(ctx context.Context, req Request, id string, entries []string, fil
 		}
 		man["file"] = string(data)
 	}
+	if IsKubeSession(id) {
+		return kubeSnapshot(ctx, req, id, man)
+	}
+	m := Sessions(req, nil)
+	defer m.Close()
 	m.QuietGC(ctx)
 	return m.Snapshot(ctx, id, man)
 }

@@ -60,6 +60,10 @@ type ImageRef struct {
 	// Cached says the image already existed and was reused (nothing was
 	// committed).
 	Cached bool
+	// Host, for a kubernetes session's snapshot (no image: its home on
+	// this host), is the directory holding it; ID is then its content
+	// digest and Base the image ID the cluster ran.
+	Host string
 }
 
 // ErrNoSnapshot reports an unknown snapshot key.

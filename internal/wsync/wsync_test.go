@@ -198,3 +198,38 @@ func TestUnpackReplaces(t *testing.T) {
 		t.Fatalf("f: %v", err)
 	}
 }
+
+// Two archives written one after the other on one stream unpack one after
+// the other: Unpack reads its archive to the end blocks and not a byte
+// beyond (a kubernetes session's sync container gets the workspace, then a
+// snapshot's home, on one stdin). An empty rest is an empty archive.
+func TestUnpackConsecutiveArchives(t *testing.T) {
+	src1, src2 := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(src1, "ws.txt"), []byte("workspace"), 0o644)
+	os.MkdirAll(filepath.Join(src2, ".local", "bin"), 0o755)
+	os.WriteFile(filepath.Join(src2, ".local", "bin", "tool"), []byte("#!/bin/sh\necho tool\n"), 0o755)
+	var stream bytes.Buffer
+	for _, dir := range []string{src1, src2} {
+		if _, err := Pack(&stream, dir, PackOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst1, dst2, dst3 := t.TempDir(), t.TempDir(), t.TempDir()
+	for i, dst := range []string{dst1, dst2, dst3} {
+		if _, err := Unpack(&stream, dst, UnpackOptions{}); err != nil {
+			t.Fatalf("archive %d: %v", i+1, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dst1, "ws.txt")); err != nil || string(b) != "workspace" {
+		t.Errorf("first archive: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dst1, ".local")); err == nil {
+		t.Error("the second archive's entries went into the first directory")
+	}
+	if fi, err := os.Stat(filepath.Join(dst2, ".local", "bin", "tool")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("second archive: %v %v", fi, err)
+	}
+	if ents, _ := os.ReadDir(dst3); len(ents) != 0 {
+		t.Errorf("the empty rest unpacked %d entries", len(ents))
+	}
+}
