@@ -24,7 +24,7 @@ var userCommands = []string{
 	"gc",
 	"help",
 	"mcp",
-	"receipts", "receipts ls", "receipts verify",
+	"receipts", "receipts fetch", "receipts ls", "receipts verify",
 	"run",
 	"session", "session create", "session exec", "session gc", "session ls",
 	"session pool", "session pool fill", "session pull", "session rm", "session snapshot", "session worker-image",

@@ -187,6 +187,8 @@ hosts = ["api.test"]
 		t.Errorf("the canary on the node accepted %d connections", n)
 	}
 
+	kubeReceiptsLeg(t, cfg)
+
 	// The gateway gone: commands fail closed (nothing reaches anything);
 	// back, they work again.
 	ctx := context.Background()
@@ -235,6 +237,43 @@ hosts = ["api.test"]
 		t.Logf("bench, concurrency %s: %s", conc, strings.TrimSpace(sh(`./probe bench `+apiURL+` 300 `+conc)))
 	}
 	kubeSnapshotLeg(t, cfg, labels, ws, id, sh, apiURL)
+}
+
+// kubeReceiptsLeg: `vak receipts fetch` copies the gateway pod's receipts
+// to the host, where they verify with the key the host kept and hold the
+// decisions just made (the allowed host, the refused placeholder); the
+// copy edited on the host no longer verifies.
+func kubeReceiptsLeg(t *testing.T, cfg string) {
+	code, out, errs := vakMain(t, cfg, "receipts", "fetch")
+	if code != 0 || !strings.Contains(out, " OK") || strings.Contains(out, "NO:") {
+		t.Fatalf("receipts fetch: exit %d: %s %s", code, out, errs)
+	}
+	t.Logf("receipts fetch:\n%s%s", errs, out)
+	_, dir, ok := strings.Cut(strings.TrimSpace(errs), " into ")
+	if !ok {
+		t.Fatalf("receipts fetch does not say where: %s", errs)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.jsonl"))
+	if len(logs) == 0 {
+		logs, _ = filepath.Glob(filepath.Join(dir, "*", "*.jsonl"))
+	}
+	all := ""
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		all += string(b)
+	}
+	if !strings.Contains(all, "api.test") || !strings.Contains(all, "other.test") || strings.Contains(all, kubeSecret) {
+		t.Errorf("the fetched receipts (%d logs) lack the decisions or hold the secret:\n%s", len(logs), all)
+	}
+	if len(logs) == 0 {
+		return
+	}
+	b, _ := os.ReadFile(logs[0])
+	os.WriteFile(logs[0], []byte(strings.Replace(string(b), "api.test", "apx.test", 1)), 0o600)
+	key := filepath.Join(filepath.Dir(dir), "receipts-key", "receipts.pub")
+	if code, out, _ := vakMain(t, cfg, "receipts", "ls", "--key", key, dir); code != 1 || !strings.Contains(out, "NO:") {
+		t.Errorf("an edited copy: exit %d, want 1 and NO: %s", code, out)
+	}
 }
 
 // kubeSnapshotLeg: a package installed into the session's home through

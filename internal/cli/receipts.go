@@ -3,10 +3,12 @@ package cli
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"vak/internal/egress/gateway"
+	"vak/internal/launch"
 	"vak/internal/paths"
 	"vak/internal/receipts"
 )
@@ -43,7 +45,7 @@ not.`,
 	}
 	verify.Flags().StringVar(&keyPath, "key", "", "the gateway's receipts public key (PEM; default: receipts-key/receipts.pub in vak's state directory)")
 	verify.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, "accept a log without a signature file (written before receipts were signed)")
-	cmd.AddCommand(verify, a.newReceiptsLsCmd())
+	cmd.AddCommand(verify, a.newReceiptsLsCmd(), a.newReceiptsFetchCmd())
 	return cmd
 }
 
@@ -78,6 +80,34 @@ chain and head only). Exits 1 when a log does not verify.`,
 	cmd.Flags().StringVar(&keyPath, "key", "", "the gateway's receipts public key (PEM; default: receipts-key/receipts.pub in vak's state directory)")
 	cmd.Flags().BoolVar(&chainOnly, "chain-only", false, "check the hash chains and heads only, not the signatures")
 	return cmd
+}
+
+func (a *app) newReceiptsFetchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fetch",
+		Short: "Copy the kubernetes gateway's receipts logs to this host and verify them",
+		Long: `Copy the receipts logs of the in-cluster gateway of the configured cluster and
+namespace ([kubernetes] in the user config, session.backend = "kubernetes")
+to vak's state directory (kube-gateways/.../receipts/POD/), replacing an
+earlier copy of each running gateway pod's, then list and verify them with
+the gateway's public key, which this host kept when it deployed the gateway
+(as 'vak receipts ls' does). A gateway pod keeps its logs on a volume that
+goes with the pod: fetch before it is replaced. Exits 1 when a log does not
+verify.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := a.loadConfig("")
+			if err != nil {
+				return err
+			}
+			dir, key, pods, err := launch.KubeReceipts(cmd.Context(), a.launchRequest("", cfg))
+			if err != nil {
+				return exitFor(err)
+			}
+			fmt.Fprintf(a.stdio.Err, "vak: copied the receipts of %s into %s\n", strings.Join(pods, ", "), dir)
+			return exitFor(receipts.ListReport(a.stdio.Out, dir, key, false))
+		},
+	}
 }
 
 // receiptsKey is the receipts public key's path: keyPath, or by default

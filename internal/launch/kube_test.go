@@ -98,3 +98,22 @@ func TestKubeMCPAndPoolRefused(t *testing.T) {
 		t.Fatalf("pool fill, cluster unreachable: %v", err)
 	}
 }
+
+// KubeReceipts is refused with what to do when sessions do not run on a
+// cluster, and when this host never deployed the gateway (it has no key to
+// verify the receipts with), before the cluster is asked anything.
+func TestKubeReceiptsRefused(t *testing.T) {
+	dead := kubeconfigAt(t, "https://127.0.0.1:1")
+	for _, tc := range []struct{ name, body, want string }{
+		{"docker backend", "version = 1\n", "the kubernetes gateway's receipts are fetched from the cluster"},
+		{"no key", "version = 1\n[session]\nbackend = \"kubernetes\"\n[kubernetes]\nkubeconfig = \"" + dead + "\"\n", "only the host that deployed it can verify its receipts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, cfg, file := setup(t, tc.body)
+			_, _, _, err := KubeReceipts(context.Background(), Request{Config: cfg, UserConfig: file})
+			if errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v (class %v), want invalid and %q", err, errclass.Of(err), tc.want)
+			}
+		})
+	}
+}

@@ -16,10 +16,12 @@ import (
 
 	"vak/internal/catrust"
 	"vak/internal/egress/ca"
+	"vak/internal/egress/gateway"
 	"vak/internal/errclass"
 	"vak/internal/kubesession"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
+	"vak/internal/receipts"
 )
 
 // kubeGatewayDir is the host's state of the gateway of m's cluster and
@@ -98,4 +100,31 @@ func kubeTrust(dir string) (map[string][]byte, error) {
 		out[f] = data
 	}
 	return out, nil
+}
+
+// KubeReceipts copies the receipts logs of the gateway of the cluster and
+// namespace in req's config to this host (STATE/kube-gateways/.../receipts,
+// one directory per gateway pod) and returns that directory, the public
+// key that verifies them (kept beside them since the gateway was first
+// deployed from this host) and the pods copied.
+func KubeReceipts(ctx context.Context, req Request) (dir, key string, pods []string, err error) {
+	if req.Config.Session.Backend != BackendKubernetes {
+		return "", "", nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("session.backend is %q in %s: the kubernetes gateway's receipts are fetched from the cluster sessions run on (backend = \"kubernetes\"); a local gateway's are already in vak's state directory (vak receipts ls)", req.Config.Session.Backend, TrustedFile(req.Config)))
+	}
+	m, err := kubeManager(req, req.Config.Kubernetes)
+	if err != nil {
+		return "", "", nil, err
+	}
+	state, err := paths.EnsureStateDir()
+	if err != nil {
+		return "", "", nil, err
+	}
+	gw := kubeGatewayDir(state, m)
+	key = filepath.Join(gateway.ReceiptsKeyDir(gw), receipts.PubKeyFile)
+	if _, err := os.Stat(key); err != nil {
+		return "", "", nil, errclass.Wrap(errclass.Invalid, fmt.Errorf("no receipts key for the gateway of %s on this host (%w): only the host that deployed it can verify its receipts", m.Cluster.Describe(), err))
+	}
+	dir = filepath.Join(gw, "receipts")
+	pods, err = m.FetchGatewayReceipts(ctx, dir)
+	return dir, key, pods, err
 }
