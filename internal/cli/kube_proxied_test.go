@@ -318,6 +318,12 @@ func kubeSnapshotLeg(t *testing.T, cfg string, labels []string, ws, id string, s
 	}
 	rid := strings.TrimSpace(out)
 	t.Cleanup(func() { vakMain(t, cfg, "session", "rm", rid) })
+	// The namespace's gateway was deployed by the first create: a second
+	// with the same config uses it as it runs, never rolls it under the
+	// first session.
+	if strings.Contains(errs, "updated ") {
+		t.Errorf("the second proxied create changed the gateway: %s", errs)
+	}
 	code, out, errs = vakMain(t, cfg, "session", "exec", rid, "--", "sh", "-c", `~/.local/bin/tool; cat ~/.local/pkg; test -x probe && echo workspace-ok; grep -rl "`+kubeSecret+`" ~ . 2>/dev/null; env | grep -c "`+kubeSecret+`" || true`)
 	if code != 0 || !strings.Contains(out, "tool-ran") || !strings.Contains(out, "UPSTREAM-api") || strings.Contains(out, "changed") ||
 		!strings.Contains(out, "workspace-ok") || !strings.HasSuffix(out, "0\n") {

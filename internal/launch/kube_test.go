@@ -1,14 +1,18 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"vak/internal/catrust"
+	"vak/internal/egress/ca"
 	"vak/internal/errclass"
 	"vak/internal/kubesession"
 	"vak/internal/paths"
@@ -115,5 +119,39 @@ func TestKubeReceiptsRefused(t *testing.T) {
 				t.Fatalf("err = %v (class %v), want invalid and %q", err, errclass.Of(err), tc.want)
 			}
 		})
+	}
+}
+
+// The trust files of a cluster gateway are the same bytes at every create
+// (the salted Java trust store included): trust that changed at each
+// create would change the gateway's digest and roll the namespace's
+// gateway under its running sessions at every proxied create. A new CA
+// gives new trust.
+func TestKubeTrustStable(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := ca.LoadOrCreate(paths.GatewayCADir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := kubeTrust(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kubeTrust(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != len(catrust.Files) || !maps.EqualFunc(a, b, bytes.Equal) {
+		t.Fatalf("two creates' trust differ (%d and %d files)", len(a), len(b))
+	}
+	os.RemoveAll(paths.GatewayCADir(dir))
+	if _, err := ca.LoadOrCreate(paths.GatewayCADir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubeTrust(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(a[catrust.CAFile], c[catrust.CAFile]) {
+		t.Error("a new CA kept the old trust")
 	}
 }

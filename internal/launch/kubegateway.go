@@ -77,17 +77,18 @@ func kubeGateway(ctx context.Context, req Request, m *kubesession.Manager, worke
 }
 
 // kubeTrust is the trust files of the gateway CA kept in dir (created by
-// the payload), for the ConfigMap session pods mount.
+// the payload), for the ConfigMap session pods mount: the same bytes at
+// every create while the CA and the host's roots stay the same.
 func kubeTrust(dir string) (map[string][]byte, error) {
 	caPEM, err := os.ReadFile(filepath.Join(paths.GatewayCADir(dir), ca.CertFile))
 	if err != nil {
 		return nil, fmt.Errorf("the cluster gateway's CA: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "vak-kube-trust-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
+	// Kept in dir and rewritten only when the CA or the system roots change:
+	// the Java trust store's encoding is salted at random, and trust bytes
+	// that differed at each create would change the gateway's digest and
+	// roll the namespace's gateway under its running sessions every time.
+	tmp := filepath.Join(dir, "trust")
 	if err := proxynet.WriteTrust(tmp, caPEM, proxynet.SystemRoots()); err != nil {
 		return nil, err
 	}

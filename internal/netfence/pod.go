@@ -81,3 +81,31 @@ func PodFenceMain(ctx context.Context, mode, receipt string, out io.Writer) erro
 	}
 	return nil
 }
+
+// GatewayWait bounds how long the proxied pod self-test waits for the
+// gateway to answer (a gateway rolling to a new version, or the node's
+// service rules not yet pointing at its new pod): its startup probe allows
+// a minute.
+const GatewayWait = 30 * time.Second
+
+// untilOK runs check until it passes, pausing every between tries, for at
+// most wait (or until ctx ends), and returns the last result, noting how
+// many tries it took. Only checks that need the gateway to answer are
+// retried: a check that something is blocked is never retried, its first
+// failure is final.
+func untilOK(ctx context.Context, wait, every time.Duration, check func() PodCheck) PodCheck {
+	end := time.Now().Add(wait)
+	for n := 1; ; n++ {
+		ch := check()
+		if ch.OK || time.Now().Add(every).After(end) || ctx.Err() != nil {
+			if n > 1 {
+				ch.Got += fmt.Sprintf(" (try %d)", n)
+			}
+			return ch
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+	}
+}

@@ -298,9 +298,15 @@ func ProxiedPodSelfTest(ctx context.Context, c Config) (*PodReceipt, error) {
 		func() PodCheck { return udpCheck("udp 192.0.2.1:9", "192.0.2.1:9") },
 		func() PodCheck { return udpCheck("udp [2606:4700:4700::1111]:53", "[2606:4700:4700::1111]:53") },
 		func() PodCheck { return blockedCheck(ctx, "tcp [fd00::1]:443", "tcp", "[fd00::1]:443") },
-		func() PodCheck { return openCheck(ctx, "tcp gateway dns "+gw, gw) },
+		// The gateway may be rolling out (or its service rules catching
+		// up): the checks that need it to answer wait for it a while.
 		func() PodCheck {
-			return deniedHTTPCheck(ctx, "http 169.254.169.254:80 via the gateway", "169.254.169.254:80")
+			return untilOK(ctx, GatewayWait, 500*time.Millisecond, func() PodCheck { return openCheck(ctx, "tcp gateway dns "+gw, gw) })
+		},
+		func() PodCheck {
+			return untilOK(ctx, GatewayWait, 500*time.Millisecond, func() PodCheck {
+				return deniedHTTPCheck(ctx, "http 169.254.169.254:80 via the gateway", "169.254.169.254:80")
+			})
 		},
 	}
 	rc.Checks = make([]PodCheck, len(probes))
