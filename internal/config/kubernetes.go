@@ -24,6 +24,7 @@ import (
 //	runtime_class = "gvisor"             # RuntimeClass of session pods (default: the cluster's default runtime)
 //	worker_image = "registry.example/vak-worker:0123456789ab"  # image holding the static vak at /vak
 //	pull_policy = "IfNotPresent"         # imagePullPolicy of the worker and session images
+//	gateway_replicas = 1                 # pods of the namespace's egress gateway (1 to 16)
 
 // SessionBackends are the valid session.backend values.
 var SessionBackends = []string{"docker", "kubernetes"}
@@ -41,10 +42,17 @@ type Kubernetes struct {
 	RuntimeClass string
 	WorkerImage  string
 	PullPolicy   string
+	// GatewayReplicas is the number of gateway pods per namespace.
+	GatewayReplicas int
 }
 
+// MaxGatewayReplicas bounds kubernetes.gateway_replicas.
+const MaxGatewayReplicas = 16
+
 // DefaultKubernetes returns the built-in [kubernetes] values.
-func DefaultKubernetes() Kubernetes { return Kubernetes{PullPolicy: "IfNotPresent"} }
+func DefaultKubernetes() Kubernetes {
+	return Kubernetes{PullPolicy: "IfNotPresent", GatewayReplicas: 1}
+}
 
 type kubernetesWire struct {
 	Kubeconfig   *string `toml:"kubeconfig"`
@@ -53,6 +61,8 @@ type kubernetesWire struct {
 	RuntimeClass *string `toml:"runtime_class"`
 	WorkerImage  *string `toml:"worker_image"`
 	PullPolicy   *string `toml:"pull_policy"`
+	// GatewayReplicas is gateway_replicas.
+	GatewayReplicas *int `toml:"gateway_replicas"`
 }
 
 // dnsLabelRe is a Kubernetes namespace name (RFC 1123 label);
@@ -113,6 +123,12 @@ func (c *Config) applyKubernetes(file string, k *kubernetesWire) error {
 			return errf("pull_policy", "%q is not one of %s", *k.PullPolicy, strings.Join(PullPolicies, ", "))
 		}
 		next.PullPolicy = *k.PullPolicy
+	}
+	if k.GatewayReplicas != nil {
+		if *k.GatewayReplicas < 1 || *k.GatewayReplicas > MaxGatewayReplicas {
+			return errf("gateway_replicas", "%d is not between 1 and %d", *k.GatewayReplicas, MaxGatewayReplicas)
+		}
+		next.GatewayReplicas = *k.GatewayReplicas
 	}
 	c.Kubernetes = next
 	return nil

@@ -18,6 +18,7 @@ namespace = "agents"
 runtime_class = "gvisor"
 worker_image = "registry.example:5000/vak-worker:0123456789ab"
 pull_policy = "Never"
+gateway_replicas = 3
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -25,12 +26,12 @@ pull_policy = "Never"
 	if cfg.Session.Backend != "kubernetes" {
 		t.Errorf("session.backend = %q", cfg.Session.Backend)
 	}
-	want := Kubernetes{Kubeconfig: "/etc/vak/kubeconfig", Context: "prod agents@eu", Namespace: "agents", RuntimeClass: "gvisor", WorkerImage: "registry.example:5000/vak-worker:0123456789ab", PullPolicy: "Never"}
+	want := Kubernetes{Kubeconfig: "/etc/vak/kubeconfig", Context: "prod agents@eu", Namespace: "agents", RuntimeClass: "gvisor", WorkerImage: "registry.example:5000/vak-worker:0123456789ab", PullPolicy: "Never", GatewayReplicas: 3}
 	if !reflect.DeepEqual(cfg.Kubernetes, want) {
 		t.Fatalf("kubernetes = %+v", cfg.Kubernetes)
 	}
 	def := Default()
-	if def.Session.Backend != "docker" || def.Kubernetes != DefaultKubernetes() || def.Kubernetes.PullPolicy != "IfNotPresent" {
+	if def.Session.Backend != "docker" || def.Kubernetes != DefaultKubernetes() || def.Kubernetes.PullPolicy != "IfNotPresent" || def.Kubernetes.GatewayReplicas != 1 {
 		t.Errorf("defaults: session.backend %q, kubernetes %+v", def.Session.Backend, def.Kubernetes)
 	}
 }
@@ -50,6 +51,9 @@ func TestKubernetesConfigInvalid(t *testing.T) {
 		{"[kubernetes]\nworker_image = \"a b\"", "kubernetes.worker_image"},
 		{"[kubernetes]\npull_policy = \"never\"", "kubernetes.pull_policy"},
 		{"[kubernetes]\nnodes = 3", "kubernetes.nodes"},
+		{"[kubernetes]\ngateway_replicas = 0", "kubernetes.gateway_replicas"},
+		{"[kubernetes]\ngateway_replicas = 17", "kubernetes.gateway_replicas"},
+		{"[kubernetes]\ngateway_replicas = \"2\"", "kubernetes.gateway_replicas"},
 	} {
 		_, err := Parse("user.toml", []byte("version = 1\n"+tc.body+"\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "user.toml") {
@@ -75,6 +79,7 @@ namespace = "kube-system"
 runtime_class = "privileged"
 worker_image = "evil/vak:1"
 pull_policy = "Always"
+gateway_replicas = 16
 `)
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
@@ -86,7 +91,7 @@ pull_policy = "Always"
 		t.Fatalf("project config changed [kubernetes] or session.backend: %+v, %q", cfg.Kubernetes, cfg.Session.Backend)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"session.backend", "kubernetes.kubeconfig", "kubernetes.context", "kubernetes.namespace", "kubernetes.runtime_class", "kubernetes.worker_image", "kubernetes.pull_policy"} {
+	for _, k := range []string{"session.backend", "kubernetes.kubeconfig", "kubernetes.context", "kubernetes.namespace", "kubernetes.runtime_class", "kubernetes.worker_image", "kubernetes.pull_policy", "kubernetes.gateway_replicas"} {
 		if !strings.Contains(warn, "ignoring "+k+":") {
 			t.Errorf("no warning for %s:\n%s", k, warn)
 		}

@@ -79,6 +79,9 @@ type GatewaySpec struct {
 	PullPolicy  corev1.PullPolicy
 	// Session names the gateway's receipts.
 	Session string
+	// Replicas is the number of gateway pods (0 means 1). Each keeps its
+	// own receipts log; the Service spreads connections over them.
+	Replicas int32
 }
 
 // Gateway is a deployed in-cluster gateway.
@@ -92,6 +95,11 @@ type Gateway struct {
 func (g GatewaySpec) hash() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "vak gateway v1\n%s\n%d\n", g.WorkerImage, len(g.Payload))
+	if n := g.replicas(); n != 1 {
+		// Only a count other than 1 enters, so gateways deployed before
+		// the setting existed keep their digest.
+		fmt.Fprintf(h, "replicas %d\n", n)
+	}
 	h.Write(g.Payload)
 	for _, k := range slices.Sorted(maps.Keys(g.Trust)) {
 		fmt.Fprintf(h, "%s %d\n", k, len(g.Trust[k]))
@@ -288,9 +296,12 @@ func gatewayPolicyPorts() []networkingv1.NetworkPolicyPort {
 	return []networkingv1.NetworkPolicyPort{p(&tcp, GatewayProxyPort), p(&tcp, GatewayTransparentPort), p(&tcp, gatewayDNSTarget), p(&udp, gatewayDNSTarget)}
 }
 
+// replicas is the gateway's pod count: Replicas, at least 1.
+func (g GatewaySpec) replicas() int32 { return max(g.Replicas, 1) }
+
 func gatewayDeployment(meta metav1.ObjectMeta, labels map[string]string, g GatewaySpec, hash string) *appsv1.Deployment {
 	no, yes := false, true
-	one := int32(1)
+	n := g.replicas()
 	sc := &corev1.SecurityContext{
 		RunAsUser: ptr(int64(gatewayUID)), RunAsGroup: ptr(int64(gatewayUID)), RunAsNonRoot: &yes,
 		AllowPrivilegeEscalation: &no, Privileged: &no, ReadOnlyRootFilesystem: &yes,
@@ -314,7 +325,7 @@ func gatewayDeployment(meta metav1.ObjectMeta, labels map[string]string, g Gatew
 	maps.Copy(podLabels, labels)
 	mode := int32(0o440)
 	return &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
-		Replicas: &one,
+		Replicas: &n,
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "true", LabelKind: KindGateway}},
 		Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 		Template: corev1.PodTemplateSpec{

@@ -231,6 +231,20 @@ func TestGatewayObjects(t *testing.T) {
 	if g.hash() == g2.hash() {
 		t.Error("the hash ignores the payload")
 	}
+	if *d.Spec.Replicas != 1 {
+		t.Errorf("replicas %d by default, want 1", *d.Spec.Replicas)
+	}
+	g1, g3 := g, g
+	g1.Replicas, g3.Replicas = 1, 3
+	if g1.hash() != g.hash() {
+		t.Error("an explicit count of 1 changed the digest of a gateway deployed without one")
+	}
+	if g3.hash() == g.hash() {
+		t.Error("the hash ignores the replica count (a change would not apply)")
+	}
+	if d3 := gatewayDeployment(metav1.ObjectMeta{Name: GatewayName}, labels, g3, g3.hash()); *d3.Spec.Replicas != 3 {
+		t.Errorf("replicas %d, want 3", *d3.Spec.Replicas)
+	}
 	svc := gatewayService(metav1.ObjectMeta{Name: GatewayName}, labels)
 	for _, p := range svc.Spec.Ports {
 		if p.Port == GatewayDNSPort && p.TargetPort.IntValue() != gatewayDNSTarget {

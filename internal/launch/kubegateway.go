@@ -68,7 +68,7 @@ func kubeGateway(ctx context.Context, req Request, m *kubesession.Manager, worke
 	}
 	g, err := m.EnsureGateway(ctx, kubesession.GatewaySpec{
 		Payload: payload, Trust: trust, WorkerImage: worker, PullPolicy: pull,
-		Session: "kube-" + m.Cluster.Namespace,
+		Session: "kube-" + m.Cluster.Namespace, Replicas: int32(cfg.Kubernetes.GatewayReplicas),
 	})
 	if err != nil {
 		return netip.Addr{}, nil, err
