@@ -11,9 +11,6 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-# ours PID: the process runs with the state directory in its arguments.
-ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF "$state"; }
-
 # stop NAME: SIGTERM to the recorded PID, SIGKILL after 10 s.
 stop() {
 	local f=$state/pids/$1 p i

@@ -67,3 +67,7 @@ wait_for() {
 		sleep 0.1
 	done
 }
+
+# ours PID: the process runs with the state directory in its arguments
+# (a recorded PID that a restarted machine gave to another process is not).
+ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF "$state"; }

@@ -43,8 +43,18 @@ check() {
 		[ -x "$b" ] || { log "missing $b: run scripts/k8s/build.sh"; return 1; }
 	done
 	if [ -e "$state/pids" ] && [ -n "$(ls -A "$state/pids")" ]; then
-		log "a cluster is already up under $state: run scripts/k8s/down.sh first"
-		return 1
+		local f
+		for f in "$state/pids"/*; do
+			if ours "$(cat "$f")"; then
+				log "a cluster is already up under $state ($(basename "$f") runs as PID $(cat "$f")): run scripts/k8s/down.sh first"
+				return 1
+			fi
+		done
+		# A state directory whose processes all ended (the machine was
+		# restarted or copied, or a run was killed before down.sh) is
+		# cleaned as down.sh would, mounts, bridge and chains included.
+		log "stale state under $state (none of its recorded processes runs): cleaning it with down.sh"
+		"$here/down.sh"
 	fi
 }
 
