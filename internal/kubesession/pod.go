@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"vak/internal/hostenv"
+	"vak/internal/netpolicy"
 	"vak/internal/sandbox"
 	"vak/internal/worker"
 )
@@ -84,9 +85,9 @@ type Spec struct {
 // policyDigest is a digest of what a session of s may do (its backend,
 // network and mode), kept in its record: part of its snapshots' keys.
 func policyDigest(s Spec) string {
-	network := "none"
+	network := netpolicy.None
 	if s.Gateway.IsValid() {
-		network = "proxied"
+		network = netpolicy.Proxied
 	}
 	h := sha256.Sum256(fmt.Appendf(nil, "backend=kubernetes\nnetwork=%s\nmode=%s\n", network, s.Mode))
 	return hex.EncodeToString(h[:8])
