@@ -123,8 +123,11 @@ type Secret struct {
 	AllowPlaintext          bool
 	AllowForeignCredentials bool
 	value                   []byte
-	encOnce                 sync.Once
-	enc                     [][]byte
+	// phantom, when set, is the secret's placeholder (a login token's,
+	// which the sandbox got in a token response, not in its environment).
+	phantom string
+	encOnce sync.Once
+	enc     [][]byte
 }
 
 // String never reveals the value.
@@ -219,6 +222,20 @@ func Load(specs []Spec, getenv func(string) string) ([]*Secret, error) {
 			AllowPlaintext: sp.AllowPlaintext, AllowForeignCredentials: sp.AllowForeignCredentials, value: []byte(v)})
 	}
 	return out, nil
+}
+
+// NewPhantom is a login token as a secret (internal/egress/logins): its
+// placeholder is the phantom the sandbox received in place of value, and
+// it is not part of the sandbox's environment (Session.Env). Both must be
+// at least MinValueLen bytes without control characters, and differ.
+func NewPhantom(name, value, phantom string, inject Place, hosts []policy.HostPattern) (*Secret, error) {
+	bad := func(v string) bool {
+		return len(v) < MinValueLen || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f })
+	}
+	if bad(value) || bad(phantom) || value == phantom || len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: %s: a login token and its phantom must be at least %d bytes, printable, different, and bound to a host", ErrLoad, name, MinValueLen)
+	}
+	return &Secret{Name: name, Hosts: slices.Clone(hosts), Inject: inject, value: []byte(value), phantom: phantom}, nil
 }
 
 // NewForTest builds a loaded secret directly (tests in other packages).
@@ -317,8 +334,8 @@ func NewSession(secrets []*Secret, prev *Session) *Session {
 	s := &Session{byName: map[string]int{}, scanCache: map[scanKey]*matcher{}}
 	var redact []literal
 	for i, sec := range secrets {
-		ph := ""
-		if prev != nil {
+		ph := sec.phantom
+		if ph == "" && prev != nil {
 			if j, ok := prev.byName[sec.Name]; ok {
 				ph = prev.placeholders[j]
 			}
@@ -347,14 +364,17 @@ func (s *Session) Len() int {
 	return len(s.secrets)
 }
 
-// Env returns NAME -> placeholder for the sandbox's environment.
+// Env returns NAME -> placeholder for the sandbox's environment (login
+// tokens' phantoms are not part of it).
 func (s *Session) Env() map[string]string {
 	m := map[string]string{}
 	if s == nil {
 		return m
 	}
 	for i, sec := range s.secrets {
-		m[sec.Name] = s.placeholders[i]
+		if sec.phantom == "" {
+			m[sec.Name] = s.placeholders[i]
+		}
 	}
 	return m
 }
