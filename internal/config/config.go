@@ -467,7 +467,7 @@ func (c *Config) apply(file string, w *fileWire, trusted bool) error {
 	if err := c.applyKubernetes(file, w.Kubernetes); err != nil {
 		return err
 	}
-	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil) {
+	if trusted && (w.Network != nil || w.Gateway != nil || w.Secrets != nil || w.Logins != nil) {
 		if err := c.applyEgress(file, w); err != nil {
 			return err
 		}
@@ -620,11 +620,11 @@ func (c *Config) applyHost(file string, s *sandboxWire) error {
 	return nil
 }
 
-// applyEgress validates [network], [gateway] and [secrets] (trusted files
+// applyEgress validates [network], [gateway], [secrets] and [logins] (trusted files
 // only) and keeps the decoded sections next to the validated policy.
 func (c *Config) applyEgress(file string, w *fileWire) error {
 	errf := keyErrorf(file)
-	sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets}
+	sections := &egressconfig.Sections{Network: w.Network, Gateway: w.Gateway, Secrets: w.Secrets, Logins: w.Logins}
 	eg, err := egressconfig.Validate(file, sections)
 	var fe *egressconfig.FieldError
 	if errors.As(err, &fe) {

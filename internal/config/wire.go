@@ -12,10 +12,11 @@ type fileWire struct {
 	Files   *filesWire   `toml:"files"`
 	Session *sessionWire `toml:"session"`
 	// egress: the gateway's trusted sections ([network], [gateway],
-	// [secrets.NAME]) are declared by internal/egress/egressconfig and added here.
+	// [secrets.NAME], [logins.NAME]) are declared by internal/egress/egressconfig and added here.
 	Network *egressconfig.Network           `toml:"network"`
 	Gateway *egressconfig.Gateway           `toml:"gateway"`
 	Secrets map[string]*egressconfig.Secret `toml:"secrets"`
+	Logins  map[string]*egressconfig.Login  `toml:"logins"`
 	// AgentNetwork is [agent_network] (agentnet.go).
 	AgentNetwork *agentNetworkWire `toml:"agent_network"`
 	// Kubernetes is [kubernetes] (kubernetes.go).

@@ -1,6 +1,6 @@
 // Package egressconfig defines the trusted configuration sections of the
 // egress gateway — [network] (policy mode, ordered rules, DNS), [gateway]
-// (listeners, CA bundles, timeouts, limits) and [secrets.NAME] — as TOML wire
+// (listeners, CA bundles, timeouts, limits) [secrets.NAME] and [logins.NAME] — as TOML wire
 // structs (pointer fields, so "unset" differs from "zero"), and validates
 // them into runtime types. Every validation error names the file, the key
 // path with indexes (network.rules[3].hosts[0]) and the value at fault; a
@@ -25,6 +25,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"vak/internal/egress/logins"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
 	"vak/internal/netpolicy"
@@ -36,6 +37,9 @@ type Sections struct {
 	Network *Network           `toml:"network"`
 	Gateway *Gateway           `toml:"gateway"`
 	Secrets map[string]*Secret `toml:"secrets"`
+	// Logins are [logins.NAME]: OAuth logins whose tokens the sandbox
+	// gets only as phantoms (logins.go).
+	Logins map[string]*Login `toml:"logins"`
 
 	// validated is what Validate made of these sections (Validated).
 	validated *Config
@@ -182,6 +186,8 @@ type Config struct {
 	// default" (the caller fills state-dir paths).
 	Gateway GatewayConfig
 	Secrets []secrets.Spec
+	// Logins are the validated [logins.NAME], in name order.
+	Logins []logins.Provider
 }
 
 // DNSConfig is the validated [network.dns].
@@ -252,6 +258,9 @@ func Validate(file string, s *Sections) (*Config, error) {
 		return nil, err
 	}
 	if cfg.Secrets, err = validateSecrets(file, s.Secrets); err != nil {
+		return nil, err
+	}
+	if cfg.Logins, err = validateLogins(file, s.Logins); err != nil {
 		return nil, err
 	}
 	s.validated = cfg

@@ -127,6 +127,13 @@ func TestErrorsNameFileAndField(t *testing.T) {
 		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"*\"]", "secrets.X.hosts[0]"},
 		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\ninject = [\"cookie\"]", "secrets.X.inject[0]"},
 		{"[secrets.\"BAD-NAME\"]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]", "secrets.BAD-NAME"},
+		{"[logins.claude]\nprovider = \"claude\"", "logins.claude.provider"},
+		{"[logins.claude]\nprovider = \"anthropic\"\napi_hosts = [\"a.com\"]", "logins.claude"},
+		{"[logins.corp]\napi_hosts = [\"a.com\"]", "logins.corp"},
+		{"[logins.corp]\ntoken_urls = [\"http://sso.a.com/token\"]\napi_hosts = [\"a.com\"]", "logins.corp.token_urls[0]"},
+		{"[logins.corp]\ntoken_urls = [\"https://sso.a.com/token\"]\napi_hosts = [\"*\"]", "logins.corp.api_hosts[0]"},
+		{"[logins.corp]\ntoken_urls = [\"https://sso.a.com/token\"]\napi_hosts = [\"a.com:443\"]", "logins.corp.api_hosts[0]"},
+		{"[logins.Corp]\nprovider = \"github\"", "logins.Corp"},
 	}
 	for _, tc := range tests {
 		s, err := Decode("cfg.toml", []byte(tc.toml))
@@ -138,6 +145,34 @@ func TestErrorsNameFileAndField(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != tc.field || fe.File != "cfg.toml" || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err = %v, want field %s", tc.toml, err, tc.field)
 		}
+	}
+}
+
+func TestLogins(t *testing.T) {
+	t.Parallel()
+	s, err := Decode("cfg.toml", []byte(`
+[logins.claude]
+provider = "anthropic"
+[logins.corp]
+token_urls = ["https://sso.corp.example/oauth2/token"]
+api_hosts = ["api.corp.example", "*.corp.example"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Validate("cfg.toml", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Logins) != 2 || cfg.Logins[0].Name != "claude" || cfg.Logins[1].Name != "corp" {
+		t.Fatalf("logins %+v", cfg.Logins)
+	}
+	claude, corp := cfg.Logins[0], cfg.Logins[1]
+	if len(claude.Endpoints) < 2 || claude.APIHosts[0].String() != "api.anthropic.com" {
+		t.Errorf("claude: %+v", claude)
+	}
+	if len(corp.Endpoints) != 1 || corp.Endpoints[0].Path != "/oauth2/token" || len(corp.APIHosts) != 2 {
+		t.Errorf("corp: %+v", corp)
 	}
 }
 
