@@ -32,6 +32,7 @@ import (
 	"vak/internal/egress/ca"
 	"vak/internal/egress/dns"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/logins"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
@@ -102,6 +103,13 @@ type Gateway struct {
 	dnsTCP       net.Listener
 	adminL       net.Listener
 	adminPath    string
+
+	// sessMu serialises building the session (apply, a learned login
+	// token); cfgSecrets and providers are what it was last built from.
+	sessMu     sync.Mutex
+	cfgSecrets []*secrets.Secret
+	providers  []logins.Provider
+	logins     *logins.Store
 
 	reloadMu   sync.Mutex
 	reloads    int
@@ -187,6 +195,9 @@ func New(opts Options) (_ *Gateway, err error) {
 	if cfg.Mode == netpolicy.None {
 		g.logf("network.policy is %q: the gateway will deny everything", netpolicy.None)
 	}
+	if err := g.openLogins(); err != nil {
+		return nil, err
+	}
 	if err := g.apply(cfg); err != nil {
 		return nil, err
 	}
@@ -211,6 +222,7 @@ func New(opts Options) (_ *Gateway, err error) {
 	g.proxy = &proxy.Proxy{
 		Policy:  g.pol.Load,
 		Secrets: g.sess.Load,
+		Logins:  loginHook{g},
 		CA:      g.ca,
 		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
 			a, _, err := g.resolver.Load().Lookup(ctx, name)
@@ -313,9 +325,12 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 	if cfg.Mode == netpolicy.None {
 		pol, _ = policy.New(nil)
 	}
-	sess := secrets.NewSession(secs, g.prevSession())
-	g.sess.Store(sess)
-	g.savePlaceholders(sess)
+	g.sessMu.Lock()
+	err = g.sessionLocked(secs, cfg.Logins)
+	g.sessMu.Unlock()
+	if err != nil {
+		return err
+	}
 	g.resolver.Store(&dns.Resolver{Overrides: cfg.DNS.Overrides, Upstreams: cfg.DNS.Upstreams})
 	g.pol.Store(pol)
 	g.cfg.Store(cfg)

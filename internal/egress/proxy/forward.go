@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
+	"vak/internal/egress/logins"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
 	"vak/internal/receipts"
@@ -221,11 +224,14 @@ type exchange struct {
 	t    target
 	sess *secrets.Session
 	ws   bool
-	// redact is set when the session has secrets: request parts are
-	// checked and responses redacted.
+	// redact is set when the session has secrets or the request goes to
+	// a login's token endpoint: request parts are checked and responses
+	// decoded and redacted.
 	redact bool
-	d      policy.Decision
-	f      *flow
+	// login names the login whose token endpoint the request goes to.
+	login string
+	d     policy.Decision
+	f     *flow
 
 	rec     receipts.Record
 	emitted bool
@@ -464,7 +470,10 @@ func (x *exchange) outgoing() (*http.Request, error) {
 // verified against the host's certificate (or for secrets that allow
 // plaintext).
 func (x *exchange) secretHeaders(outreq *http.Request) error {
-	x.redact = x.sess.Len() > 0
+	if x.p.Logins != nil {
+		x.login = x.p.Logins.TokenEndpoint(x.t.host, x.r.URL.Path)
+	}
+	x.redact = x.sess.Len() > 0 || x.login != ""
 	if x.redact {
 		// Ask for gzip only and decode every declared layer, so the
 		// redactor sees plain bytes; other encodings are refused.
@@ -619,6 +628,14 @@ func (x *exchange) relay(resp *http.Response) {
 		dst[k] = vs
 	}
 	var body io.Reader = resp.Body
+	if x.login != "" && x.r.Method != http.MethodHead {
+		rd, err := x.loginResponse(dst, decoded)
+		if err != nil {
+			x.fail(&refusal{status: http.StatusBadGateway, reason: err.Error()})
+			return
+		}
+		decoded = rd
+	}
 	if x.redact {
 		x.sess.RedactHeader(dst)
 		if x.r.Method != http.MethodHead && resp.StatusCode != http.StatusNotModified {
@@ -828,6 +845,25 @@ func (t *trailerCheck) Read(b []byte) (int, error) {
 
 // maxEncodingLayers bounds the Content-Encoding layers decoded.
 const maxEncodingLayers = 4
+
+// loginResponse reads a login token endpoint's whole response body (at
+// most logins.MaxResponse bytes) and returns what the login handler makes
+// of it, with its length declared.
+func (x *exchange) loginResponse(h http.Header, body io.Reader) (io.Reader, error) {
+	data, err := io.ReadAll(io.LimitReader(body, logins.MaxResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("login %s: reading the token response: %w", x.login, err)
+	}
+	if len(data) > logins.MaxResponse {
+		return nil, fmt.Errorf("login %s: the token response is larger than %d bytes", x.login, logins.MaxResponse)
+	}
+	out, err := x.p.Logins.TokenResponse(x.login, h, data)
+	if err != nil {
+		return nil, fmt.Errorf("login %s: %w", x.login, err)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	return bytes.NewReader(out), nil
+}
 
 // decodeBody returns resp's body with every declared Content-Encoding layer
 // decoded (gzip only; identity ignored), and removes the encoding headers.

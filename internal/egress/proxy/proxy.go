@@ -70,6 +70,17 @@ const (
 	proxyHeaderTimeout = 5 * time.Second
 )
 
+// LoginHandler is the gateway's side of phantom login tokens
+// (internal/egress/logins).
+type LoginHandler interface {
+	// TokenEndpoint names the login whose token endpoint a request to
+	// host and path is, or "".
+	TokenEndpoint(host policy.Host, path string) string
+	// TokenResponse returns the body the sandbox gets for a token
+	// endpoint's decoded response body; an error refuses the response.
+	TokenResponse(login string, header http.Header, body []byte) ([]byte, error)
+}
+
 // Transparent listener modes.
 type TransparentMode uint8
 
@@ -87,6 +98,9 @@ type Proxy struct {
 	Policy func() *policy.Policy
 	// Secrets returns the current secrets session; nil means none.
 	Secrets func() *secrets.Session
+	// Logins rewrites the responses of login token endpoints (phantom
+	// tokens); nil means no login is configured.
+	Logins LoginHandler
 	// CA mints interception certificates (required).
 	CA *ca.Authority
 	// Resolve resolves a normalised name; nil means the system resolver.
