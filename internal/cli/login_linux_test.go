@@ -27,18 +27,56 @@ import (
 // refused before it arrives there.
 func TestNativeProxiedLoginPhantoms(t *testing.T) {
 	testenv.RequireLandlock(t)
+	proxiedLoginPhantoms(t, "landlock")
+}
+
+// TestDockerProxiedLoginPhantoms is TestNativeProxiedLoginPhantoms on the
+// docker backend: the gateway is the topology's gateway container (its
+// login store in the container's state), the client the probe tool in the
+// test image; the mock provider listens on the host side of a test
+// network.
+func TestDockerProxiedLoginPhantoms(t *testing.T) {
+	proxiedLoginPhantoms(t, "docker")
+}
+
+// proxiedLoginPhantoms is the login test on backend.
+func proxiedLoginPhantoms(t *testing.T, backend string) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
-	t.Cleanup(func() { stopOnDemand(t) })
+	docker := backend == "docker"
+	mockIP, sandboxCfg := "127.0.0.2", ""
+	var runArgs []string
+	ws := tempWorkspace(t)
+	if docker {
+		img := testenv.Image(t)
+		netName := testenv.CreateNetwork(t, testenv.UniqueName("login-mock"))
+		mockIP = testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
+		label := "vak.test.run=login-docker-" + testenv.TestID(t)
+		runArgs = []string{"--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", label}
+		t.Cleanup(func() { removeLabelled(t, label) })
+		sandboxCfg = "[sandbox]\nbackend = \"docker\"\nimage = " + strconv.Quote(img) + "\n[session]\nrun_network_idle = \"0\"\n"
+		data, err := os.ReadFile(testenv.Probe(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "probe"), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Cleanup(func() { stopOnDemand(t) })
+	}
 	ca := egresstest.NewCA(t)
-	caFile := ca.WritePEM(t, t.TempDir())
+	caDir := t.TempDir()
+	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
+	caFile := ca.WritePEM(t, caDir)
+	os.Chmod(caFile, 0o644)
 	var mu sync.Mutex
 	gen := 0
 	var seen []string
 	tokens := func(g int) (string, string) {
 		return fmt.Sprintf("corp-at-REAL%02d-%s", g, strings.Repeat("k", 32)), fmt.Sprintf("corp-rt-REAL%02d-%s", g, strings.Repeat("q", 32))
 	}
-	up := egresstest.StartTLS(t, egresstest.Listen(t, "127.0.0.2", 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		host := strings.Split(r.Host, ":")[0]
@@ -61,38 +99,53 @@ func TestNativeProxiedLoginPhantoms(t *testing.T) {
 		fmt.Fprintf(w, "API-%s-OK\n", host)
 	}), "auth.corp.test", "api.corp.test", "other.corp.test")
 	cfg := writeConfig(t, fmt.Sprintf(`version = 1
-[network]
+%s[network]
 policy = "proxied"
 [[network.rules]]
 name = "corp"
 hosts = ["auth.corp.test", "api.corp.test", "other.corp.test"]
-cidrs = ["127.0.0.2/32"]
+cidrs = ["%[2]s/32"]
 [network.dns.overrides]
-"auth.corp.test" = ["127.0.0.2"]
-"api.corp.test" = ["127.0.0.2"]
-"other.corp.test" = ["127.0.0.2"]
+"auth.corp.test" = ["%[2]s"]
+"api.corp.test" = ["%[2]s"]
+"other.corp.test" = ["%[2]s"]
 [gateway]
-extra_ca_bundles = [%q]
+extra_ca_bundles = [%[3]q]
 [logins.corp]
 token_urls = ["https://auth.corp.test/oauth/token"]
 api_hosts = ["api.corp.test"]
-`, caFile))
-	ws := tempWorkspace(t)
+`, sandboxCfg, mockIP, caFile))
 	base := "https://%s:" + strconv.Itoa(up.Port())
 	tok := fmt.Sprintf(base, "auth.corp.test") + "/oauth/token"
 	field := func(f string) string {
 		return `$(sed -n 's/.*"` + f + `":"\([^"]*\)".*/\1/p' .login/creds.json)`
 	}
+	// The client: curl on the native backend; in the test image, which has
+	// no curl, the probe tool (its output is "OK STATUS BODY").
+	post := func(url, body string) string {
+		if docker {
+			return `./probe http -H 'Content-Type: application/json' -d '` + body + `' ` + url + ` 10s | sed 's/^OK [0-9]* //'`
+		}
+		return `curl -sS --max-time 10 -H 'Content-Type: application/json' -d '` + body + `' ` + url
+	}
+	get := func(url, auth string) string {
+		if docker {
+			return `./probe http -H "Authorization: Bearer ` + auth + `" ` + url + ` 10s`
+		}
+		return `curl -sS --max-time 10 -H "Authorization: Bearer ` + auth + `" ` + url
+	}
 	script := `mkdir -p .login
-curl -sS --max-time 10 -H 'Content-Type: application/json' -d '{"grant_type":"authorization_code","code":"c"}' ` + tok + ` > .login/creds.json
+` + post(tok, `{"grant_type":"authorization_code","code":"c"}`) + ` > .login/creds.json
 echo "ACCESS=` + field("access_token") + `"
-curl -sS --max-time 10 -H "Authorization: Bearer ` + field("access_token") + `" ` + fmt.Sprintf(base, "api.corp.test") + `/v1/me
-curl -sS --max-time 10 -H "Authorization: Bearer ` + field("access_token") + `" ` + fmt.Sprintf(base, "other.corp.test") + `/v1/me; echo
-curl -sS --max-time 10 -H 'Content-Type: application/json' -d "{\"grant_type\":\"refresh_token\",\"refresh_token\":\"` + field("refresh_token") + `\"}" ` + tok + ` > .login/creds2.json && mv .login/creds2.json .login/creds.json
-curl -sS --max-time 10 -H "Authorization: Bearer ` + field("access_token") + `" ` + fmt.Sprintf(base, "api.corp.test") + `/v1/me
-echo "REAL in the workspace: $(grep -rl REAL . | wc -l), in the environment: $(env | grep -c REAL)"
+` + get(fmt.Sprintf(base, "api.corp.test")+"/v1/me", field("access_token")) + `
+` + get(fmt.Sprintf(base, "other.corp.test")+"/v1/me", field("access_token")) + `; echo
+rt=` + field("refresh_token") + `
+` + post(tok, `{"grant_type":"refresh_token","refresh_token":"'"$rt"'"}`) + ` > .login/creds2.json && mv .login/creds2.json .login/creds.json
+` + get(fmt.Sprintf(base, "api.corp.test")+"/v1/me", field("access_token")) + `
+echo "REAL in the workspace: $(grep -rlE 'REAL[0-9]{2}-' . | wc -l), in the environment: $(env | grep -cE 'REAL[0-9]{2}-')"
 `
-	code, out, errs := vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "proxied", "--", "sh", "-c", script)
+	args := append(append([]string{"run"}, runArgs...), "-w", ws, "--backend", backend, "--network", "proxied", "--", "sh", "-c", script)
+	code, out, errs := vakMain(t, cfg, args...)
 	if code != 0 {
 		t.Fatalf("vak run: exit %d\n%s\n%s", code, out, errs)
 	}
