@@ -313,3 +313,34 @@ func TestTypePrefix(t *testing.T) {
 		}
 	}
 }
+
+// Two processes' stores on one file (a gateway learning tokens while an
+// import adds some): neither change is lost, and each sees the other's.
+func TestStoreShared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), StoreFile)
+	a, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := Token{Login: "claude", Field: "access_token", Phantom: "sk-ant-oat01-" + strings.Repeat("p", 24), Real: "sk-ant-oat01-" + strings.Repeat("r", 24)}
+	tb := Token{Login: "gh", Field: "access_token", Phantom: "gho_" + strings.Repeat("p", 24), Real: "gho_" + strings.Repeat("r", 24)}
+	if err := a.Add(ta); err != nil {
+		t.Fatal(err)
+	}
+	if b.Known("claude", "access_token", ta.Real) != ta.Phantom {
+		t.Fatal("the second store does not see the first one's token")
+	}
+	if err := b.Add(tb); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Tokens(); len(got) != 2 {
+		t.Fatalf("after both adds the first store holds %d tokens", len(got))
+	}
+	if n, err := a.Remove("gh"); err != nil || n != 1 || len(b.Tokens()) != 1 {
+		t.Fatalf("remove: %d %v, the other store holds %d", n, err, len(b.Tokens()))
+	}
+}
