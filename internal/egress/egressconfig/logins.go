@@ -57,7 +57,7 @@ func validateLogin(file, name string, l *Login) (logins.Provider, error) {
 		if !ok {
 			return logins.Provider{}, fieldError(file, field+".provider", "%q is not a built-in provider (one of %s; or set token_urls and api_hosts instead)", *l.Provider, strings.Join(logins.BuiltinNames(), ", "))
 		}
-		p.Endpoints = b.Endpoints
+		p.Builtin, p.Endpoints = *l.Provider, b.Endpoints
 		for _, h := range b.APIHosts {
 			p.APIHosts = append(p.APIHosts, policy.MustHostPattern(h))
 		}

@@ -53,6 +53,8 @@ func (e Endpoint) String() string { return "https://" + e.Host + e.Path }
 type Provider struct {
 	// Name is the config name (logins.NAME); it names the tokens' secrets.
 	Name string
+	// Builtin is the built-in provider it is (Builtins), or "".
+	Builtin string
 	// Endpoints are the token endpoints whose responses are rewritten and
 	// where refresh tokens' phantoms are substituted (request bodies).
 	Endpoints []Endpoint
