@@ -23,6 +23,7 @@ var userCommands = []string{
 	"gateway reload", "gateway revoke", "gateway status",
 	"gc",
 	"help",
+	"login", "login import", "login ls", "login rm",
 	"mcp",
 	"receipts", "receipts fetch", "receipts ls", "receipts verify",
 	"run",

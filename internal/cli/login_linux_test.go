@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"vak/internal/agenthome"
 	"vak/internal/egress/egresstest"
 	"vak/internal/testenv"
 )
@@ -169,5 +170,107 @@ echo "REAL in the workspace: $(grep -rlE 'REAL[0-9]{2}-' . | wc -l), in the envi
 	data, err := os.ReadFile(filepath.Join(ws, ".login", "creds.json"))
 	if err != nil || strings.Contains(string(data), "REAL") || !strings.Contains(string(data), "corp-rt-") {
 		t.Errorf("the client's stored login: %s %v", data, err)
+	}
+}
+
+// TestLoginImport: `vak login import claude` moves a host login into the
+// store and writes the phantom login into the workspace's agent home; a
+// native proxied run then reaches the API with the real token while the
+// home holds only phantoms; `vak login rm` makes the phantom worthless.
+// The import never writes through a link the agent left in its home, and
+// refuses a fresh home, a missing [logins] entry and a file with no token.
+func TestLoginImport(t *testing.T) {
+	testenv.RequireLandlock(t)
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	t.Cleanup(func() { stopOnDemand(t) })
+	ca := egresstest.NewCA(t)
+	caFile := ca.WritePEM(t, t.TempDir())
+	var mu sync.Mutex
+	var seen []string
+	up := egresstest.StartTLS(t, egresstest.Listen(t, "127.0.0.2", 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		io.WriteString(w, "API-OK\n")
+	}), "api.anthropic.com")
+	const realAT = "sk-ant-oat01-HOSTREALx0123456789abcdefghijklmnopqrstuvwxyz"
+	const realRT = "sk-ant-ort01-HOSTREALx0123456789abcdefghijklmnopqrstuvwxyz"
+	src := filepath.Join(t.TempDir(), "credentials.json")
+	os.WriteFile(src, []byte(`{"claudeAiOauth":{"accessToken":"`+realAT+`","refreshToken":"`+realRT+`","expiresAt":4102444800000,"scopes":["user:inference"]}}`), 0o600)
+	base := `version = 1
+[network]
+policy = "proxied"
+[[network.rules]]
+hosts = ["api.anthropic.com"]
+cidrs = ["127.0.0.2/32"]
+[network.dns.overrides]
+"api.anthropic.com" = ["127.0.0.2"]
+[gateway]
+extra_ca_bundles = [` + strconv.Quote(caFile) + `]
+`
+	ws := tempWorkspace(t)
+	// Refusals first: no [logins] entry, a fresh home, a file with no token.
+	noLogin := writeConfig(t, base)
+	if code, _, errs := vakMain(t, noLogin, "login", "import", "claude", "--from", src, "-w", ws, "--home", "workspace"); code != ExitConfig || !strings.Contains(errs, `provider = "anthropic"`) {
+		t.Errorf("import without [logins]: exit %d %s", code, errs)
+	}
+	cfg := writeConfig(t, base+"[logins.claude]\nprovider = \"anthropic\"\n")
+	if code, _, errs := vakMain(t, cfg, "login", "import", "claude", "--from", src, "-w", ws, "--home", "fresh"); code != ExitUsage || !strings.Contains(errs, "fresh") {
+		t.Errorf("import into a fresh home: exit %d %s", code, errs)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	os.WriteFile(empty, []byte(`{}`), 0o600)
+	if code, _, errs := vakMain(t, cfg, "login", "import", "claude", "--from", empty, "-w", ws, "--home", "workspace"); code != ExitUsage || !strings.Contains(errs, "no login token") {
+		t.Errorf("import of a file without a login: exit %d %s", code, errs)
+	}
+	// The agent planted its home's .claude as a link to a host directory:
+	// the import must not write through it.
+	home, err := agenthome.Ensure(agenthome.Choice{Kind: agenthome.Workspace}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir()
+	if err := os.Symlink(victim, filepath.Join(home, ".claude")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := vakMain(t, cfg, "login", "import", "claude", "--from", src, "-w", ws, "--home", "workspace"); code == 0 {
+		t.Error("the import wrote through a link in the home")
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Fatalf("the import wrote into the link's target: %v", ents)
+	}
+	os.Remove(filepath.Join(home, ".claude"))
+
+	code, out, errs := vakMain(t, cfg, "login", "import", "claude", "--from", src, "-w", ws, "--home", "workspace")
+	if code != 0 || !strings.Contains(out, "imported 2 token(s) of login claude") {
+		t.Fatalf("import: exit %d\n%s\n%s", code, out, errs)
+	}
+	data, err := os.ReadFile(filepath.Join(home, ".claude", ".credentials.json"))
+	if err != nil || strings.Contains(string(data), "HOSTREAL") || !strings.Contains(string(data), `"sk-ant-oat01-`) {
+		t.Fatalf("the home's login: %s %v", data, err)
+	}
+	if code, out, _ := vakMain(t, cfg, "login", "ls"); code != 0 || !strings.Contains(out, "claude") || !strings.Contains(out, "access_token 1, refresh_token 1") || strings.Contains(out, "HOSTREAL") {
+		t.Errorf("login ls: %d\n%s", code, out)
+	}
+	api := "https://api.anthropic.com:" + strconv.Itoa(up.Port()) + "/v1/messages"
+	script := `at=$(sed -n 's/.*"accessToken": *"\([^"]*\)".*/\1/p' "$HOME/.claude/.credentials.json"); curl -sS --max-time 10 -H "Authorization: Bearer $at" ` + api + `; grep -rc HOSTREAL "$HOME" | grep -v ':0$' | wc -l`
+	code, out, errs = vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "proxied", "--home", "workspace", "--", "sh", "-c", script)
+	mu.Lock()
+	got := strings.Join(seen, "\n")
+	mu.Unlock()
+	if code != 0 || !strings.Contains(out, "API-OK") || got != "Bearer "+realAT || strings.Contains(out, "HOSTREAL") || !strings.HasSuffix(strings.TrimSpace(out), "0") {
+		t.Fatalf("run with the imported login: exit %d, the API saw %q\n%s\n%s", code, got, out, errs)
+	}
+	if code, out, _ := vakMain(t, cfg, "login", "rm", "claude"); code != 0 || !strings.Contains(out, "removed 2 token(s)") {
+		t.Fatalf("login rm: %d %s", code, out)
+	}
+	// The gateway reloaded: the phantom is a plain string now, never the
+	// real token.
+	vakMain(t, cfg, "run", "-w", ws, "--backend", "landlock", "--network", "proxied", "--home", "workspace", "--", "sh", "-c", script)
+	mu.Lock()
+	defer mu.Unlock()
+	if last := seen[len(seen)-1]; strings.Contains(last, "HOSTREAL") {
+		t.Errorf("after login rm the API still got the real token")
 	}
 }
