@@ -80,22 +80,9 @@ func rewriteObject(login string, data []byte, key string, fields map[string]stri
 		obj = inner
 	}
 	r := rewriter{login: login, known: known}
-	var toks []Token
-	for jsonKey, field := range fields {
-		raw, ok := obj[jsonKey]
-		if !ok {
-			continue
-		}
-		var v string
-		if json.Unmarshal(raw, &v) != nil || v == "" {
-			continue
-		}
-		t, err := r.mint(field, v)
-		if err != nil {
-			return nil, nil, err
-		}
-		obj[jsonKey], _ = json.Marshal(t.Phantom)
-		toks = append(toks, t)
+	toks, err := r.phantomise(obj, fields)
+	if err != nil {
+		return nil, nil, err
 	}
 	if key != "" {
 		top[key], _ = json.Marshal(obj)

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/netip"
 	"net/url"
@@ -234,15 +235,15 @@ func (r rewriter) mint(field, real string) (Token, error) {
 	return Token{Login: r.login, Field: field, Phantom: ph, Real: real}, nil
 }
 
-func (r rewriter) json(body []byte) ([]byte, []Token, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
-		// Not an object: no token fields to rewrite.
-		return body, nil, nil
-	}
+// fieldKeys are the token fields of a token response, by JSON key.
+var fieldKeys = map[string]string{"access_token": "access_token", "refresh_token": "refresh_token", "id_token": "id_token"}
+
+// phantomise replaces the non-empty string values of obj under keys (JSON
+// key -> token field), in key order, with phantoms and returns the tokens.
+func (r rewriter) phantomise(obj map[string]json.RawMessage, keys map[string]string) ([]Token, error) {
 	var toks []Token
-	for _, f := range Fields {
-		raw, ok := obj[f]
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		raw, ok := obj[k]
 		if !ok {
 			continue
 		}
@@ -250,13 +251,25 @@ func (r rewriter) json(body []byte) ([]byte, []Token, error) {
 		if json.Unmarshal(raw, &v) != nil || v == "" {
 			continue
 		}
-		t, err := r.mint(f, v)
+		t, err := r.mint(keys[k], v)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		enc, _ := json.Marshal(t.Phantom)
-		obj[f] = enc
+		obj[k], _ = json.Marshal(t.Phantom)
 		toks = append(toks, t)
+	}
+	return toks, nil
+}
+
+func (r rewriter) json(body []byte) ([]byte, []Token, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		// Not an object: no token fields to rewrite.
+		return body, nil, nil
+	}
+	toks, err := r.phantomise(obj, fieldKeys)
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(toks) == 0 {
 		return body, nil, nil
