@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,6 +30,7 @@ type oauthMock struct {
 	gen     int
 	seen    []string // what reached the mock: "host path credential"
 	invalid int
+	gzipped bool
 }
 
 func (m *oauthMock) tokens(gen int) (access, refresh string) {
@@ -59,7 +61,22 @@ func (m *oauthMock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.gen++
 		a, rt := m.tokens(m.gen)
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"token_type":"Bearer","access_token":%q,"refresh_token":%q,"expires_in":28800}`, a, rt)
+		body := fmt.Sprintf(`{"token_type":"Bearer","access_token":%q,"refresh_token":%q,"expires_in":28800}`, a, rt)
+		if m.gen == 1 && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			// The first answer gzip-encoded and chunked, flushed in the
+			// middle of a token: the rewrite sees the decoded whole.
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			half := strings.Index(body, a) + len(a)/2
+			io.WriteString(zw, body[:half])
+			zw.Flush()
+			w.(http.Flusher).Flush()
+			io.WriteString(zw, body[half:])
+			zw.Close()
+			m.gzipped = true
+			return
+		}
+		io.WriteString(w, body)
 		return
 	}
 	m.seen = append(m.seen, host+" api "+r.Header.Get("Authorization"))
@@ -168,6 +185,9 @@ provider = "anthropic"
 	}
 	a1, r1 := tokenResp(body)
 	realA1, realR1 := mock.tokens(1)
+	if !mock.gzipped {
+		t.Error("the code exchange's answer was not gzip-encoded (the gateway did not ask for gzip?)")
+	}
 
 	// The access phantom reaches the API as the real token; the echo comes
 	// back as the phantom.
