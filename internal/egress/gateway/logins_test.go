@@ -83,6 +83,18 @@ func (m *oauthMock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "auth=%s", r.Header.Get("Authorization"))
 }
 
+func (m *oauthMock) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.seen)
+}
+
+func (m *oauthMock) refused() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.invalid
+}
+
 func (m *oauthMock) last() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -185,7 +197,10 @@ provider = "anthropic"
 	}
 	a1, r1 := tokenResp(body)
 	realA1, realR1 := mock.tokens(1)
-	if !mock.gzipped {
+	mock.mu.Lock()
+	gzipped := mock.gzipped
+	mock.mu.Unlock()
+	if !gzipped {
 		t.Error("the code exchange's answer was not gzip-encoded (the gateway did not ask for gzip?)")
 	}
 
@@ -197,7 +212,7 @@ provider = "anthropic"
 	}
 	// Toward another allowed host the phantom is refused, and so is the
 	// real token (a sandbox that got hold of it cannot carry it out).
-	n := len(mock.seen)
+	n := mock.count()
 	for _, auth := range []string{"Bearer " + a1, "Bearer " + realA1} {
 		if status, body = do("GET", base("other.test")+"/x", auth, ""); status != 403 {
 			t.Errorf("%.20s... toward other.test: %d %s", auth, status, body)
@@ -219,10 +234,26 @@ provider = "anthropic"
 		t.Fatalf("refresh through /V1/OAuth/token/: %d %s", status, body)
 	}
 	a3, _ := tokenResp(body)
-	if len(mock.seen) < n || mock.invalid != 0 {
-		t.Fatalf("the mock refused %d refreshes", mock.invalid)
+	if mock.count() < n || mock.refused() != 0 {
+		t.Fatalf("the mock refused %d refreshes", mock.refused())
+	}
+	// A refresh the provider refuses (a revoked login): the client gets
+	// the provider's answer, the receipt names the login.
+	if status, body = do("POST", base("platform.claude.com")+"/v1/oauth/token", "", `{"grant_type":"refresh_token","refresh_token":"`+r1+`"}`); status != 400 {
+		t.Fatalf("a refresh with a rotated-out token: %d %s", status, body)
 	}
 	stop()
+	var named bool
+	filepath.Walk(filepath.Join(state, "receipts"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && strings.HasSuffix(p, ".jsonl") {
+			data, _ := os.ReadFile(p)
+			named = named || strings.Contains(string(data), "login claude: the provider refused the token request (400)")
+		}
+		return nil
+	})
+	if !named {
+		t.Error("no receipt names the login whose refresh the provider refused")
+	}
 
 	// The store is the host's, 0600, and the receipts hold no token.
 	if fi, err := os.Stat(filepath.Join(state, logins.StoreFile)); err != nil || fi.Mode().Perm() != 0o600 {

@@ -635,6 +635,11 @@ func (x *exchange) relay(resp *http.Response) {
 			return
 		}
 		decoded = rd
+		if resp.StatusCode >= 400 {
+			// An expired or revoked login: the client shows the
+			// provider's answer; the receipt says which login it was.
+			x.rec.Reason += fmt.Sprintf("; login %s: the provider refused the token request (%d): if the login expired or was revoked, log in again inside the sandbox or run vak login import", x.login, resp.StatusCode)
+		}
 	}
 	if x.redact {
 		x.sess.RedactHeader(dst)
