@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strings"
 	"testing"
@@ -243,6 +244,22 @@ func TestSessionLifetimes(t *testing.T) {
 	sp.Task = "short-lived"
 	s2 := f.create(sp)
 	waitEnded(t, s2)
+	// The workspace watcher records the end too; an exec after it has
+	// exited still says why the session ended (it once said only "has
+	// ended").
+	dir, err := f.m.watchDir(s2.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		_, err := os.Lstat(filepath.Join(dir, watchEndedFile))
+		if held, herr := lockHeld(filepath.Join(dir, watchLockFile)); err == nil && herr == nil && !held {
+			break // the watcher recorded the end and exited
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the workspace watcher never recorded the session's end")
+		}
+	}
 	if _, err := s2.Exec(ctx, Command{Argv: []string{"true"}}); !errors.Is(err, ErrSessionEnded) || !strings.Contains(err.Error(), "lifetime") {
 		t.Fatalf("expired session: %v", err)
 	}

@@ -275,7 +275,10 @@ func (m *Manager) ensureWatch(ctx context.Context, rec *record) error {
 		return fmt.Errorf("%w: session %s: its watch state is missing (%v); remove the session (vak session rm %s) and create it again", ErrWatcher, rec.ID, err, rec.ID)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, watchEndedFile)); err == nil {
-		return fmt.Errorf("%w: session %s has ended", ErrSessionEnded, rec.ID)
+		// The watcher saw the session end first: say why, as an exec
+		// that found the worker gone does (its exit status and last
+		// words: idle timeout, lifetime, a kill).
+		return m.ended(rec, fmt.Errorf("%w: session %s has ended", ErrSessionEnded, rec.ID))
 	}
 	rd, err := m.spawnWatcher(ctx, rec.ID, dir)
 	if err != nil {
