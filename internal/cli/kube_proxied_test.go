@@ -98,7 +98,9 @@ func TestKubernetesProxiedSessionCLI(t *testing.T) {
 		}
 	}()
 
-	cfg := writeConfig(t, kubeConfig(env, ref)+`[network]
+	// Two gateway replicas (kubeReplicasLeg checks both serve).
+	cfg := writeConfig(t, kubeConfig(env, ref)+`gateway_replicas = 2
+[network]
 policy = "proxied"
 [[network.rules]]
 name = "api"
@@ -216,7 +218,7 @@ hosts = ["api.test"]
 		t.Errorf("with the gateway gone, the upstream saw %d requests", len(seen["api"]))
 	}
 	mu.Unlock()
-	scale(1)
+	scale(2)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		got := sh(`./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + ` 5s`)
@@ -231,6 +233,7 @@ hosts = ["api.test"]
 	if n := canary.Accepted.Load(); n != 0 {
 		t.Errorf("the canary on the node accepted %d connections", n)
 	}
+	kubeReplicasLeg(t, cfg, env, sh, apiURL)
 	// What a request through the cluster gateway costs (logged, not
 	// asserted: docs/kubernetes.md records it).
 	for _, conc := range []string{"1", "8"} {
@@ -273,6 +276,56 @@ func kubeReceiptsLeg(t *testing.T, cfg string) {
 	key := filepath.Join(filepath.Dir(dir), "receipts-key", "receipts.pub")
 	if code, out, _ := vakMain(t, cfg, "receipts", "ls", "--key", key, dir); code != 1 || !strings.Contains(out, "NO:") {
 		t.Errorf("an edited copy: exit %d, want 1 and NO: %s", code, out)
+	}
+}
+
+// kubeReplicasLeg: with kubernetes.gateway_replicas = 2 the namespace's
+// gateway runs two pods behind its Service, and both serve the session
+// with the same placeholders and CA: of 24 requests on new connections,
+// each pod's receipts (vak receipts fetch) record some, and every one
+// reached the upstream with the real secret.
+func kubeReplicasLeg(t *testing.T, cfg string, env *kubetest.Env, sh func(string) string, apiURL string) {
+	ctx := context.Background()
+	dep, err := env.Client.AppsV1().Deployments(env.Namespace).Get(ctx, kubesession.GatewayName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Fatalf("gateway_replicas = 2 gave a Deployment of %v replicas", dep.Spec.Replicas)
+	}
+	waitFor(t, "two gateway pods ready", func() bool {
+		d, err := env.Client.AppsV1().Deployments(env.Namespace).Get(ctx, kubesession.GatewayName, metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 2 && d.Status.Replicas == 2
+	})
+	const n = 24
+	got := sh(`i=0; while [ $i -lt ` + strconv.Itoa(n) + ` ]; do ./probe http -H "X-Key: $KUBE_KEY" ` + apiURL + `replica 10s; i=$((i+1)); done`)
+	if c := strings.Count(got, "UPSTREAM-api"); c != n {
+		t.Fatalf("%d of %d requests through two gateway replicas answered: %s", c, n, got)
+	}
+	code, out, errs := vakMain(t, cfg, "receipts", "fetch")
+	if code != 0 {
+		t.Fatalf("receipts fetch: exit %d: %s %s", code, out, errs)
+	}
+	_, dir, _ := strings.Cut(strings.TrimSpace(errs), " into ")
+	perPod := map[string]int{}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.jsonl"))
+	more, _ := filepath.Glob(filepath.Join(dir, "*", "*.jsonl"))
+	for _, l := range append(logs, more...) {
+		b, _ := os.ReadFile(l)
+		rel, _ := filepath.Rel(dir, l)
+		pod, _, _ := strings.Cut(rel, string(filepath.Separator))
+		perPod[pod] += strings.Count(string(b), `"path":"/replica"`)
+	}
+	total, serving := 0, 0
+	for _, c := range perPod {
+		total += c
+		if c > 0 {
+			serving++
+		}
+	}
+	t.Logf("requests per gateway pod: %v", perPod)
+	if total != n || serving != 2 {
+		t.Errorf("the receipts of the gateway pods record %v requests (want %d over both pods)", perPod, n)
 	}
 }
 
