@@ -189,7 +189,7 @@ hosts = ["api.test"]
 		t.Errorf("the canary on the node accepted %d connections", n)
 	}
 
-	kubeReceiptsLeg(t, cfg)
+	receiptsDir := kubeReceiptsLeg(t, cfg)
 
 	// The gateway gone: commands fail closed (nothing reaches anything);
 	// back, they work again.
@@ -233,6 +233,9 @@ hosts = ["api.test"]
 	if n := canary.Accepted.Load(); n != 0 {
 		t.Errorf("the canary on the node accepted %d connections", n)
 	}
+	// The copies of the first gateway pods (one of them edited above) go:
+	// those pods are gone, and the replicas leg verifies the new ones'.
+	os.RemoveAll(receiptsDir)
 	kubeReplicasLeg(t, cfg, env, sh, apiURL)
 	// What a request through the cluster gateway costs (logged, not
 	// asserted: docs/kubernetes.md records it).
@@ -246,7 +249,7 @@ hosts = ["api.test"]
 // to the host, where they verify with the key the host kept and hold the
 // decisions just made (the allowed host, the refused placeholder); the
 // copy edited on the host no longer verifies.
-func kubeReceiptsLeg(t *testing.T, cfg string) {
+func kubeReceiptsLeg(t *testing.T, cfg string) string {
 	code, out, errs := vakMain(t, cfg, "receipts", "fetch")
 	if code != 0 || !strings.Contains(out, " OK") || strings.Contains(out, "NO:") {
 		t.Fatalf("receipts fetch: exit %d: %s %s", code, out, errs)
@@ -269,7 +272,7 @@ func kubeReceiptsLeg(t *testing.T, cfg string) {
 		t.Errorf("the fetched receipts (%d logs) lack the decisions or hold the secret:\n%s", len(logs), all)
 	}
 	if len(logs) == 0 {
-		return
+		return dir
 	}
 	b, _ := os.ReadFile(logs[0])
 	os.WriteFile(logs[0], []byte(strings.Replace(string(b), "api.test", "apx.test", 1)), 0o600)
@@ -277,6 +280,7 @@ func kubeReceiptsLeg(t *testing.T, cfg string) {
 	if code, out, _ := vakMain(t, cfg, "receipts", "ls", "--key", key, dir); code != 1 || !strings.Contains(out, "NO:") {
 		t.Errorf("an edited copy: exit %d, want 1 and NO: %s", code, out)
 	}
+	return dir
 }
 
 // kubeReplicasLeg: with kubernetes.gateway_replicas = 2 the namespace's
