@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"vak/internal/agenthome"
 	"vak/internal/config"
@@ -206,4 +208,60 @@ func RemoveLogin(ctx context.Context, login string) (int, error) {
 	}
 	reloadOnDemand(ctx)
 	return n, nil
+}
+
+// LoginClients are the names `vak login import` takes.
+func LoginClients() []string {
+	var n []string
+	for _, c := range logins.Clients {
+		n = append(n, c.Name)
+	}
+	return n
+}
+
+// ImportLoginReport is ImportLogin, printing what it did to w.
+func ImportLoginReport(ctx context.Context, w io.Writer, cfg *config.Config, client, from, ws string) error {
+	res, err := ImportLogin(ctx, cfg, client, from, ws)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "imported %d token(s) of login %s into %s\nphantom login written to %s\n", res.Tokens, res.Login, res.Store, res.HomeFile)
+	if res.Reloaded {
+		fmt.Fprintln(w, "the running gateway reloaded")
+	}
+	return nil
+}
+
+// ListLoginsReport prints the logins of the store to w: per login, how
+// many tokens of each field it keeps, never a token.
+func ListLoginsReport(w io.Writer) error {
+	path, list, err := ListLogins()
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(w, "no login in %s\n", path)
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOGIN\tTOKENS KEPT")
+	for _, e := range list {
+		var parts []string
+		for _, f := range slices.Sorted(maps.Keys(e.Fields)) {
+			parts = append(parts, fmt.Sprintf("%s %d", f, e.Fields[f]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", e.Login, strings.Join(parts, ", "))
+	}
+	return tw.Flush()
+}
+
+// RemoveLoginReport is RemoveLogin, printing what it did to w.
+func RemoveLoginReport(w io.Writer, login string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := RemoveLogin(ctx, login)
+	if err == nil {
+		fmt.Fprintf(w, "removed %d token(s) of login %s\n", n, login)
+	}
+	return err
 }
