@@ -44,13 +44,16 @@ func (g *Gateway) sessionLocked(cfgSecrets []*secrets.Secret, providers []logins
 type loginHook struct{ g *Gateway }
 
 // TokenEndpoint names the configured login whose token endpoint host and
-// path are, or "".
+// path are, or "". It runs for every request: it reads the applied
+// configuration without a lock.
 func (h loginHook) TokenEndpoint(host policy.Host, path string) string {
-	h.g.sessMu.Lock()
-	defer h.g.sessMu.Unlock()
-	for i := range h.g.providers {
-		if h.g.providers[i].Match(host, path) {
-			return h.g.providers[i].Name
+	cfg := h.g.cfg.Load()
+	if cfg == nil {
+		return ""
+	}
+	for i := range cfg.Logins {
+		if cfg.Logins[i].Match(host, path) {
+			return cfg.Logins[i].Name
 		}
 	}
 	return ""
