@@ -200,6 +200,12 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	defer p.untrack(x.f)
 	defer x.release()
 	resp, err := x.roundTrip(outreq)
+	if err == nil && x.f.revoked.Load() {
+		// The head came in after the revoke (the upstream answering the
+		// cancelled request): nothing of it is relayed.
+		resp.Body.Close()
+		err = errRevokedFlow
+	}
 	if err != nil {
 		x.fail(err)
 		return
@@ -214,6 +220,10 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 	}
 	x.relay(resp)
 }
+
+// errRevokedFlow is the round trip's outcome when a revoke came before
+// the response head was relayed.
+var errRevokedFlow = errors.New("flow revoked")
 
 // exchange is one forwarded request: what forward's steps share, and the
 // receipt they fill in.
