@@ -274,8 +274,19 @@ func kubeReceiptsLeg(t *testing.T, cfg string) string {
 	if len(logs) == 0 {
 		return dir
 	}
-	b, _ := os.ReadFile(logs[0])
-	os.WriteFile(logs[0], []byte(strings.Replace(string(b), "api.test", "apx.test", 1)), 0o600)
+	// Edit a log that records the allowed host: with more than one
+	// gateway pod, the first log need not hold it.
+	edited := ""
+	for _, l := range logs {
+		if b, _ := os.ReadFile(l); strings.Contains(string(b), "api.test") {
+			os.WriteFile(l, []byte(strings.Replace(string(b), "api.test", "apx.test", 1)), 0o600)
+			edited = l
+			break
+		}
+	}
+	if edited == "" {
+		t.Fatalf("no fetched log records api.test (%d logs)", len(logs))
+	}
 	key := filepath.Join(filepath.Dir(dir), "receipts-key", "receipts.pub")
 	if code, out, _ := vakMain(t, cfg, "receipts", "ls", "--key", key, dir); code != 1 || !strings.Contains(out, "NO:") {
 		t.Errorf("an edited copy: exit %d, want 1 and NO: %s", code, out)
