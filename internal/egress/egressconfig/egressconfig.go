@@ -160,6 +160,10 @@ type Secret struct {
 	// AllowForeignCredentials lets requests to Hosts carry credentials
 	// other than this secret's placeholder.
 	AllowForeignCredentials *bool `toml:"allow_foreign_credentials"`
+	// AWS makes the secret part of an AWS access key ("access_key_id",
+	// "secret_access_key", "session_token"): never substituted as text,
+	// the gateway re-signs SigV4 requests to Hosts with it instead.
+	AWS *string `toml:"aws"`
 }
 
 // Defaults.
@@ -409,6 +413,9 @@ func validateSecrets(file string, in map[string]*Secret) ([]secrets.Spec, error)
 		}
 		out = append(out, sp)
 	}
+	if err := checkAWSKey(file, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -446,6 +453,9 @@ func validateSecret(file, name string, sec *Secret) (secrets.Spec, error) {
 		}
 		sp.Hosts = append(sp.Hosts, p)
 	}
+	if sec.AWS != nil {
+		return awsSecret(file, field, sec, sp)
+	}
 	for i, in := range sec.Inject {
 		pl, err := secrets.ParsePlace(in)
 		if err != nil {
@@ -457,6 +467,58 @@ func validateSecret(file, name string, sec *Secret) (secrets.Spec, error) {
 		sp.Inject = secrets.Header
 	}
 	return sp, nil
+}
+
+// awsSecret checks a secret that is part of an AWS access key: it is
+// only ever used to sign, so it names no place to be injected and is
+// never sent unencrypted.
+func awsSecret(file, field string, sec *Secret, sp secrets.Spec) (secrets.Spec, error) {
+	part, err := secrets.ParseAWSPart(*sec.AWS)
+	if err != nil {
+		return secrets.Spec{}, fieldError(file, field+".aws", "%v", err)
+	}
+	if len(sec.Inject) > 0 {
+		return secrets.Spec{}, fieldError(file, field+".inject", "a part of an AWS access key is never substituted as text (the gateway re-signs requests with it): remove inject")
+	}
+	if sp.AllowPlaintext {
+		return secrets.Spec{}, fieldError(file, field+".allow_plaintext", "requests signed with an AWS access key are re-signed only over TLS: remove allow_plaintext")
+	}
+	sp.AWS = part
+	return sp, nil
+}
+
+// checkAWSKey checks that the [secrets] parts of an AWS access key make
+// one key: one access key ID, one secret access key, at most one session
+// token, all bound to the same hosts.
+func checkAWSKey(file string, specs []secrets.Spec) error {
+	count := map[secrets.AWSPart][]string{}
+	var hosts string
+	var first string
+	for _, sp := range specs {
+		if sp.AWS == secrets.AWSNone {
+			continue
+		}
+		count[sp.AWS] = append(count[sp.AWS], sp.Name)
+		h := fmt.Sprint(sp.Hosts)
+		if first == "" {
+			first, hosts = sp.Name, h
+		} else if h != hosts {
+			return fieldError(file, "secrets."+sp.Name+".hosts", "the parts of an AWS access key must be bound to the same hosts (secrets.%s has %s)", first, hosts)
+		}
+	}
+	if first == "" {
+		return nil
+	}
+	for _, part := range []secrets.AWSPart{secrets.AWSKeyID, secrets.AWSSecretKey, secrets.AWSSessionToken} {
+		names := count[part]
+		switch {
+		case len(names) > 1:
+			return fieldError(file, "secrets."+names[1]+".aws", "secrets.%s is the %s already: one AWS access key per config", names[0], part)
+		case len(names) == 0 && part != secrets.AWSSessionToken:
+			return fieldError(file, "secrets."+first+".aws", "an AWS access key needs a secret with aws = %q too", part.String())
+		}
+	}
+	return nil
 }
 
 // secretSource checks that exactly one of value, env and file is set, and

@@ -176,6 +176,33 @@ api_hosts = ["api.corp.example", "*.corp.example"]
 	}
 }
 
+// TestAWSKey: the parts of an AWS access key validate into secrets that
+// are never injected as text and carry their part.
+func TestAWSKey(t *testing.T) {
+	t.Parallel()
+	s, err := Decode("cfg.toml", []byte(`
+[secrets.AWS_ACCESS_KEY_ID]
+env = "AWS_ACCESS_KEY_ID"
+hosts = ["*.amazonaws.com"]
+aws = "access_key_id"
+[secrets.AWS_SECRET_ACCESS_KEY]
+env = "AWS_SECRET_ACCESS_KEY"
+hosts = ["*.amazonaws.com"]
+aws = "secret_access_key"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Validate("cfg.toml", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Secrets) != 2 || cfg.Secrets[0].AWS != secrets.AWSKeyID || cfg.Secrets[1].AWS != secrets.AWSSecretKey ||
+		cfg.Secrets[0].Inject != 0 || cfg.Secrets[1].Inject != 0 {
+		t.Fatalf("secrets %+v", cfg.Secrets)
+	}
+}
+
 func TestDecodeUnknownKey(t *testing.T) {
 	t.Parallel()
 	_, err := Decode("cfg.toml", []byte("[network]\npolicy = \"none\"\n\n[[network.rules]]\nhost = \"a.com\"\n"))
@@ -377,6 +404,18 @@ func TestErrorMessages(t *testing.T) {
 			"cfg.toml: secrets.X.hosts[0]: \"*\" would send the secret anywhere"},
 		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\ninject = [\"header\", \"cookie\"]",
 			"cfg.toml: secrets.X.inject[1]: unknown injection place \"cookie\" (want header, query or body)"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"secret\"",
+			"cfg.toml: secrets.X.aws: \"secret\" is not a part of an AWS access key (want access_key_id, secret_access_key or session_token)"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"\ninject = [\"header\"]",
+			"cfg.toml: secrets.X.inject: a part of an AWS access key is never substituted as text (the gateway re-signs requests with it): remove inject"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"\nallow_plaintext = true",
+			"cfg.toml: secrets.X.allow_plaintext: requests signed with an AWS access key are re-signed only over TLS: remove allow_plaintext"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"",
+			"cfg.toml: secrets.X.aws: an AWS access key needs a secret with aws = \"secret_access_key\" too"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"\n[secrets.Y]\nvalue = \"v-12345678\"\nhosts = [\"b.com\"]\naws = \"secret_access_key\"",
+			"cfg.toml: secrets.Y.hosts: the parts of an AWS access key must be bound to the same hosts (secrets.X has [a.com])"},
+		{"[secrets.X]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"\n[secrets.Y]\nvalue = \"v-12345678\"\nhosts = [\"a.com\"]\naws = \"access_key_id\"",
+			"cfg.toml: secrets.Y.aws: secrets.X is the access_key_id already: one AWS access key per config"},
 		{"[network]\npolicy = \"proxied\"\n[gateway]\nlisten = \"bad\"\n[secrets.X]\nvalue = \"\"",
 			"cfg.toml: gateway.listen: \"bad\" is not host:port"},
 		{"[network]\npolicy = \"open\"\n[[network.rules]]\nname = \"empty\"",

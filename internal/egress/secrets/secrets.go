@@ -107,6 +107,9 @@ type Spec struct {
 	AllowForeignCredentials bool
 	// ConfigFile names the file the spec came from, for load errors.
 	ConfigFile string
+	// AWS makes the secret a part of an AWS access key (aws.go); such a
+	// secret has no Inject place.
+	AWS AWSPart
 }
 
 var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
@@ -122,7 +125,9 @@ type Secret struct {
 	// AllowPlaintext and AllowForeignCredentials are the Spec's opt-outs.
 	AllowPlaintext          bool
 	AllowForeignCredentials bool
-	value                   []byte
+	// AWS is the Spec's: a part of the AWS access key.
+	AWS   AWSPart
+	value []byte
 	// phantom, when set, is the secret's placeholder (a login token's,
 	// which the sandbox got in a token response, not in its environment).
 	phantom string
@@ -215,10 +220,10 @@ func Load(specs []Spec, getenv func(string) string) ([]*Secret, error) {
 			return nil, fail("value contains control characters")
 		}
 		inject := sp.Inject
-		if inject == 0 {
+		if inject == 0 && sp.AWS == AWSNone {
 			inject = Header
 		}
-		out = append(out, &Secret{Name: sp.Name, Hosts: slices.Clone(sp.Hosts), Inject: inject,
+		out = append(out, &Secret{Name: sp.Name, Hosts: slices.Clone(sp.Hosts), Inject: inject, AWS: sp.AWS,
 			AllowPlaintext: sp.AllowPlaintext, AllowForeignCredentials: sp.AllowForeignCredentials, value: []byte(v)})
 	}
 	return out, nil
@@ -305,6 +310,8 @@ type Session struct {
 	byName       map[string]int
 
 	redact *matcher // real value -> placeholder
+	// aws locates the parts of the AWS access key, if any (aws.go).
+	aws *awsKey
 	// scanCache holds request matchers per (host, place).
 	mu        sync.Mutex
 	scanCache map[scanKey]*matcher
@@ -353,6 +360,7 @@ func NewSession(secrets []*Secret, prev *Session) *Session {
 		}
 	}
 	s.redact = newMatcher(redact)
+	s.aws = findAWSKey(secrets)
 	return s
 }
 
