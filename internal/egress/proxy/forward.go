@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"vak/internal/egress/logins"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
+	"vak/internal/egress/sigv4"
 	"vak/internal/receipts"
 )
 
@@ -240,8 +243,11 @@ type exchange struct {
 	redact bool
 	// login names the login whose token endpoint the request goes to.
 	login string
-	d     policy.Decision
-	f     *flow
+	// mintGuard cuts a response that carries new AWS credentials (the
+	// request was re-signed with the AWS key, for a service other than S3).
+	mintGuard bool
+	d         policy.Decision
+	f         *flow
 
 	rec     receipts.Record
 	emitted bool
@@ -492,6 +498,16 @@ func (x *exchange) secretHeaders(outreq *http.Request) error {
 			// permessage-deflate would hide frame payloads from the scanner.
 			outreq.Header.Del("Sec-Websocket-Extensions")
 		}
+		// An AWS signature made with the placeholder key is made again
+		// with the real one (before the checks below see the real key).
+		awsUsed, service, err := x.sess.ResignAWS(x.t.host, x.r.Host, outreq, x.t.scheme == "https", x.d.AllowForeignCredentials, x.bodyHash)
+		if err != nil {
+			return x.awsRefusal(err)
+		}
+		x.used = awsUsed
+		// S3 objects are the user's data; other services' responses
+		// must not bring newly minted keys into the sandbox.
+		x.mintGuard = service != "" && service != "s3"
 		// A foreign credential toward a host with a bound secret would let
 		// the sandbox use an allowed API under someone else's identity.
 		if !x.d.AllowForeignCredentials {
@@ -505,8 +521,47 @@ func (x *exchange) secretHeaders(outreq *http.Request) error {
 	if err != nil {
 		return &refusal{status: http.StatusForbidden, reason: err.Error()}
 	}
-	x.used = used
+	x.used = append(x.used, used...)
 	return nil
+}
+
+// maxSignedBody bounds the body the gateway reads to hash for an AWS
+// signature (requests that declare no X-Amz-Content-Sha256: API calls,
+// not uploads).
+const maxSignedBody = 32 << 20
+
+// bodyHash reads the client's body (up to maxSignedBody) and returns its
+// hex SHA-256; the body sent upstream is the bytes read.
+func (x *exchange) bodyHash() (string, error) {
+	r := x.r
+	if r.Body == nil || r.Body == http.NoBody {
+		return sigv4.EmptySHA256, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxSignedBody+1))
+	if err != nil {
+		return "", &refusal{status: http.StatusBadRequest, reason: "reading the body of an AWS-signed request: " + x.sess.Scrub(err.Error())}
+	}
+	if len(b) > maxSignedBody {
+		return "", &refusal{status: http.StatusRequestEntityTooLarge, reason: fmt.Sprintf("the body of an AWS-signed request without X-Amz-Content-Sha256 is over %d MiB: the gateway hashes such bodies in memory", maxSignedBody>>20)}
+	}
+	r.Body = bodyCloser{Reader: bytes.NewReader(b), c: r.Body}
+	r.ContentLength = int64(len(b))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// awsRefusal is the refusal of a request whose AWS signature is not
+// re-signed.
+func (x *exchange) awsRefusal(err error) error {
+	var rf *refusal
+	if errors.As(err, &rf) {
+		return rf
+	}
+	status := http.StatusForbidden
+	if errors.Is(err, sigv4.ErrUnsupported) {
+		status = http.StatusNotImplemented
+	}
+	return &refusal{status: status, reason: err.Error()}
 }
 
 // outgoingBody gives outreq the client's body, counted and, with secrets,
@@ -657,6 +712,9 @@ func (x *exchange) relay(resp *http.Response) {
 			dst.Del("Content-Length")
 		}
 		body = x.sess.RedactReader(decoded)
+		if x.mintGuard {
+			body = secrets.GuardMinted(body)
+		}
 	}
 	x.w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0
