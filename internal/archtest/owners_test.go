@@ -35,7 +35,7 @@ var ownerRules = []ownerRule{
 		Literals: []string{"LC_ALL", "LANGUAGE", "COLORTERM", "NO_COLOR", "LOGNAME", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		Why:      "the host environment allowlist and DefaultPath are hostenv's: every backend passes the same variables"},
 	{Owner: "internal/catrust",
-		Literals: []string{"NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+		Literals: []string{"NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "AWS_CA_BUNDLE",
 			"vak-ca.pem", "ca-bundle.pem", "truststore.p12", "vak-public-trust", "/etc/vak/trust"},
 		Why: "the trust files' names and the CA variables are catrust's: every backend points commands at the same files"},
 	{Owner: "internal/netpolicy",

@@ -24,7 +24,7 @@ var Files = []string{CAFile, BundleFile, StoreFile}
 
 // Env returns the environment variables common runtimes read to find
 // extra or replacement CA roots (OpenSSL, Go, Node, Python requests, curl,
-// git, pip, Java), pointing at the trust files that the sandbox sees in
+// git, pip, the AWS CLI, Java), pointing at the trust files that the sandbox sees in
 // dir.
 func Env(dir string) []string {
 	bundle := path.Join(dir, BundleFile)
@@ -35,6 +35,8 @@ func Env(dir string) []string {
 		"CURL_CA_BUNDLE=" + bundle,
 		"GIT_SSL_CAINFO=" + bundle,
 		"PIP_CERT=" + bundle,
+		// The AWS CLI and botocore read their own variable only.
+		"AWS_CA_BUNDLE=" + bundle,
 		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + path.Join(dir, StoreFile) +
 			" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + StorePass,
 	}

@@ -23,14 +23,15 @@ func TestEnv(t *testing.T) {
 			{"CURL_CA_BUNDLE", dir + "/" + BundleFile},
 			{"GIT_SSL_CAINFO", dir + "/" + BundleFile},
 			{"PIP_CERT", dir + "/" + BundleFile},
+			{"AWS_CA_BUNDLE", dir + "/" + BundleFile},
 			{"JAVA_TOOL_OPTIONS", "-Djavax.net.ssl.trustStore=" + dir + "/" + StoreFile + " -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + StorePass},
 		} {
 			if got[tc.name] != tc.want {
 				t.Errorf("%s: %s=%q, want %q", dir, tc.name, got[tc.name], tc.want)
 			}
 		}
-		if len(got) != 7 || len(env) != 7 {
-			t.Errorf("%s: %d variables, want 7: %q", dir, len(env), env)
+		if len(got) != 8 || len(env) != 8 {
+			t.Errorf("%s: %d variables, want 8: %q", dir, len(env), env)
 		}
 	}
 	if !slices.Equal(Files, []string{CAFile, BundleFile, StoreFile}) {
