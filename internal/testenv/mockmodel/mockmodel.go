@@ -74,9 +74,20 @@ func Start(t testing.TB, script Script) *Server { return StartOn(t, nil, nil, sc
 // address that a proxied sandbox reaches only through vak's gateway, over
 // TLS with tlsConfig when it is not nil.
 func StartOn(t testing.TB, l net.Listener, tlsConfig *tls.Config, script Script) *Server {
+	return StartOnWith(t, l, tlsConfig, script, nil)
+}
+
+// StartOnWith is StartOn with other serving every request that is not a
+// POST to .../responses (nil: 404), e.g. the other endpoints of a backend
+// an agent calls besides the model.
+func StartOnWith(t testing.TB, l net.Listener, tlsConfig *tls.Config, script Script, other http.Handler) *Server {
 	s := &Server{}
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
+			if other != nil {
+				other.ServeHTTP(w, r)
+				return
+			}
 			http.Error(w, "mockmodel: only POST /v1/responses", http.StatusNotFound)
 			return
 		}
