@@ -121,9 +121,9 @@ func TestRunProxiedClaudeLogin(t *testing.T) {
 	caFile := ca.WritePEM(t, t.TempDir())
 	mock := &anthropicMock{}
 	// Claude Code's token URL is fixed (https://platform.claude.com/...):
-	// the mock listens on 443, which only root may bind here, so this test
-	// runs in the root leg; the non-root leg runs the same path with curl
-	// as the client (TestNativeProxiedLoginPhantoms).
+	// the mock listens on 443, which an unprivileged user may bind only
+	// while net.ipv4.ip_unprivileged_port_start allows it (scripts/test-nonroot
+	// lowers it for this test's leg).
 	const mockIP = "127.0.0.5"
 	l := egresstest.Listen(t, mockIP, 443)
 	srv := &http.Server{Handler: mock, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert(t, "platform.claude.com", "api.anthropic.com", "*.anthropic.com", "*.claude.com", "*.claude.ai", "claude.ai", "other.test")}}}

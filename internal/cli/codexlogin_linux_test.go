@@ -107,9 +107,9 @@ func (m *openaiAuthMock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // carries the real rotated token too. Codex takes its token URL from
 // CODEX_REFRESH_TOKEN_URL_OVERRIDE (the real host name, an unprivileged
 // port), but reaches the ChatGPT backend at https://chatgpt.com whatever
-// chatgpt_base_url says, so that mock listens on 443, which only root may
-// bind here: the test runs in the root leg; the non-root leg runs the same
-// login path with curl as the client (TestNativeProxiedLoginPhantoms).
+// chatgpt_base_url says, so that mock listens on 443: as an unprivileged
+// user only while net.ipv4.ip_unprivileged_port_start allows it
+// (scripts/test-nonroot lowers it for this test's leg).
 // Codex 0.171 asks the backend where the account's workspace is served
 // (/backend-api/wham/accounts/check) before it samples; the mock answers
 // with the one personal account it needs.

@@ -23,9 +23,9 @@ const EnvRequireGH = "VAK_REQUIRE_GH"
 // (hosts.yml) is imported with `vak login import gh`; the real gh in `vak
 // run --network proxied` then calls the GitHub API (a mock) with the real
 // token while the agent home holds only the phantom. gh's API host is
-// fixed (https://api.github.com), so the mock listens on 443 and the test
-// runs in the root leg; TestLoginImport runs the import path as an
-// unprivileged user.
+// fixed (https://api.github.com), so the mock listens on 443: as an
+// unprivileged user only while net.ipv4.ip_unprivileged_port_start allows
+// it (scripts/test-nonroot lowers it for this test's leg).
 func TestRunProxiedGHImportedLogin(t *testing.T) {
 	testenv.RequireLandlock(t)
 	gh, err := exec.LookPath("gh")
