@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -84,6 +85,9 @@ func TestAWSResign(t *testing.T) {
 		status  int
 		payload string // the hash the upstream verifies with
 		reason  string
+		// chunked sends a chunk-signed body (forge: one chunk signed
+		// with another key).
+		chunked, forge bool
 	}{
 		{name: "s3 get, unsigned payload", method: "GET", path: "/bucket/key", payload: sigv4.UnsignedPayload, status: 200,
 			prep: func(t *testing.T, r *http.Request, ph sigv4.Credentials) {
@@ -119,10 +123,12 @@ func TestAWSResign(t *testing.T) {
 			prep: func(t *testing.T, r *http.Request, ph sigv4.Credentials) {
 				mustSign(t, r, sigv4.Credentials{KeyID: "AKIAATTACKER", Secret: "attacker-secret-123"}, "s3", amzDate, sigv4.EmptySHA256)
 			}},
-		{name: "chunk-signed upload", method: "POST", path: "/bucket/key", body: "x", status: 501, reason: "chunk by chunk",
+		{name: "chunk-signed upload", method: "POST", path: "/bucket/key", chunked: true, status: 200, payload: sigv4.StreamingSigned},
+		{name: "chunk-signed upload, a chunk forged", method: "POST", path: "/bucket/key", chunked: true, forge: true, status: 403, reason: "AWS chunk-signed payload: sigv4: signature does not verify"},
+		{name: "chunk-signed upload with signed trailers", method: "POST", path: "/bucket/key", body: "x", status: 501, reason: "signed trailers",
 			prep: func(t *testing.T, r *http.Request, ph sigv4.Credentials) {
-				r.Header.Set("X-Amz-Content-Sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
-				mustSign(t, r, ph, "s3", amzDate, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "x-amz-content-sha256")
+				r.Header.Set("X-Amz-Content-Sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")
+				mustSign(t, r, ph, "s3", amzDate, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "x-amz-content-sha256")
 			}},
 		{name: "the placeholder secret itself in a header", method: "GET", path: "/k", status: 403, reason: "placeholder of secret AWS_SECRET_ACCESS_KEY",
 			prep: func(t *testing.T, r *http.Request, ph sigv4.Credentials) {
@@ -154,7 +160,12 @@ func TestAWSResign(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.prep(t, r, ph)
+			var chunkData []byte
+			if tc.chunked {
+				r, chunkData = chunkedRequest(t, h.url(scheme, host, tc.path), ph, amzDate, tc.forge)
+			} else {
+				tc.prep(t, r, ph)
+			}
 			resp, err := h.client(false).Do(r)
 			if err != nil {
 				t.Fatal(err)
@@ -168,7 +179,9 @@ func TestAWSResign(t *testing.T) {
 				t.Fatalf("a real value reached the client: %s", out)
 			}
 			if tc.status != 200 {
-				if len(h.seen.all()) != 0 {
+				// A forged chunk: the upstream may have seen the request
+				// start, never a complete body.
+				if len(h.seen.all()) != 0 && !tc.forge {
 					t.Fatalf("the upstream saw a refused request: %+v", h.seen.all())
 				}
 				h.receipt(func(r receipts.Record) bool {
@@ -180,7 +193,16 @@ func TestAWSResign(t *testing.T) {
 			if err := verifiesUpstream(t, s, tc.payload); err != nil {
 				t.Fatal(err)
 			}
-			if s.body != tc.body {
+			if tc.chunked {
+				// The chunks the upstream got verify with the real key
+				// (re-signing them with it as both keys checks them).
+				a, _ := sigv4.Parse(&http.Request{Method: s.method, URL: &url.URL{Path: s.path}, Header: s.header, Host: s.host})
+				real := sigv4.Credentials{Secret: awsRealSecret}
+				got, err := io.ReadAll(sigv4.ResignChunks(strings.NewReader(s.body), a, real, real, a.Signature, a.Signature))
+				if err != nil || !bytes.Contains(got, chunkData[:100]) {
+					t.Fatalf("upstream chunks: %v", err)
+				}
+			} else if s.body != tc.body {
 				t.Fatalf("upstream body %q, want %q", s.body, tc.body)
 			}
 			h.receipt(func(r receipts.Record) bool {
@@ -195,6 +217,31 @@ func mustSign(t *testing.T, r *http.Request, c sigv4.Credentials, service, amzDa
 	if err := sigv4.Sign(r, c, "us-east-1", service, amzDate, payload, headers...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// chunkedRequest is a chunk-signed upload (what the Java SDK sends) of
+// 150 KB signed with c; forge signs its second chunk with another key.
+func chunkedRequest(t *testing.T, u string, c sigv4.Credentials, amzDate string, forge bool) (*http.Request, []byte) {
+	t.Helper()
+	data := bytes.Repeat([]byte("chunk-data-"), 15000)
+	r, _ := http.NewRequest("POST", u, nil)
+	r.Header.Set("X-Amz-Content-Sha256", sigv4.StreamingSigned)
+	r.Header.Set("Content-Encoding", "aws-chunked")
+	r.Header.Set("X-Amz-Decoded-Content-Length", fmt.Sprint(len(data)))
+	mustSign(t, r, c, "s3", amzDate, sigv4.StreamingSigned, "x-amz-content-sha256", "content-encoding", "x-amz-decoded-content-length")
+	a, err := sigv4.Parse(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := sigv4.SignChunks(data, 64<<10, c, a, a.Signature)
+	if forge {
+		other := sigv4.SignChunks(data, 64<<10, sigv4.Credentials{Secret: "forged-secret-123"}, a, a.Signature)
+		second := bytes.Index(body[1:], []byte(";chunk-signature=")) + 1
+		copy(body[second:], other[second:second+100])
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return r, data
 }
 
 // presignForTest makes r a presigned URL of c (what aws s3 presign does).

@@ -382,6 +382,10 @@ func (x *exchange) fail(err error) {
 		x.deny(http.StatusForbidden, be.Error(), "")
 	case errors.As(err, &dd):
 		x.deny(http.StatusForbidden, dd.Error(), "")
+	case errors.Is(x.bodyErr(), sigv4.ErrMismatch), errors.Is(x.bodyErr(), sigv4.ErrMalformed):
+		// A chunk-signed AWS payload whose chunk the placeholder key did
+		// not sign: the upstream never got the chunk.
+		x.deny(http.StatusForbidden, "AWS chunk-signed payload: "+x.bodyErr().Error(), "")
 	case x.f != nil && x.f.revoked.Load():
 		x.rec.Reason = "revoked before the response arrived"
 		x.abort()
@@ -500,14 +504,17 @@ func (x *exchange) secretHeaders(outreq *http.Request) error {
 		}
 		// An AWS signature made with the placeholder key is made again
 		// with the real one (before the checks below see the real key).
-		awsUsed, service, err := x.sess.ResignAWS(x.t.host, x.r.Host, outreq, x.t.scheme == "https", x.d.AllowForeignCredentials, x.bodyHash)
+		aws, err := x.sess.ResignAWS(x.t.host, x.r.Host, outreq, x.t.scheme == "https", x.d.AllowForeignCredentials, x.bodyHash)
 		if err != nil {
 			return x.awsRefusal(err)
 		}
-		x.used = awsUsed
+		x.used = aws.Used
+		if aws.Body != nil && x.r.Body != nil {
+			x.r.Body = bodyCloser{Reader: aws.Body(x.r.Body), c: x.r.Body}
+		}
 		// S3 objects are the user's data; other services' responses
 		// must not bring newly minted keys into the sandbox.
-		x.mintGuard = service != "" && service != "s3"
+		x.mintGuard = aws.Used != nil && aws.Service != "s3"
 		// A foreign credential toward a host with a bound secret would let
 		// the sandbox use an allowed API under someone else's identity.
 		if !x.d.AllowForeignCredentials {

@@ -80,56 +80,59 @@ func findAWSKey(secs []*Secret) *awsKey {
 // SignsAWS reports whether the session has an AWS access key.
 func (s *Session) SignsAWS() bool { return s != nil && s.aws != nil }
 
+// AWSResigned is what ResignAWS did to a request.
+type AWSResigned struct {
+	// Used are the indexes of the secrets used (nil: not re-signed).
+	Used []int
+	// Service is the service of the signature's scope.
+	Service string
+	// Body, when set, must wrap the request body: a chunk-signed payload
+	// whose chunks are re-signed as they stream.
+	Body func(io.Reader) io.Reader
+}
+
 // ResignAWS re-signs r, bound for host, when it carries a SigV4 signature
 // made with the placeholder access key and host is one the key is bound
 // to: the signature must verify with the placeholder secret, and r gets
 // the real key ID, session token and a signature made with the real
-// secret. clientHost is the Host the client signed; payload returns the
-// SHA-256 of the body when r declares no payload hash. Requests without a
-// SigV4 signature, and ones to other hosts, are left to the other checks
-// (which refuse a placeholder anywhere). A SigV4 request to a bound host
-// signed with another key is a foreign credential unless allowForeign or
-// the key allows them. It returns the indexes of the secrets used and the
-// service of the signature's scope (empty when r was not re-signed).
-func (s *Session) ResignAWS(host policy.Host, clientHost string, r *http.Request, tls, allowForeign bool, payload func() (string, error)) (used []int, service string, err error) {
-	used, a, err := s.resignAWS(host, clientHost, r, tls, allowForeign, payload)
-	if a != nil && used != nil {
-		service = a.Service
-	}
-	return used, service, err
-}
-
-func (s *Session) resignAWS(host policy.Host, clientHost string, r *http.Request, tls, allowForeign bool, payload func() (string, error)) ([]int, *sigv4.Auth, error) {
+// secret (and a chunk-signed payload, its chunks re-signed). clientHost is
+// the Host the client signed; payload returns the SHA-256 of the body when
+// r declares no payload hash. Requests without a SigV4 signature, and ones
+// to other hosts, are left to the other checks (which refuse a placeholder
+// anywhere). A SigV4 request to a bound host signed with another key is a
+// foreign credential unless allowForeign or the key allows them.
+func (s *Session) ResignAWS(host policy.Host, clientHost string, r *http.Request, tls, allowForeign bool, payload func() (string, error)) (AWSResigned, error) {
+	var res AWSResigned
 	if s == nil || s.aws == nil {
-		return nil, nil, nil
+		return res, nil
 	}
 	id := s.secrets[s.aws.id]
 	a, err := sigv4.Parse(r)
 	switch {
 	case errors.Is(err, sigv4.ErrNotSigned), !id.boundTo(host):
-		return nil, nil, nil
+		return res, nil
 	case err != nil:
-		return nil, nil, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
+		return res, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
 	}
 	if a.KeyID != s.placeholders[s.aws.id] {
 		if allowForeign || id.AllowForeignCredentials {
-			return nil, nil, nil
+			return res, nil
 		}
 		where := "Authorization"
 		if a.Presigned {
 			where = "X-Amz-Credential"
 		}
-		return nil, nil, &ForeignCredentialError{Secret: id.Name, Host: host.String(), Header: where}
+		return res, &ForeignCredentialError{Secret: id.Name, Host: host.String(), Header: where}
 	}
 	if !tls {
-		return nil, nil, &BlockedError{Secret: id.Name, Host: host.String(), Where: "signature", Plaintext: true}
+		return res, &BlockedError{Secret: id.Name, Host: host.String(), Where: "signature", Plaintext: true}
 	}
 	hash, err := sigv4.PayloadHash(r, a)
 	if err == nil && hash == "" {
 		hash, err = payload()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
+		return res, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
 	}
 	from := sigv4.Credentials{KeyID: s.placeholders[s.aws.id], Secret: s.placeholders[s.aws.secret]}
 	to := sigv4.Credentials{KeyID: string(id.value), Secret: string(s.secrets[s.aws.secret].value)}
@@ -139,10 +142,15 @@ func (s *Session) resignAWS(host policy.Host, clientHost string, r *http.Request
 		to.Token = string(s.secrets[s.aws.token].value)
 		used = append(used, s.aws.token)
 	}
-	if err := sigv4.Resign(r, a, from, to, clientHost, hash); err != nil {
-		return nil, nil, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
+	seed, err := sigv4.Resign(r, a, from, to, clientHost, hash)
+	if err != nil {
+		return res, fmt.Errorf("%w (%s) toward %s: %w", ErrAWSSignature, id.Name, host, err)
 	}
-	return used, a, nil
+	res = AWSResigned{Used: used, Service: a.Service}
+	if hash == sigv4.StreamingSigned {
+		res.Body = func(body io.Reader) io.Reader { return sigv4.ResignChunks(body, a, from, to, a.Signature, seed) }
+	}
+	return res, nil
 }
 
 // MintedCredentials is what a response to a re-signed request must not

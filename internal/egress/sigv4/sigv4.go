@@ -8,9 +8,10 @@
 // URLs (X-Amz-* query parameters). The payload hash is the one the client
 // declared in X-Amz-Content-Sha256 (S3: a hex digest, UNSIGNED-PAYLOAD or
 // STREAMING-UNSIGNED-PAYLOAD-TRAILER) or, without that header, the SHA-256
-// of the body, which the caller supplies. Payloads signed chunk by chunk
-// (STREAMING-AWS4-HMAC-SHA256-PAYLOAD and its variants) are refused with
-// ErrUnsupported: re-signing them would need every chunk rewritten.
+// of the body, which the caller supplies. A payload signed chunk by chunk
+// (STREAMING-AWS4-HMAC-SHA256-PAYLOAD) is re-signed chunk by chunk as it
+// streams (ResignChunks); its variants with signed trailers or ECDSA keys
+// are refused with ErrUnsupported.
 //
 // The canonical path differs between services (S3 signs the path as sent;
 // the others normalise it and encode it once more). A re-signer does not
@@ -41,6 +42,9 @@ const Algorithm = "AWS4-HMAC-SHA256"
 const (
 	UnsignedPayload        = "UNSIGNED-PAYLOAD"
 	StreamingUnsignedTrail = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	// StreamingSigned is a payload in aws-chunked encoding whose every
+	// chunk is signed, chained from the request's signature.
+	StreamingSigned = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 	// EmptySHA256 is the hex SHA-256 of no bytes.
 	EmptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 )
@@ -203,10 +207,10 @@ func PayloadHash(r *http.Request, a *Auth) (string, error) {
 	case len(vs) == 1:
 		v := vs[0]
 		switch {
-		case v == UnsignedPayload, v == StreamingUnsignedTrail, len(v) == 64 && isHex(v):
+		case v == UnsignedPayload, v == StreamingUnsignedTrail, v == StreamingSigned, len(v) == 64 && isHex(v):
 			return v, nil
 		case strings.HasPrefix(v, "STREAMING-"):
-			return "", fmt.Errorf("%w: X-Amz-Content-Sha256 %s signs the payload chunk by chunk; configure the client for unsigned payloads over HTTPS (the AWS CLI and botocore do this by default)", ErrUnsupported, v)
+			return "", fmt.Errorf("%w: X-Amz-Content-Sha256 %s (signed trailers or ECDSA chunk signatures are not re-signed); configure the client for unsigned payloads over HTTPS (the AWS CLI and botocore do this by default)", ErrUnsupported, v)
 		}
 		return "", fmt.Errorf("%w: X-Amz-Content-Sha256 is neither a hex SHA-256 nor UNSIGNED-PAYLOAD", ErrMalformed)
 	case a.Presigned:
@@ -324,11 +328,15 @@ func hmacSHA256(key []byte, data string) []byte {
 func signature(secret string, a *Auth, cr string) string {
 	sum := sha256.Sum256([]byte(cr))
 	sts := Algorithm + "\n" + a.AmzDate + "\n" + a.Scope() + "\n" + hex.EncodeToString(sum[:])
+	return hex.EncodeToString(hmacSHA256(signingKey(secret, a), sts))
+}
+
+// signingKey is the key derived from the secret for a's scope.
+func signingKey(secret string, a *Auth) []byte {
 	k := hmacSHA256([]byte("AWS4"+secret), a.Date)
 	k = hmacSHA256(k, a.Region)
 	k = hmacSHA256(k, a.Service)
-	k = hmacSHA256(k, "aws4_request")
-	return hex.EncodeToString(hmacSHA256(k, sts))
+	return hmacSHA256(k, "aws4_request")
 }
 
 // Verify reports whether a's signature of r verifies with secret, and
@@ -352,13 +360,16 @@ func Verify(r *http.Request, a *Auth, secret, host, payload string) (double bool
 // added to the signed parts when to has one, removed when it has none)
 // and the signature are replaced; the signed parts are otherwise the same.
 // clientHost is the Host the client signed; r.URL.Host is the one sent.
-func Resign(r *http.Request, a *Auth, from, to Credentials, clientHost, payload string) error {
+//
+// It returns the new signature (the seed of a chunk-signed payload's
+// chain: ResignChunks).
+func Resign(r *http.Request, a *Auth, from, to Credentials, clientHost, payload string) (string, error) {
 	if a.KeyID != from.KeyID {
-		return fmt.Errorf("%w: the request is signed with another access key", ErrMismatch)
+		return "", fmt.Errorf("%w: the request is signed with another access key", ErrMismatch)
 	}
 	double, err := Verify(r, a, from.Secret, clientHost, payload)
 	if err != nil {
-		return err
+		return "", err
 	}
 	b := *a
 	b.KeyID = to.KeyID
@@ -386,16 +397,16 @@ func Resign(r *http.Request, a *Auth, from, to Credentials, clientHost, payload 
 	}
 	cr, err := canonical(r, &b, r.URL.Host, payload, double)
 	if err != nil {
-		return err
+		return "", err
 	}
 	sig := signature(to.Secret, &b, cr)
 	if a.Presigned {
 		r.URL.RawQuery += "&X-Amz-Signature=" + sig
-		return nil
+		return sig, nil
 	}
 	r.Header.Set("Authorization", fmt.Sprintf("%s Credential=%s/%s, SignedHeaders=%s, Signature=%s",
 		Algorithm, b.KeyID, b.Scope(), strings.Join(b.SignedHeaders, ";"), sig))
-	return nil
+	return sig, nil
 }
 
 // Sign signs r with c (header form) for tests and tools: the scope from

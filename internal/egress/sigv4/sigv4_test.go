@@ -102,7 +102,7 @@ func TestResign(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = Resign(r, a, ph, real, r.URL.Host, tc.payload)
+			_, err = Resign(r, a, ph, real, r.URL.Host, tc.payload)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Resign: %v, want %v", err, tc.want)
 			}
@@ -181,10 +181,10 @@ func TestParseRefuses(t *testing.T) {
 		})
 	}
 	r := hdr(good)
-	r.Header.Set("X-Amz-Content-Sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+	r.Header.Set("X-Amz-Content-Sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")
 	a, _ := Parse(r)
 	if _, err := PayloadHash(r, a); !errors.Is(err, ErrUnsupported) {
-		t.Fatalf("chunk-signed payload: %v", err)
+		t.Fatalf("chunk-signed payload with signed trailers: %v", err)
 	}
 }
 
@@ -208,7 +208,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := Resign(r, a, Credentials{KeyID: "K", Secret: "s"}, Credentials{KeyID: "R", Secret: "t"}, u.Host, UnsignedPayload); err == nil {
+		if _, err := Resign(r, a, Credentials{KeyID: "K", Secret: "s"}, Credentials{KeyID: "R", Secret: "t"}, u.Host, UnsignedPayload); err == nil {
 			t.Fatalf("re-signed a request the placeholder never signed: %+v", a)
 		}
 	})
