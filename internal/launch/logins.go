@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,14 +78,7 @@ func ImportLogin(ctx context.Context, cfg *config.Config, client, from, ws strin
 	if home.Kind == agenthome.Fresh {
 		return LoginImport{}, errclass.Wrap(errclass.Invalid, errors.New("the home is fresh (empty at every run): import into a kept one (--home workspace or --home profile:NAME)"))
 	}
-	if from == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return LoginImport{}, err
-		}
-		from = filepath.Join(h, c.File)
-	}
-	data, err := readLoginFile(from)
+	data, from, err := hostLogin(ctx, c, from)
 	if err != nil {
 		return LoginImport{}, err
 	}
@@ -129,6 +124,34 @@ func loginFor(cfg *config.Config, c logins.Client) (string, error) {
 		}
 	}
 	return "", errclass.Wrap(errclass.Config, fmt.Errorf("%s has no [logins] entry for %s's tokens: add\n\n[logins.%s]\nprovider = %q\n\n(the gateway only swaps the phantoms of a configured login)", TrustedFile(cfg), c.Name, c.Name, c.Provider))
+}
+
+// hostLogin reads c's login from the file from, by default the CLI's
+// file under the user's home; where that file does not exist and the CLI
+// keeps its login in the macOS Keychain instead (Claude Code), from the
+// Keychain. It returns the data and where it came from.
+func hostLogin(ctx context.Context, c logins.Client, from string) ([]byte, string, error) {
+	if from != "" {
+		data, err := readLoginFile(from)
+		return data, from, err
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return nil, "", err
+	}
+	from = filepath.Join(h, c.File)
+	data, err := readLoginFile(from)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || c.Keychain == "" {
+		return data, from, err
+	}
+	data, kerr := keychainLogin(ctx, c.Keychain)
+	if errors.Is(kerr, errors.ErrUnsupported) {
+		return nil, "", err
+	}
+	if kerr != nil {
+		return nil, "", errclass.Wrap(errclass.Invalid, fmt.Errorf("no %s and %w (or point --from at a login file)", from, kerr))
+	}
+	return data, "the Keychain item " + strconv.Quote(c.Keychain), nil
 }
 
 func readLoginFile(path string) ([]byte, error) {

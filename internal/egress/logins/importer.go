@@ -18,13 +18,16 @@ type Client struct {
 	File string
 	// Provider is the built-in provider (Builtins) of its tokens.
 	Provider string
+	// Keychain is the macOS Keychain service (a generic password holding
+	// the same data as File) where the CLI keeps its login on macOS.
+	Keychain string
 	// rewrite returns the file with phantoms and the tokens it replaced.
 	rewrite func(login string, data []byte, known func(field, real string) string) ([]byte, []Token, error)
 }
 
 // Clients are the CLIs whose logins can be imported.
 var Clients = []Client{
-	{Name: "claude", File: ".claude/.credentials.json", Provider: "anthropic", rewrite: rewriteClaude},
+	{Name: "claude", File: ".claude/.credentials.json", Provider: "anthropic", Keychain: "Claude Code-credentials", rewrite: rewriteClaude},
 	{Name: "codex", File: ".codex/auth.json", Provider: "openai", rewrite: rewriteCodex},
 	{Name: "gh", File: ".config/gh/hosts.yml", Provider: "github", rewrite: rewriteGH},
 }
