@@ -141,11 +141,7 @@ func TestRunProxiedAWSCLI(t *testing.T) {
 	caFile := ca.WritePEM(t, t.TempDir())
 	const mockIP = "127.0.0.7"
 	mock := &awsMock{objects: map[string][]byte{}}
-	l := egresstest.Listen(t, mockIP, 0)
-	port := l.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{Handler: mock, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert(t, "s3.aws.test", "sts.aws.test")}}}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
+	port := tlsMock(t, ca, mockIP, 0, mock, "s3.aws.test", "sts.aws.test")
 	hosts := `["s3.aws.test", "sts.aws.test"]`
 	cfg := writeConfig(t, `version = 1
 [sandbox]
@@ -228,7 +224,7 @@ grep -rl REALx "$HOME" "$PWD" /proc/self/environ 2>/dev/null | wc -l
 	}
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", l.Addr().String())
+			return (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(mockIP, strconv.Itoa(port)))
 		},
 		TLSClientConfig: &tls.Config{RootCAs: ca.Pool()},
 	}}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,10 +124,7 @@ func TestRunProxiedClaudeLogin(t *testing.T) {
 	// while net.ipv4.ip_unprivileged_port_start allows it (scripts/test-nonroot
 	// lowers it for this test's leg).
 	const mockIP = "127.0.0.5"
-	l := egresstest.Listen(t, mockIP, 443)
-	srv := &http.Server{Handler: mock, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert(t, "platform.claude.com", "api.anthropic.com", "*.anthropic.com", "*.claude.com", "*.claude.ai", "claude.ai", "other.test")}}}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
+	tlsMock(t, ca, mockIP, 443, mock, "platform.claude.com", "api.anthropic.com", "*.anthropic.com", "*.claude.com", "*.claude.ai", "claude.ai", "other.test")
 
 	cfg := writeConfig(t, `version = 1
 [sandbox]

@@ -51,17 +51,7 @@ func TestRunProxiedCodexDocker(t *testing.T) {
 // secret named, its value and placeholder nowhere in the log) and one for
 // the refusal; Codex printed the model's final answer.
 func runProxiedCodex(t *testing.T, backend string) {
-	codex := os.Getenv(EnvCodex)
-	if codex == "" {
-		codex, _ = exec.LookPath("codex")
-	}
-	if codex == "" {
-		testenv.Missing(t, EnvRequireCodex, "no Codex CLI (npm install @openai/codex; set "+EnvCodex+" to its native binary)")
-	}
-	codex, err := filepath.EvalSymlinks(codex)
-	if err != nil {
-		t.Fatal(err)
-	}
+	codex := codexCLI(t)
 	docker := backend == "docker"
 	var img string
 	if docker {

@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -115,17 +112,7 @@ func (m *openaiAuthMock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with the one personal account it needs.
 func TestRunProxiedCodexChatGPTLogin(t *testing.T) {
 	testenv.RequireLandlock(t)
-	codex := os.Getenv(EnvCodex)
-	if codex == "" {
-		codex, _ = exec.LookPath("codex")
-	}
-	if codex == "" {
-		testenv.Missing(t, EnvRequireCodex, "no Codex CLI (npm install @openai/codex; set "+EnvCodex+" to its native binary)")
-	}
-	codex, err := filepath.EvalSymlinks(codex)
-	if err != nil {
-		t.Fatal(err)
-	}
+	codex := codexCLI(t)
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
 	t.Cleanup(func() { stopOnDemand(t) })
@@ -133,11 +120,7 @@ func TestRunProxiedCodexChatGPTLogin(t *testing.T) {
 	caFile := ca.WritePEM(t, t.TempDir())
 	const mockIP = "127.0.0.8"
 	auth := &openaiAuthMock{}
-	la := egresstest.Listen(t, mockIP, 0)
-	authPort := la.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{Handler: auth, TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert(t, "auth.openai.com")}}}
-	go srv.ServeTLS(la, "", "")
-	t.Cleanup(func() { srv.Close() })
+	authPort := tlsMock(t, ca, mockIP, 0, auth, "auth.openai.com")
 	var otherMu sync.Mutex
 	var others []string
 	other := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

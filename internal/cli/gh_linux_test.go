@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -41,8 +40,7 @@ func TestRunProxiedGHImportedLogin(t *testing.T) {
 	const real = "gho_REALx0123456789abcdefghijklmnopqrstuv"
 	var mu sync.Mutex
 	var seen []string
-	l := egresstest.Listen(t, mockIP, 443)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tlsMock(t, ca, mockIP, 443, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 		mu.Unlock()
@@ -53,9 +51,7 @@ func TestRunProxiedGHImportedLogin(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"login":"mock-octocat","id":1}`)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{ca.Cert(t, "api.github.com", "github.com")}}}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
+	}), "api.github.com", "github.com")
 	cfg := writeConfig(t, `version = 1
 [sandbox]
 read = [`+strconv.Quote(filepath.Dir(gh))+`]

@@ -29,13 +29,7 @@ const (
 // workspace; it could not read a canary in the home directory).
 func TestMCPWithCodex(t *testing.T) {
 	testenv.RequireLandlock(t)
-	codex := os.Getenv(EnvCodex)
-	if codex == "" {
-		codex, _ = exec.LookPath("codex")
-	}
-	if codex == "" {
-		testenv.Missing(t, EnvRequireCodex, "no Codex CLI (npm install @openai/codex; set "+EnvCodex+" to its native binary)")
-	}
+	codex := codexCLI(t)
 	ws := tempWorkspace(t)
 	home := t.TempDir()
 	canary := filepath.Join(home, ".ssh", "id_canary")
