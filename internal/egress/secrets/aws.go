@@ -77,9 +77,6 @@ func findAWSKey(secs []*Secret) *awsKey {
 	return &k
 }
 
-// SignsAWS reports whether the session has an AWS access key.
-func (s *Session) SignsAWS() bool { return s != nil && s.aws != nil }
-
 // AWSResigned is what ResignAWS did to a request.
 type AWSResigned struct {
 	// Used are the indexes of the secrets used (nil: not re-signed).
@@ -169,10 +166,11 @@ var ErrMintedCredentials = errors.New("secrets: the response carries new AWS cre
 func GuardMinted(r io.Reader) io.Reader { return &mintGuard{r: r} }
 
 type mintGuard struct {
-	r    io.Reader
-	buf  []byte // read, not yet returned
-	err  error
-	seen bool
+	r     io.Reader
+	buf   []byte // read, not yet returned
+	chunk []byte // the read buffer, allocated once
+	err   error
+	seen  bool
 }
 
 func (g *mintGuard) Read(p []byte) (int, error) {
@@ -194,9 +192,11 @@ func (g *mintGuard) Read(p []byte) (int, error) {
 		if g.err != nil {
 			return 0, g.err
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := g.r.Read(chunk)
-		g.buf = append(g.buf, chunk[:n]...)
+		if g.chunk == nil {
+			g.chunk = make([]byte, 32<<10)
+		}
+		n, err := g.r.Read(g.chunk)
+		g.buf = append(g.buf, g.chunk[:n]...)
 		g.err = err
 		if containsFold(string(g.buf), MintedCredentials) {
 			g.seen = true
