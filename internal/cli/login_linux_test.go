@@ -274,3 +274,111 @@ extra_ca_bundles = [` + strconv.Quote(caFile) + `]
 		t.Errorf("after login rm the API still got the real token")
 	}
 }
+
+// TestDockerLoginImport: a login imported on the host reaches the gateway
+// container of a docker-backed run (the host store's tokens go into its
+// volume and it merges them into its own store): the agent home holds only
+// phantoms, the API gets the real token. `vak login rm` makes the phantom
+// worthless at the next run, on the same gateway (merged removal, no
+// rebuild), and importing again makes it work again.
+func TestDockerLoginImport(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	img := testenv.Image(t)
+	netName := testenv.CreateNetwork(t, testenv.UniqueName("login-import"))
+	mockIP := testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
+	label := "vak.test.run=login-import-" + testenv.TestID(t)
+	t.Cleanup(func() { removeLabelled(t, label) })
+	ws := tempWorkspace(t)
+	probe, err := os.ReadFile(testenv.Probe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := egresstest.NewCA(t)
+	caDir := t.TempDir()
+	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
+	caFile := ca.WritePEM(t, caDir)
+	os.Chmod(caFile, 0o644)
+	var mu sync.Mutex
+	var seen []string
+	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		io.WriteString(w, "API-OK\n")
+	}), "api.anthropic.com")
+	lastSeen := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 {
+			return ""
+		}
+		return seen[len(seen)-1]
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[session]
+run_network_idle = "10m"
+[network]
+policy = "proxied"
+[[network.rules]]
+hosts = ["api.anthropic.com"]
+cidrs = ["%[2]s/32"]
+[network.dns.overrides]
+"api.anthropic.com" = ["%[2]s"]
+[gateway]
+extra_ca_bundles = [%[3]q]
+[logins.claude]
+provider = "anthropic"
+`, img, mockIP, caFile))
+	login := func(gen string) string {
+		at := "sk-ant-oat01-HOSTREAL" + gen + "x0123456789abcdefghijklmnopqrstuvwxyz"
+		src := filepath.Join(t.TempDir(), "credentials.json")
+		os.WriteFile(src, []byte(`{"claudeAiOauth":{"accessToken":"`+at+`","refreshToken":"sk-ant-ort01-HOSTREAL`+gen+`x0123456789abcdefghijklmnopqrstuvwxyz","expiresAt":4102444800000,"scopes":["user:inference"]}}`), 0o600)
+		if code, out, errs := vakMain(t, cfg, "login", "import", "claude", "--from", src, "-w", ws, "--home", "workspace"); code != 0 || !strings.Contains(out, "imported 2 token(s)") {
+			t.Fatalf("import: exit %d\n%s\n%s", code, out, errs)
+		}
+		return at
+	}
+	api := "https://api.anthropic.com:" + strconv.Itoa(up.Port()) + "/v1/messages"
+	script := `at=$(sed -n 's/.*"accessToken": *"\([^"]*\)".*/\1/p' "$HOME/.claude/.credentials.json"); ./probe http -H "Authorization: Bearer $at" ` + api + ` 10s; echo; echo "REAL in the home: $(grep -rl HOSTREAL "$HOME" | wc -l)"`
+	run := func() (string, string) {
+		t.Helper()
+		code, out, errs := vakMain(t, cfg, "run", "--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", label,
+			"-w", ws, "--network", "proxied", "--home", "workspace", "--", "sh", "-c", script)
+		if strings.Contains(out, "HOSTREAL") || strings.Contains(errs, "HOSTREAL") {
+			t.Fatalf("a real token reached the sandbox or vak's output:\n%s\n%s", out, errs)
+		}
+		if code != 0 || !strings.Contains(out, "REAL in the home: 0") {
+			t.Fatalf("vak run: exit %d\n%s\n%s", code, out, errs)
+		}
+		return out, errs
+	}
+	gateway := func() string {
+		return testenv.Docker(t, "ps", "-q", "--filter", "label="+label, "--filter", "label=vak.kind=proxynet", "--filter", "name=vak-gw-")
+	}
+
+	real1 := login("A")
+	if out, errs := run(); !strings.Contains(out, "API-OK") || lastSeen() != "Bearer "+real1 {
+		t.Fatalf("run with the imported login: the API saw %q\n%s\n%s", lastSeen(), out, errs)
+	}
+	gw := gateway()
+	if gw == "" {
+		t.Fatal("no gateway container kept warm after the run")
+	}
+	if code, out, _ := vakMain(t, cfg, "login", "rm", "claude"); code != 0 || !strings.Contains(out, "removed 2 token(s)") {
+		t.Fatalf("login rm: %d %s", code, out)
+	}
+	if out, errs := run(); strings.Contains(lastSeen(), "HOSTREAL") || gateway() != gw {
+		t.Fatalf("after login rm (gateway %s, now %s) the API saw %q\n%s\n%s", gw, gateway(), lastSeen(), out, errs)
+	}
+	real2 := login("B")
+	if out, errs := run(); !strings.Contains(out, "API-OK") || lastSeen() != "Bearer "+real2 || gateway() != gw {
+		t.Fatalf("run with the login imported again: the API saw %q (gateway %s, now %s)\n%s\n%s", lastSeen(), gw, gateway(), out, errs)
+	}
+}

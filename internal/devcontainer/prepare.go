@@ -23,6 +23,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/logins"
 	"vak/internal/engine"
 	"vak/internal/paths"
 	"vak/internal/proxynet"
@@ -86,7 +87,8 @@ func Prepare(ctx context.Context, o PrepareOptions) error {
 		return err
 	}
 	phJSON, _ := json.Marshal(ph)
-	payload, err := proxynet.GatewayPayload(proxynet.Options{Sections: o.Sections, ConfigFile: o.ConfigFile, StateDir: o.StateDir, Getenv: o.Getenv},
+	payload, err := proxynet.GatewayPayload(proxynet.Options{Sections: o.Sections, ConfigFile: o.ConfigFile, StateDir: o.StateDir, Getenv: o.Getenv,
+		LoginStore: filepath.Join(o.StateDir, logins.StoreFile)},
 		map[string][]byte{"vak/placeholders.json": phJSON})
 	if err != nil {
 		return err

@@ -29,7 +29,11 @@ import (
 // moves into the login store of the on-demand gateway (the one native
 // proxied runs use), and the agent home gets the CLI's login file with
 // phantoms in place of the tokens, so the agent starts logged in and
-// never holds a real token.
+// never holds a real token. The gateway containers of docker-backed runs,
+// sessions and dev containers keep stores of their own: they get this
+// store's tokens, and its removals, with their configuration
+// (proxynet.Options.LoginStore) whenever a vak command starts or reuses
+// them.
 
 // LoginImport is what ImportLogin did.
 type LoginImport struct {
@@ -233,6 +237,10 @@ func RemoveLogin(ctx context.Context, login string) (int, error) {
 	return n, nil
 }
 
+// dockerGatewaysNote says when the gateways with stores of their own see a
+// change of the login store.
+const dockerGatewaysNote = "gateways of docker-backed runs, sessions and dev containers take the change when a vak command next starts or reuses them"
+
 // LoginClients are the names `vak login import` takes.
 func LoginClients() []string {
 	var n []string
@@ -252,6 +260,7 @@ func ImportLoginReport(ctx context.Context, w io.Writer, cfg *config.Config, cli
 	if res.Reloaded {
 		fmt.Fprintln(w, "the running gateway reloaded")
 	}
+	fmt.Fprintln(w, dockerGatewaysNote)
 	return nil
 }
 
@@ -284,7 +293,7 @@ func RemoveLoginReport(w io.Writer, login string) error {
 	defer cancel()
 	n, err := RemoveLogin(ctx, login)
 	if err == nil {
-		fmt.Fprintf(w, "removed %d token(s) of login %s\n", n, login)
+		fmt.Fprintf(w, "removed %d token(s) of login %s\n%s\n", n, login, dockerGatewaysNote)
 	}
 	return err
 }

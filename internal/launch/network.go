@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"vak/internal/config"
+	"vak/internal/egress/logins"
 	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -136,7 +138,8 @@ func (t Topology) options() (proxynet.Options, error) {
 		}
 	}
 	return proxynet.Options{Engine: eng, Binary: bin, Sections: t.Config.EgressSections,
-		ConfigFile: TrustedFile(t.Config), StateDir: state, Labels: t.Labels, Progress: t.Progress}, nil
+		ConfigFile: TrustedFile(t.Config), StateDir: state, LoginStore: filepath.Join(state, logins.StoreFile),
+		Labels: t.Labels, Progress: t.Progress}, nil
 }
 
 // Release removes workspace ws's proxied network when nothing uses it any

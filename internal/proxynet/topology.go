@@ -30,6 +30,7 @@ import (
 	"vak/internal/catrust"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/egressconfig"
+	"vak/internal/egress/logins"
 	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -82,6 +83,11 @@ type Options struct {
 	// StateDir is vak's host state dir (installation CA, trust files,
 	// copied receipts).
 	StateDir string
+	// LoginStore is the host's login store (`vak login import`'s): the
+	// tokens of the configured [logins] in it, and the logins removed from
+	// it, go into the gateway's volume (logins.ImportFile), which the
+	// gateway merges into its own store. Empty: none.
+	LoginStore string
 	// Labels are added to every resource (tests: vak.test=1).
 	Labels map[string]string
 	// Progress receives image-build and set-up progress (may be nil).
@@ -610,6 +616,19 @@ func (o *Options) gatewayPayload(s *egressconfig.Sections) ([]byte, []string, er
 	cfg, err := toml.Marshal(cp)
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxynet: encode gateway config: %w", err)
+	}
+	if o.LoginStore != "" && len(cp.Logins) > 0 {
+		st, err := logins.OpenStore(o.LoginStore)
+		if err != nil {
+			return nil, nil, fmt.Errorf("proxynet: %w", err)
+		}
+		data, err := st.Export(slices.Sorted(maps.Keys(cp.Logins)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("proxynet: %w", err)
+		}
+		if data != nil {
+			files["vak/"+logins.ImportFile] = data
+		}
 	}
 	maps.Copy(files, o.extraFiles)
 	files["gateway.toml"] = cfg

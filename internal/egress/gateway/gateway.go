@@ -325,6 +325,9 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 	if cfg.Mode == netpolicy.None {
 		pol, _ = policy.New(nil)
 	}
+	if err := g.mergeImported(); err != nil {
+		return err
+	}
 	g.sessMu.Lock()
 	err = g.sessionLocked(secs, cfg.Logins)
 	g.sessMu.Unlock()

@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 
 	"vak/internal/egress/logins"
@@ -23,6 +26,22 @@ func (g *Gateway) openLogins() error {
 	}
 	g.logins = st
 	return nil
+}
+
+// mergeImported merges the host store's tokens handed to a gateway with a
+// store of its own (logins.ImportFile in the state directory: a container's
+// or a pod's gateway), if there is such a file. A file that does not parse
+// is an error naming it: the imported phantoms would fail silently.
+func (g *Gateway) mergeImported() error {
+	path := filepath.Join(g.opts.StateDir, logins.ImportFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return g.logins.Merge(path, data)
 }
 
 // sessionLocked builds and installs the session from the configured

@@ -278,3 +278,52 @@ provider = "anthropic"
 		t.Fatalf("after a restart: %d %q, upstream saw %q", status, body, mock.last())
 	}
 }
+
+// TestGatewayMergesImportedLogins: a gateway with a store of its own takes
+// in logins.ImportFile when it starts (the tokens become known to it), and
+// refuses to start on one that does not parse, naming the file.
+func TestGatewayMergesImportedLogins(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "gateway.toml")
+	os.WriteFile(cfgPath, []byte("[network]\npolicy = \"proxied\"\n[[network.rules]]\nhosts = [\"api.anthropic.com\"]\n[gateway]\nlisten = \"127.0.0.1:0\"\n[logins.claude]\nprovider = \"anthropic\"\n"), 0o600)
+	host, err := logins.OpenStore(filepath.Join(dir, "host", logins.StoreFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := "sk-ant-oat01-IMPORTED-" + strings.Repeat("x", 30)
+	tok := logins.Token{Login: "claude", Field: "access_token", Phantom: logins.Phantom(real), Real: real}
+	if err := host.Add(tok); err != nil {
+		t.Fatal(err)
+	}
+	export, err := host.Export([]string{"claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, data, wantErr string
+	}{
+		{"export", string(export), ""},
+		{"corrupt", `{"version":1,"tokens":[{"login":"claude"`, logins.ImportFile},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "state")
+			os.MkdirAll(state, 0o700)
+			os.WriteFile(filepath.Join(state, logins.ImportFile), []byte(tc.data), 0o600)
+			g, err := New(Options{Load: func() (*egressconfig.Config, error) { return egressconfig.LoadFile(cfgPath) },
+				ConfigFile: cfgPath, StateDir: state, Session: "import", AdminSocket: "-", Logf: t.Logf})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), real) {
+					t.Fatalf("New = %v, want an error naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if got := g.logins.Known("claude", "access_token", real); got != tok.Phantom {
+				t.Fatalf("the imported token is not in the gateway's store (Known = %q)", got)
+			}
+		})
+	}
+}

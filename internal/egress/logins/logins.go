@@ -33,6 +33,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"vak/internal/egress/policy"
 )
@@ -192,6 +193,9 @@ type Token struct {
 	// Phantom is what the sandbox got; Real what the provider issued.
 	Phantom string `json:"phantom"`
 	Real    string `json:"real"`
+	// Added is when the store got the token (Store.Add sets it); merging
+	// stores orders tokens by it. Zero in files written before it existed.
+	Added time.Time `json:"added,omitzero"`
 }
 
 // Rewrite replaces the tokens in a token endpoint's response body (JSON

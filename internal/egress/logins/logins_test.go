@@ -344,3 +344,117 @@ func TestStoreShared(t *testing.T) {
 		t.Fatalf("remove: %d %v, the other store holds %d", n, err, len(b.Tokens()))
 	}
 }
+
+// A gateway with a store of its own merges the host store's Export: it
+// gets the imported tokens, keeps what its own refreshes replaced them
+// with, takes a newer import as the newest, and forgets a removed login.
+func TestStoreMerge(t *testing.T) {
+	dir := t.TempDir()
+	host, err := OpenStore(filepath.Join(dir, "host", StoreFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := OpenStore(filepath.Join(dir, "gateway", StoreFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(login, field string, c byte) Token {
+		real := "sk-ant-oat01-" + strings.Repeat(string(c), 30)
+		return Token{Login: login, Field: field, Phantom: Phantom(real), Real: real}
+	}
+	merge := func() {
+		t.Helper()
+		data, err := host.Export([]string{"claude", "gh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data == nil {
+			t.Fatal("Export of a store with tokens is empty")
+		}
+		if err := gw.Merge("test export", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newestReal := func(login, field string) string {
+		last := ""
+		for _, tk := range gw.Tokens() {
+			if tk.Login == login && tk.Field == field {
+				last = tk.Real
+			}
+		}
+		return last
+	}
+	if data, err := host.Export([]string{"claude"}); data != nil || err != nil {
+		t.Fatalf("Export of an empty store: %q %v", data, err)
+	}
+
+	imported := tok("claude", "access_token", 'a')
+	if err := host.Add(imported, tok("gh", "access_token", 'g'), tok("other", "access_token", 'o')); err != nil {
+		t.Fatal(err)
+	}
+	merge()
+	if gw.Known("claude", "access_token", imported.Real) != imported.Phantom || gw.Known("other", "access_token", tok("other", "access_token", 'o').Real) != "" {
+		t.Fatalf("after the first merge the gateway holds %d tokens (want claude and gh only)", len(gw.Tokens()))
+	}
+	n := len(gw.Tokens())
+	merge()
+	if len(gw.Tokens()) != n {
+		t.Fatalf("merging the same export again changed the store: %d tokens, then %d", n, len(gw.Tokens()))
+	}
+
+	// The sandbox refreshes through the gateway KeepPerField times: the
+	// imported token is dropped there, and a merge must not bring it back
+	// as the newest.
+	for i := range KeepPerField {
+		if err := gw.Add(tok("claude", "access_token", byte('b'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotated := tok("claude", "access_token", byte('b'+KeepPerField-1)).Real
+	merge()
+	if gw.Known("claude", "access_token", imported.Real) != "" || newestReal("claude", "access_token") != rotated {
+		t.Fatal("a merge brought back a token the gateway's own refreshes had replaced")
+	}
+
+	// A login imported on the host again is newer than what the gateway
+	// learned: it becomes the newest.
+	fresh := tok("claude", "access_token", 'z')
+	if err := host.Add(fresh); err != nil {
+		t.Fatal(err)
+	}
+	merge()
+	if newestReal("claude", "access_token") != fresh.Real {
+		t.Fatal("a newer import did not become the gateway's newest token")
+	}
+
+	// A login removed on the host goes from the gateway, also the tokens
+	// the gateway learned itself before the removal; another login stays.
+	if _, err := host.Remove("claude"); err != nil {
+		t.Fatal(err)
+	}
+	merge()
+	for _, tk := range gw.Tokens() {
+		if tk.Login == "claude" {
+			t.Fatalf("a removed login's token is still in the gateway's store (field %s)", tk.Field)
+		}
+	}
+	if newestReal("gh", "access_token") == "" {
+		t.Fatal("removing one login dropped another's tokens")
+	}
+	// A login done in the sandbox after the removal is kept by later
+	// merges.
+	later := tok("claude", "access_token", 'l')
+	if err := gw.Add(later); err != nil {
+		t.Fatal(err)
+	}
+	merge()
+	if gw.Known("claude", "access_token", later.Real) == "" {
+		t.Fatal("a merge dropped a token the gateway got after the removal")
+	}
+
+	for _, bad := range []string{`{`, `{"version":2,"tokens":[]}`, `{"version":1,"tokens":[{"login":"x","field":"access_token","phantom":"p","real":"r"}]}`} {
+		if err := gw.Merge("imported.json", []byte(bad)); err == nil || !strings.Contains(err.Error(), "imported.json") {
+			t.Errorf("Merge(%s) = %v, want an error naming the file", bad, err)
+		}
+	}
+}
