@@ -143,7 +143,9 @@ func Serve(l net.Listener, ctl Controller) *Server {
 		w.Header().Set("Content-Type", "application/x-pem-file")
 		w.Write(ctl.CACert())
 	})
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	serveAsks(mux, ctl, writeJSON)
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}}
 	go func() { _ = s.srv.Serve(l) }()
 	return s
 }

@@ -25,3 +25,12 @@ func checkPeer(c net.Conn) error {
 }
 
 func umask(m int) int { return syscall.Umask(m) }
+
+// peerName names the process at the other end of c for receipts.
+func peerName(c net.Conn) string {
+	cred, err := peercred.Get(c)
+	if err != nil {
+		return "admin socket"
+	}
+	return fmt.Sprintf("admin socket, uid %d, pid %d", cred.UID, cred.PID)
+}

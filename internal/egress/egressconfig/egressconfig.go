@@ -25,6 +25,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"vak/internal/egress/asks"
 	"vak/internal/egress/logins"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
@@ -69,6 +70,13 @@ type Network struct {
 	// Rules, so that a user's own deny rule wins over a preset.
 	Presets []string `toml:"presets"`
 	DNS     *DNS     `toml:"dns"`
+	// Ask holds a request no rule allows (not one a deny rule refuses)
+	// until a person answers it over the admin socket (vak gateway asks),
+	// instead of refusing it at once (internal/egress/asks). Default false.
+	Ask *bool `toml:"ask"`
+	// AskTimeout is how long such a request waits for an answer
+	// (default "30s", at most "10m").
+	AskTimeout *string `toml:"ask_timeout"`
 }
 
 // Rule is one [[network.rules]] entry.
@@ -192,7 +200,13 @@ type Config struct {
 	Secrets []secrets.Spec
 	// Logins are the validated [logins.NAME], in name order.
 	Logins []logins.Provider
+	// Ask is network.ask; AskTimeout network.ask_timeout (set when Ask).
+	Ask        bool
+	AskTimeout time.Duration
 }
+
+// MaxAskTimeout bounds network.ask_timeout.
+const MaxAskTimeout = 10 * time.Minute
 
 // DNSConfig is the validated [network.dns].
 type DNSConfig struct {
@@ -258,6 +272,9 @@ func Validate(file string, s *Sections) (*Config, error) {
 	if cfg.DNS, err = validateDNS(file, net_.DNS); err != nil {
 		return nil, err
 	}
+	if cfg.Ask, cfg.AskTimeout, err = validateAsk(file, net_); err != nil {
+		return nil, err
+	}
 	if cfg.Gateway, err = validateGateway(file, s.Gateway); err != nil {
 		return nil, err
 	}
@@ -286,6 +303,20 @@ func validateMode(file string, mode *string) (netpolicy.Policy, error) {
 		return p, nil
 	}
 	return "", fieldError(file, "network.policy", "%q: want %q or %q", *mode, netpolicy.None, netpolicy.Proxied)
+}
+
+// validateAsk checks network.ask and network.ask_timeout.
+func validateAsk(file string, n *Network) (bool, time.Duration, error) {
+	on := n.Ask != nil && *n.Ask
+	d := asks.DefaultTimeout
+	if n.AskTimeout != nil {
+		v, err := time.ParseDuration(*n.AskTimeout)
+		if err != nil || v < time.Second || v > MaxAskTimeout {
+			return false, 0, fieldError(file, "network.ask_timeout", "%q: want a duration from 1s to %v, e.g. \"30s\"", *n.AskTimeout, MaxAskTimeout)
+		}
+		d = v
+	}
+	return on, d, nil
 }
 
 // validatePolicy builds the policy of the user's rules followed by the

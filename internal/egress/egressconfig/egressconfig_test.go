@@ -120,6 +120,9 @@ func TestErrorsNameFileAndField(t *testing.T) {
 		{"[network.dns]\nblock = \"refuse\"", "network.dns.block"},
 		{"[network.dns]\nsinkhole = \"127.0.0.1\"", "network.dns.sinkhole"},
 		{"[network.dns]\nsinkhole = \"::1\"", "network.dns.sinkhole"},
+		{"[network]\nask = true\nask_timeout = \"0s\"", "network.ask_timeout"},
+		{"[network]\nask_timeout = \"11m\"", "network.ask_timeout"},
+		{"[network]\nask_timeout = \"soon\"", "network.ask_timeout"},
 		{"[gateway]\nlisten = \"3128\"", "gateway.listen"},
 		{"[gateway.timeouts]\nidle = \"forever\"", "gateway.timeouts.idle"},
 		{"[secrets.X]\nvalue = \"v-12345678\"\nenv = \"Y\"\nhosts = [\"a.com\"]", "secrets.X"},
@@ -449,5 +452,29 @@ func TestErrorMessages(t *testing.T) {
 	_, err := Validate("cfg.toml", &Sections{Secrets: map[string]*Secret{"X": nil}})
 	if err == nil || err.Error() != "cfg.toml: secrets.X: empty" {
 		t.Errorf("nil secret: %v", err)
+	}
+}
+
+func TestAsk(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		on   bool
+		d    time.Duration
+	}{
+		{"", false, 30 * time.Second},
+		{"[network]\nask = true", true, 30 * time.Second},
+		{"[network]\nask = true\nask_timeout = \"2m\"", true, 2 * time.Minute},
+	} {
+		sec, err := Decode("c.toml", []byte(tc.body))
+		var cfg *Config
+		if err == nil {
+			cfg, err = Validate("c.toml", sec)
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.body, err)
+		}
+		if cfg.Ask != tc.on || cfg.AskTimeout != tc.d {
+			t.Errorf("%q: ask %v %v, want %v %v", tc.body, cfg.Ask, cfg.AskTimeout, tc.on, tc.d)
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"vak/internal/egress/admin"
+	"vak/internal/egress/asks"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/dns"
 	"vak/internal/egress/egressconfig"
@@ -86,6 +87,7 @@ type Gateway struct {
 	pol      atomic.Pointer[policy.Policy]
 	sess     atomic.Pointer[secrets.Session]
 	resolver atomic.Pointer[dns.Resolver]
+	asks     atomic.Pointer[asks.Registry]
 
 	ca       *ca.Authority
 	caDir    string
@@ -223,6 +225,7 @@ func New(opts Options) (_ *Gateway, err error) {
 		Policy:  g.pol.Load,
 		Secrets: g.sess.Load,
 		Logins:  loginHook{g},
+		Asks:    g.asking,
 		CA:      g.ca,
 		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
 			a, _, err := g.resolver.Load().Lookup(ctx, name)
@@ -335,6 +338,7 @@ func (g *Gateway) apply(cfg *egressconfig.Config) error {
 		return err
 	}
 	g.resolver.Store(&dns.Resolver{Overrides: cfg.DNS.Overrides, Upstreams: cfg.DNS.Upstreams})
+	g.applyAsk(cfg.Ask, cfg.AskTimeout)
 	g.pol.Store(pol)
 	g.cfg.Store(cfg)
 	return nil

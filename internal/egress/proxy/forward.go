@@ -187,6 +187,9 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		return
 	}
 	v := decide(p.Policy(), x.sess, r, t, x.ws)
+	if v.askable {
+		p.ask(r.Context(), &v)
+	}
 	x.d = v.d
 	x.rec.Rule, x.rec.RuleName = v.d.Rule, v.d.RuleName
 	if v.refused != nil {
@@ -198,7 +201,7 @@ func (p *Proxy) forward(w *countingWriter, r *http.Request, ci *connInfo, t targ
 		x.fail(err)
 		return
 	}
-	x.f = &flow{req: v.req, rec: x.rec}
+	x.f = &flow{req: v.req, rec: x.rec, asked: v.asked}
 	p.track(x.f)
 	defer p.untrack(x.f)
 	defer x.release()
@@ -282,6 +285,9 @@ type verdict struct {
 	req     policy.Request
 	d       policy.Decision
 	refused *refusal
+	// askable: refused because no rule matched (a person may allow it);
+	// asked: a person did.
+	askable, asked bool
 }
 
 // decide is the decision on one request, without I/O: the request's own
@@ -312,12 +318,36 @@ func decide(pol *policy.Policy, sess *secrets.Session, r *http.Request, t target
 	v.req = policy.Request{Proto: policy.ProtoHTTP, Host: t.host, Port: t.port, Method: r.Method, Path: r.URL.Path, WebSocket: ws}
 	v.d = pol.Decide(v.req)
 	if !v.d.Allow {
-		// The refusal names the host and the rule, so that a user who sees
-		// it in a client's output knows it is vak's policy speaking.
-		v.refused = &refusal{status: http.StatusForbidden, reason: v.d.Reason,
-			msg: fmt.Sprintf("%s %s:%d: %s (see the [network] rules of the user config)", r.Method, t.host, t.port, v.d.Reason)}
+		v.refused = policyRefusal(v.req, v.d.Reason)
+		v.askable = v.d.Rule == policy.NoRule
 	}
 	return v
+}
+
+// policyRefusal is the refusal of req for reason: it names the host and
+// the reason, so that a user who sees it in a client's output knows it is
+// vak's policy speaking.
+func policyRefusal(req policy.Request, reason string) *refusal {
+	return &refusal{status: http.StatusForbidden, reason: reason,
+		msg: fmt.Sprintf("%s %s:%d: %s (see the [network] rules of the user config)", req.Method, req.Host, req.Port, reason)}
+}
+
+// ask holds a request no rule allows until a person answers, when asking
+// is on (Proxy.Asks): allowed, v becomes an allow decided by no rule;
+// otherwise its refusal gives the ask's outcome.
+func (p *Proxy) ask(ctx context.Context, v *verdict) {
+	reg := p.asking()
+	if reg == nil {
+		return
+	}
+	allow, why := reg.Ask(ctx, v.req)
+	if allow {
+		v.d = policy.Decision{Allow: true, Rule: policy.NoRule, Reason: why}
+		v.refused, v.asked = nil, true
+		return
+	}
+	v.d.Reason = why
+	v.refused = policyRefusal(v.req, why)
 }
 
 // isAsterisk reports an "OPTIONS *" request.

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vak/internal/egress/asks"
 	"vak/internal/egress/ca"
 	"vak/internal/egress/policy"
 	"vak/internal/egress/secrets"
@@ -108,6 +109,10 @@ type Proxy struct {
 	// NamesFor returns names the gateway's DNS server gave client for addr,
 	// used for transparent connections that carry no name of their own.
 	NamesFor func(client, addr netip.Addr) []string
+	// Asks returns the registry that holds requests no rule allows until a
+	// person answers (internal/egress/asks), or nil when such requests
+	// are refused at once (network.ask off); nil means never.
+	Asks func() *asks.Registry
 	// Receipts records decisions; nil discards them.
 	Receipts Sink
 	// RootCAs verifies upstream certificates; nil means the system roots.
@@ -331,8 +336,11 @@ type flow struct {
 	// connLevel flows (intercepted connections, tunnels) are re-checked with
 	// MayAllow: closed when no request to the destination could be allowed.
 	connLevel bool
-	revoked   atomic.Bool
-	rec       receipts.Record
+	// asked is set on a request a person allowed (no rule does): a revoke
+	// ends it only when a rule now denies it.
+	asked   bool
+	revoked atomic.Bool
+	rec     receipts.Record
 
 	mu      sync.Mutex
 	closers []func()
@@ -434,6 +442,14 @@ func (p *Proxy) releaseConn(c net.Conn) {
 	p.mu.Unlock()
 }
 
+// asking is the asks registry when asking is on, else nil.
+func (p *Proxy) asking() *asks.Registry {
+	if p.Asks == nil {
+		return nil
+	}
+	return p.Asks()
+}
+
 // Revoke re-decides every live connection and in-flight request under the
 // current policy and closes those it no longer allows; it also drops idle
 // upstream connections. It returns how many it closed.
@@ -448,6 +464,11 @@ func (p *Proxy) Revoke() int {
 			d = pol.MayAllow(f.req)
 		} else {
 			d = pol.Decide(f.req)
+		}
+		// What a person allowed, and connections whose requests are asked
+		// about one by one, stay unless a rule denies them.
+		if !d.Allow && d.Rule == policy.NoRule && (f.asked || f.connLevel && p.asking() != nil) {
+			continue
 		}
 		if !d.Allow {
 			victims = append(victims, f)
