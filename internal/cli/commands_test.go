@@ -19,7 +19,7 @@ var userCommands = []string{
 	"completion", "completion bash", "completion fish", "completion zsh",
 	"devcontainer", "devcontainer doctor", "devcontainer down", "devcontainer init", "devcontainer prepare",
 	"doctor",
-	"gateway", "gateway ca", "gateway env", "gateway import-sandcat", "gateway presets",
+	"gateway", "gateway allow", "gateway asks", "gateway deny", "gateway ca", "gateway env", "gateway import-sandcat", "gateway presets",
 	"gateway reload", "gateway revoke", "gateway status",
 	"gc",
 	"help",

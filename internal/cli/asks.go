@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"vak/internal/egress/admin"
+	"vak/internal/egress/asks"
+	"vak/internal/egress/gateway"
+	"vak/internal/errclass"
+)
+
+// The ask commands (docs/gateway.md, "Asks"): list the requests a gateway
+// holds because no rule allows them, and answer them.
+
+func (a *app) newGatewayAsksCmd(socket *string) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "asks",
+		Short: "List the requests held for your answer (network.ask), or follow them as they come",
+		Long: `List the requests the gateway holds because no rule allows them
+([network] ask = true): each waits up to ask_timeout for
+'vak gateway allow ID' or 'vak gateway deny ID', then gets 403.
+
+The gateway is the on-demand gateway of native proxied runs when it is
+running, else the one at --socket's default; --socket picks another.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := askClient(*socket)
+			if err != nil {
+				return exitFor(err)
+			}
+			if follow {
+				return exitFor(unavailable(c.FollowAsks(cmd.Context(), func(e asks.Event) error {
+					return printAskEvent(a.stdio.Out, e)
+				})))
+			}
+			list, err := c.Asks(cmd.Context())
+			if err != nil {
+				return exitFor(unavailable(err))
+			}
+			return printAsks(a.stdio.Out, list, time.Now())
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing asks and answers as they happen")
+	return cmd
+}
+
+func (a *app) newGatewayAnswerCmd(allow bool, socket *string) *cobra.Command {
+	var once, run bool
+	use, short := "deny ID", "Refuse a held request (and the identical ones waiting with it)"
+	if allow {
+		use, short = "allow ID", "Let a held request through: --once (default) or for the gateway's --run"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if once && run {
+				return exit(ExitUsage, fmt.Errorf("--once and --run: give one"))
+			}
+			scope := asks.Once
+			if run {
+				scope = asks.Run
+			}
+			c, err := askClient(*socket)
+			if err != nil {
+				return exitFor(err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			ans, err := c.AnswerAsk(ctx, args[0], allow, scope)
+			if err != nil {
+				return exitFor(unavailable(err))
+			}
+			fmt.Fprintf(a.stdio.Out, "ask %s: %s\n", args[0], answerText(ans))
+			return nil
+		},
+	}
+	if allow {
+		cmd.Flags().BoolVar(&once, "once", false, "let the waiting request(s) through; the next one asks again (default)")
+		cmd.Flags().BoolVar(&run, "run", false, "also allow every later request to the same host and port while this gateway runs (nothing is written to the config)")
+	}
+	return cmd
+}
+
+func askClient(flag string) (*admin.Client, error) {
+	sock, err := gateway.AskSocket(flag)
+	if err != nil {
+		return nil, err
+	}
+	return admin.NewClient(sock), nil
+}
+
+// unavailable classes a gateway that is not running as Unavailable.
+func unavailable(err error) error {
+	return errclass.Wrap(errclass.Unavailable, err)
+}
+
+func answerText(a asks.Answer) string {
+	switch {
+	case a.Allow && a.Scope == asks.Run:
+		return "allowed for this run"
+	case a.Allow:
+		return "allowed once"
+	}
+	return "denied"
+}
+
+func askTarget(k asks.Ask) string {
+	return fmt.Sprintf("%s %s:%d%s", k.Method, k.Host, k.Port, k.Path)
+}
+
+func printAsks(w io.Writer, list []asks.Ask, now time.Time) error {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "no request is waiting for an answer")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWAITING\tGIVES UP IN\tREQUEST")
+	for _, k := range list {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", k.ID, k.Count, k.Expires.Sub(now).Round(time.Second), askTarget(k))
+	}
+	return tw.Flush()
+}
+
+func printAskEvent(w io.Writer, e asks.Event) error {
+	var err error
+	switch e.Kind {
+	case "answered":
+		a := asks.Answer{}
+		if e.Answer != nil {
+			a = *e.Answer
+		}
+		_, err = fmt.Fprintf(w, "answered %s: %s (%s): %s\n", e.Ask.ID, answerText(a), a.By, askTarget(e.Ask))
+	case "expired":
+		_, err = fmt.Fprintf(w, "expired  %s: nobody answered: %s\n", e.Ask.ID, askTarget(e.Ask))
+	default:
+		_, err = fmt.Fprintf(w, "ask      %s: %s (%d waiting; vak gateway allow %s)\n", e.Ask.ID, askTarget(e.Ask), e.Ask.Count, e.Ask.ID)
+	}
+	return err
+}

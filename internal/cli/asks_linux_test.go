@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"vak/internal/egress/egresstest"
+	"vak/internal/egress/ondemand"
+)
+
+// TestNativeProxiedAsk: with [network] ask = true, a request inside `vak
+// run --network proxied` that no rule allows waits for an answer given
+// with vak's own commands: `vak gateway allow --once` lets it through and
+// the next identical one asks again; `deny` refuses it; nobody answering
+// refuses it at ask_timeout; `allow --run` also covers later requests to
+// the host; an unlisted host's CONNECT is held the same way. A request a
+// rule allows is never asked about (control), the upstream sees exactly
+// the allowed ones, and every outcome is in the receipts, which verify.
+func TestNativeProxiedAsk(t *testing.T) {
+	n := newNativeNet(t)
+	var mu sync.Mutex
+	var paths []string
+	// The upstream records the paths it serves (n.api records only keys).
+	ca := egresstest.NewCA(t)
+	caFile := ca.WritePEM(t, t.TempDir())
+	api := egresstest.StartTLS(t, egresstest.Listen(t, "127.0.0.2", 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
+	}), "api.test", "unlisted.test")
+	cfg := writeConfig(t, fmt.Sprintf(`version = 1
+[network]
+policy = "proxied"
+ask = true
+ask_timeout = "8s"
+[[network.rules]]
+name = "open part"
+hosts = ["api.test"]
+cidrs = ["127.0.0.2/32"]
+paths = ["/open/"]
+[network.dns.overrides]
+"api.test" = ["127.0.0.2"]
+"unlisted.test" = ["127.0.0.2"]
+[gateway]
+extra_ca_bundles = [%q]
+`, caFile))
+	base := "https://api.test:" + strconv.Itoa(api.Port())
+	curl := func(u, tag string) string {
+		return `curl -sS --max-time 40 ` + u + `; echo "` + tag + `"` + "\n"
+	}
+	// The agent tries to answer its own asks through the admin socket of
+	// the on-demand gateway, the whole time: it must not be able to (the
+	// ask nobody answers still times out).
+	sock := filepath.Join(n.state, "vak", ondemand.DirName, "admin.sock")
+	attack := `(while :; do for id in $(curl -s --max-time 1 --unix-socket ` + sock + ` http://gateway/v1/asks | grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4); do ` +
+		`curl -s --max-time 1 -X POST --unix-socket ` + sock + ` "http://gateway/v1/asks/$id/allow?scope=run" >> attack.log; done; ` +
+		`curl -sS --max-time 1 --unix-socket ` + sock + ` http://gateway/v1/status >> attack.log 2>&1; sleep 0.1; done) &` + "\n"
+	script := attack + curl(base+"/open/x", "#1") + curl(base+"/asked/1", "#2") + curl(base+"/asked/1", "#3") +
+		curl(base+"/asked/2", "#4") + curl(base+"/asked/3", "#5") + curl(base+"/asked/4", "#6") +
+		curl("https://unlisted.test:"+strconv.Itoa(api.Port())+"/", "#7") +
+		`echo "ATTACK-ANSWERS: $(grep -c '"allow"\|"session"' attack.log)"; echo "ATTACK-TRIES: $(grep -c 'Failed\|onnect' attack.log)"` + "\n"
+
+	// The person: answers each ask as it appears, by what it asks about.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	answered := make(chan string, 16)
+	go func() {
+		seen1 := 0
+		done := map[string]bool{}
+		for ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			code, out, _ := vakMain(t, cfg, "gateway", "asks")
+			if code != 0 {
+				continue
+			}
+			sc := bufio.NewScanner(strings.NewReader(out))
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) < 5 || f[0] == "ID" || done[f[0]] {
+					continue
+				}
+				id, target := f[0], f[len(f)-1]
+				var args []string
+				switch {
+				case strings.HasSuffix(target, "/asked/1") && seen1 == 0:
+					seen1++
+					args = []string{"allow", id, "--once"}
+				case strings.HasSuffix(target, "/asked/1"):
+					args = []string{"deny", id}
+				case strings.HasSuffix(target, "/asked/3"):
+					args = []string{"allow", id, "--run"}
+				case strings.Contains(target, "unlisted.test"):
+					args = []string{"deny", id}
+				default:
+					continue // /asked/2: nobody answers
+				}
+				done[id] = true
+				if code, out, errs := vakMain(t, cfg, append([]string{"gateway"}, args...)...); code != 0 {
+					answered <- fmt.Sprintf("FAILED %v: %d %s %s", args, code, out, errs)
+					continue
+				}
+				answered <- strings.Join(args[:1], " ") + " " + target
+			}
+		}
+	}()
+	start := time.Now()
+	code, out, errs := vakMain(t, cfg, "run", "-w", n.ws, "--backend", "landlock", "--network", "proxied", "--", "sh", "-c", script)
+	stop()
+	if code != 0 {
+		t.Fatalf("vak run: exit %d\n%s\n%s", code, out, errs)
+	}
+	close(answered)
+	var log []string
+	for a := range answered {
+		log = append(log, a)
+	}
+	t.Logf("answers: %v (run took %v)\n%s", log, time.Since(start).Round(time.Millisecond), out)
+	// What each request got: the line before its tag.
+	got := map[string]string{}
+	lines := strings.Split(out, "\n")
+	for i := 1; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "#") {
+			got[lines[i]] = lines[i-1]
+		}
+	}
+	if !strings.Contains(out, "ATTACK-ANSWERS: 0") || strings.Contains(out, "ATTACK-TRIES: 0\n") || !strings.Contains(out, "ATTACK-TRIES: ") {
+		t.Errorf("the sandbox reached the admin socket, or never tried:\n%s", out)
+	}
+	// Control: from the host, the same request reaches the gateway.
+	if b, err := exec.Command("curl", "-sS", "--max-time", "5", "--unix-socket", sock, "http://gateway/v1/status").CombinedOutput(); err != nil || !strings.Contains(string(b), `"session"`) {
+		t.Errorf("control: the admin socket from the host: %v %s", err, b)
+	}
+	uid := "(admin socket, uid " + strconv.Itoa(os.Getuid()) + ", pid "
+	for _, tc := range []struct{ tag, want string }{
+		{"#1", "UPSTREAM /open/x"},
+		{"#2", "UPSTREAM /asked/1"},
+		{"#3", "GET api.test:" + strconv.Itoa(api.Port()) + ": no rule matches, and ask "},
+		{"#3", " was denied " + uid},
+		{"#4", " was not answered within 8s"},
+		{"#5", "UPSTREAM /asked/3"},
+		{"#6", "UPSTREAM /asked/4"},
+		{"#7", "GET unlisted.test:" + strconv.Itoa(api.Port()) + ": no rule matches, and ask "},
+		{"#7", " was denied " + uid},
+	} {
+		if !strings.Contains(got[tc.tag], tc.want) {
+			t.Errorf("request %s got %q, want %q\n%s\nanswers: %v", tc.tag, got[tc.tag], tc.want, out, log)
+		}
+	}
+	mu.Lock()
+	served := strings.Join(paths, " ")
+	mu.Unlock()
+	if served != "/open/x /asked/1 /asked/3 /asked/4" {
+		t.Errorf("the upstream served %q, want only the allowed requests", served)
+	}
+	// The receipts: each outcome once, and the logs verify.
+	code, lsOut, lsErr := vakMain(t, cfg, "receipts", "ls")
+	if code != 0 || strings.Contains(lsOut+lsErr, "FAIL") {
+		t.Fatalf("receipts ls: %d\n%s\n%s", code, lsOut, lsErr)
+	}
+	var all strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(n.state, "vak", "*", "receipts", "*.jsonl"))
+	more, _ := filepath.Glob(filepath.Join(n.state, "vak", "receipts", "*.jsonl"))
+	for _, f := range append(logs, more...) {
+		b, _ := os.ReadFile(f)
+		all.Write(b)
+	}
+	for _, want := range []string{"allowed once by ask", "was denied (admin socket", "was not answered within 8s", "allowed for this run by ask"} {
+		if c := strings.Count(all.String(), want); c < 1 {
+			t.Errorf("no receipt records %q (logs %v)", want, append(logs, more...))
+		}
+	}
+}
