@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 	"vak/internal/egress/asks"
 	"vak/internal/egress/gateway"
 	"vak/internal/errclass"
+	"vak/internal/launch"
 )
 
 // The ask commands (docs/gateway.md, "Asks"): list the requests a gateway
@@ -52,18 +54,24 @@ running, else the one at --socket's default; --socket picks another.`,
 }
 
 func (a *app) newGatewayAnswerCmd(allow bool, socket *string) *cobra.Command {
-	var once, run bool
-	use, short := "deny ID", "Refuse a held request (and the identical ones waiting with it)"
+	var once, run, always bool
+	use, short := "deny ID", "Refuse a held request (and the identical ones waiting with it); --always adds a deny rule"
 	if allow {
-		use, short = "allow ID", "Let a held request through: --once (default) or for the gateway's --run"
+		use, short = "allow ID", "Let a held request through: --once (default), for the gateway's --run, or --always (a rule)"
 	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Long: short + `.
+
+--always writes the answer as a named rule into the user config (never a
+project config), with a comment saying when and why: the ask's host and
+port, its method, and its path up to the last '/'. The gateway reloads, so
+later requests like it are decided by the rule, also after a restart.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if once && run {
-				return exit(ExitUsage, fmt.Errorf("--once and --run: give one"))
+			if n := btoi(once) + btoi(run) + btoi(always); n > 1 {
+				return exit(ExitUsage, fmt.Errorf("--once, --run and --always: give one"))
 			}
 			scope := asks.Once
 			if run {
@@ -75,19 +83,30 @@ func (a *app) newGatewayAnswerCmd(allow bool, socket *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			ans, err := c.AnswerAsk(ctx, args[0], allow, scope)
+			res, err := launch.AnswerAsk(ctx, c, a.userConfig, args[0], allow, always, scope)
+			if res.ConfigFile != "" {
+				fmt.Fprintf(a.stdio.Out, "rule %q added to %s\n", res.Answer.Rule, res.ConfigFile)
+			}
 			if err != nil {
 				return exitFor(unavailable(err))
 			}
-			fmt.Fprintf(a.stdio.Out, "ask %s: %s\n", args[0], answerText(ans))
+			fmt.Fprintf(a.stdio.Out, "ask %s: %s\n", args[0], answerText(res.Answer))
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&always, "always", false, "also add the answer as a rule to the user config (see above)")
 	if allow {
 		cmd.Flags().BoolVar(&once, "once", false, "let the waiting request(s) through; the next one asks again (default)")
 		cmd.Flags().BoolVar(&run, "run", false, "also allow every later request to the same host and port while this gateway runs (nothing is written to the config)")
 	}
 	return cmd
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func askClient(flag string) (*admin.Client, error) {
@@ -100,13 +119,20 @@ func askClient(flag string) (*admin.Client, error) {
 
 // unavailable classes a gateway that is not running as Unavailable.
 func unavailable(err error) error {
-	return errclass.Wrap(errclass.Unavailable, err)
+	if errors.Is(err, admin.ErrNotRunning) {
+		return errclass.Wrap(errclass.Unavailable, err)
+	}
+	return err
 }
 
 func answerText(a asks.Answer) string {
 	switch {
 	case a.Allow && a.Scope == asks.Run:
 		return "allowed for this run"
+	case a.Allow && a.Scope == asks.Always:
+		return "allowed, and by a rule from now on"
+	case a.Rule != "":
+		return "denied, and by a rule from now on"
 	case a.Allow:
 		return "allowed once"
 	}

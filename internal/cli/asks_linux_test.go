@@ -39,7 +39,7 @@ func TestNativeProxiedAsk(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
 	}), "api.test", "unlisted.test")
-	cfg := writeConfig(t, fmt.Sprintf(`version = 1
+	cfgBody := fmt.Sprintf(`version = 1
 [network]
 policy = "proxied"
 ask = true
@@ -54,7 +54,8 @@ paths = ["/open/"]
 "unlisted.test" = ["127.0.0.2"]
 [gateway]
 extra_ca_bundles = [%q]
-`, caFile))
+`, caFile)
+	cfg := writeConfig(t, cfgBody)
 	base := "https://api.test:" + strconv.Itoa(api.Port())
 	curl := func(u, tag string) string {
 		return `curl -sS --max-time 40 ` + u + `; echo "` + tag + `"` + "\n"
@@ -66,9 +67,12 @@ extra_ca_bundles = [%q]
 	attack := `(while :; do for id in $(curl -s --max-time 1 --unix-socket ` + sock + ` http://gateway/v1/asks | grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4); do ` +
 		`curl -s --max-time 1 -X POST --unix-socket ` + sock + ` "http://gateway/v1/asks/$id/allow?scope=run" >> attack.log; done; ` +
 		`curl -sS --max-time 1 --unix-socket ` + sock + ` http://gateway/v1/status >> attack.log 2>&1; sleep 0.1; done) &` + "\n"
+	// (The --run answer comes last: it covers the host from then on.)
 	script := attack + curl(base+"/open/x", "#1") + curl(base+"/asked/1", "#2") + curl(base+"/asked/1", "#3") +
-		curl(base+"/asked/2", "#4") + curl(base+"/asked/3", "#5") + curl(base+"/asked/4", "#6") +
+		curl(base+"/asked/2", "#4") +
+		curl(base+"/always/1", "#8") + curl(base+"/always/2", "#9") + curl(base+"/never/1", "#10") + curl(base+"/never/2", "#11") +
 		curl("https://unlisted.test:"+strconv.Itoa(api.Port())+"/", "#7") +
+		curl(base+"/asked/3", "#5") + curl(base+"/asked/4", "#6") +
 		`echo "ATTACK-ANSWERS: $(grep -c '"allow"\|"session"' attack.log)"; echo "ATTACK-TRIES: $(grep -c 'Failed\|onnect' attack.log)"` + "\n"
 
 	// The person: answers each ask as it appears, by what it asks about.
@@ -102,6 +106,10 @@ extra_ca_bundles = [%q]
 					args = []string{"allow", id, "--run"}
 				case strings.Contains(target, "unlisted.test"):
 					args = []string{"deny", id}
+				case strings.HasSuffix(target, "/always/1"):
+					args = []string{"allow", id, "--always"}
+				case strings.HasSuffix(target, "/never/1"):
+					args = []string{"deny", id, "--always"}
 				default:
 					continue // /asked/2: nobody answers
 				}
@@ -152,6 +160,11 @@ extra_ca_bundles = [%q]
 		{"#6", "UPSTREAM /asked/4"},
 		{"#7", "GET unlisted.test:" + strconv.Itoa(api.Port()) + ": no rule matches, and ask "},
 		{"#7", " was denied " + uid},
+		{"#8", "UPSTREAM /always/1"},
+		{"#9", "UPSTREAM /always/2"},
+		{"#10", " was denied " + uid},
+		{"#11", ": rule 2 (asked "},
+		{"#11", "api.test) denies"},
 	} {
 		if !strings.Contains(got[tc.tag], tc.want) {
 			t.Errorf("request %s got %q, want %q\n%s\nanswers: %v", tc.tag, got[tc.tag], tc.want, out, log)
@@ -160,9 +173,29 @@ extra_ca_bundles = [%q]
 	mu.Lock()
 	served := strings.Join(paths, " ")
 	mu.Unlock()
-	if served != "/open/x /asked/1 /asked/3 /asked/4" {
+	if served != "/open/x /asked/1 /always/1 /always/2 /asked/3 /asked/4" {
 		t.Errorf("the upstream served %q, want only the allowed requests", served)
 	}
+	// The --always answers are rules in the user config now, after the
+	// rules that were there, each with its comment; they decide after a
+	// gateway restart, with nobody answering.
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := string(data)[len(cfgBody):]
+	if strings.Count(added, "[[network.rules]]") != 2 || !strings.Contains(added, "# added by `vak gateway allow ") ||
+		!strings.Contains(added, "paths = [\"/always/\"]") || !strings.Contains(added, "paths = [\"/never/\"]") ||
+		!strings.Contains(added, "action = \"deny\"") || !strings.HasPrefix(string(data), cfgBody) {
+		t.Errorf("the user config after the --always answers:\n%s", data)
+	}
+	stopOnDemand(t)
+	code, out2, errs2 := vakMain(t, cfg, "run", "-w", n.ws, "--backend", "landlock", "--network", "proxied", "--", "sh", "-c",
+		curl(base+"/always/3", "#12")+curl(base+"/never/3", "#13"))
+	if code != 0 || !strings.Contains(out2, "UPSTREAM /always/3\n#12") || !strings.Contains(out2, "api.test) denies") || strings.Contains(out2, "no rule matches") {
+		t.Errorf("after a restart, the added rules do not decide:\n%s\n%s", out2, errs2)
+	}
+
 	// The receipts: each outcome once, and the logs verify.
 	code, lsOut, lsErr := vakMain(t, cfg, "receipts", "ls")
 	if code != 0 || strings.Contains(lsOut+lsErr, "FAIL") {
@@ -175,7 +208,8 @@ extra_ca_bundles = [%q]
 		b, _ := os.ReadFile(f)
 		all.Write(b)
 	}
-	for _, want := range []string{"allowed once by ask", "was denied (admin socket", "was not answered within 8s", "allowed for this run by ask"} {
+	for _, want := range []string{"allowed once by ask", "was denied (admin socket", "was not answered within 8s", "allowed for this run by ask",
+		"allowed for good by ask", "added to the user config"} {
 		if c := strings.Count(all.String(), want); c < 1 {
 			t.Errorf("no receipt records %q (logs %v)", want, append(logs, more...))
 		}

@@ -27,8 +27,9 @@ type AskController interface {
 }
 
 // PathAsks lists the pending asks (GET; ?follow=1 streams events as JSON
-// lines); PathAsks/ID/allow?scope=once|run and PathAsks/ID/deny answer one
-// (POST).
+// lines); PathAsks/ID/allow?scope=once|run|always and PathAsks/ID/deny
+// answer one (POST; &rule=NAME names a rule the answer added to the user
+// config).
 const PathAsks = "/v1/asks"
 
 type connKey struct{}
@@ -82,6 +83,7 @@ func serveAsks(mux *http.ServeMux, ctl Controller, writeJSON func(http.ResponseW
 		}
 	})
 	answer := func(w http.ResponseWriter, r *http.Request, a asks.Answer) {
+		a.Rule = r.URL.Query().Get("rule")
 		c, _ := r.Context().Value(connKey{}).(net.Conn)
 		a.By = "admin socket"
 		if c != nil {
@@ -108,13 +110,23 @@ func (c *Client) Asks(ctx context.Context) ([]asks.Ask, error) {
 	return out, err
 }
 
-// AnswerAsk answers the pending ask id: allow with scope (asks.Once or
-// asks.Run), or deny. It returns the answer as recorded.
-func (c *Client) AnswerAsk(ctx context.Context, id string, allow bool, scope asks.Scope) (asks.Answer, error) {
+// AnswerAsk answers the pending ask id: allow with scope (asks.Once,
+// asks.Run or asks.Always), or deny; rule names a rule the answer added to
+// the user config ("": none). It returns the answer as recorded.
+func (c *Client) AnswerAsk(ctx context.Context, id string, allow bool, scope asks.Scope, rule string) (asks.Answer, error) {
 	var out asks.Answer
-	p := PathAsks + "/" + url.PathEscape(id) + "/deny"
+	q := url.Values{}
+	verb := "deny"
 	if allow {
-		p = PathAsks + "/" + url.PathEscape(id) + "/allow?scope=" + url.QueryEscape(string(scope))
+		verb = "allow"
+		q.Set("scope", string(scope))
+	}
+	if rule != "" {
+		q.Set("rule", rule)
+	}
+	p := PathAsks + "/" + url.PathEscape(id) + "/" + verb
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	err := c.do(ctx, "POST", p, &out)
 	return out, err

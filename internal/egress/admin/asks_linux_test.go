@@ -93,13 +93,13 @@ func TestAskAPI(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != e.Ask.ID {
 		t.Fatalf("Asks = %+v, %v", list, err)
 	}
-	if _, err := c.AnswerAsk(ctx, e.Ask.ID, true, "forever"); err == nil || !strings.Contains(err.Error(), "scope") {
+	if _, err := c.AnswerAsk(ctx, e.Ask.ID, true, "forever", ""); err == nil || !strings.Contains(err.Error(), "scope") {
 		t.Fatalf("an unknown scope: %v", err)
 	}
-	if _, err := c.AnswerAsk(ctx, "00000000", true, asks.Once); err == nil || !strings.Contains(err.Error(), "no such pending ask") {
+	if _, err := c.AnswerAsk(ctx, "00000000", true, asks.Once, ""); err == nil || !strings.Contains(err.Error(), "no such pending ask") {
 		t.Fatalf("an unknown ID: %v", err)
 	}
-	ans, err := c.AnswerAsk(ctx, e.Ask.ID, true, asks.Once)
+	ans, err := c.AnswerAsk(ctx, e.Ask.ID, true, asks.Once, "")
 	want := "admin socket, uid " + strconv.Itoa(os.Getuid()) + ", pid " + strconv.Itoa(os.Getpid())
 	if err != nil || !ans.Allow || ans.By != want {
 		t.Fatalf("AnswerAsk = %+v, %v; want By %q", ans, err, want)

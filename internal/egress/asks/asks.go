@@ -50,6 +50,9 @@ const (
 	// Run also allows every later request to the ask's host and port for
 	// the gateway's lifetime (nothing is written to any config).
 	Run Scope = "run"
+	// Always is Once for the registry: the answering command has added a
+	// rule to the user config (Answer.Rule) that decides later requests.
+	Always Scope = "always"
 )
 
 // Errors of Answer.
@@ -58,7 +61,7 @@ var (
 	// or never existed).
 	ErrNoSuchAsk = errors.New("asks: no such pending ask")
 	// ErrBadAnswer: an allow answer without a known scope.
-	ErrBadAnswer = errors.New("asks: an allow answer needs a scope (once or run)")
+	ErrBadAnswer = errors.New("asks: an allow answer needs a scope (once, run or always)")
 )
 
 // Ask is one pending question, as the admin API lists it.
@@ -82,6 +85,22 @@ type Answer struct {
 	// By names who answered and through which channel (for receipts), e.g.
 	// "admin socket, uid 1000".
 	By string `json:"by"`
+	// Rule names the rule the answer added to the user config, if any.
+	Rule string `json:"rule,omitempty"`
+}
+
+// text is the answer as receipts say it, after "ask ID".
+func (a Answer) text(id string) string {
+	var s string
+	if a.Allow {
+		s = "allowed " + map[Scope]string{Once: "once", Run: "for this run", Always: "for good"}[a.Scope] + " by ask " + id + " (" + a.By + ")"
+	} else {
+		s = "no rule matches, and ask " + id + " was denied (" + a.By + ")"
+	}
+	if a.Rule != "" {
+		s += "; rule " + strconv.Quote(a.Rule) + " added to the user config"
+	}
+	return s
 }
 
 // Event is one change the admin API streams to followers.
@@ -186,11 +205,7 @@ func (r *Registry) Ask(ctx context.Context, req policy.Request) (bool, string) {
 	defer timer.Stop()
 	select {
 	case <-p.done:
-		a := p.answer
-		if a.Allow {
-			return true, "allowed " + map[Scope]string{Once: "once", Run: "for this run"}[a.Scope] + " by ask " + id + " (" + a.By + ")"
-		}
-		return false, "no rule matches, and ask " + id + " was denied (" + a.By + ")"
+		return p.answer.Allow, p.answer.text(id)
 	case <-timer.C:
 		r.expire(p)
 		return false, "no rule matches, and ask " + id + " was not answered within " + r.opts.Timeout.String() + " (vak gateway asks)"
@@ -249,7 +264,7 @@ func (r *Registry) granted(k key) (grant, bool) {
 // Answer answers the pending ask id: the requests waiting on it proceed
 // or are refused.
 func (r *Registry) Answer(id string, a Answer) error {
-	if a.Allow && a.Scope != Once && a.Scope != Run {
+	if a.Allow && a.Scope != Once && a.Scope != Run && a.Scope != Always {
 		return ErrBadAnswer
 	}
 	if !a.Allow {

@@ -1,0 +1,77 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"vak/internal/config"
+	"vak/internal/egress/admin"
+	"vak/internal/egress/asks"
+	"vak/internal/errclass"
+)
+
+// AskAnswer is what AnswerAsk did.
+type AskAnswer struct {
+	Answer asks.Answer
+	// ConfigFile is the user config a rule was added to ("": none).
+	ConfigFile string
+}
+
+// AnswerAsk answers the pending ask id of the gateway c talks to: allow
+// (scope asks.Once, asks.Run or asks.Always) or deny; always adds the
+// answer as a rule to the trusted user config userConfig (empty: the
+// default one; never a project config) and reloads the gateway, so later
+// requests like it are decided by that rule, also after a restart. The
+// rule: the ask's host and port, its method, and its path up to the last
+// '/' (the directory of what was asked for).
+func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allow, always bool, scope asks.Scope) (AskAnswer, error) {
+	var res AskAnswer
+	if !always {
+		a, err := c.AnswerAsk(ctx, id, allow, scope, "")
+		res.Answer = a
+		return res, err
+	}
+	list, err := c.Asks(ctx)
+	if err != nil {
+		return res, err
+	}
+	var k *asks.Ask
+	for i := range list {
+		if list[i].ID == id {
+			k = &list[i]
+		}
+	}
+	if k == nil {
+		return res, errclass.Wrap(errclass.Invalid, fmt.Errorf("%w: %q (vak gateway asks lists them)", asks.ErrNoSuchAsk, id))
+	}
+	verb := "deny"
+	if allow {
+		verb = "allow"
+	}
+	prefix := "" // "OPTIONS *": any path
+	if strings.HasPrefix(k.Path, "/") {
+		prefix = k.Path[:strings.LastIndex(k.Path, "/")+1]
+	}
+	rule := config.AddedRule{
+		Name:    "asked " + id + ": " + k.Host,
+		Comment: fmt.Sprintf("added by `vak gateway %s %s --always` on %s, answering %s %s:%d%s", verb, id, time.Now().UTC().Format(time.RFC3339), k.Method, k.Host, k.Port, k.Path),
+		Deny:    !allow, Host: k.Host, Port: k.Port, Method: k.Method, PathPrefix: prefix,
+	}
+	file, err := config.AddRule(userConfig, rule)
+	if err != nil {
+		return res, errclass.Wrap(errclass.Config, err)
+	}
+	res.ConfigFile = file
+	rerr := c.Reload(ctx)
+	if allow {
+		scope = asks.Always
+	}
+	res.Answer, err = c.AnswerAsk(ctx, id, allow, scope, rule.Name)
+	if rerr != nil {
+		err = errors.Join(err, fmt.Errorf("the rule is in %s, but the gateway did not reload: %w (vak gateway reload)", file, rerr))
+	}
+	return res, err
+}
