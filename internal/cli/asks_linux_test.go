@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"vak/internal/egress/egresstest"
 	"vak/internal/egress/ondemand"
+	"vak/internal/worker/wire"
 )
 
 // TestNativeProxiedAsk: with [network] ask = true, a request inside `vak
@@ -28,33 +32,8 @@ import (
 // the allowed ones, and every outcome is in the receipts, which verify.
 func TestNativeProxiedAsk(t *testing.T) {
 	n := newNativeNet(t)
-	var mu sync.Mutex
-	var paths []string
-	// The upstream records the paths it serves (n.api records only keys).
-	ca := egresstest.NewCA(t)
-	caFile := ca.WritePEM(t, t.TempDir())
-	api := egresstest.StartTLS(t, egresstest.Listen(t, "127.0.0.2", 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		paths = append(paths, r.URL.Path)
-		mu.Unlock()
-		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
-	}), "api.test", "unlisted.test")
-	cfgBody := fmt.Sprintf(`version = 1
-[network]
-policy = "proxied"
-ask = true
-ask_timeout = "8s"
-[[network.rules]]
-name = "open part"
-hosts = ["api.test"]
-cidrs = ["127.0.0.2/32"]
-paths = ["/open/"]
-[network.dns.overrides]
-"api.test" = ["127.0.0.2"]
-"unlisted.test" = ["127.0.0.2"]
-[gateway]
-extra_ca_bundles = [%q]
-`, caFile)
+	up := newAskUpstream(t, "8s")
+	api, cfgBody, served := up.api, up.cfgBody, up.served
 	cfg := writeConfig(t, cfgBody)
 	base := "https://api.test:" + strconv.Itoa(api.Port())
 	curl := func(u, tag string) string {
@@ -170,11 +149,8 @@ extra_ca_bundles = [%q]
 			t.Errorf("request %s got %q, want %q\n%s\nanswers: %v", tc.tag, got[tc.tag], tc.want, out, log)
 		}
 	}
-	mu.Lock()
-	served := strings.Join(paths, " ")
-	mu.Unlock()
-	if served != "/open/x /asked/1 /always/1 /always/2 /asked/3 /asked/4" {
-		t.Errorf("the upstream served %q, want only the allowed requests", served)
+	if got := served(); got != "/open/x /asked/1 /always/1 /always/2 /asked/3 /asked/4" {
+		t.Errorf("the upstream served %q, want only the allowed requests", got)
 	}
 	// The --always answers are rules in the user config now, after the
 	// rules that were there, each with its comment; they decide after a
@@ -213,5 +189,131 @@ extra_ca_bundles = [%q]
 		if c := strings.Count(all.String(), want); c < 1 {
 			t.Errorf("no receipt records %q (logs %v)", want, append(logs, more...))
 		}
+	}
+}
+
+// askUpstream is the upstream of the ask tests: api.test and
+// unlisted.test on 127.0.0.2, recording the paths it serves, and a user
+// config (cfgBody) that asks before refusing, with ask_timeout, and
+// allows only api.test's /open/.
+type askUpstream struct {
+	api     *egresstest.Server
+	cfgBody string
+	served  func() string
+}
+
+func newAskUpstream(t *testing.T, timeout string) askUpstream {
+	t.Helper()
+	var mu sync.Mutex
+	var paths []string
+	ca := egresstest.NewCA(t)
+	caFile := ca.WritePEM(t, t.TempDir())
+	api := egresstest.StartTLS(t, egresstest.Listen(t, "127.0.0.2", 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
+	}), "api.test", "unlisted.test")
+	body := fmt.Sprintf(`version = 1
+[network]
+policy = "proxied"
+ask = true
+ask_timeout = %q
+[[network.rules]]
+name = "open part"
+hosts = ["api.test"]
+cidrs = ["127.0.0.2/32"]
+paths = ["/open/"]
+[network.dns.overrides]
+"api.test" = ["127.0.0.2"]
+"unlisted.test" = ["127.0.0.2"]
+[gateway]
+extra_ca_bundles = [%q]
+`, timeout, caFile)
+	return askUpstream{api: api, cfgBody: body, served: func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(paths, " ")
+	}}
+}
+
+// TestMCPNativeProxiedAsk: under `vak mcp --network proxied` with asking
+// on, an ask raised by a bash call is put to the client as an MCP
+// elicitation (the person answers in the agent's own client; the model
+// cannot): "allow once" lets the request through, declining denies it,
+// and the receipts say the answer came via MCP elicitation. A client
+// without elicitation support gets no question: the request waits for
+// vak gateway allow and, unanswered, is refused at ask_timeout.
+func TestMCPNativeProxiedAsk(t *testing.T) {
+	n := newNativeNet(t)
+	up := newAskUpstream(t, "4s")
+	cfg := writeConfig(t, up.cfgBody)
+	base := "https://api.test:" + strconv.Itoa(up.api.Port())
+	var mu sync.Mutex
+	var questions []string
+	answers := map[string]*sdk.ElicitResult{
+		"/asked/1": {Action: "accept", Content: map[string]any{"decision": "allow once"}},
+		"/asked/2": {Action: "decline"},
+	}
+	connect := func(elicit bool) (*sdk.ClientSession, *wire.TailBuffer) {
+		t.Helper()
+		stderr := wire.NewTailBuffer(64 << 10)
+		cmd := exec.Command(workerExecutable, "--config", cfg, "mcp", "--workspace", n.ws, "--backend", "landlock", "--network", "proxied")
+		cmd.Stderr = stderr
+		var opts *sdk.ClientOptions
+		if elicit {
+			opts = &sdk.ClientOptions{ElicitationHandler: func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				mu.Lock()
+				questions = append(questions, req.Params.Message)
+				mu.Unlock()
+				for p, a := range answers {
+					if strings.Contains(req.Params.Message, p+",") {
+						return a, nil
+					}
+				}
+				return &sdk.ElicitResult{Action: "cancel"}, nil
+			}}
+		}
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "asktest", Version: "1"}, opts).Connect(context.Background(), &sdk.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("connect: %v\nstderr: %s", err, stderr.String())
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs, stderr
+	}
+	bash := func(cs *sdk.ClientSession, command string) string {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": command}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Stdout string `json:"stdout"`
+		}
+		data, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(data, &out)
+		return out.Stdout
+	}
+	cs, stderr := connect(true)
+	if out := bash(cs, "curl -sS --max-time 30 "+base+"/asked/1"); !strings.Contains(out, "UPSTREAM /asked/1") {
+		t.Errorf("allowed once through the elicitation: %q\nstderr: %s", out, stderr.String())
+	}
+	if out := bash(cs, "curl -sS --max-time 30 "+base+"/asked/2"); !strings.Contains(out, "was denied (admin socket, uid ") || !strings.Contains(out, "via MCP elicitation (client asktest)") {
+		t.Errorf("declined through the elicitation: %q\nstderr: %s", out, stderr.String())
+	}
+	mu.Lock()
+	q := strings.Join(questions, "\n")
+	mu.Unlock()
+	if strings.Count(q, "The sandbox wants to reach GET api.test:") != 2 || !strings.Contains(q, "/asked/1,") {
+		t.Errorf("the elicitations: %q", q)
+	}
+	cs.Close()
+
+	plain, _ := connect(false)
+	if out := bash(plain, "curl -sS --max-time 30 "+base+"/asked/3"); !strings.Contains(out, "was not answered within 4s") {
+		t.Errorf("a client without elicitation: %q", out)
+	}
+	if got := up.served(); got != "/asked/1" {
+		t.Errorf("the upstream served %q, want only /asked/1", got)
 	}
 }

@@ -129,7 +129,7 @@ func (a *app) mcp(ctx context.Context, f mcpFlags) error {
 		sessionID, start = s.ID, s.Start
 	}
 	srv, err := mcp.New(mcp.Options{Workspace: ws, Mode: cfg.Sandbox.Mode, MaxTimeout: cfg.Sandbox.Timeout,
-		Session: sessionID, Version: version.Version, Log: log, Start: start})
+		Session: sessionID, Version: version.Version, Log: log, Start: start, AskSocket: r.AskSocket})
 	if err != nil {
 		return exit(ExitInternal, err)
 	}

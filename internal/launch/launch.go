@@ -95,6 +95,10 @@ type Run struct {
 	Backend sandbox.Backend
 	// Network is the attached network (nil: none).
 	Network *sandbox.NetworkAttachment
+	// AskSocket is the admin socket of the gateway that holds the run's
+	// asks ([network] ask) when one can be reached from here: the
+	// on-demand gateway of a native proxied run ("": none).
+	AskSocket string
 	// Session is the broker session (nil when Request.Deferred).
 	Session *broker.Session
 	// Interactive says whether the command runs interactively (stdin

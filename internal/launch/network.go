@@ -12,6 +12,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/egress/logins"
+	"vak/internal/egress/ondemand"
 	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -38,6 +39,11 @@ func (r *Run) attach(ctx context.Context) error {
 		att, release, err := fence(ctx, r.req)
 		if err != nil {
 			return fmt.Errorf("proxied network: %w; %w", err, ErrUnavailable)
+		}
+		if cfg.Egress != nil && cfg.Egress.Ask {
+			if state, err := paths.StateDir(); err == nil {
+				r.AskSocket = ondemand.Layout(state).Admin
+			}
 		}
 		end()
 		r.Network = att

@@ -47,6 +47,11 @@ type Options struct {
 	// Session, if set, names the task-environment session bash runs in
 	// (told to the model: what a call installs, later calls find).
 	Session string
+	// AskSocket, if set, is the admin socket of the gateway of the
+	// server's proxied sandbox, when it asks before refusing ([network]
+	// ask): during a bash call its asks are put to the client as
+	// elicitations (asks.go).
+	AskSocket string
 	// Version is reported to clients.
 	Version string
 	// Log receives the server's diagnostics (stderr: stdout is the protocol).
@@ -65,6 +70,10 @@ type Server struct {
 	an *agentNet
 	// toolsMu guards tools (agent_network comes and goes).
 	toolsMu sync.Mutex
+	// calls are the bash calls waiting for their client's answers to asks
+	// (asks.go), by request state.
+	callsMu sync.Mutex
+	calls   map[string]*askingCall
 }
 
 // tool is one entry of the tool table: enabled decides per server whether
@@ -330,7 +339,15 @@ func (s *Server) confinement() string {
 	return "The command can read the system and the workspace and write only the workspace (and a private /tmp); the user's home directory, credentials and other projects are not visible, and the network is reachable only as the sandbox's network policy allows. Protected paths (such as .git/hooks, .git/config and vak's config) are read-only, and a protected path the command creates is removed afterwards."
 }
 
-func (s *Server) bash(ctx context.Context, _ *sdk.CallToolRequest, in BashInput) (*sdk.CallToolResult, BashOutput, error) {
+func (s *Server) bash(ctx context.Context, req *sdk.CallToolRequest, in BashInput) (*sdk.CallToolResult, BashOutput, error) {
+	var ss *sdk.ServerSession
+	if req != nil {
+		ss = req.Session
+		if req.Params != nil && req.Params.RequestState != "" {
+			// The client answered the asks of a call that is still running.
+			return s.resumeBash(ctx, ss, req.Params.RequestState, req.Params.InputResponses)
+		}
+	}
 	var out BashOutput
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, out, errors.New("bash: command is empty")
@@ -349,29 +366,42 @@ func (s *Server) bash(ctx context.Context, _ *sdk.CallToolRequest, in BashInput)
 	if err != nil {
 		return nil, out, s.toolError("bash", err)
 	}
-	res, err := w.Bash(ctx, wire.BashArgs{
+	args := wire.BashArgs{
 		Command:        in.Command,
 		Cwd:            in.Cwd,
 		Stdin:          in.Stdin,
 		TimeoutMS:      timeout.Milliseconds(),
 		MaxOutputBytes: s.opts.OutputBytes,
-	})
-	if err != nil {
-		return nil, out, s.toolError("bash", err)
 	}
-	out = BashOutput{
-		ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
-		Stdout: res.Stdout, Stderr: res.Stderr,
-		Truncated:       res.StdoutTruncated || res.StderrTruncated,
-		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		DurationMS: res.DurationMS, ProtectedRemoved: res.ProtectedRemoved,
+	if s.opts.AskSocket != "" && canElicit(ss) {
+		// Its asks go to the client while it runs (asks.go).
+		return s.startAskingBash(ctx, ss, w, args, timeout)
 	}
-	if res.TimedOut {
-		// A tool error the model reads, with the output so far.
-		msg := fmt.Sprintf("bash: the command timed out after %v and its whole process tree was killed\nstdout:\n%s\nstderr:\n%s", timeout, res.Stdout, res.Stderr)
-		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}, out, nil
+	return s.bashResult(w.Bash(ctx, args))(timeout)
+}
+
+// bashResult is the tool's answer to a finished bash call, given its
+// timeout (for the message of a call that ran out of it).
+func (s *Server) bashResult(res *wire.BashResult, err error) func(time.Duration) (*sdk.CallToolResult, BashOutput, error) {
+	return func(timeout time.Duration) (*sdk.CallToolResult, BashOutput, error) {
+		var out BashOutput
+		if err != nil {
+			return nil, out, s.toolError("bash", err)
+		}
+		out = BashOutput{
+			ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
+			Stdout: res.Stdout, Stderr: res.Stderr,
+			Truncated:       res.StdoutTruncated || res.StderrTruncated,
+			StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+			DurationMS: res.DurationMS, ProtectedRemoved: res.ProtectedRemoved,
+		}
+		if res.TimedOut {
+			// A tool error the model reads, with the output so far.
+			msg := fmt.Sprintf("bash: the command timed out after %v and its whole process tree was killed\nstdout:\n%s\nstderr:\n%s", timeout, res.Stdout, res.Stderr)
+			return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}, out, nil
+		}
+		return nil, out, nil
 	}
-	return nil, out, nil
 }
 
 // ReadInput are read_file's arguments.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"vak/internal/egress/asks"
 )
@@ -89,6 +90,10 @@ func serveAsks(mux *http.ServeMux, ctl Controller, writeJSON func(http.ResponseW
 		if c != nil {
 			a.By = peerName(c)
 		}
+		// The channel the answering command relayed (the peer's own label).
+		if via := oneLineMax(r.URL.Query().Get("via"), 80); via != "" {
+			a.By += ", via " + via
+		}
 		if err := ac.AnswerAsk(r.PathValue("id"), a); err != nil {
 			fail(w, err)
 			return
@@ -103,6 +108,20 @@ func serveAsks(mux *http.ServeMux, ctl Controller, writeJSON func(http.ResponseW
 	})
 }
 
+// oneLineMax is s without control characters, at most n bytes.
+func oneLineMax(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
 // Asks lists the gateway's pending asks.
 func (c *Client) Asks(ctx context.Context) ([]asks.Ask, error) {
 	var out []asks.Ask
@@ -114,8 +133,17 @@ func (c *Client) Asks(ctx context.Context) ([]asks.Ask, error) {
 // asks.Run or asks.Always), or deny; rule names a rule the answer added to
 // the user config ("": none). It returns the answer as recorded.
 func (c *Client) AnswerAsk(ctx context.Context, id string, allow bool, scope asks.Scope, rule string) (asks.Answer, error) {
+	return c.AnswerAskVia(ctx, id, allow, scope, rule, "")
+}
+
+// AnswerAskVia is AnswerAsk for an answer relayed from another channel,
+// which via names for the receipts (e.g. "MCP elicitation").
+func (c *Client) AnswerAskVia(ctx context.Context, id string, allow bool, scope asks.Scope, rule, via string) (asks.Answer, error) {
 	var out asks.Answer
 	q := url.Values{}
+	if via != "" {
+		q.Set("via", via)
+	}
 	verb := "deny"
 	if allow {
 		verb = "allow"
