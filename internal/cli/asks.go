@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/errclass"
 	"vak/internal/launch"
+	"vak/internal/paths"
 )
 
 // The ask commands (docs/gateway.md, "Asks"): list the requests a gateway
@@ -22,6 +24,7 @@ import (
 
 func (a *app) newGatewayAsksCmd(socket *string) *cobra.Command {
 	var follow bool
+	var ws string
 	cmd := &cobra.Command{
 		Use:   "asks",
 		Short: "List the requests held for your answer (network.ask), or follow them as they come",
@@ -30,9 +33,17 @@ func (a *app) newGatewayAsksCmd(socket *string) *cobra.Command {
 'vak gateway allow ID' or 'vak gateway deny ID', then gets 403.
 
 The gateway is the on-demand gateway of native proxied runs when it is
-running, else the one at --socket's default; --socket picks another.`,
+running, else the one at --socket's default; --socket picks another, and
+--workspace the gateway container of a docker-backed workspace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ws != "" {
+				args := []string{"asks"}
+				if follow {
+					args = append(args, "--follow")
+				}
+				return a.workspaceGatewayAsk(cmd.Context(), ws, args...)
+			}
 			c, err := askClient(*socket)
 			if err != nil {
 				return exitFor(err)
@@ -50,11 +61,23 @@ running, else the one at --socket's default; --socket picks another.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing asks and answers as they happen")
+	cmd.Flags().StringVarP(&ws, "workspace", "w", "", "the gateway container of this docker-backed workspace (its proxied network)")
 	return cmd
+}
+
+// workspaceGatewayAsk runs an ask command in the gateway container of the
+// docker-backed workspace dir.
+func (a *app) workspaceGatewayAsk(ctx context.Context, dir string, args ...string) error {
+	ws, err := paths.CanonicalWorkspace(dir)
+	if err != nil {
+		return exit(ExitUsage, err)
+	}
+	return exitFor(launch.WorkspaceGatewayAsk(ctx, ws, a.stdio.Out, a.stdio.Err, args...))
 }
 
 func (a *app) newGatewayAnswerCmd(allow bool, socket *string) *cobra.Command {
 	var once, run, always bool
+	var ws, via string
 	use, short := "deny ID", "Refuse a held request (and the identical ones waiting with it); --always adds a deny rule"
 	if allow {
 		use, short = "allow ID", "Let a held request through: --once (default), for the gateway's --run, or --always (a rule)"
@@ -77,13 +100,23 @@ later requests like it are decided by the rule, also after a restart.`,
 			if run {
 				scope = asks.Run
 			}
+			if ws != "" {
+				if always {
+					return exit(ExitUsage, errors.New("--always with --workspace is not built yet: answer with --run (or --once) and add the rule to [network] rules of the user config yourself"))
+				}
+				args := []string{cmd.Name(), args[0], "--via", fmt.Sprintf("docker exec by host uid %d", os.Getuid())}
+				if allow {
+					args = append(args, "--"+string(scope))
+				}
+				return a.workspaceGatewayAsk(cmd.Context(), ws, args...)
+			}
 			c, err := askClient(*socket)
 			if err != nil {
 				return exitFor(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			res, err := launch.AnswerAsk(ctx, c, a.userConfig, args[0], allow, always, scope)
+			res, err := launch.AnswerAsk(ctx, c, a.userConfig, args[0], allow, always, scope, via)
 			if res.ConfigFile != "" {
 				fmt.Fprintf(a.stdio.Out, "rule %q added to %s\n", res.Answer.Rule, res.ConfigFile)
 			}
@@ -95,6 +128,9 @@ later requests like it are decided by the rule, also after a restart.`,
 		},
 	}
 	cmd.Flags().BoolVar(&always, "always", false, "also add the answer as a rule to the user config (see above)")
+	cmd.Flags().StringVarP(&ws, "workspace", "w", "", "answer in the gateway container of this docker-backed workspace (its proxied network)")
+	cmd.Flags().StringVar(&via, "via", "", "the channel the answer was relayed from, for the receipts")
+	cmd.Flags().MarkHidden("via")
 	if allow {
 		cmd.Flags().BoolVar(&once, "once", false, "let the waiting request(s) through; the next one asks again (default)")
 		cmd.Flags().BoolVar(&run, "run", false, "also allow every later request to the same host and port while this gateway runs (nothing is written to the config)")

@@ -19,6 +19,7 @@ import (
 
 	"vak/internal/egress/egresstest"
 	"vak/internal/egress/ondemand"
+	"vak/internal/testenv"
 	"vak/internal/worker/wire"
 )
 
@@ -315,5 +316,117 @@ func TestMCPNativeProxiedAsk(t *testing.T) {
 	}
 	if got := up.served(); got != "/asked/1" {
 		t.Errorf("the upstream served %q, want only /asked/1", got)
+	}
+}
+
+// TestDockerAsk: a docker-backed `vak run --network proxied` with asking
+// on: the request no rule allows waits in the topology's gateway
+// container, `vak gateway asks -w` lists it there and `vak gateway allow
+// -w` lets it through (the receipt names the relay); the next one,
+// denied with `deny -w`, gets 403. The sandbox container has no path to
+// the gateway's admin socket (it lives in the gateway's own volume).
+func TestDockerAsk(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	img := testenv.Image(t)
+	netName := testenv.CreateNetwork(t, testenv.UniqueName("ask"))
+	mockIP := testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
+	label := "vak.test.run=ask-" + testenv.TestID(t)
+	t.Cleanup(func() { removeLabelled(t, label) })
+	ws := tempWorkspace(t)
+	probe, err := os.ReadFile(testenv.Probe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := egresstest.NewCA(t)
+	caDir := t.TempDir()
+	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
+	caFile := ca.WritePEM(t, caDir)
+	os.Chmod(caFile, 0o644)
+	var mu sync.Mutex
+	var served []string
+	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served = append(served, r.URL.Path)
+		mu.Unlock()
+		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
+	}), "api.test")
+	cfg := writeConfig(t, fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[session]
+run_network_idle = "10m"
+[network]
+policy = "proxied"
+ask = true
+ask_timeout = "20s"
+[[network.rules]]
+hosts = ["api.test"]
+cidrs = ["%[2]s/32"]
+paths = ["/open/"]
+[network.dns.overrides]
+"api.test" = ["%[2]s"]
+[gateway]
+extra_ca_bundles = [%[3]q]
+`, img, mockIP, caFile))
+	base := "https://api.test:" + strconv.Itoa(up.Port())
+	script := `./probe http ` + base + `/asked/1 30s; echo "#1"; ./probe http ` + base + `/asked/2 30s; echo "#2"; ls /data/vak/gateway.sock 2>&1; echo "#3"`
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	answered := make(chan string, 8)
+	go func() {
+		done := map[string]bool{}
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			code, out, _ := vakMain(t, cfg, "gateway", "asks", "-w", ws)
+			if code != 0 {
+				continue
+			}
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) < 5 || f[0] == "ID" || done[f[0]] {
+					continue
+				}
+				id, target := f[0], f[len(f)-1]
+				args := []string{"gateway", "allow", id, "-w", ws}
+				if strings.HasSuffix(target, "/asked/2") {
+					args = []string{"gateway", "deny", id, "-w", ws}
+				}
+				done[id] = true
+				code, out, errs := vakMain(t, cfg, args...)
+				answered <- fmt.Sprintf("%v: %d %s %s", args[1:3], code, strings.TrimSpace(out), strings.TrimSpace(errs))
+			}
+		}
+	}()
+	code, out, errs := vakMain(t, cfg, "run", "--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", label,
+		"-w", ws, "--network", "proxied", "--", "sh", "-c", script)
+	stop()
+	var log []string
+	for len(answered) > 0 {
+		log = append(log, <-answered)
+	}
+	if code != 0 {
+		t.Fatalf("vak run: exit %d\n%s\n%s\nanswers: %v", code, out, errs, log)
+	}
+	got := map[string]string{}
+	lines := strings.Split(out, "\n")
+	for i := 1; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "#") {
+			got[lines[i]] = lines[i-1]
+		}
+	}
+	via := "via docker exec by host uid " + strconv.Itoa(os.Getuid())
+	if !strings.Contains(got["#1"], "UPSTREAM /asked/1") || !strings.Contains(got["#2"], "was denied (admin socket") ||
+		!strings.Contains(got["#2"], via) || !strings.Contains(got["#3"], "No such file") {
+		t.Fatalf("the sandbox got:\n%s\nanswers: %v\nstderr: %s", out, log, errs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(served, " ") != "/asked/1" {
+		t.Errorf("the upstream served %v", served)
 	}
 }

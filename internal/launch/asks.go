@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"vak/internal/config"
 	"vak/internal/egress/admin"
 	"vak/internal/egress/asks"
+	"vak/internal/engine"
 	"vak/internal/errclass"
+	"vak/internal/proxynet"
 )
 
 // AskAnswer is what AnswerAsk did.
@@ -27,10 +30,13 @@ type AskAnswer struct {
 // requests like it are decided by that rule, also after a restart. The
 // rule: the ask's host and port, its method, and its path up to the last
 // '/' (the directory of what was asked for).
-func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allow, always bool, scope asks.Scope) (AskAnswer, error) {
+//
+// via names the channel an answer was relayed from ("": none), for the
+// receipts.
+func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allow, always bool, scope asks.Scope, via string) (AskAnswer, error) {
 	var res AskAnswer
 	if !always {
-		a, err := c.AnswerAsk(ctx, id, allow, scope, "")
+		a, err := c.AnswerAskVia(ctx, id, allow, scope, "", via)
 		res.Answer = a
 		return res, err
 	}
@@ -69,9 +75,31 @@ func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allo
 	if allow {
 		scope = asks.Always
 	}
-	res.Answer, err = c.AnswerAsk(ctx, id, allow, scope, rule.Name)
+	res.Answer, err = c.AnswerAskVia(ctx, id, allow, scope, rule.Name, via)
 	if rerr != nil {
 		err = errors.Join(err, fmt.Errorf("the rule is in %s, but the gateway did not reload: %w (vak gateway reload)", file, rerr))
 	}
 	return res, err
+}
+
+// WorkspaceGatewayAsk runs the ask command args (`asks`, `allow ID`, ...)
+// against the gateway container of the docker-backed workspace ws, whose
+// admin socket is in the container's volume: it runs there, through the
+// engine, and its output comes to out and errOut.
+func WorkspaceGatewayAsk(ctx context.Context, ws string, out, errOut io.Writer, args ...string) error {
+	eng, err := engine.New()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	err = proxynet.ExecGateway(ctx, eng, ws, out, errOut, args...)
+	var ee *engine.ExitError
+	switch {
+	case errors.Is(err, proxynet.ErrNoGateway):
+		return errclass.Wrap(errclass.Unavailable, err)
+	case errors.As(err, &ee):
+		// The command in the container said why on errOut.
+		return fmt.Errorf("vak gateway %s in the gateway of %s: exit status %d", strings.Join(args[:1], ""), ws, ee.Code)
+	}
+	return err
 }
