@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"vak/internal/egress/asks"
 	"vak/internal/egress/egresstest"
 	"vak/internal/egress/policy"
 	"vak/internal/receipts"
@@ -713,4 +714,55 @@ ports = [%d]
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("TLS 1.1 handshake accepted")
 	}
+}
+
+// TestAskedRequestAndRevoke: with asking on, a request no rule allows
+// (PUT: the allow rule names other methods) waits for an answer; allowed,
+// it goes upstream, and a revoke under the same rules leaves it (a person
+// allowed it), while a revoke after a rule that denies it ends it.
+func TestAskedRequestAndRevoke(t *testing.T) {
+	h := newHarness(t)
+	reg := asks.New(asks.Options{Timeout: time.Minute})
+	h.p.Asks = func() *asks.Registry { return reg }
+	c := h.client(false)
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("PUT", h.url("https", "allowed.test", "/hold"), strings.NewReader("x"))
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("a revoked request got a response: %s", resp.Status)
+		} else {
+			err = nil
+		}
+		errc <- err
+	}()
+	var pending []asks.Ask
+	for deadline := time.Now().Add(10 * time.Second); len(pending) == 0 && time.Now().Before(deadline); pending = reg.Pending() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(pending) != 1 || pending[0].Method != "PUT" || pending[0].Host != "allowed.test" || pending[0].Path != "/hold" {
+		t.Fatalf("pending asks: %+v", pending)
+	}
+	if err := reg.Answer(pending[0].ID, asks.Answer{Allow: true, Scope: asks.Once, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	<-h.held // upstream has it
+	if n := h.p.Revoke(); n != 0 {
+		t.Fatalf("a revoke under the same rules closed %d flow(s), the asked request among them", n)
+	}
+	h.pol.Store(h.policyFromTOML(`
+[[network.rules]]
+action = "deny"
+hosts = ["allowed.test"]
+`))
+	if n := h.p.Revoke(); n < 1 {
+		t.Fatalf("a revoke after a deny rule closed %d flows", n)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	h.receipt(func(r receipts.Record) bool {
+		return r.Method == "PUT" && strings.HasPrefix(r.Reason, "revoked:") && strings.Contains(r.Reason, "denies")
+	})
 }
