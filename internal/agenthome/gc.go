@@ -3,6 +3,7 @@ package agenthome
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -95,4 +96,27 @@ func selectOne(homes []Home, one, ws string) (sel []Home, none string, err error
 		}
 	}
 	return sel, fmt.Sprintf("no %s home to remove (%s does not exist)", c, dir), nil
+}
+
+// WriteGC prints what GC removed (or, dryRun, would remove) to w, one
+// home per line with its size; a home that could not be removed goes to
+// warnf instead. It returns how many could not be removed.
+func WriteGC(w io.Writer, warnf func(format string, args ...any), removed []Removed, dryRun bool) (failed int) {
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	for _, r := range removed {
+		size := "size unknown"
+		if r.UsageErr == nil {
+			size = r.Usage.Human()
+		}
+		if r.Err != nil {
+			warnf("%s: %v", r.Home.Label(), r.Err)
+			failed++
+			continue
+		}
+		fmt.Fprintf(w, "%s %s (%s, %s)\n", verb, r.Home.Label(), r.Home.Dir, size)
+	}
+	return failed
 }

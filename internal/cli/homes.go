@@ -40,23 +40,7 @@ func (a *app) gcHomes(f gcHomeFlags) error {
 		fmt.Fprintln(a.stdio.Out, none)
 		return nil
 	}
-	verb := "removed"
-	if f.dryRun {
-		verb = "would remove"
-	}
-	failed := 0
-	for _, r := range removed {
-		size := "size unknown"
-		if r.UsageErr == nil {
-			size = r.Usage.Human()
-		}
-		if r.Err != nil {
-			a.warnf("%s: %v", r.Home.Label(), r.Err)
-			failed++
-			continue
-		}
-		fmt.Fprintf(a.stdio.Out, "%s %s (%s, %s)\n", verb, r.Home.Label(), r.Home.Dir, size)
-	}
+	failed := agenthome.WriteGC(a.stdio.Out, a.warnf, removed, f.dryRun)
 	if failed > 0 {
 		return exit(1, fmt.Errorf("%d home(s) could not be removed", failed))
 	}

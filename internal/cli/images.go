@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 
-	"vak/internal/fsguard"
 	"vak/internal/launch"
 )
 
@@ -17,27 +15,11 @@ func (a *app) gcImages(ctx context.Context, dryRun bool, labelArgs []string) err
 	if err := addLabels(labels, labelArgs); err != nil {
 		return err
 	}
-	res, err := launch.ImageGC(ctx, workerExecutable, labels, dryRun)
-	var freed int64
-	for _, r := range res {
-		switch {
-		case r.Removed:
-			freed += r.Size
-			fmt.Fprintf(a.stdio.Out, "removed %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
-		case r.Reason != "":
-			fmt.Fprintf(a.stdio.Out, "kept %s: %s\n", r.Tag, r.Reason)
-		default:
-			freed += r.Size
-			fmt.Fprintf(a.stdio.Out, "would remove %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
-		}
-	}
+	err := launch.ImageGCReport(ctx, a.stdio.Out, workerExecutable, labels, dryRun)
 	if errors.Is(err, launch.ErrOwnBinary) {
 		return exit(ExitInternal, err)
 	} else if err != nil {
 		return exitFor(err)
-	}
-	if freed > 0 && !dryRun {
-		fmt.Fprintf(a.stdio.Out, "freed up to %s (layers shared with kept images stay)\n", fsguard.Usage{Bytes: freed}.Human())
 	}
 	return nil
 }

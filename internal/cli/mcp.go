@@ -159,24 +159,8 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if err != nil {
 		return exit(ExitInternal, fmt.Errorf("find the vak binary: %w", err))
 	}
-	args := []string{"mcp", "--workspace", ws}
-	if a.userConfig != "" {
-		args = append([]string{"--config", a.userConfig}, args...)
-	}
-	for _, fl := range []struct{ name, v string }{{"--backend", f.backend}, {"--mode", f.mode}, {"--network", f.network}, {"--image", f.image}, {"--home", f.home}} {
-		if fl.v != "" {
-			args = append(args, fl.name, fl.v)
-		}
-	}
-	if f.timeout > 0 {
-		args = append(args, "--timeout", f.timeout.String())
-	}
-	if f.session != "" {
-		args = append(args, "--session", f.session)
-	}
-	if f.sessionNew {
-		args = append(args, "--session-new")
-	}
+	args := mcp.ServeArgs(a.userConfig, ws, f.timeout, f.sessionNew, "--backend", f.backend, "--mode", f.mode,
+		"--network", f.network, "--image", f.image, "--home", f.home, "--session", f.session)
 	where, snippet, err := mcp.ClientConfig(f.printConfig, exe, args)
 	if err != nil {
 		return exit(ExitUsage, err)

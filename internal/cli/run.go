@@ -268,13 +268,7 @@ func (a *app) writeOutput(stream string, data []byte) {
 
 // warnTripwire reports what the worker's check after a command did.
 func (a *app) warnTripwire(res *wire.BashResult) {
-	for _, p := range res.ProtectedRemoved {
-		a.warnf("the command created or redirected protected path %s; it was removed (it would run outside the sandbox)", p)
-	}
-	for _, p := range res.SetuidCleared {
-		a.warnf("the command left a setuid or setgid file %s; the bits were cleared", p)
-	}
-	for _, w := range res.TripwireWarnings {
-		a.warnf("check after the command: %s", w)
+	for _, w := range res.CheckWarnings() {
+		a.warnf("%s", w)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -408,18 +407,7 @@ func (a *app) newSessionLsCmd(sf *sessionFlags) *cobra.Command {
 			if err != nil {
 				return sessionErr(err)
 			}
-			if quiet {
-				for _, r := range rows {
-					fmt.Fprintln(a.stdio.Out, r.ID)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Age, r.Image, r.Network, r.Workspace)
-			}
-			return tw.Flush()
+			return launch.WriteSessions(a.stdio.Out, rows, quiet)
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list warm-pool containers")

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"vak/internal/config"
 	"vak/internal/egress/admin"
 	"vak/internal/egress/asks"
+	"vak/internal/egress/gateway"
 	"vak/internal/engine"
 	"vak/internal/errclass"
+	"vak/internal/paths"
 	"vak/internal/proxynet"
 )
 
@@ -102,4 +105,103 @@ func WorkspaceGatewayAsk(ctx context.Context, ws string, out, errOut io.Writer, 
 		return fmt.Errorf("vak gateway %s in the gateway of %s: exit status %d", strings.Join(args[:1], ""), ws, ee.Code)
 	}
 	return err
+}
+
+// AskCommand is one of `vak gateway asks|allow|deny`.
+type AskCommand struct {
+	// Socket is the --socket flag (gateway.AskSocket); Workspace, when set,
+	// picks the gateway container of that docker-backed workspace instead.
+	Socket, Workspace string
+	// UserConfig is the --config flag (where --always writes).
+	UserConfig string
+	// Follow: asks --follow.
+	Follow bool
+	// ID, Allow, Scope, Always and Via are an answer's.
+	ID     string
+	Allow  bool
+	Scope  asks.Scope
+	Always bool
+	Via    string
+}
+
+// ListAsksReport lists the pending asks of the gateway c names to out, or
+// with Follow prints them and every change until ctx ends.
+func ListAsksReport(ctx context.Context, c AskCommand, out, errOut io.Writer) error {
+	if c.Workspace != "" {
+		args := []string{"asks"}
+		if c.Follow {
+			args = append(args, "--follow")
+		}
+		return workspaceGatewayAsk(ctx, c.Workspace, out, errOut, args...)
+	}
+	cl, err := askClient(c.Socket)
+	if err != nil {
+		return err
+	}
+	if c.Follow {
+		return notRunning(cl.FollowAsks(ctx, func(e asks.Event) error { return asks.WriteEvent(out, e) }))
+	}
+	list, err := cl.Asks(ctx)
+	if err != nil {
+		return notRunning(err)
+	}
+	return asks.WriteTable(out, list, time.Now())
+}
+
+// AnswerAskReport answers the ask c.ID (AnswerAsk) and prints what it
+// did to out.
+func AnswerAskReport(ctx context.Context, c AskCommand, out, errOut io.Writer) error {
+	if c.Workspace != "" {
+		if c.Always {
+			return errclass.Wrap(errclass.Invalid, errors.New("--always with --workspace is not built yet: answer with --run (or --once) and add the rule to [network] rules of the user config yourself"))
+		}
+		verb := "deny"
+		args := []string{verb, c.ID, "--via", fmt.Sprintf("docker exec by host uid %d", os.Getuid())}
+		if c.Allow {
+			args[0] = "allow"
+			args = append(args, "--"+string(c.Scope))
+		}
+		return workspaceGatewayAsk(ctx, c.Workspace, out, errOut, args...)
+	}
+	cl, err := askClient(c.Socket)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := AnswerAsk(ctx, cl, c.UserConfig, c.ID, c.Allow, c.Always, c.Scope, c.Via)
+	if res.ConfigFile != "" {
+		fmt.Fprintf(out, "rule %q added to %s\n", res.Answer.Rule, res.ConfigFile)
+	}
+	if err != nil {
+		return notRunning(err)
+	}
+	fmt.Fprintf(out, "ask %s: %s\n", c.ID, res.Answer.Summary())
+	return nil
+}
+
+func askClient(flag string) (*admin.Client, error) {
+	sock, err := gateway.AskSocket(flag)
+	if err != nil {
+		return nil, err
+	}
+	return admin.NewClient(sock), nil
+}
+
+// notRunning classes a gateway that is not running as Unavailable.
+func notRunning(err error) error {
+	if errors.Is(err, admin.ErrNotRunning) {
+		return errclass.Wrap(errclass.Unavailable, err)
+	}
+	return err
+}
+
+// workspaceGatewayAsk runs the ask command args in the gateway container
+// of the docker-backed workspace dir.
+func workspaceGatewayAsk(ctx context.Context, dir string, out, errOut io.Writer, args ...string) error {
+	ws, err := paths.CanonicalWorkspace(dir)
+	if err != nil {
+		return errclass.Wrap(errclass.Invalid, err)
+	}
+	return WorkspaceGatewayAsk(ctx, ws, out, errOut, args...)
 }

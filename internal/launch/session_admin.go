@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"vak/internal/broker"
@@ -17,6 +18,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/errclass"
+	"vak/internal/fsguard"
 	"vak/internal/hostenv"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
@@ -262,4 +264,44 @@ func ExecEnv(vars []string, load func() (*config.Config, error)) (map[string]str
 		return nil, errclass.Wrap(errclass.Invalid, err)
 	}
 	return env, nil
+}
+
+// WriteSessions prints rows as `vak session ls` shows them: a table, or
+// with idsOnly one ID per line.
+func WriteSessions(w io.Writer, rows []SessionRow, idsOnly bool) error {
+	if idsOnly {
+		for _, r := range rows {
+			fmt.Fprintln(w, r.ID)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tIMAGE\tNETWORK\tWORKSPACE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Age, r.Image, r.Network, r.Workspace)
+	}
+	return tw.Flush()
+}
+
+// ImageGCReport is ImageGC, printing to w what it removed, would remove
+// or kept, and how much it freed.
+func ImageGCReport(ctx context.Context, w io.Writer, exe string, labels map[string]string, dryRun bool) error {
+	res, err := ImageGC(ctx, exe, labels, dryRun)
+	var freed int64
+	for _, r := range res {
+		switch {
+		case r.Removed:
+			freed += r.Size
+			fmt.Fprintf(w, "removed %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
+		case r.Reason != "":
+			fmt.Fprintf(w, "kept %s: %s\n", r.Tag, r.Reason)
+		default:
+			freed += r.Size
+			fmt.Fprintf(w, "would remove %s (%s)\n", r.Tag, fsguard.Usage{Bytes: r.Size}.Human())
+		}
+	}
+	if err == nil && freed > 0 && !dryRun {
+		fmt.Fprintf(w, "freed up to %s (layers shared with kept images stay)\n", fsguard.Usage{Bytes: freed}.Human())
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Clients are the MCP clients ClientConfig knows.
@@ -37,4 +38,27 @@ func ClientConfig(client, exe string, args []string) (where, snippet string, err
 	default:
 		return "", "", fmt.Errorf("--print-config %q: want one of %s", client, strings.Join(Clients, ", "))
 	}
+}
+
+// ServeArgs are the arguments of `vak mcp` that serve workspace ws with
+// the flags a client's registration repeats: --config userConfig when
+// set, each NAME VALUE pair of flags whose value is set, --timeout when
+// positive, --session-new when set.
+func ServeArgs(userConfig, ws string, timeout time.Duration, sessionNew bool, flags ...string) []string {
+	args := []string{"mcp", "--workspace", ws}
+	if userConfig != "" {
+		args = append([]string{"--config", userConfig}, args...)
+	}
+	for i := 0; i+1 < len(flags); i += 2 {
+		if flags[i+1] != "" {
+			args = append(args, flags[i], flags[i+1])
+		}
+	}
+	if timeout > 0 {
+		args = append(args, "--timeout", timeout.String())
+	}
+	if sessionNew {
+		args = append(args, "--session-new")
+	}
+	return args
 }

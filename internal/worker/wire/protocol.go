@@ -391,3 +391,20 @@ func (e *Error) Is(target error) bool {
 func Errorf(code, format string, a ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, a...)}
 }
+
+// CheckWarnings are the warnings of the worker's check after the command,
+// as vak prints them: protected paths it removed, setuid bits it cleared,
+// what else the check noticed.
+func (r *BashResult) CheckWarnings() []string {
+	var out []string
+	for _, p := range r.ProtectedRemoved {
+		out = append(out, "the command created or redirected protected path "+p+"; it was removed (it would run outside the sandbox)")
+	}
+	for _, p := range r.SetuidCleared {
+		out = append(out, "the command left a setuid or setgid file "+p+"; the bits were cleared")
+	}
+	for _, w := range r.TripwireWarnings {
+		out = append(out, "check after the command: "+w)
+	}
+	return out
+}
