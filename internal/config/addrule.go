@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"vak/internal/paths"
 )
@@ -26,8 +28,26 @@ type AddedRule struct {
 	PathPrefix string // empty: any
 }
 
+// check refuses values a rule could not hold exactly (an ask's host is
+// already normalized: ASCII; names and paths are text without control
+// characters), so that the rule written is exactly the one answered.
+func (r AddedRule) check() error {
+	for _, f := range []struct {
+		what, v string
+		ascii   bool
+	}{{"name", r.Name, false}, {"host", r.Host, true}, {"method", r.Method, true}, {"path", r.PathPrefix, false}} {
+		if !utf8.ValidString(f.v) || strings.IndexFunc(f.v, func(c rune) bool { return c < 0x20 || c == 0x7f || f.ascii && c > 0x7e }) >= 0 {
+			return fmt.Errorf("config: the %s %q holds characters a rule cannot: add the rule to the user config yourself", f.what, f.v)
+		}
+	}
+	return nil
+}
+
 // toml is the rule as the TOML appended to the file.
 func (r AddedRule) toml() ([]byte, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\n# %s\n[[network.rules]]\nname = %s\n", oneLine(r.Comment), strconv.Quote(r.Name))
 	if r.Deny {
@@ -52,9 +72,11 @@ func (r AddedRule) toml() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// oneLine is s fit for a TOML comment: control characters (which a
+// comment may not hold, and a newline would end it) become spaces.
 func oneLine(s string) string {
 	return string(bytes.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
+		if r < 0x20 || r == 0x7f {
 			return ' '
 		}
 		return r
