@@ -329,26 +329,11 @@ func TestDockerAsk(t *testing.T) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
 	img := testenv.Image(t)
-	netName := testenv.CreateNetwork(t, testenv.UniqueName("ask"))
-	mockIP := testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
-	label := "vak.test.run=ask-" + testenv.TestID(t)
-	t.Cleanup(func() { removeLabelled(t, label) })
-	ws := tempWorkspace(t)
-	probe, err := os.ReadFile(testenv.Probe(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "probe"), probe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := egresstest.NewCA(t)
-	caDir := t.TempDir()
-	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
-	caFile := ca.WritePEM(t, caDir)
-	os.Chmod(caFile, 0o644)
+	m := newDockerMock(t, "ask")
+	ws, mockIP, label, caFile := m.ws, m.ip, m.label, m.caFile
 	var mu sync.Mutex
 	var served []string
-	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), m.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		served = append(served, r.URL.Path)
 		mu.Unlock()
@@ -429,4 +414,34 @@ extra_ca_bundles = [%[3]q]
 	if strings.Join(served, " ") != "/asked/1" {
 		t.Errorf("the upstream served %v", served)
 	}
+}
+
+// dockerMock is the fixture of a docker-backed proxied test whose mock
+// upstream runs on the host: a workspace holding the probe tool, a test
+// network on whose gateway address (ip) the mock listens, a label for the
+// run's objects (removed when t ends), and a CA whose certificate
+// (caFile) the gateway container can read.
+type dockerMock struct {
+	ws, ip, label, caFile string
+	ca                    *egresstest.CA
+}
+
+func newDockerMock(t *testing.T, name string) dockerMock {
+	t.Helper()
+	netName := testenv.CreateNetwork(t, testenv.UniqueName(name))
+	m := dockerMock{ws: tempWorkspace(t), label: "vak.test.run=" + name + "-" + testenv.TestID(t), ca: egresstest.NewCA(t)}
+	m.ip = testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
+	t.Cleanup(func() { removeLabelled(t, m.label) })
+	probe, err := os.ReadFile(testenv.Probe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.ws, "probe"), probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caDir := t.TempDir()
+	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
+	m.caFile = m.ca.WritePEM(t, caDir)
+	os.Chmod(m.caFile, 0o644)
+	return m
 }

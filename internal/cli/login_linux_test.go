@@ -285,23 +285,8 @@ func TestDockerLoginImport(t *testing.T) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
 	img := testenv.Image(t)
-	netName := testenv.CreateNetwork(t, testenv.UniqueName("login-import"))
-	mockIP := testenv.Docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", netName)
-	label := "vak.test.run=login-import-" + testenv.TestID(t)
-	t.Cleanup(func() { removeLabelled(t, label) })
-	ws := tempWorkspace(t)
-	probe, err := os.ReadFile(testenv.Probe(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "probe"), probe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := egresstest.NewCA(t)
-	caDir := t.TempDir()
-	os.Chmod(caDir, 0o755) // the gateway container reads it as another uid
-	caFile := ca.WritePEM(t, caDir)
-	os.Chmod(caFile, 0o644)
+	m := newDockerMock(t, "login-import")
+	ws, mockIP, label, caFile, ca := m.ws, m.ip, m.label, m.caFile, m.ca
 	var mu sync.Mutex
 	var seen []string
 	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
