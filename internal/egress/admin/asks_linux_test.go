@@ -33,23 +33,7 @@ func (c *askCtl) FollowAsks(ctx context.Context, fn func(asks.Event) error) erro
 	if c.reg == nil {
 		return errOff
 	}
-	now, events, cancel := c.reg.Subscribe()
-	defer cancel()
-	for _, a := range now {
-		if err := fn(asks.Event{Kind: "ask", Ask: a}); err != nil {
-			return err
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e := <-events:
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-	}
+	return c.reg.Follow(ctx, fn)
 }
 
 func (c *askCtl) AnswerAsk(id string, a asks.Answer) error {

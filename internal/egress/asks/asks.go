@@ -337,6 +337,28 @@ func (r *Registry) Subscribe() (now []Ask, events <-chan Event, cancel func()) {
 	}
 }
 
+// Follow calls fn with the pending asks (as "ask" events), then with
+// every event after them, until ctx ends (nil) or fn fails (its error).
+func (r *Registry) Follow(ctx context.Context, fn func(Event) error) error {
+	now, events, cancel := r.Subscribe()
+	defer cancel()
+	for _, a := range now {
+		if err := fn(Event{Kind: "ask", Ask: a}); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-events:
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 func (r *Registry) publishLocked(e Event) {
 	for ch := range r.subs {
 		select {

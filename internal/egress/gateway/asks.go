@@ -55,26 +55,7 @@ func (g *Gateway) FollowAsks(ctx context.Context, fn func(asks.Event) error) err
 	if reg == nil {
 		return ErrAskingOff
 	}
-	now, events, cancel := reg.Subscribe()
-	defer cancel()
-	for _, a := range now {
-		if err := fn(asks.Event{Kind: "ask", Ask: a}); err != nil {
-			return err
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-events:
-			if !ok {
-				return nil
-			}
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-	}
+	return reg.Follow(ctx, fn)
 }
 
 // AnswerAsk answers a pending ask.
