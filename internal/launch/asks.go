@@ -19,14 +19,14 @@ import (
 	"vak/internal/proxynet"
 )
 
-// AskAnswer is what AnswerAsk did.
+// AskAnswer is what answerAsk did.
 type AskAnswer struct {
 	Answer asks.Answer
 	// ConfigFile is the user config a rule was added to ("": none).
 	ConfigFile string
 }
 
-// AnswerAsk answers the pending ask id of the gateway c talks to: allow
+// answerAsk answers the pending ask id of the gateway c talks to: allow
 // (scope asks.Once, asks.Run or asks.Always) or deny; always adds the
 // answer as a rule to the trusted user config userConfig (empty: the
 // default one; never a project config) and reloads the gateway, so later
@@ -36,7 +36,7 @@ type AskAnswer struct {
 //
 // via names the channel an answer was relayed from ("": none), for the
 // receipts.
-func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allow, always bool, scope asks.Scope, via string) (AskAnswer, error) {
+func answerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allow, always bool, scope asks.Scope, via string) (AskAnswer, error) {
 	var res AskAnswer
 	if !always {
 		a, err := c.AnswerAskVia(ctx, id, allow, scope, "", via)
@@ -85,11 +85,15 @@ func AnswerAsk(ctx context.Context, c *admin.Client, userConfig, id string, allo
 	return res, err
 }
 
-// WorkspaceGatewayAsk runs the ask command args (`asks`, `allow ID`, ...)
-// against the gateway container of the docker-backed workspace ws, whose
+// workspaceGatewayAsk runs the ask command args (`asks`, `allow ID`, ...)
+// against the gateway container of the docker-backed workspace dir, whose
 // admin socket is in the container's volume: it runs there, through the
 // engine, and its output comes to out and errOut.
-func WorkspaceGatewayAsk(ctx context.Context, ws string, out, errOut io.Writer, args ...string) error {
+func workspaceGatewayAsk(ctx context.Context, dir string, out, errOut io.Writer, args ...string) error {
+	ws, err := paths.CanonicalWorkspace(dir)
+	if err != nil {
+		return errclass.Wrap(errclass.Invalid, err)
+	}
 	eng, err := engine.New()
 	if err != nil {
 		return err
@@ -102,7 +106,7 @@ func WorkspaceGatewayAsk(ctx context.Context, ws string, out, errOut io.Writer, 
 		return errclass.Wrap(errclass.Unavailable, err)
 	case errors.As(err, &ee):
 		// The command in the container said why on errOut.
-		return fmt.Errorf("vak gateway %s in the gateway of %s: exit status %d", strings.Join(args[:1], ""), ws, ee.Code)
+		return fmt.Errorf("vak gateway %s in the gateway of %s: exit status %d", args[0], ws, ee.Code)
 	}
 	return err
 }
@@ -139,16 +143,16 @@ func ListAsksReport(ctx context.Context, c AskCommand, out, errOut io.Writer) er
 		return err
 	}
 	if c.Follow {
-		return notRunning(cl.FollowAsks(ctx, func(e asks.Event) error { return asks.WriteEvent(out, e) }))
+		return cl.FollowAsks(ctx, func(e asks.Event) error { return asks.WriteEvent(out, e) })
 	}
 	list, err := cl.Asks(ctx)
 	if err != nil {
-		return notRunning(err)
+		return err
 	}
 	return asks.WriteTable(out, list, time.Now())
 }
 
-// AnswerAskReport answers the ask c.ID (AnswerAsk) and prints what it
+// AnswerAskReport answers the ask c.ID (answerAsk) and prints what it
 // did to out.
 func AnswerAskReport(ctx context.Context, c AskCommand, out, errOut io.Writer) error {
 	if c.Workspace != "" {
@@ -169,12 +173,12 @@ func AnswerAskReport(ctx context.Context, c AskCommand, out, errOut io.Writer) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := AnswerAsk(ctx, cl, c.UserConfig, c.ID, c.Allow, c.Always, c.Scope, c.Via)
+	res, err := answerAsk(ctx, cl, c.UserConfig, c.ID, c.Allow, c.Always, c.Scope, c.Via)
 	if res.ConfigFile != "" {
 		fmt.Fprintf(out, "rule %q added to %s\n", res.Answer.Rule, res.ConfigFile)
 	}
 	if err != nil {
-		return notRunning(err)
+		return err
 	}
 	fmt.Fprintf(out, "ask %s: %s\n", c.ID, res.Answer.Summary())
 	return nil
@@ -186,22 +190,4 @@ func askClient(flag string) (*admin.Client, error) {
 		return nil, err
 	}
 	return admin.NewClient(sock), nil
-}
-
-// notRunning classes a gateway that is not running as Unavailable.
-func notRunning(err error) error {
-	if errors.Is(err, admin.ErrNotRunning) {
-		return errclass.Wrap(errclass.Unavailable, err)
-	}
-	return err
-}
-
-// workspaceGatewayAsk runs the ask command args in the gateway container
-// of the docker-backed workspace dir.
-func workspaceGatewayAsk(ctx context.Context, dir string, out, errOut io.Writer, args ...string) error {
-	ws, err := paths.CanonicalWorkspace(dir)
-	if err != nil {
-		return errclass.Wrap(errclass.Invalid, err)
-	}
-	return WorkspaceGatewayAsk(ctx, ws, out, errOut, args...)
 }

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"vak/internal/errclass"
 )
 
 // Controller is what the admin endpoint controls.
@@ -170,8 +172,9 @@ func NewClient(path string) *Client {
 	}}
 }
 
-// ErrNotRunning means nothing listens on the socket.
-var ErrNotRunning = errors.New("admin: no gateway is listening")
+// ErrNotRunning means nothing listens on the socket; it is of class
+// errclass.Unavailable.
+var ErrNotRunning = errclass.New(errclass.Unavailable, "admin: no gateway is listening")
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, "http://gateway"+path, nil)
@@ -192,11 +195,7 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return err
 	}
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return errors.New(e.Error)
-		}
-		return fmt.Errorf("admin: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return statusError(resp.Status, b)
 	}
 	switch v := out.(type) {
 	case nil:
@@ -207,6 +206,16 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	default:
 		return json.Unmarshal(b, out)
 	}
+}
+
+// statusError is the error of an answer other than 200 with body b: the
+// server's own {"error": ...} message, or the status and body.
+func statusError(status string, b []byte) error {
+	var e struct{ Error string }
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return errors.New(e.Error)
+	}
+	return fmt.Errorf("admin: %s: %s", status, strings.TrimSpace(string(b)))
 }
 
 // Status returns the status report as raw JSON.

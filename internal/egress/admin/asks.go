@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -42,7 +43,7 @@ func serveAsks(mux *http.ServeMux, ctl Controller, writeJSON func(http.ResponseW
 		return
 	}
 	fail := func(w http.ResponseWriter, err error) {
-		status := http.StatusInternalServerError
+		var status int
 		switch {
 		case errors.Is(err, asks.ErrNoSuchAsk):
 			status = http.StatusNotFound
@@ -177,9 +178,8 @@ func (c *Client) FollowAsks(ctx context.Context, fn func(asks.Event) error) erro
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		var e struct{ Error string }
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("admin: %s: %s", resp.Status, e.Error)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return statusError(resp.Status, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

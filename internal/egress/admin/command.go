@@ -3,12 +3,9 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
-
-	"vak/internal/errclass"
 )
 
 // Commands are the operations Command runs, as `vak gateway` names its
@@ -18,16 +15,8 @@ var Commands = []string{"reload", "revoke", "status", "env"}
 // Command runs the operation name (one of Commands) on the gateway and
 // writes its result to w: a confirmation, the status as indented JSON, or
 // the placeholder environment as sorted NAME=placeholder lines. A gateway
-// that is not running is of class errclass.Unavailable.
+// that is not running is ErrNotRunning (errclass.Unavailable).
 func (c *Client) Command(ctx context.Context, name string, w io.Writer) error {
-	err := c.command(ctx, name, w)
-	if errors.Is(err, ErrNotRunning) {
-		return errclass.Wrap(errclass.Unavailable, err)
-	}
-	return err
-}
-
-func (c *Client) command(ctx context.Context, name string, w io.Writer) error {
 	switch name {
 	case "reload":
 		if err := c.Reload(ctx); err != nil {
