@@ -25,16 +25,17 @@ const ServeNativeCommand = "serve-native"
 // fence is the host side of a native proxied run: a lease on the user's
 // on-demand gateway (started if nothing answers) and the public trust
 // files. The attachment carries the gateway's socket paths, the trust
-// variables and the secret placeholders; release lets go of the gateway.
-func fence(ctx context.Context, req Request) (*sandbox.NetworkAttachment, func(), error) {
+// variables and the secret placeholders; admin is the gateway's admin
+// socket (for the host only); release lets go of the gateway.
+func fence(ctx context.Context, req Request) (att *sandbox.NetworkAttachment, admin string, release func(), err error) {
 	state, err := paths.EnsureStateDir()
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	bin := req.Executable
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 	}
 	lease, err := ondemand.Acquire(ctx, ondemand.Options{StateDir: state, SecretEnv: secretEnv(req.Config), Command: func(p ondemand.Paths) *exec.Cmd {
@@ -47,7 +48,7 @@ func fence(ctx context.Context, req Request) (*sandbox.NetworkAttachment, func()
 		return cmd
 	}})
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	if lease.Warning != "" && req.Warn != nil {
 		req.Warn(lease.Warning)
@@ -55,14 +56,14 @@ func fence(ctx context.Context, req Request) (*sandbox.NetworkAttachment, func()
 	trust, err := trustFor(lease.Trust, lease.CACert)
 	if err != nil {
 		lease.Release()
-		return nil, nil, fmt.Errorf("%w: trust files: %w", ondemand.ErrUnavailable, err)
+		return nil, "", nil, fmt.Errorf("%w: trust files: %w", ondemand.ErrUnavailable, err)
 	}
 	return &sandbox.NetworkAttachment{
 		Fence:    &sandbox.Fence{DataSocket: lease.Data, DNSSocket: lease.DNS, TrustDir: trust},
 		Env:      proxynet.SandboxEnv(sandbox.FenceTrustDir, lease.Placeholders),
 		TrustCA:  filepath.Join(sandbox.FenceTrustDir, catrust.CAFile),
 		TrustEnv: catrust.Env(sandbox.FenceTrustDir),
-	}, lease.Release, nil
+	}, lease.Admin, lease.Release, nil
 }
 
 // secretEnv is this process's values of the environment variables the

@@ -12,7 +12,6 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/egress/logins"
-	"vak/internal/egress/ondemand"
 	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/paths"
@@ -36,14 +35,12 @@ func (r *Run) attach(ctx context.Context) error {
 	tr := trace.From(ctx)
 	if kind == sandbox.NetworkFence {
 		end := tr.Begin("proxied network: on-demand gateway")
-		att, release, err := fence(ctx, r.req)
+		att, admin, release, err := fence(ctx, r.req)
 		if err != nil {
 			return fmt.Errorf("proxied network: %w; %w", err, ErrUnavailable)
 		}
 		if cfg.Egress != nil && cfg.Egress.Ask {
-			if state, err := paths.StateDir(); err == nil {
-				r.AskSocket = ondemand.Layout(state).Admin
-			}
+			r.AskSocket = admin
 		}
 		end()
 		r.Network = att
