@@ -159,8 +159,12 @@ func (a *app) printMCPConfig(f mcpFlags, ws string) error {
 	if err != nil {
 		return exit(ExitInternal, fmt.Errorf("find the vak binary: %w", err))
 	}
-	args := mcp.ServeArgs(a.userConfig, ws, f.timeout, f.sessionNew, "--backend", f.backend, "--mode", f.mode,
-		"--network", f.network, "--image", f.image, "--home", f.home, "--session", f.session)
+	timeout := ""
+	if f.timeout > 0 {
+		timeout = f.timeout.String()
+	}
+	args := mcp.ServeArgs(a.userConfig, ws, f.sessionNew, "--backend", f.backend, "--mode", f.mode,
+		"--network", f.network, "--image", f.image, "--home", f.home, "--timeout", timeout, "--session", f.session)
 	where, snippet, err := mcp.ClientConfig(f.printConfig, exe, args)
 	if err != nil {
 		return exit(ExitUsage, err)

@@ -96,19 +96,11 @@ func (s *Server) startAskingBash(ctx context.Context, ss *sdk.ServerSession, w W
 	return s.awaitBash(ctx, state, c)
 }
 
-// followAsks queues the gateway's new asks for c until its command ends.
+// followAsks queues the gateway's new asks for c until ctx ends (the
+// command's context, cancelled when the command has ended).
 func (s *Server) followAsks(ctx context.Context, c *askingCall) {
-	fctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-c.done:
-		case <-fctx.Done():
-		}
-		stop()
-	}()
 	seen := map[string]bool{}
-	err := admin.NewClient(s.opts.AskSocket).FollowAsks(fctx, func(e asks.Event) error {
+	err := admin.NewClient(s.opts.AskSocket).FollowAsks(ctx, func(e asks.Event) error {
 		if e.Kind == "ask" && !seen[e.Ask.ID] {
 			seen[e.Ask.ID] = true
 			select {
@@ -118,7 +110,7 @@ func (s *Server) followAsks(ctx context.Context, c *askingCall) {
 		}
 		return nil
 	})
-	if err != nil && fctx.Err() == nil {
+	if err != nil && ctx.Err() == nil {
 		s.opts.Log.Warn("following the gateway's asks", "err", err)
 	}
 }

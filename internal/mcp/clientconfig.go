@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // Clients are the MCP clients ClientConfig knows.
@@ -42,9 +41,9 @@ func ClientConfig(client, exe string, args []string) (where, snippet string, err
 
 // ServeArgs are the arguments of `vak mcp` that serve workspace ws with
 // the flags a client's registration repeats: --config userConfig when
-// set, each NAME VALUE pair of flags whose value is set, --timeout when
-// positive, --session-new when set.
-func ServeArgs(userConfig, ws string, timeout time.Duration, sessionNew bool, flags ...string) []string {
+// set, each NAME VALUE pair of flags whose value is set, in order, then
+// --session-new when set.
+func ServeArgs(userConfig, ws string, sessionNew bool, flags ...string) []string {
 	args := []string{"mcp", "--workspace", ws}
 	if userConfig != "" {
 		args = append([]string{"--config", userConfig}, args...)
@@ -53,9 +52,6 @@ func ServeArgs(userConfig, ws string, timeout time.Duration, sessionNew bool, fl
 		if flags[i+1] != "" {
 			args = append(args, flags[i], flags[i+1])
 		}
-	}
-	if timeout > 0 {
-		args = append(args, "--timeout", timeout.String())
 	}
 	if sessionNew {
 		args = append(args, "--session-new")
