@@ -116,10 +116,11 @@ func AddRule(userFile string, r AddedRule) (string, error) {
 			mode = fi.Mode().Perm()
 		}
 	}
-	next := append(bytes.Clone(old), add...)
-	if len(old) > 0 && old[len(old)-1] != '\n' {
-		next = append(append(bytes.Clone(old), '\n'), add...)
+	next := bytes.Clone(old)
+	if len(next) > 0 && next[len(next)-1] != '\n' {
+		next = append(next, '\n')
 	}
+	next = append(next, add...)
 	if _, err := Parse(userFile, next); err != nil {
 		return "", fmt.Errorf("%s: adding the rule would make the config invalid (it is left as it was): %w", userFile, err)
 	}

@@ -19,6 +19,7 @@
 package asks
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -302,19 +303,9 @@ func (r *Registry) pendingLocked() []Ask {
 		if c := a.First.Compare(b.First); c != 0 {
 			return c
 		}
-		return compareStrings(a.ID, b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Subscribe returns the pending asks now and a channel of the events
