@@ -42,28 +42,35 @@ func List(dir string, pub ed25519.PublicKey) ([]Summary, error) {
 		if d.IsDir() || !d.Type().IsRegular() || !strings.HasSuffix(p, ".jsonl") {
 			return nil
 		}
-		s := Summary{Path: p}
-		var rep *Report
-		if pub != nil {
-			rep, err = VerifyFileSigned(p, pub, false)
-		} else {
-			rep, err = VerifyFile(p)
-		}
-		switch {
-		case rep != nil && len(rep.Problems) > 0:
-			s.Problem = rep.Problems[0].Reason
-		case err != nil:
-			s.Problem = err.Error()
-		}
-		if rep != nil {
-			s.Records, s.Signed = rep.Records, rep.Signed && rep.OK()
-		}
-		s.First, s.Last = timeRange(p)
-		out = append(out, s)
+		out = append(out, Summarize(p, pub))
 		return nil
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, err
+}
+
+// Summarize verifies the receipts log p (with its signatures when pub is
+// not nil) and summarises it, as List does for each log it finds.
+func Summarize(p string, pub ed25519.PublicKey) Summary {
+	s := Summary{Path: p}
+	var rep *Report
+	var err error
+	if pub != nil {
+		rep, err = VerifyFileSigned(p, pub, false)
+	} else {
+		rep, err = VerifyFile(p)
+	}
+	switch {
+	case rep != nil && len(rep.Problems) > 0:
+		s.Problem = rep.Problems[0].Reason
+	case err != nil:
+		s.Problem = err.Error()
+	}
+	if rep != nil {
+		s.Records, s.Signed = rep.Records, rep.Signed && rep.OK()
+	}
+	s.First, s.Last = timeRange(p)
+	return s
 }
 
 // timeRange reads the times of a log's first and last records.
