@@ -9,6 +9,31 @@ import (
 	"vak/internal/netfence"
 )
 
+// newNetclientCmd is `vak netclient`, which vak starts itself (hidden).
+// It programs nftables in the current network namespace (the netclient container
+// of a proxied sandbox, which the sandboxed containers join) so that every TCP
+// connection goes to a local forwarder that relays it to the gateway behind a
+// PROXY v2 header, DNS goes to the gateway's resolver, and everything else is
+// dropped. Needs CAP_NET_ADMIN. Reports ready (netfence.ReadyFile) only after the
+// rules are verified in place; exits if they are ever changed.
+//
+// With --nested-pool, nested mode: a Docker engine will run in this namespace
+// with its bridges in that pool; their traffic is captured the same way (a
+// prerouting NAT chain, a forward chain that lets nothing but DNS out, and a
+// drop of outside packets to 127.0.0.0/8). See docs/nested-docker.md.
+//
+// With --check, only verify the rules and readiness (for health checks); give it
+// the same --nested-pool/--uplink as the running netclient. With --check
+// --joined, check from another container that joined the netclient's namespace
+// (a dev container's dockerd): the rules verify, the uplink is up with an
+// address, and the gateway's DNS port accepts a TCP connection; this fails in a
+// namespace whose netclient is gone (no uplink left).
+//
+// With --pod, the fence of a Kubernetes session pod, run by vak as the pod's
+// vak-fence sidecar with the in-cluster gateway's Service address: no sysctl
+// is set, IPv6 is dropped rather than disabled, connections opened toward the
+// pod are dropped, and a self-test (its receipt one JSON line) runs before the
+// pod is reported ready. See docs/kubernetes.md.
 func (a *app) newNetclientCmd() *cobra.Command {
 	var (
 		f netfence.Flags
@@ -17,31 +42,8 @@ func (a *app) newNetclientCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "netclient --gateway IP",
 		Short: "Fence this network namespace so that traffic leaves only through the gateway",
-		Long: `Program nftables in the current network namespace (the netclient container
-of a proxied sandbox, which the sandboxed containers join) so that every TCP
-connection goes to a local forwarder that relays it to the gateway behind a
-PROXY v2 header, DNS goes to the gateway's resolver, and everything else is
-dropped. Needs CAP_NET_ADMIN. Reports ready (` + netfence.ReadyFile + `) only after the
-rules are verified in place; exits if they are ever changed.
-
-With --nested-pool, nested mode: a Docker engine will run in this namespace
-with its bridges in that pool; their traffic is captured the same way (a
-prerouting NAT chain, a forward chain that lets nothing but DNS out, and a
-drop of outside packets to 127.0.0.0/8). See docs/nested-docker.md.
-
-With --check, only verify the rules and readiness (for health checks); give it
-the same --nested-pool/--uplink as the running netclient. With --check
---joined, check from another container that joined the netclient's namespace
-(a dev container's dockerd): the rules verify, the uplink is up with an
-address, and the gateway's DNS port accepts a TCP connection; this fails in a
-namespace whose netclient is gone (no uplink left).
-
-With --pod, the fence of a Kubernetes session pod, run by vak as the pod's
-vak-fence sidecar with the in-cluster gateway's Service address: no sysctl
-is set, IPv6 is dropped rather than disabled, connections opened toward the
-pod are dropped, and a self-test (its receipt one JSON line) runs before the
-pod is reported ready. See docs/kubernetes.md.`,
-		Args: cobra.NoArgs,
+		Long:  "Program nftables in this network namespace so that traffic leaves only through the gateway.\nvak starts it (hidden); docs/ARCHITECTURE.md, docs/nested-docker.md and docs/kubernetes.md describe it.",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return exitFor(netfence.Command(c, f, a.stdio.Out))
 		},
