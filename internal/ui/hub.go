@@ -1,0 +1,380 @@
+package ui
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"vak/internal/egress/admin"
+	"vak/internal/egress/asks"
+	"vak/internal/receipts"
+)
+
+// event is one server-sent event: Kind is its name ("decision", "ask",
+// "gateway").
+type event struct {
+	Kind string
+	Data any
+}
+
+// decisionView is a "decision" event: a receipt record and its log.
+type decisionView struct {
+	Log string `json:"log"`
+	receipts.Record
+}
+
+// gatewayAskView is an "ask" event, and a pending ask in the state.
+type gatewayAskView struct {
+	Gateway string `json:"gateway"`
+	asks.Event
+}
+
+// gatewayState is a "gateway" event, and a gateway in the state.
+type gatewayState struct {
+	Name    string `json:"name"`
+	Socket  string `json:"socket"`
+	Running bool   `json:"running"`
+	Error   string `json:"error,omitempty"`
+}
+
+// receiptsLog is a receipts log in the state.
+type receiptsLog struct {
+	Path     string    `json:"path"`
+	Records  uint64    `json:"records"`
+	First    time.Time `json:"first"`
+	Last     time.Time `json:"last"`
+	Verified bool      `json:"verified"`
+	Signed   bool      `json:"signed"`
+	Problem  string    `json:"problem,omitempty"`
+}
+
+// recentDecisions is how many decisions a new page gets first.
+const recentDecisions = 100
+
+// hub follows the gateways' asks and the receipts logs and fans what
+// happens out to the pages.
+type hub struct {
+	o Options
+
+	mu       sync.Mutex
+	subs     map[chan event]bool
+	recent   []decisionView
+	asks     map[string]map[string]asks.Ask // gateway -> id -> ask
+	gwState  map[string]gatewayState
+	verified map[string]verifiedLog // receipts log path -> last verification
+}
+
+type verifiedLog struct {
+	signed  bool // checked with the key
+	size    int64
+	modTime time.Time
+	log     receiptsLog
+}
+
+func newHub(o Options) *hub {
+	h := &hub{o: o, subs: map[chan event]bool{}, asks: map[string]map[string]asks.Ask{},
+		gwState: map[string]gatewayState{}, verified: map[string]verifiedLog{}}
+	for _, g := range o.Gateways {
+		h.gwState[g.Name] = gatewayState{Name: g.Name, Socket: g.Socket}
+		h.asks[g.Name] = map[string]asks.Ask{}
+	}
+	return h
+}
+
+func (h *hub) run(ctx context.Context) {
+	for _, g := range h.o.Gateways {
+		go h.follow(ctx, g)
+	}
+	h.tail(ctx)
+}
+
+func (h *hub) gateway(name string) (Gateway, bool) {
+	for _, g := range h.o.Gateways {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return Gateway{}, false
+}
+
+// subscribe returns what a new page gets first (the gateways, the recent
+// decisions and the pending asks) and the channel of what follows.
+func (h *hub) subscribe() ([]event, <-chan event, func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var backlog []event
+	for _, g := range h.o.Gateways {
+		backlog = append(backlog, event{"gateway", h.gwState[g.Name]})
+	}
+	for _, d := range h.recent {
+		backlog = append(backlog, event{"decision", d})
+	}
+	for _, a := range h.pendingLocked() {
+		backlog = append(backlog, event{"ask", a})
+	}
+	ch := make(chan event, 256)
+	h.subs[ch] = true
+	return backlog, ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.subs[ch] {
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// publishLocked sends e to every page; a page too slow to take it is
+// dropped (it reconnects and starts from the state again).
+func (h *hub) publishLocked(e event) {
+	for ch := range h.subs {
+		select {
+		case ch <- e:
+		default:
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func (h *hub) pending() []gatewayAskView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pendingLocked()
+}
+
+func (h *hub) pendingLocked() []gatewayAskView {
+	out := []gatewayAskView{}
+	for gw, m := range h.asks {
+		for _, a := range m {
+			out = append(out, gatewayAskView{Gateway: gw, Event: asks.Event{Kind: "ask", Ask: a}})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ask.First.Before(out[j].Ask.First) })
+	return out
+}
+
+func (h *hub) gatewayStates() []gatewayState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := []gatewayState{}
+	for _, g := range h.o.Gateways {
+		out = append(out, h.gwState[g.Name])
+	}
+	return out
+}
+
+// follow keeps following g's asks: a gateway that is not running (yet,
+// or any more) is tried again every second.
+func (h *hub) follow(ctx context.Context, g Gateway) {
+	c := admin.NewClient(g.Socket)
+	for ctx.Err() == nil {
+		err := c.FollowAsks(ctx, func(e asks.Event) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.setGatewayLocked(g, true, "")
+			m := h.asks[g.Name]
+			switch e.Kind {
+			case "ask": // new, or joined by another request
+				m[e.Ask.ID] = e.Ask
+			default: // answered, expired, gone
+				delete(m, e.Ask.ID)
+			}
+			h.publishLocked(event{"ask", gatewayAskView{Gateway: g.Name, Event: e}})
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		h.mu.Lock()
+		msg := ""
+		switch {
+		case errors.Is(err, admin.ErrNotRunning):
+			msg = "not running (nothing listens on its admin socket)"
+		case err != nil:
+			msg = err.Error()
+		}
+		h.setGatewayLocked(g, false, msg)
+		// Its asks went with it.
+		for id, a := range h.asks[g.Name] {
+			delete(h.asks[g.Name], id)
+			h.publishLocked(event{"ask", gatewayAskView{Gateway: g.Name, Event: asks.Event{Kind: "gone", Ask: a}}})
+		}
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (h *hub) setGatewayLocked(g Gateway, running bool, msg string) {
+	st := gatewayState{Name: g.Name, Socket: g.Socket, Running: running, Error: msg}
+	if h.gwState[g.Name] == st {
+		return
+	}
+	h.gwState[g.Name] = st
+	h.publishLocked(event{"gateway", st})
+}
+
+// logFiles lists the receipts logs under the receipts directories.
+func (h *hub) logFiles() []string {
+	var out []string
+	for _, dir := range h.o.ReceiptsDirs {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // gone, or not ours to read: skip
+			}
+			if d.Type().IsRegular() && strings.HasSuffix(p, ".jsonl") {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	sort.Strings(out)
+	return out
+}
+
+// tail publishes the records appended to the receipts logs: those there
+// when it starts fill the recent decisions; then every record appended,
+// or in a log that appears, is a "decision" event.
+func (h *hub) tail(ctx context.Context) {
+	poll := h.o.Poll
+	if poll <= 0 {
+		poll = 200 * time.Millisecond
+	}
+	offsets := map[string]int64{}
+	first := true
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		for _, f := range h.logFiles() {
+			off, known := offsets[f]
+			if !known && first {
+				off = -1 // the last records only
+			}
+			offsets[f] = h.readNew(f, off, !first)
+		}
+		first = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readNew reads the complete records of log f from off (-1: the last
+// records) and adds them to the recent decisions, publishing them when
+// live. It returns the offset to read from next.
+func (h *hub) readNew(f string, off int64, live bool) int64 {
+	fh, err := os.Open(f)
+	if err != nil {
+		return off
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return off
+	}
+	if off > fi.Size() {
+		off = 0 // replaced
+	}
+	if off < 0 {
+		off = max(0, fi.Size()-64<<10)
+	}
+	if off == fi.Size() {
+		return off
+	}
+	b, err := io.ReadAll(io.NewSectionReader(fh, off, min(fi.Size()-off, 16<<20)))
+	if err != nil {
+		return off
+	}
+	// Up to the last complete line; a partial line waits for its end.
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		return off
+	}
+	next := off + int64(end) + 1
+	b = b[:end+1]
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	name := h.logName(f)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sc.Scan() {
+		var rec receipts.Record
+		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Decision == "" {
+			continue // a cut first line, or not a decision
+		}
+		d := decisionView{Log: name, Record: rec}
+		h.recent = append(h.recent, d)
+		if len(h.recent) > recentDecisions {
+			h.recent = h.recent[len(h.recent)-recentDecisions:]
+		}
+		if live {
+			h.publishLocked(event{"decision", d})
+		}
+	}
+	return next
+}
+
+// logName is f relative to its receipts directory.
+func (h *hub) logName(f string) string {
+	for _, dir := range h.o.ReceiptsDirs {
+		if rel, err := filepath.Rel(dir, f); err == nil && !strings.HasPrefix(rel, "..") {
+			return rel
+		}
+	}
+	return f
+}
+
+// receiptsLogs verifies each receipts log (again only when it changed).
+func (h *hub) receiptsLogs() ([]receiptsLog, error) {
+	out := []receiptsLog{}
+	var key ed25519.PublicKey
+	if h.o.ReceiptsKeyFile != "" {
+		k, err := receipts.LoadPublicKey(h.o.ReceiptsKeyFile)
+		switch {
+		case err == nil:
+			key = k
+		case !errors.Is(err, fs.ErrNotExist):
+			return out, err
+		}
+	}
+	for _, f := range h.logFiles() {
+		fi, err := os.Stat(f)
+		if err != nil {
+			continue
+		}
+		h.mu.Lock()
+		v, ok := h.verified[f]
+		h.mu.Unlock()
+		if !ok || v.size != fi.Size() || !v.modTime.Equal(fi.ModTime()) || v.signed != (key != nil) {
+			v = verifiedLog{size: fi.Size(), modTime: fi.ModTime(), signed: key != nil, log: verify(f, key)}
+			v.log.Path = h.logName(f)
+			h.mu.Lock()
+			h.verified[f] = v
+			h.mu.Unlock()
+		}
+		out = append(out, v.log)
+	}
+	return out, nil
+}
+
+// verify checks one log as `vak receipts ls` does.
+func verify(f string, pub ed25519.PublicKey) receiptsLog {
+	s := receipts.Summarize(f, pub)
+	return receiptsLog{Records: s.Records, First: s.First, Last: s.Last, Verified: s.Problem == "", Signed: s.Signed, Problem: s.Problem}
+}
