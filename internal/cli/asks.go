@@ -67,3 +67,25 @@ and reloads the gateway, so the rule decides from then on.`,
 	}
 	return cmd
 }
+
+func (a *app) newUICmd() *cobra.Command {
+	c := launch.UICommand{Out: a.stdio.Out}
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve a local page that shows live decisions and answers held requests (asks)",
+		Long: `Serve a page on loopback with the gateways' decisions as they happen, the
+requests held for your answer ([network] ask = true) with Allow and Deny buttons,
+the rules, the sessions and each receipts log with its verification status,
+for the on-demand gateway of native proxied runs, a standalone 'vak gateway'
+and --socket's. Open the address it prints: it carries a token made at each
+start. Only your own processes, with the token, through the printed host name
+and from the page's own origin, are served. See docs/gateway.md, "Asks".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exitFor(launch.UI(cmd.Context(), a.launchRequest("", nil), c))
+		},
+	}
+	cmd.Flags().StringVar(&c.Listen, "listen", "127.0.0.1:0", "loopback address of the page (port 0: a free one)")
+	cmd.Flags().StringArrayVar(&c.Sockets, "socket", nil, "also follow the gateway with this admin socket (repeatable)")
+	return cmd
+}

@@ -29,6 +29,7 @@ var userCommands = []string{
 	"run",
 	"session", "session create", "session exec", "session gc", "session ls",
 	"session pool", "session pool fill", "session pull", "session rm", "session snapshot", "session worker-image",
+	"ui",
 	"version",
 }
 

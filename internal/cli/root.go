@@ -169,7 +169,7 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newCompletionCmd(),
 	)
 	root.AddCommand(a.sessionCommands()...)
-	root.AddCommand(a.newGatewayCmd(), a.newLoginCmd(), a.newReceiptsCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd())
+	root.AddCommand(a.newGatewayCmd(), a.newLoginCmd(), a.newReceiptsCmd(), a.newDevcontainerCmd(), a.newAgentnetCmd(), a.newUICmd())
 	root.AddCommand(internalCommands(
 		a.newWorkerCmd(),
 		a.newNetclientCmd(),
