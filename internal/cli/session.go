@@ -356,24 +356,7 @@ func (a *app) sessionSnapshot(ctx context.Context, sf *sessionFlags, id string, 
 	if err != nil {
 		return err
 	}
-	ref, err := launch.Snapshot(ctx, req, id, entries, file)
-	if err != nil {
-		return err
-	}
-	if quiet {
-		fmt.Fprintln(a.stdio.Out, ref.Key)
-		return nil
-	}
-	cached := ""
-	if ref.Cached {
-		cached = " (cached: reused the existing image)"
-	}
-	if ref.Host != "" {
-		fmt.Fprintf(a.stdio.Out, "key:   %s\nhome:  %s %s%s\nbase:  %s\n", ref.Key, ref.Host, ref.ID, strings.Replace(cached, "image", "snapshot", 1), ref.Base)
-		return nil
-	}
-	fmt.Fprintf(a.stdio.Out, "key:   %s\nimage: %s %s%s\n", ref.Key, ref.Ref, ref.ID, cached)
-	return nil
+	return launch.SnapshotReport(ctx, req, id, entries, file, quiet, a.stdio.Out)
 }
 
 func (a *app) newSessionRmCmd(sf *sessionFlags) *cobra.Command {

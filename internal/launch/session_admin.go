@@ -179,6 +179,29 @@ func sessionNetwork(ctx context.Context, eng *engine.Client, labels map[string]s
 	return string(sandbox.NetworkProxied) + " (" + st + ")"
 }
 
+// SnapshotReport is Snapshot, reported to out: the key alone when quiet,
+// else the key and the image (or home snapshot) made or reused.
+func SnapshotReport(ctx context.Context, req Request, id string, entries []string, file string, quiet bool, out io.Writer) error {
+	ref, err := Snapshot(ctx, req, id, entries, file)
+	if err != nil {
+		return err
+	}
+	if quiet {
+		fmt.Fprintln(out, ref.Key)
+		return nil
+	}
+	cached := ""
+	if ref.Cached {
+		cached = " (cached: reused the existing image)"
+	}
+	if ref.Host != "" {
+		fmt.Fprintf(out, "key:   %s\nhome:  %s %s%s\nbase:  %s\n", ref.Key, ref.Host, ref.ID, strings.Replace(cached, "image", "snapshot", 1), ref.Base)
+		return nil
+	}
+	fmt.Fprintf(out, "key:   %s\nimage: %s %s%s\n", ref.Key, ref.Ref, ref.ID, cached)
+	return nil
+}
+
 // Snapshot collects finished sessions quietly and snapshots session id
 // with the manifest of entries (NAME=VALUE, or NAME=@FILE for the digest
 // of FILE's content) and, if file is set, the entry "file" with its
