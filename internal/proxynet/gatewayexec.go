@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/moby/moby/client"
 
@@ -27,4 +28,24 @@ func ExecGateway(ctx context.Context, eng *engine.Client, ws string, stdout, std
 	}
 	cmd := append(append([]string{"/vak", "gateway"}, args...), "--socket", paths.GatewayAdminSocket(gatewayStateDir))
 	return engine.Exec(ctx, eng, gw, stdout, stderr, cmd...)
+}
+
+// RunningGateways lists the canonical workspaces of this user's topologies
+// whose gateway container is running (those ExecGateway reaches).
+func RunningGateways(ctx context.Context, eng *engine.Client) ([]string, error) {
+	f := make(client.Filters).Add("label", engine.LabelKind+"="+KindProxynet, engine.LabelOwner+"="+owner())
+	cs, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("proxynet: list: %w", err)
+	}
+	var out []string
+	for _, c := range cs.Items {
+		_, _, gw, _, _ := names(c.Labels[LabelKey])
+		ws := c.Labels[engine.LabelWorkspace]
+		if ws != "" && slices.Contains(c.Names, "/"+gw) {
+			out = append(out, ws)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
