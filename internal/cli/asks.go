@@ -29,6 +29,7 @@ gateway container of a docker-backed workspace.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&c.Follow, "follow", "f", false, "keep printing asks and answers as they happen")
+	cmd.Flags().BoolVar(&c.JSON, "json", false, "print JSON: the list, or with --follow one event per line")
 	cmd.Flags().StringVarP(&c.Workspace, "workspace", "w", "", "the gateway container of this docker-backed workspace")
 	return cmd
 }
@@ -76,10 +77,11 @@ func (a *app) newUICmd() *cobra.Command {
 		Long: `Serve a page on loopback with the gateways' decisions as they happen, the
 requests held for your answer ([network] ask = true) with Allow and Deny buttons,
 the rules, the sessions and each receipts log with its verification status,
-for the on-demand gateway of native proxied runs, a standalone 'vak gateway'
-and --socket's. Open the address it prints: it carries a token made at each
-start. Only your own processes, with the token, through the printed host name
-and from the page's own origin, are served. See docs/gateway.md, "Asks".`,
+for the on-demand gateway of native proxied runs, a standalone 'vak gateway',
+--socket's and the gateways of running docker-backed workspaces. Open the
+address it prints: it carries a token made at each start. Only your own
+processes, with the token, through the printed host name and from the page's
+own origin, are served. See docs/gateway.md, "The page: vak ui".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return exitFor(launch.UI(cmd.Context(), a.launchRequest("", nil), c))

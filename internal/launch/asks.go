@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,8 +119,9 @@ type AskCommand struct {
 	Socket, Workspace string
 	// UserConfig is the --config flag (where --always writes).
 	UserConfig string
-	// Follow: asks --follow.
-	Follow bool
+	// Follow: asks --follow; JSON: asks --json (the list as a JSON array,
+	// or each event as a JSON line).
+	Follow, JSON bool
 	// ID, Allow, Scope, Always and Via are an answer's.
 	ID     string
 	Allow  bool
@@ -136,18 +138,30 @@ func ListAsksReport(ctx context.Context, c AskCommand, out, errOut io.Writer) er
 		if c.Follow {
 			args = append(args, "--follow")
 		}
+		if c.JSON {
+			args = append(args, "--json")
+		}
 		return workspaceGatewayAsk(ctx, c.Workspace, out, errOut, args...)
 	}
 	cl, err := askClient(c.Socket)
 	if err != nil {
 		return err
 	}
+	enc := json.NewEncoder(out)
 	if c.Follow {
-		return cl.FollowAsks(ctx, func(e asks.Event) error { return asks.WriteEvent(out, e) })
+		return cl.FollowAsks(ctx, func(e asks.Event) error {
+			if c.JSON {
+				return enc.Encode(e)
+			}
+			return asks.WriteEvent(out, e)
+		})
 	}
 	list, err := cl.Asks(ctx)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case c.JSON:
+		return enc.Encode(append([]asks.Ask{}, list...))
 	}
 	return asks.WriteTable(out, list, time.Now())
 }
@@ -156,16 +170,7 @@ func ListAsksReport(ctx context.Context, c AskCommand, out, errOut io.Writer) er
 // did to out.
 func AnswerAskReport(ctx context.Context, c AskCommand, out, errOut io.Writer) error {
 	if c.Workspace != "" {
-		if c.Always {
-			return errclass.Wrap(errclass.Invalid, errors.New("--always with --workspace is not built yet: answer with --run (or --once) and add the rule to [network] rules of the user config yourself"))
-		}
-		verb := "deny"
-		args := []string{verb, c.ID, "--via", fmt.Sprintf("docker exec by host uid %d", os.Getuid())}
-		if c.Allow {
-			args[0] = "allow"
-			args = append(args, "--"+string(c.Scope))
-		}
-		return workspaceGatewayAsk(ctx, c.Workspace, out, errOut, args...)
+		return answerVia(ctx, c, fmt.Sprintf("docker exec by host uid %d", os.Getuid()), out, errOut)
 	}
 	cl, err := askClient(c.Socket)
 	if err != nil {
@@ -190,4 +195,18 @@ func askClient(flag string) (*admin.Client, error) {
 		return nil, err
 	}
 	return admin.NewClient(sock), nil
+}
+
+// answerVia answers c.ID in the gateway container of c.Workspace, naming
+// via as the channel in the receipts.
+func answerVia(ctx context.Context, c AskCommand, via string, out, errOut io.Writer) error {
+	if c.Always {
+		return errclass.Wrap(errclass.Invalid, errors.New("--always with --workspace is not built yet: answer with --run (or --once) and add the rule to [network] rules of the user config yourself"))
+	}
+	args := []string{"deny", c.ID, "--via", via}
+	if c.Allow {
+		args[0] = "allow"
+		args = append(args, "--"+string(c.Scope))
+	}
+	return workspaceGatewayAsk(ctx, c.Workspace, out, errOut, args...)
 }
