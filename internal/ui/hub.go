@@ -42,10 +42,13 @@ type gatewayAskView struct {
 
 // gatewayState is a "gateway" event, and a gateway in the state.
 type gatewayState struct {
-	Name    string `json:"name"`
-	Socket  string `json:"socket"`
-	Running bool   `json:"running"`
-	Error   string `json:"error,omitempty"`
+	Name      string `json:"name"`
+	Socket    string `json:"socket,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	Running   bool   `json:"running"`
+	Error     string `json:"error,omitempty"`
+	// Gone: a discovered gateway that is not found any more.
+	Gone bool `json:"gone,omitempty"`
 }
 
 // receiptsLog is a receipts log in the state.
@@ -71,8 +74,16 @@ type hub struct {
 	subs     map[chan event]bool
 	recent   []decisionView
 	asks     map[string]map[string]asks.Ask // gateway -> id -> ask
+	gws      map[string]*followed           // gateway name -> its follower
 	gwState  map[string]gatewayState
 	verified map[string]verifiedLog // receipts log path -> last verification
+}
+
+// followed is a gateway being followed.
+type followed struct {
+	g          Gateway
+	discovered bool
+	stop       context.CancelFunc
 }
 
 type verifiedLog struct {
@@ -83,29 +94,93 @@ type verifiedLog struct {
 }
 
 func newHub(o Options) *hub {
-	h := &hub{o: o, subs: map[chan event]bool{}, asks: map[string]map[string]asks.Ask{},
-		gwState: map[string]gatewayState{}, verified: map[string]verifiedLog{}}
-	for _, g := range o.Gateways {
-		h.gwState[g.Name] = gatewayState{Name: g.Name, Socket: g.Socket}
-		h.asks[g.Name] = map[string]asks.Ask{}
-	}
-	return h
+	return &hub{o: o, subs: map[chan event]bool{}, asks: map[string]map[string]asks.Ask{},
+		gws: map[string]*followed{}, gwState: map[string]gatewayState{}, verified: map[string]verifiedLog{}}
 }
 
 func (h *hub) run(ctx context.Context) {
+	h.mu.Lock()
 	for _, g := range h.o.Gateways {
-		go h.follow(ctx, g)
+		h.startLocked(ctx, g, false)
+	}
+	h.mu.Unlock()
+	if h.o.Discover != nil {
+		go h.discover(ctx)
 	}
 	h.tail(ctx)
 }
 
-func (h *hub) gateway(name string) (Gateway, bool) {
-	for _, g := range h.o.Gateways {
-		if g.Name == name {
-			return g, true
+// startLocked starts following g.
+func (h *hub) startLocked(ctx context.Context, g Gateway, discovered bool) {
+	fctx, stop := context.WithCancel(ctx)
+	h.gws[g.Name] = &followed{g: g, discovered: discovered, stop: stop}
+	h.asks[g.Name] = map[string]asks.Ask{}
+	h.setGatewayLocked(g, false, "")
+	go h.follow(fctx, g)
+}
+
+// discover follows the gateways Discover finds, and stops following the
+// discovered ones it no longer finds.
+func (h *hub) discover(ctx context.Context) {
+	every := h.o.DiscoverEvery
+	if every <= 0 {
+		every = 3 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if list, err := h.o.Discover(ctx); err == nil {
+			found := map[string]bool{}
+			h.mu.Lock()
+			for _, g := range list {
+				found[g.Name] = true
+				if h.gws[g.Name] == nil {
+					h.startLocked(ctx, g, true)
+				}
+			}
+			for name, f := range h.gws {
+				if f.discovered && !found[name] {
+					f.stop()
+					delete(h.gws, name)
+					h.dropAsksLocked(name)
+					delete(h.asks, name)
+					delete(h.gwState, name)
+					h.publishLocked(event{"gateway", gatewayState{Name: name, Workspace: f.g.Workspace, Gone: true}})
+				}
+			}
+			h.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
+}
+
+func (h *hub) gateway(name string) (Gateway, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f := h.gws[name]; f != nil {
+		return f.g, true
+	}
 	return Gateway{}, false
+}
+
+// names are the followed gateways' names, static ones first.
+func (h *hub) namesLocked() []string {
+	var out []string
+	for _, g := range h.o.Gateways {
+		out = append(out, g.Name)
+	}
+	var more []string
+	for name, f := range h.gws {
+		if f.discovered {
+			more = append(more, name)
+		}
+	}
+	sort.Strings(more)
+	return append(out, more...)
 }
 
 // subscribe returns what a new page gets first (the gateways, the recent
@@ -114,8 +189,8 @@ func (h *hub) subscribe() ([]event, <-chan event, func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var backlog []event
-	for _, g := range h.o.Gateways {
-		backlog = append(backlog, event{"gateway", h.gwState[g.Name]})
+	for _, name := range h.namesLocked() {
+		backlog = append(backlog, event{"gateway", h.gwState[name]})
 	}
 	for _, d := range h.recent {
 		backlog = append(backlog, event{"decision", d})
@@ -169,22 +244,30 @@ func (h *hub) gatewayStates() []gatewayState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := []gatewayState{}
-	for _, g := range h.o.Gateways {
-		out = append(out, h.gwState[g.Name])
+	for _, name := range h.namesLocked() {
+		out = append(out, h.gwState[name])
 	}
 	return out
 }
 
+var errNotFollowed = errors.New("ui: the gateway is no longer followed")
+
 // follow keeps following g's asks: a gateway that is not running (yet,
 // or any more) is tried again every second.
 func (h *hub) follow(ctx context.Context, g Gateway) {
-	c := admin.NewClient(g.Socket)
+	followAsks := g.Follow
+	if followAsks == nil {
+		followAsks = admin.NewClient(g.Socket).FollowAsks
+	}
 	for ctx.Err() == nil {
-		err := c.FollowAsks(ctx, func(e asks.Event) error {
+		err := followAsks(ctx, func(e asks.Event) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			h.setGatewayLocked(g, true, "")
 			m := h.asks[g.Name]
+			if m == nil || ctx.Err() != nil {
+				return errNotFollowed
+			}
+			h.setGatewayLocked(g, true, "")
 			switch e.Kind {
 			case "ask": // new, or joined by another request
 				m[e.Ask.ID] = e.Ask
@@ -205,11 +288,9 @@ func (h *hub) follow(ctx context.Context, g Gateway) {
 		case err != nil:
 			msg = err.Error()
 		}
-		h.setGatewayLocked(g, false, msg)
-		// Its asks went with it.
-		for id, a := range h.asks[g.Name] {
-			delete(h.asks[g.Name], id)
-			h.publishLocked(event{"ask", gatewayAskView{Gateway: g.Name, Event: asks.Event{Kind: "gone", Ask: a}}})
+		if ctx.Err() == nil {
+			h.setGatewayLocked(g, false, msg)
+			h.dropAsksLocked(g.Name) // they went with it
 		}
 		h.mu.Unlock()
 		select {
@@ -219,8 +300,16 @@ func (h *hub) follow(ctx context.Context, g Gateway) {
 	}
 }
 
+// dropAsksLocked forgets the asks of gateway name, telling the pages.
+func (h *hub) dropAsksLocked(name string) {
+	for id, a := range h.asks[name] {
+		delete(h.asks[name], id)
+		h.publishLocked(event{"ask", gatewayAskView{Gateway: name, Event: asks.Event{Kind: "gone", Ask: a}}})
+	}
+}
+
 func (h *hub) setGatewayLocked(g Gateway, running bool, msg string) {
-	st := gatewayState{Name: g.Name, Socket: g.Socket, Running: running, Error: msg}
+	st := gatewayState{Name: g.Name, Socket: g.Socket, Workspace: g.Workspace, Running: running, Error: msg}
 	if h.gwState[g.Name] == st {
 		return
 	}

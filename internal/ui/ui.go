@@ -41,12 +41,17 @@ import (
 	"vak/internal/egress/asks"
 )
 
-// Gateway is a gateway the page follows: its admin socket.
+// Gateway is a gateway the page follows.
 type Gateway struct {
 	// Name labels it on the page and in the API ("native" for the
-	// on-demand gateway of native proxied runs).
-	Name   string
-	Socket string
+	// on-demand gateway of native proxied runs): letters, digits, '-'.
+	Name string
+	// Socket is its admin socket, or Follow follows its asks (a gateway
+	// container's, through the engine); Workspace is the workspace it
+	// serves, when it serves one.
+	Socket    string
+	Workspace string
+	Follow    func(ctx context.Context, fn func(asks.Event) error) error
 }
 
 // Rule is one rule of the network policy, as the page shows it.
@@ -85,8 +90,11 @@ type Options struct {
 	// Listen is the address, on loopback (default 127.0.0.1:0: a free
 	// port).
 	Listen string
-	// Gateways are the gateways whose asks the page shows and answers.
+	// Gateways are the gateways whose asks the page shows and answers;
+	// Discover, when set, finds more every few seconds (those of running
+	// docker-backed workspaces), and a gateway it no longer finds goes.
 	Gateways []Gateway
+	Discover func(context.Context) ([]Gateway, error)
 	// ReceiptsDirs are searched (recursively) for receipts logs, which
 	// the page lists with their verification status and whose new records
 	// it shows as live decisions.
@@ -112,8 +120,8 @@ type Options struct {
 	// discarded).
 	Log io.Writer
 	// Poll is how often the receipts logs are checked for new records
-	// (default 200 ms).
-	Poll time.Duration
+	// (default 200 ms), DiscoverEvery how often Discover runs (default 3 s).
+	Poll, DiscoverEvery time.Duration
 }
 
 // ErrNotLoopback: Listen is not a loopback address.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -266,5 +267,73 @@ func TestServeRefusesNonLoopback(t *testing.T) {
 		if err := Serve(context.Background(), Options{Listen: addr}); err == nil || !strings.Contains(err.Error(), "loopback only") {
 			t.Errorf("Serve on %s: %v", addr, err)
 		}
+	}
+}
+
+// TestDiscoveredGateways: a gateway Discover finds is followed (its asks
+// are in the state and answerable through the page), and when Discover no
+// longer finds it, it and its asks go.
+func TestDiscoveredGateways(t *testing.T) {
+	var mu sync.Mutex
+	present := true
+	ws := "/work/app"
+	follow := func(ctx context.Context, fn func(asks.Event) error) error {
+		if err := fn(asks.Event{Kind: "ask", Ask: asks.Ask{ID: "a1", Method: "GET", Host: "x.test", Port: 443, Path: "/p"}}); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	discover := func(context.Context) ([]Gateway, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !present {
+			return nil, nil
+		}
+		return []Gateway{{Name: "docker-k1", Workspace: ws, Follow: follow}}, nil
+	}
+	p := startPage(t, Options{Discover: discover, DiscoverEvery: 20 * time.Millisecond})
+	type st struct {
+		Gateways []gatewayState
+		Asks     []gatewayAskView
+	}
+	state := func() st {
+		_, body := p.do(t, "GET", "/api/state", true, nil)
+		var s st
+		if err := json.Unmarshal([]byte(body), &s); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+		return s
+	}
+	waitFor := func(what string, ok func(st) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s := state()
+			if ok(s) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never %s: %+v", what, s)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("followed", func(s st) bool {
+		return len(s.Gateways) == 1 && s.Gateways[0].Running && s.Gateways[0].Workspace == ws && len(s.Asks) == 1 && s.Asks[0].Ask.ID == "a1"
+	})
+	origin := map[string]string{"Origin": p.base, "X-Vak-Token": p.token}
+	if status, body := p.do(t, "POST", "/api/asks/docker-k1/a1/allow?scope=run", true, origin); status != 200 {
+		t.Errorf("answer: %d %s", status, body)
+	}
+	if got := <-p.answered; got != "docker-k1 a1 true run" {
+		t.Errorf("answered %q", got)
+	}
+	mu.Lock()
+	present = false
+	mu.Unlock()
+	waitFor("gone", func(s st) bool { return len(s.Gateways) == 0 && len(s.Asks) == 0 })
+	if status, _ := p.do(t, "POST", "/api/asks/docker-k1/a1/allow?scope=run", true, origin); status != 404 {
+		t.Errorf("an answer to a gone gateway: %d, want 404", status)
 	}
 }

@@ -4,6 +4,7 @@
 
 const token = document.querySelector('meta[name="vak-token"]').content;
 const asks = new Map(); // "gateway/id" -> {gateway, ask}
+const gateways = new Map(); // name -> its state
 const maxRows = 500;
 
 function el(tag, text, cls) {
@@ -55,9 +56,14 @@ function addDecision(r) {
   while (body.children.length > maxRows) body.removeChild(body.lastChild);
 }
 
+function gatewayLabel(name) {
+  const g = gateways.get(name);
+  return "gateway " + name + (g && g.workspace ? " (workspace " + g.workspace + ")" : "");
+}
+
 function askMeta(gateway, ask) {
   const left = Math.max(0, Math.round((new Date(ask.expires) - Date.now()) / 1000));
-  return "ask " + ask.id + " · gateway " + gateway + " · " + ask.count + " waiting · first " +
+  return "ask " + ask.id + " · " + gatewayLabel(gateway) + " · " + ask.count + " waiting · first " +
     clock(ask.first) + " · refused in " + left + " s unless answered";
 }
 
@@ -139,14 +145,14 @@ function renderGateways(list) {
   const box = document.getElementById("gateways");
   box.replaceChildren();
   for (const g of list) {
-    const b = el("span", "gateway " + g.name + (g.running ? ": running" : ": not running"), "badge " + (g.running ? "on" : "off"));
-    b.title = g.socket + (g.error ? "\n" + g.error : "");
+    const b = el("span", gatewayLabel(g.name) + (g.running ? ": running" : ": not running"), "badge " + (g.running ? "on" : "off"));
+    b.title = (g.socket || "") + (g.error ? "\n" + g.error : "");
     box.appendChild(b);
   }
 }
-const gateways = new Map();
 function onGateway(g) {
-  gateways.set(g.name, g);
+  if (g.gone) gateways.delete(g.name);
+  else gateways.set(g.name, g);
   renderGateways([...gateways.values()]);
 }
 
@@ -166,6 +172,7 @@ async function refresh() {
     document.getElementById("errors").textContent = String(e.message || e);
     return;
   }
+  gateways.clear();
   for (const g of st.gateways) gateways.set(g.name, g);
   renderGateways([...gateways.values()]);
   const rules = st.rules ? st.rules.rules : [];
