@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -444,4 +445,127 @@ func newDockerMock(t *testing.T, name string) dockerMock {
 	m.caFile = m.ca.WritePEM(t, caDir)
 	os.Chmod(m.caFile, 0o644)
 	return m
+}
+
+// TestDockerUIAsk: vak ui finds the gateway container of a docker-backed
+// workspace while a proxied `vak run` uses it, shows its asks, and answers
+// them in that container: allow once lets the request through, deny
+// refuses the next, and the receipts name the page and docker exec; an
+// "always" answer is refused there (not built for containers) and changes
+// nothing. The container cannot reach the page.
+func TestDockerUIAsk(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	img := testenv.Image(t)
+	m := newDockerMock(t, "uiask")
+	up := egresstest.StartTLS(t, egresstest.Listen(t, m.ip, 0), m.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
+	}), "api.test")
+	cfg := writeConfig(t, fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[network]
+policy = "proxied"
+ask = true
+ask_timeout = "30s"
+[[network.rules]]
+hosts = ["api.test"]
+cidrs = ["%[2]s/32"]
+paths = ["/open/"]
+[network.dns.overrides]
+"api.test" = ["%[2]s"]
+[gateway]
+extra_ca_bundles = [%[3]q]
+`, img, m.ip, m.caFile))
+	pageURL, uiErr := startUI(t, cfg)
+	pageBase, token, _ := strings.Cut(pageURL, "/?token=")
+	cookie := "vak_ui_" + pageBase[strings.LastIndex(pageBase, ":")+1:] + "=" + token
+	base := "https://api.test:" + strconv.Itoa(up.Port())
+	script := `./probe http ` + base + `/asked/1 40s; echo "#1"; ./probe http ` + base + `/asked/2 40s; echo "#2"; ` +
+		`./probe http ` + pageBase + `/api/state 3s; echo "#3"`
+
+	// The person, at the page's API (what its buttons send).
+	hc := &http.Client{Timeout: 60 * time.Second}
+	call := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, pageBase+path, nil)
+		req.Header.Set("Cookie", cookie)
+		req.Header.Set("Origin", pageBase)
+		req.Header.Set("X-Vak-Token", token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	answered := make(chan string, 8)
+	go func() {
+		done := map[string]bool{}
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			_, body := call("GET", "/api/state")
+			var st struct {
+				Gateways []struct{ Name, Workspace string }
+				Asks     []struct {
+					Gateway string
+					Ask     struct{ ID, Path string }
+				}
+			}
+			if json.Unmarshal([]byte(body), &st) != nil {
+				continue
+			}
+			for _, a := range st.Asks {
+				if done[a.Ask.ID] || !strings.HasPrefix(a.Gateway, "docker-") {
+					continue
+				}
+				done[a.Ask.ID] = true
+				p := "/api/asks/" + a.Gateway + "/" + a.Ask.ID
+				if a.Ask.Path == "/asked/2" {
+					code, body := call("POST", p+"/allow?scope=always")
+					answered <- fmt.Sprintf("always %s: %d %s", a.Ask.Path, code, body)
+					code, body = call("POST", p+"/deny")
+					answered <- fmt.Sprintf("deny %s: %d %s", a.Ask.Path, code, body)
+					continue
+				}
+				code, body := call("POST", p+"/allow?scope=once")
+				answered <- fmt.Sprintf("once %s: %d %s", a.Ask.Path, code, body)
+			}
+		}
+	}()
+	code, out, errs := vakMain(t, cfg, "run", "--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", m.label,
+		"-w", m.ws, "--network", "proxied", "--", "sh", "-c", script)
+	stop()
+	var log []string
+	for len(answered) > 0 {
+		log = append(log, <-answered)
+	}
+	if code != 0 {
+		t.Fatalf("vak run: exit %d\n%s\n%s\nanswers: %v\nvak ui: %s", code, out, errs, log, uiErr.String())
+	}
+	got := map[string]string{}
+	lines := strings.Split(out, "\n")
+	for i := 1; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "#") {
+			got[lines[i]] = lines[i-1]
+		}
+	}
+	via := "via vak ui, pid "
+	if !strings.Contains(got["#1"], "UPSTREAM /asked/1") || !strings.Contains(got["#2"], "was denied (admin socket") ||
+		!strings.Contains(got["#2"], via) || !strings.Contains(got["#2"], "docker exec by host uid "+strconv.Itoa(os.Getuid())) ||
+		!strings.HasPrefix(got["#3"], "FAIL ") {
+		t.Errorf("the sandbox got:\n%s\nanswers: %v\nvak ui: %s", out, log, uiErr.String())
+	}
+	t.Logf("the sandbox got:\n%s\nanswers: %v", out, log)
+	joined := strings.Join(log, "\n")
+	if !strings.Contains(joined, "once /asked/1: 200") || !strings.Contains(joined, "always /asked/2: 409") ||
+		!strings.Contains(joined, "not built yet") || !strings.Contains(joined, "deny /asked/2: 200") {
+		t.Errorf("the answers through the page: %v", log)
+	}
+	if data, err := os.ReadFile(cfg); err != nil || strings.Contains(string(data), "asked ") {
+		t.Errorf("the refused always answer changed the config: %v\n%s", err, data)
+	}
 }

@@ -38,33 +38,7 @@ func TestUIBrowser(t *testing.T) {
 	cfg := writeConfig(t, up.cfgBody)
 	base := "https://api.test:" + strconv.Itoa(up.api.Port())
 
-	// vak ui, as a user starts it.
-	ui := exec.Command(workerExecutable, "--config", cfg, "ui")
-	uiErr := wire.NewTailBuffer(64 << 10)
-	ui.Stderr = uiErr
-	stdout, err := ui.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ui.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ui.Process.Kill(); ui.Wait() })
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "vak ui: open "); ok {
-				urlc <- u
-			}
-		}
-	}()
-	var pageURL string
-	select {
-	case pageURL = <-urlc:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("vak ui printed no address; stderr:\n%s", uiErr.String())
-	}
+	pageURL, uiErr := startUI(t, cfg)
 	pageBase, token, _ := strings.Cut(pageURL, "/?token=")
 	port := pageBase[strings.LastIndex(pageBase, ":")+1:]
 
@@ -252,6 +226,39 @@ func TestUIBrowser(t *testing.T) {
 			t.Errorf("no receipt records %q", want)
 		}
 	}
+}
+
+// startUI starts `vak ui` with the user config cfg, as a user does, and
+// returns the address it printed and its stderr.
+func startUI(t *testing.T, cfg string) (string, *wire.TailBuffer) {
+	t.Helper()
+	ui := exec.Command(workerExecutable, "--config", cfg, "ui")
+	uiErr := wire.NewTailBuffer(64 << 10)
+	ui.Stderr = uiErr
+	stdout, err := ui.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ui.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ui.Process.Kill(); ui.Wait() })
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "vak ui: open "); ok {
+				urlc <- u
+			}
+		}
+	}()
+	select {
+	case u := <-urlc:
+		return u, uiErr
+	case <-time.After(30 * time.Second):
+		t.Fatalf("vak ui printed no address; stderr:\n%s", uiErr.String())
+	}
+	return "", nil
 }
 
 // requireChromium finds Debian's chromium (VAK_REQUIRE_BROWSER=1: its

@@ -1,7 +1,9 @@
 package launch
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"vak/internal/egress/gateway"
 	"vak/internal/egress/ondemand"
 	"vak/internal/egress/policy"
+	"vak/internal/engine"
 	"vak/internal/errclass"
 	"vak/internal/netpolicy"
 	"vak/internal/paths"
@@ -59,10 +62,14 @@ func UI(ctx context.Context, req Request, c UICommand) error {
 		o.Gateways = append(o.Gateways, ui.Gateway{Name: fmt.Sprintf("socket%d", i+1), Socket: s})
 	}
 	o.ReceiptsKeyFile = filepath.Join(gateway.ReceiptsKeyDir(state), receipts.PubKeyFile)
+	o.Discover = dockerGateways
 	o.Rules = func() (ui.Rules, error) { return uiRules(req.UserConfig) }
 	o.Sessions = func(ctx context.Context) ([]ui.Session, error) { return uiSessions(ctx, req) }
 	via := fmt.Sprintf("vak ui, pid %d", os.Getpid())
 	o.Answer = func(ctx context.Context, gw ui.Gateway, id string, allow, always bool, scope asks.Scope) (string, error) {
+		if gw.Workspace != "" {
+			return answerInContainer(ctx, gw.Workspace, id, allow, always, scope, via)
+		}
 		res, err := answerAsk(ctx, admin.NewClient(gw.Socket), req.UserConfig, id, allow, always, scope, via)
 		msg := ""
 		if res.ConfigFile != "" {
@@ -146,4 +153,101 @@ func uiSessions(ctx context.Context, req Request) ([]ui.Session, error) {
 			State: s.State, Created: s.Created.Format(time.RFC3339)})
 	}
 	return out, nil
+}
+
+// dockerGateways are the gateway containers of the running docker-backed
+// workspaces, followed through the engine (their admin sockets are in
+// their volumes); none without an engine.
+func dockerGateways(ctx context.Context) ([]ui.Gateway, error) {
+	eng, err := engine.New()
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	list, err := proxynet.RunningGateways(ctx, eng)
+	if err != nil {
+		return nil, err
+	}
+	var out []ui.Gateway
+	for _, ws := range list {
+		out = append(out, ui.Gateway{Name: "docker-" + proxynet.Key(ws), Workspace: ws,
+			Follow: func(ctx context.Context, fn func(asks.Event) error) error { return followInContainer(ctx, ws, fn) }})
+	}
+	return out, nil
+}
+
+// followInContainer follows the asks of the gateway container of ws:
+// `vak gateway asks --follow --json` there, one event per line.
+func followInContainer(ctx context.Context, ws string, fn func(asks.Event) error) error {
+	eng, err := engine.New()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	var errOut strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		err := proxynet.ExecGateway(ctx, eng, ws, pw, &limitedWriter{w: &errOut, n: 4096}, "asks", "--follow", "--json")
+		pw.CloseWithError(io.EOF)
+		done <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var ferr error
+	for sc.Scan() {
+		var e asks.Event
+		if ferr = json.Unmarshal(sc.Bytes(), &e); ferr != nil {
+			ferr = fmt.Errorf("the asks of the gateway of %s: %w", ws, ferr)
+			break
+		}
+		if ferr = fn(e); ferr != nil {
+			break
+		}
+	}
+	cancel()
+	pr.Close()
+	err = <-done
+	if ferr != nil {
+		return ferr
+	}
+	if err == nil {
+		err = errors.New("the gateway ended the stream of asks")
+	}
+	if msg := strings.TrimSpace(errOut.String()); msg != "" {
+		err = fmt.Errorf("%w: %s", err, msg)
+	}
+	return err
+}
+
+// answerInContainer answers ask id in the gateway container of ws, as
+// `vak gateway allow|deny -w` does.
+func answerInContainer(ctx context.Context, ws, id string, allow, always bool, scope asks.Scope, via string) (string, error) {
+	var out, errOut strings.Builder
+	c := AskCommand{Workspace: ws, ID: id, Allow: allow, Scope: scope, Always: always}
+	err := answerVia(ctx, c, fmt.Sprintf("%s, docker exec by host uid %d", via, os.Getuid()), &out, &errOut)
+	if err != nil {
+		if msg := strings.TrimSpace(errOut.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return "", err
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }
