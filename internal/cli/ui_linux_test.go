@@ -30,7 +30,8 @@ import (
 // by address or by name (its loopback is its own; the gateway never
 // connects to loopback); requests without the token or with a
 // foreign Host or Origin are refused (their controls succeed).
-// Screenshots are kept in $VAK_TEST_ARTIFACTS (else the test's temp dir).
+// Screenshots are kept in $VAK_TEST_ARTIFACTS/uidN (else the test's temp
+// dir).
 func TestUIBrowser(t *testing.T) {
 	chrome := requireChromium(t)
 	n := newNativeNet(t)
@@ -99,9 +100,12 @@ func TestUIBrowser(t *testing.T) {
 			t.Errorf("screenshot: %v", err)
 			return
 		}
-		dir := os.Getenv("VAK_TEST_ARTIFACTS")
-		if dir == "" {
-			dir = t.TempDir()
+		dir := t.TempDir()
+		if a := os.Getenv("VAK_TEST_ARTIFACTS"); a != "" {
+			dir = filepath.Join(a, "uid"+strconv.Itoa(os.Getuid()))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Error(err)
+			}
 		}
 		f := filepath.Join(dir, "ui-"+name+".png")
 		if err := os.WriteFile(f, buf, 0o644); err != nil {
