@@ -331,7 +331,7 @@ func TestDockerAsk(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", state)
 	img := testenv.Image(t)
 	m := newDockerMock(t, "ask")
-	ws, mockIP, label, caFile := m.ws, m.ip, m.label, m.caFile
+	ws, mockIP, label := m.ws, m.ip, m.label
 	var mu sync.Mutex
 	var served []string
 	up := egresstest.StartTLS(t, egresstest.Listen(t, mockIP, 0), m.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -340,25 +340,7 @@ func TestDockerAsk(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
 	}), "api.test")
-	cfg := writeConfig(t, fmt.Sprintf(`version = 1
-[sandbox]
-backend = "docker"
-image = %q
-[session]
-run_network_idle = "10m"
-[network]
-policy = "proxied"
-ask = true
-ask_timeout = "20s"
-[[network.rules]]
-hosts = ["api.test"]
-cidrs = ["%[2]s/32"]
-paths = ["/open/"]
-[network.dns.overrides]
-"api.test" = ["%[2]s"]
-[gateway]
-extra_ca_bundles = [%[3]q]
-`, img, mockIP, caFile))
+	cfg := writeConfig(t, m.askConfig(img, "20s"))
 	base := "https://api.test:" + strconv.Itoa(up.Port())
 	script := `./probe http ` + base + `/asked/1 30s; echo "#1"; ./probe http ` + base + `/asked/2 30s; echo "#2"; ls /data/vak/gateway.sock 2>&1; echo "#3"`
 	ctx, stop := context.WithCancel(context.Background())
@@ -427,6 +409,31 @@ type dockerMock struct {
 	ca                    *egresstest.CA
 }
 
+// askConfig is the user config of the docker ask tests: the image, a
+// proxied network that asks (with askTimeout) about what its one rule,
+// api.test's /open/, does not allow.
+func (m dockerMock) askConfig(img, askTimeout string) string {
+	return fmt.Sprintf(`version = 1
+[sandbox]
+backend = "docker"
+image = %q
+[session]
+run_network_idle = "10m"
+[network]
+policy = "proxied"
+ask = true
+ask_timeout = %q
+[[network.rules]]
+hosts = ["api.test"]
+cidrs = ["%s/32"]
+paths = ["/open/"]
+[network.dns.overrides]
+"api.test" = [%q]
+[gateway]
+extra_ca_bundles = [%q]
+`, img, askTimeout, m.ip, m.ip, m.caFile)
+}
+
 func newDockerMock(t *testing.T, name string) dockerMock {
 	t.Helper()
 	netName := testenv.CreateNetwork(t, testenv.UniqueName(name))
@@ -461,23 +468,7 @@ func TestDockerUIAsk(t *testing.T) {
 	up := egresstest.StartTLS(t, egresstest.Listen(t, m.ip, 0), m.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "UPSTREAM %s\n", r.URL.Path)
 	}), "api.test")
-	cfg := writeConfig(t, fmt.Sprintf(`version = 1
-[sandbox]
-backend = "docker"
-image = %q
-[network]
-policy = "proxied"
-ask = true
-ask_timeout = "30s"
-[[network.rules]]
-hosts = ["api.test"]
-cidrs = ["%[2]s/32"]
-paths = ["/open/"]
-[network.dns.overrides]
-"api.test" = ["%[2]s"]
-[gateway]
-extra_ca_bundles = [%[3]q]
-`, img, m.ip, m.caFile))
+	cfg := writeConfig(t, m.askConfig(img, "30s"))
 	pageURL, uiErr := startUI(t, cfg)
 	pageBase, token, _ := strings.Cut(pageURL, "/?token=")
 	cookie := "vak_ui_" + pageBase[strings.LastIndex(pageBase, ":")+1:] + "=" + token
