@@ -22,6 +22,7 @@
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -30,7 +31,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
 	"io"
 	"net"
 	"net/http"
@@ -189,7 +189,7 @@ type server struct {
 	owner  int
 	mux    *http.ServeMux
 	hub    *hub
-	index  *template.Template
+	index  []byte // the page, with this start's token
 	cookie string
 }
 
@@ -205,11 +205,13 @@ func newServer(o Options, addr *net.TCPAddr) (*server, error) {
 	port := fmt.Sprint(addr.Port)
 	s.hosts = map[string]bool{net.JoinHostPort(addr.IP.String(), port): true, "localhost:" + port: true}
 	s.cookie = "vak_ui_" + port
-	idx, err := template.ParseFS(assets, "assets/index.html")
+	// (No html/template: the token is hex, and the template package's
+	// initialisers would cost every vak process at start.)
+	idx, err := assets.ReadFile("assets/index.html")
 	if err != nil {
 		return nil, fmt.Errorf("ui: %w", err)
 	}
-	s.index = idx
+	s.index = bytes.ReplaceAll(idx, []byte("{{.Token}}"), []byte(s.token))
 	s.hub = newHub(o)
 	s.routes()
 	return s, nil
@@ -303,7 +305,7 @@ func (s *server) serveIndex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = s.index.Execute(w, map[string]string{"Token": s.token})
+	w.Write(s.index)
 }
 
 func (s *server) asset(name, ctype string) http.HandlerFunc {
