@@ -205,9 +205,21 @@ func (m *Manager) removeContainer(cid, runDir, id string) error {
 	defer cancel()
 	var err error
 	if cli, e := m.engine(); e == nil {
-		_, err = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && cerrdefs.IsNotFound(err) {
-			err = nil
+		for {
+			_, err = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			if err == nil || cerrdefs.IsNotFound(err) {
+				err = nil
+				break
+			}
+			// Another vak (gc, or the session's own watcher) is removing
+			// it: wait until it is gone.
+			if !strings.Contains(err.Error(), "already in progress") || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		err = engine.APIError("remove session container", err)
 	} else {
