@@ -506,10 +506,15 @@ func TestSessionExecTripwire(t *testing.T) {
 		}
 		// Reported by the worker's check after the command, or by the
 		// watcher, which exec prints when it logged it during the command
-		// (and its log keeps, for vak session rm).
-		log, _ := os.ReadFile(filepath.Join(sessionWatchDir(id), "log"))
-		if !strings.Contains(errs, "protected path "+tc.removed+";") && !strings.Contains(errs, "removed "+tc.removed+":") && !strings.Contains(string(log), "removed "+tc.removed+":") {
-			t.Errorf("%q: no report of %s: %q", tc.cmd, tc.removed, errs)
+		// and its log keeps, for vak session rm. The watcher removes in
+		// the container and its host side logs when the news arrives: a
+		// removal late in the command can reach the log after exec read
+		// it, so the log is waited for.
+		if !strings.Contains(errs, "protected path "+tc.removed+";") && !strings.Contains(errs, "removed "+tc.removed+":") {
+			waitFor(t, "the watcher's report of "+tc.removed+" (exec printed "+strconv.Quote(errs)+")", func() bool {
+				log, _ := os.ReadFile(filepath.Join(sessionWatchDir(id), "log"))
+				return strings.Contains(string(log), "removed "+tc.removed+":")
+			})
 		}
 		if _, err := os.Lstat(filepath.Join(ws, tc.removed)); err == nil {
 			t.Errorf("%q: %s survived", tc.cmd, tc.removed)
