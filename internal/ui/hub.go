@@ -335,9 +335,12 @@ func (h *hub) logFiles() []string {
 	return out
 }
 
-// tail publishes the records appended to the receipts logs: those there
-// when it starts fill the recent decisions; then every record appended,
-// or in a log that appears, is a "decision" event.
+// tail publishes the records appended to the receipts logs: the last of
+// those there when it starts, then every record appended or in a log that
+// appears. Each is a "decision" event and joins the recent decisions, both
+// under h.mu, so a page gets every record once: in its backlog if it
+// subscribed after the record was read, as an event if before (a page can
+// open before the first pass).
 func (h *hub) tail(ctx context.Context) {
 	poll := h.o.Poll
 	if poll <= 0 {
@@ -353,7 +356,7 @@ func (h *hub) tail(ctx context.Context) {
 			if !known && first {
 				off = -1 // the last records only
 			}
-			offsets[f] = h.readNew(f, off, !first)
+			offsets[f] = h.readNew(f, off)
 		}
 		first = false
 		select {
@@ -365,9 +368,9 @@ func (h *hub) tail(ctx context.Context) {
 }
 
 // readNew reads the complete records of log f from off (-1: the last
-// records) and adds them to the recent decisions, publishing them when
-// live. It returns the offset to read from next.
-func (h *hub) readNew(f string, off int64, live bool) int64 {
+// records), adds them to the recent decisions and publishes them. It
+// returns the offset to read from next.
+func (h *hub) readNew(f string, off int64) int64 {
 	fh, err := os.Open(f)
 	if err != nil {
 		return off
@@ -402,19 +405,21 @@ func (h *hub) readNew(f string, off int64, live bool) int64 {
 	name := h.logName(f)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var read []decisionView
 	for sc.Scan() {
 		var rec receipts.Record
 		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Decision == "" {
 			continue // a cut first line, or not a decision
 		}
-		d := decisionView{Log: name, Record: rec}
-		h.recent = append(h.recent, d)
-		if len(h.recent) > recentDecisions {
-			h.recent = h.recent[len(h.recent)-recentDecisions:]
-		}
-		if live {
-			h.publishLocked(event{"decision", d})
-		}
+		read = append(read, decisionView{Log: name, Record: rec})
+	}
+	// The last recentDecisions only: a page wants what is recent, and a
+	// burst larger than its channel would drop it.
+	read = read[max(0, len(read)-recentDecisions):]
+	h.recent = append(h.recent, read...)
+	h.recent = h.recent[max(0, len(h.recent)-recentDecisions):]
+	for _, d := range read {
+		h.publishLocked(event{"decision", d})
 	}
 	return next
 }
