@@ -73,13 +73,11 @@ func main() {
 		floorServe()
 		return
 	}
-	vak := *vakBin
-	if vak == "" {
-		var err error
-		if vak, err = stats.BuildVak(); err != nil {
-			log.Fatal(err)
-		}
+	vak, built, err := stats.Vak(*vakBin)
+	if err != nil {
+		log.Fatal(err)
 	}
+	defer built()
 	if *warmServe {
 		serveWarm(vak)
 		return

@@ -107,32 +107,35 @@ func (e *env) contenders() []*contender {
 			return append([]string{e.vak, "--config", e.vakDocker, "run", "-w", e.ws, "--"}, cmd...)
 		}},
 	}
+	docker := e.dockerMissing()
 	for _, c := range cs {
-		c.skip = e.why(c.key)
+		switch c.key {
+		case "bwrap", "firejail":
+			if _, err := exec.LookPath(c.key); err != nil {
+				c.skip = c.key + " is not installed (bench/peers/install.sh)"
+			}
+		case "codex", "srt":
+			if _, err := os.Stat(e.npmBin(c.key)); err != nil {
+				c.skip = c.key + " is not installed in " + e.peers + " or on PATH (bench/peers/install.sh)"
+			}
+		case "docker", "vak-docker":
+			c.skip = docker
+		}
 	}
 	return cs
 }
 
-// why says why a contender cannot run here, or "" when it can.
-func (e *env) why(key string) string {
-	need := map[string]string{"bwrap": "bwrap", "firejail": "firejail", "docker": "docker", "vak-docker": "docker"}
-	if bin, ok := need[key]; ok {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " is not installed (bench/peers/install.sh)"
-		}
+// dockerMissing says why the container contenders cannot run here, or ""
+// when they can.
+func (e *env) dockerMissing() string {
+	if e.image == "" {
+		return "no -image given"
 	}
-	switch key {
-	case "codex", "srt":
-		if _, err := os.Stat(e.npmBin(key)); err != nil {
-			return key + " is not installed in " + e.peers + " or on PATH (bench/peers/install.sh)"
-		}
-	case "docker", "vak-docker":
-		if e.image == "" {
-			return "no -image given"
-		}
-		if err := exec.Command("docker", "image", "inspect", e.image).Run(); err != nil {
-			return "docker image " + e.image + " is not present (or no daemon)"
-		}
+	if _, err := exec.LookPath("docker"); err != nil {
+		return "docker is not installed"
+	}
+	if err := exec.Command("docker", "image", "inspect", e.image).Run(); err != nil {
+		return "docker image " + e.image + " is not present (or no daemon)"
 	}
 	return ""
 }

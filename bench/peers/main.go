@@ -51,13 +51,11 @@ func main() {
 	only := flag.String("only", "", "comma-separated contender keys to run (default: all available)")
 	flag.Parse()
 
-	vak := *vakBin
-	if vak == "" {
-		var err error
-		if vak, err = stats.BuildVak(); err != nil {
-			log.Fatal(err)
-		}
+	vak, built, err := stats.Vak(*vakBin)
+	if err != nil {
+		log.Fatal(err)
 	}
+	defer built()
 	env, err := newEnv(vak, *peersDir, *image, *files)
 	if err != nil {
 		log.Fatal(err)

@@ -82,6 +82,19 @@ func BuildVak() (string, error) {
 	return bin, nil
 }
 
+// Vak returns the vak binary to measure: given, when a -vak flag named
+// one, else a static build of this tree (BuildVak). done removes what was
+// built, and nothing when given was used.
+func Vak(given string) (bin string, done func(), err error) {
+	if given != "" {
+		return given, func() {}, nil
+	}
+	if bin, err = BuildVak(); err != nil {
+		return "", nil, err
+	}
+	return bin, func() { os.RemoveAll(filepath.Dir(bin)) }, nil
+}
+
 // Fill writes n small files into ws, ten per directory, in a tree three
 // directories deep (vendor/d0/d3/d7/f4), plus a .git directory with a few
 // entries, as a repository with its dependencies would have.
