@@ -246,10 +246,12 @@ func (f *filter) writeLines(lines []string) {
 	}
 }
 
-// done records a package's time once it ran (not for "no test files").
+// done records a package's time once it ran. A package-level skip is
+// go test's "[no test files]": nothing ran (its Elapsed is not always 0,
+// 1 ms on a slow machine), so it has no row.
 func (f *filter) done(e event, status string) {
 	delete(f.pkgs, e.Package)
-	if e.Action == "skip" && e.Elapsed == 0 {
+	if e.Action == "skip" {
 		return
 	}
 	name := e.Package

@@ -202,7 +202,7 @@ func TestTimesFile(t *testing.T) {
 	var out bytes.Buffer
 	events := `{"Action":"pass","Package":"a","Elapsed":1.25}
 {"Action":"pass","Package":"b","Elapsed":3}
-{"Action":"skip","Package":"c","Elapsed":0}
+{"Action":"skip","Package":"c","Elapsed":0.001}
 `
 	if code := run([]string{"-times", file, "-label", "(no -race)", "printf", "%s", events}, &out, &out); code != 0 || out.Len() != 0 {
 		t.Fatalf("-times: exit %d, printed %q", code, out.String())
