@@ -268,14 +268,8 @@ func New(opts Options) (_ *Gateway, err error) {
 			if g.dnsTCP, err = admin.Listen(path); err != nil {
 				return nil, fmt.Errorf("gateway: DNS listener: %w", err)
 			}
-		} else if g.dnsUDP, err = net.ListenPacket("udp", addr); err != nil {
-			return nil, fmt.Errorf("gateway: DNS listener: %w", err)
-		}
-		// TCP on the same port as UDP.
-		if g.dnsUDP != nil {
-			if g.dnsTCP, err = net.Listen("tcp", g.dnsUDP.LocalAddr().String()); err != nil {
-				return nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
-			}
+		} else if g.dnsUDP, g.dnsTCP, err = listenDNS(addr); err != nil {
+			return nil, err
 		}
 	}
 	g.adminPath = pick(opts.AdminSocket, gc.AdminSocket, DefaultAdminSocket(opts.StateDir))
@@ -285,6 +279,27 @@ func New(opts Options) (_ *Gateway, err error) {
 		}
 	}
 	return g, nil
+}
+
+// listenDNS listens for DNS on UDP and TCP on the same port. With port 0
+// the UDP port is picked by the kernel and TCP may already be taken on
+// it by someone else: then both are tried again on another port.
+func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		udp, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gateway: DNS listener: %w", err)
+		}
+		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
+		if err == nil {
+			return udp, tcp, nil
+		}
+		udp.Close()
+		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || attempt == 20 {
+			return nil, nil, fmt.Errorf("gateway: DNS TCP listener: %w", err)
+		}
+	}
 }
 
 func pick(vals ...string) string {
