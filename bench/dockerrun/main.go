@@ -5,6 +5,14 @@
 //
 //	go run ./bench/dockerrun -n 40 -image vak-test:latest
 //
+// The ratio of the medians comes with its 95% bootstrap interval (rounds
+// resampled in pairs) and where it stands against -target (1.03): met,
+// missed, or undecided while the interval holds the target. With -max-n
+// above -n, rounds are added 20 at a time until the interval decides or
+// -max-n rounds ran:
+//
+//	go run ./bench/dockerrun -n 60 -max-n 400 -image vak-test:latest
+//
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the same command too, interleaved with the others, and its
 // trace breakdown is printed as well: a before/after in one run.
@@ -26,6 +34,8 @@ import (
 
 func main() {
 	n := flag.Int("n", 40, "samples per contender")
+	maxN := flag.Int("max-n", 0, "add rounds, 20 at a time, until the ratio's interval decides against -target or this many ran (default: -n, no more)")
+	target := flag.Float64("target", 1.03, "the target ratio of vak's median to raw docker run's")
 	image := flag.String("image", "vak-test:latest", "image to run")
 	against := flag.String("against", "", "another vak binary to run the same command with, interleaved (before/after)")
 	flag.Parse()
@@ -44,48 +54,39 @@ func main() {
 	os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+*image+"\"\n"), 0o600)
 	defer os.Remove(cfg)
 
-	b := docker.New(*image)
-	raw := &stats.Sample{Name: "docker run --rm (same flags)"}
-	viaVak := &stats.Sample{Name: "vak run --backend docker"}
-	other := &stats.Sample{Name: "vak run --backend docker (" + *against + ")"}
-	for i := -2; i < *n; i++ { // two warm-up rounds
-		argv, err := b.Wrap(sandbox.Command{ID: fmt.Sprintf("bench%d", i+2), Shell: "true", Workspace: ws, Mode: sandbox.WorkspaceWrite})
-		if err != nil {
-			log.Fatal(err)
-		}
-		d1, err := stats.Time(func() error { return runWithLifeline(argv...) })
-		if err != nil {
-			log.Fatal(err)
-		}
-		d2, err := stats.Time(func() error {
-			return stats.RunQuiet(vak, "--config", cfg, "run", "-w", ws, "--", "true")
-		})
-		if err != nil {
-			log.Fatal(err)
-		}
-		if i >= 0 {
-			raw.Add(d1)
-			viaVak.Add(d2)
-		}
-		if *against != "" {
-			d3, err := stats.Time(func() error {
-				return stats.RunQuiet(*against, "--config", cfg, "run", "-w", ws, "--", "true")
-			})
-			if err != nil {
-				log.Fatal(err)
-			}
-			if i >= 0 {
-				other.Add(d3)
-			}
-		}
+	r := &rounds{
+		b:       docker.New(*image),
+		ws:      ws,
+		cfg:     cfg,
+		vak:     vak,
+		against: *against,
+		raw:     &stats.Sample{Name: "docker run --rm (same flags)"},
+		viaVak:  &stats.Sample{Name: "vak run --backend docker"},
+		other:   &stats.Sample{Name: "vak run --backend docker (" + *against + ")"},
 	}
+	for i := -2; i < 0; i++ { // two warm-up rounds
+		r.run(false)
+	}
+	for range *n {
+		r.run(true)
+	}
+	iv := r.interval()
+	for iv.Versus(*target) == "undecided" && len(r.raw.D) < *maxN {
+		log.Printf("%d rounds: %v holds the target %.3f×; 20 more", len(r.raw.D), iv, *target)
+		for range min(20, *maxN-len(r.raw.D)) {
+			r.run(true)
+		}
+		iv = r.interval()
+	}
+	*n = len(r.raw.D)
+	raw, viaVak, other := r.raw, r.viaVak, r.other
 	fmt.Printf("### vak run --backend docker vs docker run (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
 	if *against != "" {
 		fmt.Print(stats.Table(raw, viaVak, other))
 	} else {
 		fmt.Print(stats.Table(raw, viaVak))
 	}
-	fmt.Println()
+	fmt.Printf("\nvak run --backend docker vs docker run, ratio of medians: %v; target ≤ %.3f×: **%s**\n\n", iv, *target, iv.Versus(*target))
 	// Where vak's run goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(*n, 10), vak, "--config", cfg, "run", "-w", ws, "--", "true")
 	if err != nil {
@@ -99,6 +100,57 @@ func main() {
 		}
 		fmt.Printf("\n%s:\n\n%s", *against, bd)
 	}
+}
+
+// rounds runs the contenders of one round, interleaved, and keeps their
+// times.
+type rounds struct {
+	b                  *docker.Backend
+	ws, cfg, vak       string
+	against            string
+	raw, viaVak, other *stats.Sample
+	i                  int
+}
+
+func (r *rounds) run(keep bool) {
+	r.i++
+	argv, err := r.b.Wrap(sandbox.Command{ID: fmt.Sprintf("bench%d", r.i), Shell: "true", Workspace: r.ws, Mode: sandbox.WorkspaceWrite})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d1, err := stats.Time(func() error { return runWithLifeline(argv...) })
+	if err != nil {
+		log.Fatal(err)
+	}
+	d2, err := stats.Time(func() error {
+		return stats.RunQuiet(r.vak, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if keep {
+		r.raw.Add(d1)
+		r.viaVak.Add(d2)
+	}
+	if r.against != "" {
+		d3, err := stats.Time(func() error {
+			return stats.RunQuiet(r.against, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if keep {
+			r.other.Add(d3)
+		}
+	}
+}
+
+func (r *rounds) interval() stats.Interval {
+	iv, err := stats.MedianRatioInterval(r.raw, r.viaVak, 0.95)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return iv
 }
 
 // runWithLifeline runs argv as vak's broker does: its stdin is a pipe whose
