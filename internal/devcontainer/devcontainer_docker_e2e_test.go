@@ -84,7 +84,8 @@ func devcontainerDocker(t *testing.T, f composeFlavor, full bool) {
 	id := testenv.TestID(t)
 	in := testenv.StartInternet(t, base, "allowed.test", "denied.test", "unbound.test")
 	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
-	t.Cleanup(func() { removeLabelled(id) })
+	wsName := testenv.UniqueName("ws")
+	t.Cleanup(func() { removeLabelled(id, wsName) })
 
 	var rnd [6]byte
 	rand.Read(rnd[:])
@@ -111,7 +112,7 @@ extra_ca_bundles = [%q]
 value = %q
 hosts = ["allowed.test"]
 `, upIP, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
-	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base0, testenv.UniqueName("ws"))))
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base0, wsName)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,8 @@ func devcontainerUp(t *testing.T, f composeFlavor, full bool) {
 	in := testenv.StartInternet(t, img, "allowed.test", "unbound.test")
 	certs, inet, upIP, canIP := in.Certs, in.Network, in.UpstreamIP, in.CanaryIP
 	// Registered after the network's own cleanup, so it runs first.
-	t.Cleanup(func() { removeLabelled(id) })
+	wsName := testenv.UniqueName("ws")
+	t.Cleanup(func() { removeLabelled(id, wsName) })
 
 	var rnd [6]byte
 	rand.Read(rnd[:])
@@ -94,7 +95,7 @@ extra_ca_bundles = [%q]
 value = %q
 hosts = ["allowed.test"]
 `, upIP, upIP, upIP, canIP, certs.CA, secret)), 0o600)
-	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, testenv.UniqueName("ws"))))
+	ws, err := paths.CanonicalWorkspace(mkdir(t, filepath.Join(base, wsName)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +610,7 @@ func mkdir(t *testing.T, p string) string {
 
 // removeLabelled removes this test's dev-container containers, networks
 // and volumes (testenv removes its own).
-func removeLabelled(id string) {
+func removeLabelled(id, wsName string) {
 	f := "label=" + testenv.TestIDLabel + "=" + id
 	list := func(args ...string) []string {
 		out, _ := exec.Command("docker", args...).Output()
@@ -623,5 +624,11 @@ func removeLabelled(id string) {
 	}
 	if vs := list("volume", "ls", "-q", "--filter", f, "--filter", "label="+devcontainer.LabelKey); len(vs) > 0 {
 		exec.Command("docker", append([]string{"volume", "rm", "-f"}, vs...)...).Run()
+	}
+	// The image the dev-containers CLI builds to give the remote user the
+	// workspace owner's uid, named after the workspace's directory
+	// (vsc-NAME-HASH-uid; it carries no label of ours).
+	if is := list("images", "-q", "--filter", "reference=vsc-"+wsName+"-*"); len(is) > 0 {
+		exec.Command("docker", append([]string{"image", "rm"}, is...)...).Run()
 	}
 }
