@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,13 @@ import (
 //     floorShell in a child process (this program again, -floor-serve)
 //     asked over a pipe, one line each way, the least a worker in a process
 //     of its own costs.
+
+// walkNames walks the tree at root reading names only (getdents; the
+// directory entries' types, no stat), as a check for entries at any depth
+// must at least once per command.
+func walkNames(root string) error {
+	return filepath.WalkDir(root, func(string, fs.DirEntry, error) error { return nil })
+}
 
 // runTimes returns a function that runs argv n times, one after the
 // other, as `vak run` starts its three processes.

@@ -30,9 +30,14 @@
 // tree of directories of ten (three levels, like a vendored dependency
 // tree) and a .git directory: the tripwire walks it before and after every
 // command, so this shows how the per-command cost grows with the
-// workspace.
+// workspace. The cold table then also runs `vak run` in an empty workspace,
+// interleaved, for the ratio of the two (issue 32's target: at most 1.15×),
+// and a floor for any design that looks at the tree per command: the empty
+// workspace's run plus one walk of the tree that reads names only
+// (getdents, no stat), the least a check for entries at any depth costs.
 //
 //	go run ./bench/landlock -n 100 -warm -files 10000
+//	go run ./bench/landlock -n 40 -files 100000
 package main
 
 import (
@@ -92,10 +97,15 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	var wsEmpty string
 	if *files > 0 {
 		if err := stats.Fill(ws, *files); err != nil {
 			log.Fatal(err)
 		}
+		if wsEmpty, err = os.MkdirTemp(tmp, "vak-bench-ws-empty-"); err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(wsEmpty)
 	}
 	cfgFile := dir + ".toml"
 	os.WriteFile(cfgFile, []byte("version = 1\n[sandbox]\nbackend = \"landlock\"\n"), 0o600)
@@ -103,7 +113,7 @@ func main() {
 	truePath, _ := exec.LookPath("true")
 
 	if !*warmOnly {
-		cold(vak, cfgFile, ws, truePath, *n, *against)
+		cold(vak, cfgFile, ws, wsEmpty, truePath, *n, *against)
 	}
 	var againstArgv []string
 	if *warmAgainst != "" {
@@ -116,9 +126,16 @@ func main() {
 }
 
 // cold times `vak run -- true` against exec of true (and -against's vak).
-func cold(vak, cfgFile, ws, truePath string, n int, against string) {
+// With wsEmpty (ws holds -files) it also times the run in that empty
+// workspace and the floor of a walk of ws.
+func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	bare := &stats.Sample{Name: "exec true"}
 	cold := &stats.Sample{Name: "vak run --backend landlock -- true"}
+	empty := &stats.Sample{Name: "the same in an empty workspace"}
+	fWalk := floorSample("the empty workspace's run + one walk of the tree, names only")
+	if wsEmpty != "" {
+		cold.Name += " (the workspace of -files)"
+	}
 	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + against + ")"}
 	fVak := floorSample("3 × `vak version`")
 	fGo := floorSample("3 × a minimal Go program")
@@ -163,6 +180,20 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 			fGo.Add(d5)
 			fNS.Add(d6)
 		}
+		if wsEmpty != "" {
+			d7, err := stats.Time(func() error { return stats.RunQuiet(vak, "--config", cfgFile, "run", "-w", wsEmpty, "--", "true") })
+			if err != nil {
+				log.Fatal(err)
+			}
+			d8, err := stats.Time(func() error { return walkNames(ws) })
+			if err != nil {
+				log.Fatal(err)
+			}
+			if i >= 0 {
+				empty.Add(d7)
+				fWalk.Add(d7 + d8)
+			}
+		}
 		if against != "" {
 			d3, err := stats.Time(func() error { return stats.RunQuiet(against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
 			if err != nil {
@@ -179,12 +210,27 @@ func cold(vak, cfgFile, ws, truePath string, n int, against string) {
 	if nsArgv != nil {
 		floors = append(floors, fNS)
 	}
+	contenders := []*stats.Sample{cold}
 	if against != "" {
-		fmt.Print(stats.Table(bare, append([]*stats.Sample{cold, other}, floors...)...))
-	} else {
-		fmt.Print(stats.Table(bare, append([]*stats.Sample{cold}, floors...)...))
+		contenders = append(contenders, other)
 	}
+	if wsEmpty != "" {
+		contenders = append(contenders, empty)
+		floors = append(floors, fWalk)
+	}
+	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
+	if wsEmpty != "" {
+		iv, err := stats.MedianRatioInterval(empty, cold, 0.95)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fl, err := stats.MedianRatioInterval(empty, fWalk, 0.95)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("The workspace of -files against the empty one: %v; target ≤ 1.15×: **%s**. Floor of a design that walks the tree once per command: %v.\n\n", iv, iv.Versus(1.15), fl)
+	}
 	// Where the cold run's time goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
 	if err != nil {
