@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"vak/bench/internal/stats"
 	"vak/internal/sandbox"
@@ -122,27 +123,28 @@ func (r *rounds) run(keep bool) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d2, err := stats.Time(func() error {
-		return stats.RunQuiet(r.vak, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	d2 := r.timeVak(r.vak)
 	if keep {
 		r.raw.Add(d1)
 		r.viaVak.Add(d2)
 	}
 	if r.against != "" {
-		d3, err := stats.Time(func() error {
-			return stats.RunQuiet(r.against, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
-		})
-		if err != nil {
-			log.Fatal(err)
-		}
+		d3 := r.timeVak(r.against)
 		if keep {
 			r.other.Add(d3)
 		}
 	}
+}
+
+// timeVak times `vak run -- true` with the vak binary bin.
+func (r *rounds) timeVak(bin string) time.Duration {
+	d, err := stats.Time(func() error {
+		return stats.RunQuiet(bin, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return d
 }
 
 func (r *rounds) interval() stats.Interval {
