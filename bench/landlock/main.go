@@ -150,58 +150,29 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	if err != nil {
 		log.Fatal(err)
 	}
+	runVak := func(bin, ws string) func() error {
+		return func() error { return stats.RunQuiet(bin, "--config", cfgFile, "run", "-w", ws, "--", "true") }
+	}
 	for i := -3; i < n; i++ {
-		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
-		if err != nil {
-			log.Fatal(err)
-		}
-		d2, err := stats.Time(func() error { return stats.RunQuiet(vak, "--config", cfgFile, "run", "-w", ws, "--", "true") })
-		if err != nil {
-			log.Fatal(err)
-		}
-		d4, err := stats.Time(runTimes(3, vak, "version"))
-		if err != nil {
-			log.Fatal(err)
-		}
-		d5, err := stats.Time(runTimes(3, hello))
-		if err != nil {
-			log.Fatal(err)
-		}
-		var d6 time.Duration
-		if nsArgv != nil {
-			if d6, err = stats.Time(runTimes(1, nsArgv...)); err != nil {
-				log.Fatal(err)
+		keep := func(s *stats.Sample, d time.Duration) {
+			if i >= 0 {
+				s.Add(d)
 			}
 		}
-		if i >= 0 {
-			bare.Add(d1)
-			cold.Add(d2)
-			fVak.Add(d4)
-			fGo.Add(d5)
-			fNS.Add(d6)
+		keep(bare, timed(func() error { return exec.Command(truePath).Run() }))
+		keep(cold, timed(runVak(vak, ws)))
+		keep(fVak, timed(runTimes(3, vak, "version")))
+		keep(fGo, timed(runTimes(3, hello)))
+		if nsArgv != nil {
+			keep(fNS, timed(runTimes(1, nsArgv...)))
 		}
 		if wsEmpty != "" {
-			d7, err := stats.Time(func() error { return stats.RunQuiet(vak, "--config", cfgFile, "run", "-w", wsEmpty, "--", "true") })
-			if err != nil {
-				log.Fatal(err)
-			}
-			d8, err := stats.Time(func() error { return walkNames(ws) })
-			if err != nil {
-				log.Fatal(err)
-			}
-			if i >= 0 {
-				empty.Add(d7)
-				fWalk.Add(d7 + d8)
-			}
+			d := timed(runVak(vak, wsEmpty))
+			keep(empty, d)
+			keep(fWalk, d+timed(func() error { return walkNames(ws) }))
 		}
 		if against != "" {
-			d3, err := stats.Time(func() error { return stats.RunQuiet(against, "--config", cfgFile, "run", "-w", ws, "--", "true") })
-			if err != nil {
-				log.Fatal(err)
-			}
-			if i >= 0 {
-				other.Add(d3)
-			}
+			keep(other, timed(runVak(against, ws)))
 		}
 	}
 
@@ -221,15 +192,8 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
 	if wsEmpty != "" {
-		iv, err := stats.MedianRatioInterval(empty, cold, 0.95)
-		if err != nil {
-			log.Fatal(err)
-		}
-		fl, err := stats.MedianRatioInterval(empty, fWalk, 0.95)
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("The workspace of -files against the empty one: %v; target ≤ 1.15×: **%s**. Floor of a design that walks the tree once per command: %v.\n\n", iv, iv.Versus(1.15), fl)
+		fmt.Printf("The workspace of -files against the empty one: %v; target ≤ 1.15×: **%s**. Floor of a design that walks the tree once per command: %v.\n\n",
+			interval(empty, cold), interval(empty, cold).Versus(1.15), interval(empty, fWalk))
 	}
 	// Where the cold run's time goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
@@ -245,6 +209,24 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		}
 		fmt.Printf("%s:\n\n%s\n", against, bd)
 	}
+}
+
+// timed runs fn and returns its wall time; a failure ends the bench.
+func timed(fn func() error) time.Duration {
+	d, err := stats.Time(fn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return d
+}
+
+// interval is other's median over base's with its 95% interval.
+func interval(base, other *stats.Sample) stats.Interval {
+	iv, err := stats.MedianRatioInterval(base, other, 0.95)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return iv
 }
 
 // warmSession starts a landlock session on ws with worker binary vak and
