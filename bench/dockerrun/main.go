@@ -71,13 +71,13 @@ func main() {
 	for range *n {
 		r.run(true)
 	}
-	iv := r.interval()
+	iv := stats.MustInterval(r.raw, r.viaVak)
 	for iv.Versus(*target) == "undecided" && len(r.raw.D) < *maxN {
 		log.Printf("%d rounds: %v holds the target %.3f×; 20 more", len(r.raw.D), iv, *target)
 		for range min(20, *maxN-len(r.raw.D)) {
 			r.run(true)
 		}
-		iv = r.interval()
+		iv = stats.MustInterval(r.raw, r.viaVak)
 	}
 	*n = len(r.raw.D)
 	raw, viaVak, other := r.raw, r.viaVak, r.other
@@ -119,10 +119,7 @@ func (r *rounds) run(keep bool) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d1, err := stats.Time(func() error { return runWithLifeline(argv...) })
-	if err != nil {
-		log.Fatal(err)
-	}
+	d1 := stats.MustTime(func() error { return runWithLifeline(argv...) })
 	d2 := r.timeVak(r.vak)
 	if keep {
 		r.raw.Add(d1)
@@ -138,21 +135,9 @@ func (r *rounds) run(keep bool) {
 
 // timeVak times `vak run -- true` with the vak binary bin.
 func (r *rounds) timeVak(bin string) time.Duration {
-	d, err := stats.Time(func() error {
+	return stats.MustTime(func() error {
 		return stats.RunQuiet(bin, "--config", r.cfg, "run", "-w", r.ws, "--", "true")
 	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	return d
-}
-
-func (r *rounds) interval() stats.Interval {
-	iv, err := stats.MedianRatioInterval(r.raw, r.viaVak, 0.95)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return iv
 }
 
 // runWithLifeline runs argv as vak's broker does: its stdin is a pipe whose

@@ -159,20 +159,20 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 				s.Add(d)
 			}
 		}
-		keep(bare, timed(func() error { return exec.Command(truePath).Run() }))
-		keep(cold, timed(runVak(vak, ws)))
-		keep(fVak, timed(runTimes(3, vak, "version")))
-		keep(fGo, timed(runTimes(3, hello)))
+		keep(bare, stats.MustTime(func() error { return exec.Command(truePath).Run() }))
+		keep(cold, stats.MustTime(runVak(vak, ws)))
+		keep(fVak, stats.MustTime(runTimes(3, vak, "version")))
+		keep(fGo, stats.MustTime(runTimes(3, hello)))
 		if nsArgv != nil {
-			keep(fNS, timed(runTimes(1, nsArgv...)))
+			keep(fNS, stats.MustTime(runTimes(1, nsArgv...)))
 		}
 		if wsEmpty != "" {
-			d := timed(runVak(vak, wsEmpty))
+			d := stats.MustTime(runVak(vak, wsEmpty))
 			keep(empty, d)
-			keep(fWalk, d+timed(func() error { return walkNames(ws) }))
+			keep(fWalk, d+stats.MustTime(func() error { return walkNames(ws) }))
 		}
 		if against != "" {
-			keep(other, timed(runVak(against, ws)))
+			keep(other, stats.MustTime(runVak(against, ws)))
 		}
 	}
 
@@ -192,8 +192,9 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
 	if wsEmpty != "" {
+		iv := stats.MustInterval(empty, cold)
 		fmt.Printf("The workspace of -files against the empty one: %v; target ≤ 1.15×: **%s**. Floor of a design that walks the tree once per command: %v.\n\n",
-			interval(empty, cold), interval(empty, cold).Versus(1.15), interval(empty, fWalk))
+			iv, iv.Versus(1.15), stats.MustInterval(empty, fWalk))
 	}
 	// Where the cold run's time goes (separate runs, after the timed ones).
 	bd, err := stats.TraceBreakdown(min(n, 30), vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
@@ -209,24 +210,6 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		}
 		fmt.Printf("%s:\n\n%s\n", against, bd)
 	}
-}
-
-// timed runs fn and returns its wall time; a failure ends the bench.
-func timed(fn func() error) time.Duration {
-	d, err := stats.Time(fn)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return d
-}
-
-// interval is other's median over base's with its 95% interval.
-func interval(base, other *stats.Sample) stats.Interval {
-	iv, err := stats.MedianRatioInterval(base, other, 0.95)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return iv
 }
 
 // warmSession starts a landlock session on ws with worker binary vak and
@@ -290,28 +273,17 @@ func warm(vak, ws, truePath string, n int, against []string) {
 	}
 	defer stopServe()
 	for i := -10; i < n; i++ {
-		d1, err := stats.Time(func() error { return exec.Command(truePath).Run() })
-		if err != nil {
-			log.Fatal(err)
-		}
-		d2, err := stats.Time(rt)
-		if err != nil {
-			log.Fatal(err)
-		}
-		d4, err := stats.Time(floorShell)
-		if err != nil {
-			log.Fatal(err)
-		}
-		d5, err := stats.Time(serveRT)
-		if err != nil {
-			log.Fatal(err)
-		}
+		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
+		d2 := stats.MustTime(rt)
+		d4 := stats.MustTime(floorShell)
+		d5 := stats.MustTime(serveRT)
 		if i >= 0 {
 			fShell.Add(d4)
 			fServe.Add(d5)
 		}
 		var d3 time.Duration
 		if other != nil {
+			var err error
 			if d3, err = other(); err != nil {
 				log.Fatal(err)
 			}

@@ -73,10 +73,10 @@ func main() {
 	dockerExec := &stats.Sample{Name: "`docker exec CTR true` (process)"}
 	true_ := taskenv.Command{Argv: []string{"true"}}
 	for i := -5; i < *n; i++ {
-		d1 := timeIt(func() error { _, err := s.Exec(ctx, true_); return err })
-		d2 := timeIt(func() error { _, err := sock.Exec(ctx, true_); return err })
-		d3 := timeIt(func() error { return stats.RunQuiet(vak, "session", "exec", s.ID(), "--", "true") })
-		d4 := timeIt(func() error { return stats.RunQuiet("docker", "exec", s.Container(), "true") })
+		d1 := stats.MustTime(func() error { _, err := s.Exec(ctx, true_); return err })
+		d2 := stats.MustTime(func() error { _, err := sock.Exec(ctx, true_); return err })
+		d3 := stats.MustTime(func() error { return stats.RunQuiet(vak, "session", "exec", s.ID(), "--", "true") })
+		d4 := stats.MustTime(func() error { return stats.RunQuiet("docker", "exec", s.Container(), "true") })
 		if i >= 0 {
 			apiStdio.Add(d1)
 			apiSocket.Add(d2)
@@ -110,7 +110,7 @@ func createToExec(ctx context.Context, m *taskenv.Manager, vak, ws, image string
 	for i := -2; i < nCreate; i++ {
 		spec.Task = fmt.Sprintf("cold%d", i+2)
 		var cs *taskenv.Session
-		d1 := timeIt(func() error {
+		d1 := stats.MustTime(func() error {
 			var err error
 			if cs, err = m.Create(ctx, spec); err == nil {
 				_, err = cs.Exec(ctx, true_)
@@ -123,7 +123,7 @@ func createToExec(ctx context.Context, m *taskenv.Manager, vak, ws, image string
 		must(err)
 		time.Sleep(50 * time.Millisecond) // let the pooled worker's shims start
 		var ws *taskenv.Session
-		d2 := timeIt(func() error {
+		d2 := stats.MustTime(func() error {
 			var err error
 			if ws, err = pooled.Create(ctx, spec); err == nil {
 				_, err = ws.Exec(ctx, true_)
@@ -131,7 +131,7 @@ func createToExec(ctx context.Context, m *taskenv.Manager, vak, ws, image string
 			return err
 		})
 		must(ws.Discard(ctx))
-		d3 := timeIt(func() error {
+		d3 := stats.MustTime(func() error {
 			return stats.RunQuiet("docker", "run", "--rm", "--network", "none", "--label", "vak.bench=session", image, "true")
 		})
 		if i >= 0 {
@@ -165,8 +165,8 @@ func snapshots(ctx context.Context, m *taskenv.Manager, ws, image string, nSnap 
 		}
 		man := taskenv.Manifest{"bench": fmt.Sprint(time.Now().UnixNano())}
 		var ref *taskenv.ImageRef
-		snap.Add(timeIt(func() error { var err error; ref, err = m.Snapshot(ctx, ss.ID(), man); return err }))
-		hit.Add(timeIt(func() error {
+		snap.Add(stats.MustTime(func() error { var err error; ref, err = m.Snapshot(ctx, ss.ID(), man); return err }))
+		hit.Add(stats.MustTime(func() error {
 			r, err := m.Snapshot(ctx, ss.ID(), man)
 			if err == nil && !r.Cached {
 				err = fmt.Errorf("not a cache hit")
@@ -174,7 +174,7 @@ func snapshots(ctx context.Context, m *taskenv.Manager, ws, image string, nSnap 
 			return err
 		}))
 		var cid string
-		commit.Add(timeIt(func() error {
+		commit.Add(stats.MustTime(func() error {
 			out, err := exec.Command("docker", "commit", "-c", "LABEL vak.bench=session", ss.Container()).Output()
 			cid = strings.TrimSpace(string(out))
 			return err
@@ -183,7 +183,7 @@ func snapshots(ctx context.Context, m *taskenv.Manager, ws, image string, nSnap 
 		spec.Task = fmt.Sprintf("from%d", i)
 		spec.BaseImage = ref.Ref
 		var fs *taskenv.Session
-		fromKey.Add(timeIt(func() error {
+		fromKey.Add(stats.MustTime(func() error {
 			var err error
 			if fs, err = m.Create(ctx, spec); err == nil {
 				_, err = fs.Exec(ctx, true_)
@@ -197,14 +197,6 @@ func snapshots(ctx context.Context, m *taskenv.Manager, ws, image string, nSnap 
 	}
 	fmt.Printf("#### snapshots (n=%d)\n\n", nSnap)
 	fmt.Print(stats.Table(commit, snap, hit, fromKey))
-}
-
-func timeIt(fn func() error) time.Duration {
-	d, err := stats.Time(fn)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return d
 }
 
 func must(err error) {

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -42,6 +43,16 @@ func MedianRatioInterval(base, other *Sample, level float64) (Interval, error) {
 	iv.Lo = rs[int(tail*float64(resamples-1)+0.5)]
 	iv.Hi = rs[int((1-tail)*float64(resamples-1)+0.5)]
 	return iv, nil
+}
+
+// MustInterval is MedianRatioInterval at 95% for a bench: samples that
+// are not paired end the bench (log.Fatal).
+func MustInterval(base, other *Sample) Interval {
+	iv, err := MedianRatioInterval(base, other, 0.95)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return iv
 }
 
 // ratio is the ratio of medians as Table prints it.

@@ -4,6 +4,7 @@ package stats
 
 import (
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,15 @@ func Time(fn func() error) (time.Duration, error) {
 	t := time.Now()
 	err := fn()
 	return time.Since(t), err
+}
+
+// MustTime is Time for a bench: a failure of fn ends the bench (log.Fatal).
+func MustTime(fn func() error) time.Duration {
+	d, err := Time(fn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return d
 }
 
 // RunQuiet runs argv with output discarded and returns an error on failure.
