@@ -194,17 +194,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 		env = hostenv.Set(env, k+"="+v)
 	}
 	env = hostenv.Set(env, "PWD="+cwd)
-	max := a.MaxOutputBytes
-	if max <= 0 {
-		max = wire.DefaultOutputBytes
-	}
-	if max > wire.MaxOutputBytes {
-		max = wire.MaxOutputBytes
-	}
-	timeout := x.DefaultTimeout
-	if a.TimeoutMS > 0 {
-		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
-	}
+	timeout := x.timeout(a)
 
 	argv := append(slices.Clone(x.Launcher), x.shell(), "-c", a.Command)
 	if direct != nil {
@@ -232,14 +222,7 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 	} else if null := x.devNull(); null != nil {
 		cmd.Stdin = null
 	}
-	var stdout, stderr outputSink
-	if emit != nil {
-		stdout = &streamWriter{emit: emit, stream: "stdout"}
-		stderr = &streamWriter{emit: emit, stream: "stderr"}
-	} else {
-		stdout = &capBuffer{max: max}
-		stderr = &capBuffer{max: max}
-	}
+	stdout, stderr := sinks(a, emit)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = waitDelay
 	var relay *relays
@@ -327,6 +310,36 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 	} else {
 		res.ExitCode = state.ExitCode()
 	}
+	return x.finish(before, res, stdout, stderr)
+}
+
+// timeout is a's timeout: its own, else the default.
+func (x *Exec) timeout(a wire.BashArgs) time.Duration {
+	if a.TimeoutMS > 0 {
+		return time.Duration(a.TimeoutMS) * time.Millisecond
+	}
+	return x.DefaultTimeout
+}
+
+// sinks are where a command's output goes: emit, when streaming, else
+// buffers capped at a's limit.
+func sinks(a wire.BashArgs, emit func(string, []byte)) (stdout, stderr outputSink) {
+	if emit != nil {
+		return &streamWriter{emit: emit, stream: "stdout"}, &streamWriter{emit: emit, stream: "stderr"}
+	}
+	max := a.MaxOutputBytes
+	if max <= 0 {
+		max = wire.DefaultOutputBytes
+	}
+	if max > wire.MaxOutputBytes {
+		max = wire.MaxOutputBytes
+	}
+	return &capBuffer{max: max}, &capBuffer{max: max}
+}
+
+// finish completes res of a command that ended: its buffered output and
+// the tripwire's check.
+func (x *Exec) finish(before tripState, res *wire.BashResult, stdout, stderr outputSink) (*wire.BashResult, error) {
 	if c, ok := stdout.(*capBuffer); ok {
 		res.Stdout, res.StdoutTruncated = c.String(), c.truncated
 	}
