@@ -524,13 +524,21 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 		AgentHome:  s.agentHome,
 	}
 	var argv []string
-	if a.Interactive {
+	var run sandbox.RunFunc
+	if r, ok := s.wrapper.(sandbox.Runner); ok && s.local != nil && !a.Interactive {
+		// The backend runs the command from this process (docker: the
+		// Engine API instead of the CLI); nil means it cannot here.
+		run, err = r.Runner(c)
+	}
+	switch {
+	case err != nil || run != nil:
+	case a.Interactive:
 		iw, ok := s.wrapper.(sandbox.InteractiveWrapper)
 		if !ok {
 			return nil, sandbox.CheckInteractive(s.opts.Backend)
 		}
 		argv, err = iw.WrapInteractive(c, a.TTY != nil)
-	} else {
+	default:
 		argv, err = s.wrapper.Wrap(c)
 	}
 	endWrap()
@@ -539,7 +547,14 @@ func (s *Session) bash(ctx context.Context, a wire.BashArgs, send func(wire.Bash
 	}
 	defer trace.From(ctx).Begin("  wrapped command")()
 	var res *wire.BashResult
-	if s.local != nil {
+	if run != nil {
+		var emit func(string, []byte)
+		if a.Stream {
+			emit = onOutput
+		}
+		a.Command, a.Cwd, a.Env = "", "", nil
+		res, err = s.local.BashRun(ctx, a, run, emit)
+	} else if s.local != nil {
 		var emit func(string, []byte)
 		if a.Stream {
 			emit = onOutput

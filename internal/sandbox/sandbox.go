@@ -18,7 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"time"
 )
 
@@ -278,6 +280,28 @@ type Wrapper interface {
 	// code: it returns an error when the code is the wrapper's own failure
 	// because the backend went away (fail closed, loudly), nil otherwise.
 	WrapperFailed(ctx context.Context, exitCode int) error
+}
+
+// RunFunc runs one command from this process (a Runner's): the command's
+// output goes to stdout and stderr, and it returns the command's exit
+// status once the command and its output ended, or 125 with the reason on
+// stderr when the backend failed (the wrapper's own failure, as
+// Wrapper.WrapperFailed knows it). The lifeline (see Wrapper.Wrap) ends the
+// command at its EOF; canceling ctx makes it return at once, leaving the
+// caller to Remove what may be left. A non-nil error is a fault of the
+// caller's, not of the backend.
+type RunFunc func(ctx context.Context, lifeline *os.File, stdout, stderr io.Writer) (int, error)
+
+// Runner is implemented by command-scoped backends that can run a
+// non-interactive command from the calling process instead of through the
+// process of Wrap's argv (docker: the Engine API instead of the docker
+// CLI).
+type Runner interface {
+	Wrapper
+	// Runner checks c as Wrap does and returns how it runs from this
+	// process, or nil (and no error) when it cannot run here and the
+	// caller uses Wrap.
+	Runner(c Command) (RunFunc, error)
 }
 
 // InteractiveLifelineFD is the descriptor on which the worker hands an

@@ -39,6 +39,10 @@ type Backend struct {
 	Probe *Probe
 
 	once sync.Once
+	// cli is the Engine API client of Runner, made on first use.
+	cliOnce sync.Once
+	cli     *engine.Client
+	cliErr  error
 }
 
 // New returns a backend running image as the invoking user.

@@ -24,7 +24,14 @@
 // owner's uid and process (vak.owner, vak.owner.pid) so that `vak gc` can
 // remove one whose owner is gone.
 //
-// The broker uses it only through sandbox.Wrapper. Session-scoped task
+// The broker uses it through sandbox.Wrapper and, for vak run's one
+// non-interactive command, sandbox.Runner: the same container (one runSpec
+// renders both) created, attached, started and waited for through the
+// Engine API from the broker's process instead of by the docker CLI, where
+// the CLI would only be a client of the daemon the environment names
+// (RunsHere). The lifeline is then copied into the attach stream, and the
+// attach connection closing with the broker's process ends the container's
+// stdin as the CLI's death does. Session-scoped task
 // environments (long-lived containers driven through the Engine API) are
 // package taskenv.
 package docker
@@ -34,6 +41,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,147 +124,194 @@ func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
 
 // runArgs is the docker run argv of c up to and including the image.
 func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
+	sp, err := b.spec(c)
+	if err != nil {
+		return nil, err
+	}
+	return sp.args(b.binary()), nil
+}
+
+// runSpec is the container that runs one command: Wrap renders it as
+// docker run flags (runSpec.args), Run as the Engine API request the
+// docker CLI would send for them (runSpec.create). It is the one
+// description of that container; the two renderings are checked against
+// each other by a test that records what the CLI sends.
+type runSpec struct {
+	name, image, netMode, workdir, user string
+	memory                              int64
+	cpus                                float64
+	pids                                int64
+	seccompPath                         string // "" without a profile (off Linux)
+	readOnly                            bool
+	wsBind                              string   // the workspace, SRC:DST[:ro]
+	pinBinds, roBinds                   []string // protected paths
+	netBinds                            []string // the proxied network's (read-only)
+	homeBind                            string   // the persistent home, if any
+	tmpfs                               string   // /tmp's mount options
+	env                                 []string
+	labels                              []string // KEY=VALUE, in order
+}
+
+// spec checks c and describes its container.
+func (b *Backend) spec(c sandbox.Command) (runSpec, error) {
+	var sp runSpec
 	if !c.Mode.Restricted() {
 		if c.Mode == sandbox.FullAccess {
-			return nil, ErrFullAccess
+			return sp, ErrFullAccess
 		}
-		return nil, fmt.Errorf("docker wrap: %w: %v", sandbox.ErrUnknownMode, c.Mode)
+		return sp, fmt.Errorf("docker wrap: %w: %v", sandbox.ErrUnknownMode, c.Mode)
 	}
 	if c.ID == "" {
-		return nil, fmt.Errorf("docker wrap: %w", ErrNoID)
+		return sp, fmt.Errorf("docker wrap: %w", ErrNoID)
 	}
 	ws := c.Workspace
 	if !filepath.IsAbs(ws) || filepath.Clean(ws) != ws || ws == "/" {
-		return nil, fmt.Errorf("docker wrap: %w: %q", ErrNotAbsolute, ws)
+		return sp, fmt.Errorf("docker wrap: %w: %q", ErrNotAbsolute, ws)
 	}
 	// A bind spec is colon-separated; a comma would break --mount. Refuse
 	// rather than mis-mount.
 	if strings.ContainsAny(ws, ":,\x00\n") {
-		return nil, fmt.Errorf("docker wrap: %w: %q contains ':' ',' or a control character", ErrInvalidMountPath, ws)
+		return sp, fmt.Errorf("docker wrap: %w: %q contains ':' ',' or a control character", ErrInvalidMountPath, ws)
 	}
 	dir := c.Dir
 	if dir == "" {
 		dir = ws
 	}
 	if !within(ws, dir) {
-		return nil, fmt.Errorf("docker wrap: %w: %q not in %q", ErrDirOutside, dir, ws)
+		return sp, fmt.Errorf("docker wrap: %w: %q not in %q", ErrDirOutside, dir, ws)
 	}
 	home := ContainerHome
 	if c.AgentHome != "" {
 		if !filepath.IsAbs(c.AgentHome) || filepath.Clean(c.AgentHome) != c.AgentHome || strings.ContainsAny(c.AgentHome, ":,\x00\n") {
-			return nil, fmt.Errorf("docker wrap: %w: home %q", ErrInvalidMountPath, c.AgentHome)
+			return sp, fmt.Errorf("docker wrap: %w: home %q", ErrInvalidMountPath, c.AgentHome)
 		}
 		if within(PersistentHome, ws) || within(ws, PersistentHome) {
-			return nil, fmt.Errorf("docker wrap: %w: the workspace %q overlaps the container's home %s", ErrInvalidMountPath, ws, PersistentHome)
+			return sp, fmt.Errorf("docker wrap: %w: the workspace %q overlaps the container's home %s", ErrInvalidMountPath, ws, PersistentHome)
 		}
 		home = PersistentHome
+		sp.homeBind = c.AgentHome + ":" + PersistentHome
 	}
 	lim := c.Limits.WithDefaults()
-	image := b.Image
-	if image == "" {
-		image = DefaultImage
+	sp.image = b.Image
+	if sp.image == "" {
+		sp.image = DefaultImage
 	}
-
-	netMode := "none"
+	sp.netMode = "none"
 	if c.Network != nil {
 		if !strings.HasPrefix(c.Network.Mode, "container:") {
-			return nil, fmt.Errorf("docker wrap: network mode %q: a sandbox joins a netclient (container:NAME) or has none", c.Network.Mode)
+			return sp, fmt.Errorf("docker wrap: network mode %q: a sandbox joins a netclient (container:NAME) or has none", c.Network.Mode)
 		}
-		netMode = c.Network.Mode
+		sp.netMode = c.Network.Mode
 	}
-	seccompOpt := ""
 	if path, err := SeccompFile(); err == nil {
-		seccompOpt = "seccomp=" + path
+		sp.seccompPath = path
 	} else if !errors.Is(err, engine.ErrUnsupported) {
-		return nil, fmt.Errorf("docker wrap: %w", err)
+		return sp, fmt.Errorf("docker wrap: %w", err)
 	}
-	args := []string{b.binary(), "run", "-i", "--rm",
-		"--network", netMode,
-		"--memory", strconv.FormatInt(lim.Memory, 10),
-		"--cpus", strconv.FormatFloat(lim.CPUs, 'f', -1, 64),
-		"--pids-limit", strconv.Itoa(lim.Pids),
-		"--cap-drop", "ALL",
-		"--security-opt", "no-new-privileges",
-	}
-	if seccompOpt != "" {
-		args = append(args, "--security-opt", seccompOpt)
-	}
-	vol := ws + ":" + ws
+	sp.memory, sp.cpus, sp.pids = lim.Memory, lim.CPUs, int64(lim.Pids)
+	sp.wsBind = ws + ":" + ws
 	if c.Mode == sandbox.ReadOnly {
-		args = append(args, "--read-only")
-		vol += ":ro"
+		sp.readOnly = true
+		sp.wsBind += ":ro"
 	}
-	args = append(args, "-v", vol)
 	for _, p := range c.Protection.Pin {
 		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
-			return nil, fmt.Errorf("docker wrap: %w: pinned path %q", ErrInvalidMountPath, p)
+			return sp, fmt.Errorf("docker wrap: %w: pinned path %q", ErrInvalidMountPath, p)
 		}
 		if c.Mode == sandbox.WorkspaceWrite {
-			args = append(args, "-v", p+":"+p)
+			sp.pinBinds = append(sp.pinBinds, p+":"+p)
 		}
 	}
 	for _, p := range c.Protection.ReadOnly {
 		if !within(ws, p) || p == ws || strings.ContainsAny(p, ":,\x00\n") {
-			return nil, fmt.Errorf("docker wrap: %w: protected path %q", ErrInvalidMountPath, p)
+			return sp, fmt.Errorf("docker wrap: %w: protected path %q", ErrInvalidMountPath, p)
 		}
 		if c.Mode == sandbox.WorkspaceWrite {
-			args = append(args, "-v", p+":"+p+":ro")
+			sp.roBinds = append(sp.roBinds, p+":"+p+":ro")
 		}
 	}
-	args = append(args,
-		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size="+strconv.FormatInt(lim.TmpfsSize, 10),
-		"-w", dir,
-	)
+	sp.tmpfs = "rw,nosuid,nodev,exec,size=" + strconv.FormatInt(lim.TmpfsSize, 10)
+	sp.workdir = dir
+	sp.user = strconv.Itoa(b.User.UID) + ":" + strconv.Itoa(b.User.GID)
 	if b.User.Root {
-		args = append(args, "--user", "0:0")
-	} else {
-		args = append(args, "--user", strconv.Itoa(b.User.UID)+":"+strconv.Itoa(b.User.GID))
+		sp.user = "0:0"
 	}
+	sp.env = []string{"HOME=" + home, "TMPDIR=/tmp"}
 	if c.Network != nil {
 		for _, bind := range c.Network.Binds {
 			if !strings.HasSuffix(bind, ":ro") {
-				return nil, fmt.Errorf("docker wrap: network bind %q must be read-only", bind)
+				return sp, fmt.Errorf("docker wrap: network bind %q must be read-only", bind)
 			}
-			args = append(args, "-v", bind)
+			sp.netBinds = append(sp.netBinds, bind)
 		}
-	}
-	if c.AgentHome != "" {
-		args = append(args, "-v", c.AgentHome+":"+PersistentHome)
-	}
-	args = append(args, "-e", "HOME="+home, "-e", "TMPDIR=/tmp")
-	if c.Network != nil {
-		for _, kv := range c.Network.Env {
-			args = append(args, "-e", kv)
-		}
+		sp.env = append(sp.env, c.Network.Env...)
 	}
 	for _, kv := range c.Env {
 		if !strings.Contains(kv, "=") || strings.HasPrefix(kv, "=") {
-			return nil, fmt.Errorf("docker wrap: environment entry %q is not KEY=VALUE", kv)
+			return sp, fmt.Errorf("docker wrap: environment entry %q is not KEY=VALUE", kv)
 		}
-		args = append(args, "-e", kv)
+		sp.env = append(sp.env, kv)
 	}
-	args = append(args, "--name", ContainerName(c.ID),
-		"--label", engine.LabelManaged+"=true",
-		"--label", engine.LabelKind+"=run",
-		"--label", engine.LabelRunID+"="+c.ID,
-		"--label", engine.LabelWorkspace+"="+ws,
-		"--label", engine.LabelOwner+"="+strconv.Itoa(os.Getuid()),
-	)
+	sp.name = ContainerName(c.ID)
+	sp.labels = []string{
+		engine.LabelManaged + "=true",
+		engine.LabelKind + "=run",
+		engine.LabelRunID + "=" + c.ID,
+		engine.LabelWorkspace + "=" + ws,
+		engine.LabelOwner + "=" + strconv.Itoa(os.Getuid()),
+	}
 	if tok, err := ownToken(); err == nil {
-		args = append(args, "--label", engine.LabelOwnerProc+"="+tok)
+		sp.labels = append(sp.labels, engine.LabelOwnerProc+"="+tok)
 	} else if !errors.Is(err, engine.ErrUnsupported) {
-		return nil, fmt.Errorf("docker wrap: %w", err)
+		return sp, fmt.Errorf("docker wrap: %w", err)
 	}
 	for _, k := range sortedKeys(b.Labels) {
-		args = append(args, "--label", k+"="+b.Labels[k])
+		sp.labels = append(sp.labels, k+"="+b.Labels[k])
 	}
 	if c.Network != nil {
 		for _, k := range sortedKeys(c.Network.Labels) {
-			args = append(args, "--label", k+"="+c.Network.Labels[k])
+			sp.labels = append(sp.labels, k+"="+c.Network.Labels[k])
 		}
 	}
-	args = append(args, image)
-	return args, nil
+	return sp, nil
+}
+
+// args renders sp as the docker run argv (binary first) up to and
+// including the image.
+func (sp runSpec) args(binary string) []string {
+	args := []string{binary, "run", "-i", "--rm",
+		"--network", sp.netMode,
+		"--memory", strconv.FormatInt(sp.memory, 10),
+		"--cpus", strconv.FormatFloat(sp.cpus, 'f', -1, 64),
+		"--pids-limit", strconv.FormatInt(sp.pids, 10),
+		"--cap-drop", "ALL",
+		"--security-opt", "no-new-privileges",
+	}
+	if sp.seccompPath != "" {
+		args = append(args, "--security-opt", "seccomp="+sp.seccompPath)
+	}
+	if sp.readOnly {
+		args = append(args, "--read-only")
+	}
+	args = append(args, "-v", sp.wsBind)
+	for _, v := range slices.Concat(sp.pinBinds, sp.roBinds) {
+		args = append(args, "-v", v)
+	}
+	args = append(args, "--tmpfs", "/tmp:"+sp.tmpfs, "-w", sp.workdir, "--user", sp.user)
+	for _, v := range sp.netBinds {
+		args = append(args, "-v", v)
+	}
+	if sp.homeBind != "" {
+		args = append(args, "-v", sp.homeBind)
+	}
+	for _, kv := range sp.env {
+		args = append(args, "-e", kv)
+	}
+	args = append(args, "--name", sp.name)
+	for _, l := range sp.labels {
+		args = append(args, "--label", l)
+	}
+	return append(args, sp.image)
 }
 
 // ownToken is engine.OwnerToken of this process, read once.

@@ -48,7 +48,7 @@ func TestDockerConformanceBashOnly(t *testing.T) {
 		if s.Client() != nil || s.Ready().PID != os.Getpid() {
 			t.Fatalf("a bash-only docker session started a worker: client %v, ready %+v", s.Client(), s.Ready())
 		}
-		// The docker CLI is this process's child, and the container runs.
+		// The container runs (created from this process: no worker).
 		res := Sh(t, s, "echo in-container > marker; cat /proc/1/cmdline | tr '\\0' ' '")
 		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "sh -c") {
 			t.Fatalf("command: exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
