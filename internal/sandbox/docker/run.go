@@ -30,7 +30,7 @@ var _ sandbox.Runner = (*Backend)(nil)
 
 // Runner implements sandbox.Runner: where the docker CLI would only be a
 // client of the Engine API (no CLI context, no ssh:// host, no Binary
-// override; see RunsHere), the command's container, the one Wrap
+// override; see CLIReason), the command's container, the one Wrap
 // describes, is created, attached, started and waited for through the
 // Engine API from this process, as the CLI does for Wrap's argv. That
 // saves a start of the docker CLI, a program as large as vak (about 40 ms
@@ -59,19 +59,31 @@ func (b *Backend) Runner(c sandbox.Command) (sandbox.RunFunc, error) {
 }
 
 // RunsHere reports whether this process can do what the docker CLI would
-// do for a wrapped command: the CLI is the one from PATH (Binary empty)
-// and the daemon it would reach is the one the Engine API client reads
-// from the environment (DOCKER_HOST, not an ssh:// one, which only the CLI
-// dials; no DOCKER_CONTEXT, and no current context set in the CLI's
-// config file).
-func (b *Backend) RunsHere() bool {
-	if b.Binary != "" || os.Getenv("DOCKER_CONTEXT") != "" {
-		return false
+// do for a wrapped command (CLIReason is empty).
+func (b *Backend) RunsHere() bool { return b.CLIReason() == "" }
+
+// CLIReason says why commands need the docker CLI here, or "" when the CLI
+// would only be a client of the daemon the Engine API client reads from
+// the environment: the CLI is the one from PATH (Binary empty), DOCKER_HOST
+// is not an ssh:// address (which only the CLI dials), and no context is
+// chosen (DOCKER_CONTEXT, or a current context in the CLI's config file).
+func (b *Backend) CLIReason() string {
+	if b.Binary != "" {
+		return "the docker CLI is set to " + b.Binary
+	}
+	if c := os.Getenv("DOCKER_CONTEXT"); c != "" {
+		return "DOCKER_CONTEXT=" + c
 	}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
-		return !strings.HasPrefix(h, "ssh://")
+		if strings.HasPrefix(h, "ssh://") {
+			return "DOCKER_HOST is an ssh:// address"
+		}
+		return ""
 	}
-	return cliContext() == ""
+	if c := cliContext(); c != "" {
+		return "the docker CLI's config.json selects context " + c
+	}
+	return ""
 }
 
 // cliContext is the current context named in the docker CLI's config

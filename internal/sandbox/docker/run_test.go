@@ -275,6 +275,12 @@ func TestRunsHere(t *testing.T) {
 			if got := b.RunsHere(); got != tc.want {
 				t.Errorf("RunsHere = %v, want %v", got, tc.want)
 			}
+			// What doctor says: the path, and why the CLI.
+			b.Probe = &Probe{}
+			desc := b.Describe(context.Background())
+			if tc.want != strings.Contains(desc, "through the Engine API") || tc.want == strings.Contains(desc, "starts the docker CLI (") {
+				t.Errorf("Describe = %q", desc)
+			}
 			run, err := b.Runner(sandbox.Command{ID: "x", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite})
 			if err != nil || (run != nil) != tc.want {
 				t.Errorf("Runner = %v, %v; want a RunFunc: %v", run != nil, err, tc.want)

@@ -42,12 +42,18 @@ func (b *Backend) WrapperFailed(ctx context.Context, exitCode int) error {
 	return b.Available(ctx)
 }
 
-// Describe implements sandbox.Describer: the server version once probed.
+// Describe implements sandbox.Describer: the server version once probed,
+// and how vak run's commands reach it (Runner: the Engine API, or the
+// docker CLI and why).
 func (b *Backend) Describe(context.Context) string {
 	if b.Probe == nil {
 		return ""
 	}
-	return "(server " + b.Probe.Version() + ")"
+	how := "vak run creates its containers through the Engine API"
+	if why := b.CLIReason(); why != "" {
+		how = "vak run starts the docker CLI (" + why + ")"
+	}
+	return "(server " + b.Probe.Version() + "), " + how
 }
 
 // DescribeLimits implements sandbox.LimitsDescriber: every limit is the
