@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"vak/internal/engine"
 	"vak/internal/sandbox"
 )
@@ -58,12 +60,30 @@ func (b *Backend) Name() string { return string(sandbox.Docker) }
 // Scope implements sandbox.Backend.
 func (b *Backend) Scope() sandbox.Scope { return sandbox.ScopeCommand }
 
-// Available implements sandbox.Backend with a cached `docker version` probe.
-// The seccomp profile every Wrap needs (about a millisecond of JSON) is
-// built meanwhile.
+// Available implements sandbox.Backend with a cached probe of the daemon:
+// its version through the Engine API where vak run's commands take that
+// path (RunsHere), else `docker version`, the CLI's own view. The seccomp
+// profile every Wrap needs (about a millisecond of JSON) is built
+// meanwhile.
 func (b *Backend) Available(ctx context.Context) error {
 	go buildSeccomp()
+	if b.RunsHere() {
+		return b.probe().check(ctx, b.serverVersion)
+	}
 	return b.probe().Check(ctx)
+}
+
+// serverVersion asks the daemon its version through the Engine API.
+func (b *Backend) serverVersion(ctx context.Context) (string, error) {
+	cli, err := b.engine()
+	if err != nil {
+		return "", err
+	}
+	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return "", engine.APIError("", err)
+	}
+	return v.Version, nil
 }
 
 // Invalidate forgets a cached success, e.g. after a command failed in a way
@@ -111,7 +131,9 @@ func (b *Backend) Remove(ctx context.Context, id string) error {
 
 // Probe is a cached availability check of the daemon the docker CLI
 // reaches (`docker version`: the CLI's own contexts and ssh:// hosts are
-// the ones `docker run` will use). A success is trusted for TTL; a failure
+// the ones `docker run` will use), or, through the backend's Available
+// where its commands bypass the CLI, of the daemon the Engine API client
+// reaches (the same one then, see RunsHere). A success is trusted for TTL; a failure
 // is never cached, and Invalidate drops a cached success. A failure is
 // explained by engine.Unreachable (a socket this user may not use names the group
 // to join).
@@ -129,8 +151,12 @@ type Probe struct {
 	version string
 }
 
-// Check returns nil if the daemon answered within the TTL, probing if needed.
-func (p *Probe) Check(ctx context.Context) error {
+// Check returns nil if the daemon answered within the TTL, probing with
+// `docker version` if needed.
+func (p *Probe) Check(ctx context.Context) error { return p.check(ctx, nil) }
+
+// check is Check, probing with api instead of the CLI if it is set.
+func (p *Probe) check(ctx context.Context, api func(context.Context) (string, error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if time.Now().Before(p.okUntil) {
@@ -149,6 +175,29 @@ func (p *Probe) Check(ctx context.Context) error {
 			}
 		}
 	}
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = DefaultProbeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if api != nil {
+		v, err := api(ctx)
+		if err == nil && v == "" {
+			err = errors.New("the daemon reported no version")
+		}
+		if err != nil {
+			if cache != "" {
+				os.Remove(cache)
+			}
+			if errors.Is(err, engine.ErrDaemonUnavailable) {
+				return err
+			}
+			return engine.Unreachable(engine.EnvHost(), err)
+		}
+		p.succeeded(v, ttl, cache)
+		return nil
+	}
 	bin := p.Binary
 	if bin == "" {
 		bin = "docker"
@@ -156,12 +205,6 @@ func (p *Probe) Check(ctx context.Context) error {
 	if _, err := exec.LookPath(bin); err != nil {
 		return fmt.Errorf("%w: docker CLI %q not found: %w", engine.ErrDaemonUnavailable, bin, err)
 	}
-	timeout := p.Timeout
-	if timeout == 0 {
-		timeout = DefaultProbeTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var stdout, stderr bytes.Buffer
 	// `docker version`, not `docker info`: without a daemon it reports the
 	// connection's own error on every CLI (Debian's 20.10 `docker info
@@ -187,6 +230,12 @@ func (p *Probe) Check(ctx context.Context) error {
 		}
 		return engine.Unreachable(cliHost(), errors.New(msg))
 	}
+	p.succeeded(v, ttl, cache)
+	return nil
+}
+
+// succeeded records a probe's success (version v) for ttl, in cache too.
+func (p *Probe) succeeded(v string, ttl time.Duration, cache string) {
 	p.okUntil, p.version = time.Now().Add(ttl), v
 	if cache != "" {
 		// Best effort: a cache that cannot be written only costs a probe.
@@ -195,7 +244,6 @@ func (p *Probe) Check(ctx context.Context) error {
 			os.Rename(tmp, cache)
 		}
 	}
-	return nil
 }
 
 // cliHost is the daemon address the docker CLI uses, when the

@@ -433,3 +433,57 @@ func TestRunnerDaemonGone(t *testing.T) {
 		t.Fatalf("WrapperFailed(1) = %v", err)
 	}
 }
+
+// TestProbeThroughEngineAPI: where vak run uses the Engine API, so does the
+// availability probe: no docker CLI is needed (PATH has none here), a
+// daemon that answers is available with its version, and one that does
+// not fails closed, with nothing cached.
+func TestProbeThroughEngineAPI(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "v.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked sync.Map
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Api-Version", "1.41")
+		asked.Store(r.URL.Path, true)
+		if strings.HasSuffix(r.URL.Path, "/version") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"Version":"77.0-probe","ApiVersion":"1.41"}`))
+			return
+		}
+		w.Write([]byte("OK"))
+	}))
+	srv.Listener = l
+	srv.Start()
+	defer srv.Close()
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("DOCKER_CONTEXT", "")
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+
+	t.Setenv("DOCKER_HOST", "unix://"+sock)
+	cache := t.TempDir()
+	b := &Backend{Probe: &Probe{CacheDir: cache}}
+	if err := b.Available(context.Background()); err != nil {
+		t.Fatalf("Available: %v", err)
+	}
+	if v := b.Probe.Version(); v != "77.0-probe" {
+		t.Errorf("version %q", v)
+	}
+	if _, ok := asked.Load("/v1.41/version"); !ok {
+		t.Errorf("the daemon was not asked its version through the API")
+	}
+
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "none.sock"))
+	down := &Backend{Probe: &Probe{CacheDir: cache}}
+	err = down.Available(context.Background())
+	if !errors.Is(err, engine.ErrDaemonUnavailable) || !strings.Contains(err.Error(), "none.sock") {
+		t.Fatalf("Available without a daemon = %v, want ErrDaemonUnavailable naming the socket", err)
+	}
+	if f := down.Probe.cacheFile(); f != "" {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("a failed probe left its cache file %s", f)
+		}
+	}
+}
