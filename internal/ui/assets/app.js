@@ -4,6 +4,9 @@
 
 const token = document.querySelector('meta[name="vak-token"]').content;
 const asks = new Map(); // "gateway/id" -> {gateway, ask}
+// Asks the event stream reported answered or expired: a state snapshot
+// fetched before that must not bring their cards back (ids are not reused).
+const endedAsks = new Set();
 const gateways = new Map(); // name -> its state
 const maxRows = 500;
 
@@ -136,8 +139,12 @@ async function answer(gateway, id, verb, scope, result, card) {
 
 function onAsk(e) {
   const key = e.gateway + "/" + e.ask.id;
-  if (e.kind === "ask") asks.set(key, {gateway: e.gateway, ask: e.ask});
-  else asks.delete(key);
+  if (e.kind === "ask") {
+    if (!endedAsks.has(key)) asks.set(key, {gateway: e.gateway, ask: e.ask});
+  } else {
+    endedAsks.add(key);
+    asks.delete(key);
+  }
   renderAsks();
 }
 
@@ -163,6 +170,9 @@ function fill(id, rows) {
 }
 
 async function refresh() {
+  // Asks pending when the snapshot was asked for; one that arrives on the
+  // event stream meanwhile is not in the snapshot, and stays.
+  const before = new Set(asks.keys());
   let st;
   try {
     const resp = await fetch("/api/state", {credentials: "same-origin"});
@@ -187,8 +197,13 @@ async function refresh() {
     return [l.path, l.records, clock(l.first), clock(l.last), v];
   }));
   document.getElementById("errors").textContent = (st.errors || []).join("\n");
-  asks.clear();
-  for (const a of st.asks) asks.set(a.gateway + "/" + a.ask.id, {gateway: a.gateway, ask: a.ask});
+  const pending = new Map();
+  for (const a of st.asks) {
+    const key = a.gateway + "/" + a.ask.id;
+    if (!endedAsks.has(key)) pending.set(key, {gateway: a.gateway, ask: a.ask});
+  }
+  for (const key of [...asks.keys()]) if (before.has(key) && !pending.has(key)) asks.delete(key);
+  for (const [key, v] of pending) asks.set(key, v);
   renderAsks();
 }
 
