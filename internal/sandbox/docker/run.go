@@ -130,7 +130,7 @@ type createRequest struct {
 // create renders sp with cmd as the Engine API request the docker CLI
 // sends for sp.args followed by cmd (`docker run -i --rm ...`): stdin
 // attached and closed at its first EOF, the container removed when it
-// ends. The seccomp profile goes in by content, as the CLI reads it.
+// ends. The seccomp profile goes in by content, as the CLI sends it.
 func (sp runSpec) create(cmd []string) (createRequest, error) {
 	cfg := &container.Config{
 		User:         sp.user,
@@ -166,12 +166,10 @@ func (sp runSpec) create(cmd []string) (createRequest, error) {
 	host.MemorySwappiness = &swappiness
 	host.PidsLimit = &pids
 	if sp.seccompPath != "" {
-		data, err := os.ReadFile(sp.seccompPath)
-		if err != nil {
-			return createRequest{}, fmt.Errorf("docker wrap: seccomp profile: %w", err)
-		}
+		// The file's content is the profile this process built and
+		// SeccompFile just checked the file against: no second read.
 		var compact bytes.Buffer
-		if err := json.Compact(&compact, data); err != nil {
+		if err := json.Compact(&compact, seccompJSON.data); err != nil {
 			return createRequest{}, fmt.Errorf("docker wrap: seccomp profile %s: %w", sp.seccompPath, err)
 		}
 		host.SecurityOpt = append(host.SecurityOpt, "seccomp="+compact.String())
