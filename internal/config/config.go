@@ -117,6 +117,10 @@ type Sandbox struct {
 	Backend sandbox.Name
 	Mode    sandbox.Mode
 	Image   string
+	// Runtime is the OCI runtime the docker backend's containers run
+	// under (a name the Docker Engine lists, e.g. "runsc" for gVisor);
+	// empty means the Engine's default (trusted config or --runtime only).
+	Runtime string
 	User    User
 	Limits  sandbox.Limits
 	// Timeout bounds each command; zero means no timeout.
@@ -522,6 +526,12 @@ func (c *Config) applySandbox(file string, s *sandboxWire, trusted bool) error {
 		}
 		c.Sandbox.Image = *s.Image
 	}
+	if s.Runtime != nil {
+		if err := ValidateRuntime(*s.Runtime); err != nil {
+			return errf("sandbox.runtime", "%v", err)
+		}
+		c.Sandbox.Runtime = *s.Runtime
+	}
 	if s.User != nil {
 		switch u := User(*s.User); u {
 		case UserHost, UserRoot:
@@ -688,6 +698,19 @@ func cleanRelative(p string) (string, error) {
 		return "", fmt.Errorf("%q is not inside the workspace", p)
 	}
 	return c, nil
+}
+
+// runtimeName is what dockerd accepts as a runtime's name.
+var runtimeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// ValidateRuntime checks a Docker runtime name (sandbox.runtime,
+// --runtime): letters, digits, '_', '.', '-', not starting with a
+// punctuation mark. Whether the Engine lists it is the backend's check.
+func ValidateRuntime(s string) error {
+	if !runtimeName.MatchString(s) || len(s) > 128 {
+		return fmt.Errorf("%q is not a Docker runtime name (e.g. \"runsc\"; `docker info` lists the Engine's)", s)
+	}
+	return nil
 }
 
 func validateImage(s string) error {

@@ -84,14 +84,14 @@ protected = ["secrets/", "./deploy.sh"]
 // a warning naming it.
 func TestConfigFlowBackendTrust(t *testing.T) {
 	dir := t.TempDir()
-	user := write(t, filepath.Join(dir, "user", "config.toml"), "version = 1\n[sandbox]\nbackend = \"docker\"\n")
+	user := write(t, filepath.Join(dir, "user", "config.toml"), "version = 1\n[sandbox]\nbackend = \"docker\"\nruntime = \"runsc\"\n")
 	ws := filepath.Join(dir, "ws")
 	cfg, err := Load(Options{UserFile: user, Workspace: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Sandbox.Backend != sandbox.Docker {
-		t.Fatalf("user config backend = %q, want docker", cfg.Sandbox.Backend)
+	if cfg.Sandbox.Backend != sandbox.Docker || cfg.Sandbox.Runtime != "runsc" {
+		t.Fatalf("user config backend = %q runtime %q, want docker and runsc", cfg.Sandbox.Backend, cfg.Sandbox.Runtime)
 	}
 	b, res, err := registryForTest().Resolve(cfg.Sandbox.Backend, cfg.Sandbox.Mode)
 	if err != nil || b.Name() != "docker" || res.Effective != sandbox.Docker {
@@ -104,6 +104,7 @@ func TestConfigFlowBackendTrust(t *testing.T) {
 [sandbox]
 backend = "docker"
 image = "evil:latest"
+runtime = "runc"
 user = "root"
 mode = "read-only"
 [sandbox.limits]
@@ -113,14 +114,14 @@ pids = 100000
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Sandbox.Backend != sandbox.Auto || cfg.Sandbox.Image != DefaultImage || cfg.Sandbox.User != UserHost || cfg.Sandbox.Limits.Pids != sandbox.DefaultPids {
+	if cfg.Sandbox.Backend != sandbox.Auto || cfg.Sandbox.Image != DefaultImage || cfg.Sandbox.Runtime != "" || cfg.Sandbox.User != UserHost || cfg.Sandbox.Limits.Pids != sandbox.DefaultPids {
 		t.Fatalf("project config widened the sandbox: %+v", cfg.Sandbox)
 	}
 	if cfg.Sandbox.Mode != sandbox.ReadOnly {
 		t.Fatalf("project config could not narrow the mode: %v", cfg.Sandbox.Mode)
 	}
 	warn := strings.Join(cfg.Warnings, "\n")
-	for _, k := range []string{"sandbox.backend", "sandbox.image", "sandbox.user", "sandbox.limits.pids"} {
+	for _, k := range []string{"sandbox.backend", "sandbox.image", "sandbox.runtime", "sandbox.user", "sandbox.limits.pids"} {
 		if !strings.Contains(warn, "ignoring "+k+":") {
 			t.Errorf("no warning names %s:\n%s", k, warn)
 		}
@@ -178,6 +179,8 @@ func TestStrictErrorsNameFileLineKey(t *testing.T) {
 		{"bad pids", "version = 1\n[sandbox.limits]\npids = 1\n", []string{"sandbox.limits.pids"}},
 		{"bad cpus", "version = 1\n[sandbox.limits]\ncpus = -1\n", []string{"sandbox.limits.cpus"}},
 		{"bad image", "version = 1\n[sandbox]\nimage = \"--privileged\"\n", []string{"sandbox.image"}},
+		{"bad runtime", "version = 1\n[sandbox]\nruntime = \"--privileged\"\n", []string{":3:", "sandbox.runtime", "not a Docker runtime name"}},
+		{"empty runtime", "version = 1\n[sandbox]\nruntime = \"\"\n", []string{"sandbox.runtime"}},
 		{"escaping protected", "version = 1\n[files]\nprotected = [\"ok\", \"../x\"]\n", []string{"files.protected[1]"}},
 		{"absolute protected", "version = 1\n[files]\nprotected = [\"/etc\"]\n", []string{"files.protected[0]"}},
 		{"bad home", "version = 1\n[sandbox]\nhome = \"~/agent\"\n", []string{":3:", "sandbox.home", `"~/agent"`}},

@@ -9,11 +9,11 @@ import (
 )
 
 // Overrides are the trusted command-line flags that override a loaded
-// config (--mode, --backend, --image, --network, --home, --timeout); an
-// empty field leaves the config's value.
+// config (--mode, --backend, --image, --runtime, --network, --home,
+// --timeout); an empty field leaves the config's value.
 type Overrides struct {
-	Mode, Backend, Image, Network, Home string
-	Timeout                             time.Duration
+	Mode, Backend, Image, Runtime, Network, Home string
+	Timeout                                      time.Duration
 }
 
 // Apply overrides c with o. Its errors name the flag at fault.
@@ -34,6 +34,12 @@ func (c *Config) Apply(o Overrides) error {
 	}
 	if o.Image != "" {
 		c.Sandbox.Image = o.Image
+	}
+	if o.Runtime != "" {
+		if err := ValidateRuntime(o.Runtime); err != nil {
+			return fmt.Errorf("--runtime: %w", err)
+		}
+		c.Sandbox.Runtime = o.Runtime
 	}
 	if o.Network != "" {
 		n, err := netpolicy.Parse(o.Network)

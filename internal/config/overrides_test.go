@@ -21,6 +21,8 @@ func TestApplyOverrides(t *testing.T) {
 		}, ""},
 		{"mode", Overrides{Mode: "read-only"}, func(c *Config) bool { return c.Sandbox.Mode == sandbox.ReadOnly }, ""},
 		{"image", Overrides{Image: "x:1"}, func(c *Config) bool { return c.Sandbox.Image == "x:1" }, ""},
+		{"runtime", Overrides{Runtime: "runsc"}, func(c *Config) bool { return c.Sandbox.Runtime == "runsc" }, ""},
+		{"bad runtime", Overrides{Runtime: "run sc"}, nil, "--runtime"},
 		{"network", Overrides{Network: "proxied"}, func(c *Config) bool { return c.Network == sandbox.NetworkProxied }, ""},
 		{"home", Overrides{Home: "fresh"}, func(c *Config) bool { return c.Sandbox.HomeSet }, ""},
 		{"timeout", Overrides{Timeout: time.Second}, func(c *Config) bool { return c.Sandbox.Timeout == time.Second }, ""},

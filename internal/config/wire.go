@@ -29,6 +29,7 @@ type sandboxWire struct {
 	Backend *string     `toml:"backend"`
 	Mode    *string     `toml:"mode"`
 	Image   *string     `toml:"image"`
+	Runtime *string     `toml:"runtime"`
 	User    *string     `toml:"user"`
 	Timeout *string     `toml:"timeout"`
 	Limits  *limitsWire `toml:"limits"`
