@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -33,6 +34,10 @@ type Backend struct {
 	Image string
 	// User is the container identity.
 	User User
+	// Runtime is the OCI runtime the daemon runs the containers with (a
+	// name docker info lists, e.g. "runsc" for gVisor); empty means the
+	// daemon's default.
+	Runtime string
 	// Binary is the docker CLI; empty means "docker" from PATH.
 	Binary string
 	// Labels are extra labels for every container (tests add vak.test=1).
@@ -62,15 +67,17 @@ func (b *Backend) Scope() sandbox.Scope { return sandbox.ScopeCommand }
 
 // Available implements sandbox.Backend with a cached probe of the daemon:
 // its version through the Engine API where vak run's commands take that
-// path (RunsHere), else `docker version`, the CLI's own view. The seccomp
+// path (RunsHere), else `docker version`, the CLI's own view; with a
+// Runtime, also that the daemon lists it (ErrNoRuntime). The seccomp
 // profile every Wrap needs (about a millisecond of JSON) is built
 // meanwhile.
 func (b *Backend) Available(ctx context.Context) error {
 	go buildSeccomp()
+	p := b.probe()
 	if b.RunsHere() {
-		return b.probe().check(ctx, b.serverVersion)
+		return p.check(ctx, &engineAPI{version: b.serverVersion, runtimes: b.serverRuntimes})
 	}
-	return b.probe().Check(ctx)
+	return p.Check(ctx)
 }
 
 // serverVersion asks the daemon its version through the Engine API.
@@ -86,6 +93,24 @@ func (b *Backend) serverVersion(ctx context.Context) (string, error) {
 	return v.Version, nil
 }
 
+// serverRuntimes asks the daemon the runtimes it lists (docker info)
+// through the Engine API.
+func (b *Backend) serverRuntimes(ctx context.Context) ([]string, error) {
+	cli, err := b.engine()
+	if err != nil {
+		return nil, err
+	}
+	info, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, engine.APIError("", err)
+	}
+	names := make([]string, 0, len(info.Info.Runtimes))
+	for n := range info.Info.Runtimes {
+		names = append(names, n)
+	}
+	return names, nil
+}
+
 // Invalidate forgets a cached success, e.g. after a command failed in a way
 // that suggests the daemon went away.
 func (b *Backend) Invalidate() { b.probe().Invalidate() }
@@ -95,6 +120,8 @@ func (b *Backend) probe() *Probe {
 		if b.Probe == nil {
 			b.Probe = &Probe{Binary: b.binary()}
 		}
+		// The probe checks the runtime the containers will name.
+		b.Probe.Runtime = b.Runtime
 	})
 	return b.Probe
 }
@@ -141,8 +168,12 @@ type Probe struct {
 	Binary  string        // docker CLI; empty means "docker"
 	TTL     time.Duration // zero means DefaultProbeTTL
 	Timeout time.Duration // zero means DefaultProbeTimeout
+	// Runtime, if set, must be one of the runtimes the daemon lists for
+	// the probe to succeed (ErrNoRuntime).
+	Runtime string
 	// CacheDir, if set, persists a success across processes (one file per
-	// DOCKER_HOST/DOCKER_CONTEXT), so back-to-back `vak run`s skip the probe.
+	// DOCKER_HOST/DOCKER_CONTEXT and Runtime), so back-to-back `vak run`s
+	// skip the probe.
 	// The directory must be private to the user (vak's state dir).
 	CacheDir string
 
@@ -151,12 +182,39 @@ type Probe struct {
 	version string
 }
 
+// ErrNoRuntime reports that the daemon does not list the runtime the
+// backend was configured with (sandbox.runtime, --runtime): nothing runs,
+// rather than run under the daemon's default runtime.
+var ErrNoRuntime = errors.New("the Docker Engine lists no such runtime")
+
+// ErrRuntimeNetwork reports a proxied network asked of containers under a
+// runtime other than runc: the network is fenced by nftables rules in the
+// namespace the container joins, and a runtime with a network stack of
+// its own (gVisor's netstack) neither reaches the netclient's loopback
+// nor sends through those rules, so vak does not start it.
+var ErrRuntimeNetwork = errors.New("a proxied network needs the default runtime (runc)")
+
+// CheckNetwork returns ErrRuntimeNetwork when the backend's Runtime cannot
+// carry a proxied network (nil for none, or under runc).
+func (b *Backend) CheckNetwork(proxied bool) error {
+	if !proxied || b.Runtime == "" || b.Runtime == "runc" {
+		return nil
+	}
+	return fmt.Errorf("runtime %q (sandbox.runtime / --runtime) with --network proxied: %w: its fence is nftables rules in the namespace the container joins, which a runtime with a network stack of its own (gVisor's) does not send through; use --network none with this runtime", b.Runtime, ErrRuntimeNetwork)
+}
+
 // Check returns nil if the daemon answered within the TTL, probing with
-// `docker version` if needed.
+// `docker version` (and, with a Runtime, `docker info`) if needed.
 func (p *Probe) Check(ctx context.Context) error { return p.check(ctx, nil) }
 
+// engineAPI asks the daemon through the Engine API instead of the CLI.
+type engineAPI struct {
+	version  func(context.Context) (string, error)
+	runtimes func(context.Context) ([]string, error)
+}
+
 // check is Check, probing with api instead of the CLI if it is set.
-func (p *Probe) check(ctx context.Context, api func(context.Context) (string, error)) error {
+func (p *Probe) check(ctx context.Context, api *engineAPI) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if time.Now().Before(p.okUntil) {
@@ -182,7 +240,7 @@ func (p *Probe) check(ctx context.Context, api func(context.Context) (string, er
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if api != nil {
-		v, err := api(ctx)
+		v, err := api.version(ctx)
 		if err == nil && v == "" {
 			err = errors.New("the daemon reported no version")
 		}
@@ -194,6 +252,9 @@ func (p *Probe) check(ctx context.Context, api func(context.Context) (string, er
 				return err
 			}
 			return engine.Unreachable(engine.EnvHost(), err)
+		}
+		if err := p.checkRuntime(ctx, api.runtimes, cache); err != nil {
+			return err
 		}
 		p.succeeded(v, ttl, cache)
 		return nil
@@ -230,8 +291,52 @@ func (p *Probe) check(ctx context.Context, api func(context.Context) (string, er
 		}
 		return engine.Unreachable(cliHost(), errors.New(msg))
 	}
+	if err := p.checkRuntime(ctx, func(ctx context.Context) ([]string, error) { return cliRuntimes(ctx, bin) }, cache); err != nil {
+		return err
+	}
 	p.succeeded(v, ttl, cache)
 	return nil
+}
+
+// checkRuntime is nil without a Runtime or when list names it; else it
+// forgets the cached success and returns ErrNoRuntime (or list's error).
+func (p *Probe) checkRuntime(ctx context.Context, list func(context.Context) ([]string, error), cache string) error {
+	if p.Runtime == "" {
+		return nil
+	}
+	names, err := list(ctx)
+	if err == nil && !slices.Contains(names, p.Runtime) {
+		slices.Sort(names)
+		err = fmt.Errorf("%w: %q (it lists %s); register it in the daemon's configuration (\"runtimes\" in /etc/docker/daemon.json, then reload dockerd), or change sandbox.runtime / --runtime", ErrNoRuntime, p.Runtime, strings.Join(names, ", "))
+	} else if err != nil {
+		err = engine.Unreachable(cliHost(), fmt.Errorf("docker info: %w", err))
+	}
+	if err != nil && cache != "" {
+		os.Remove(cache)
+	}
+	return err
+}
+
+// cliRuntimes are the runtimes `docker info` lists.
+func cliRuntimes(ctx context.Context, bin string) ([]string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "info", "--format", "{{json .Runtimes}}")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := firstLine(stderr.String()); msg != "" {
+			return nil, errors.New(msg)
+		}
+		return nil, err
+	}
+	var rts map[string]json.RawMessage
+	if err := json.Unmarshal(stdout.Bytes(), &rts); err != nil {
+		return nil, fmt.Errorf("docker info listed runtimes as %q: %w", firstLine(stdout.String()), err)
+	}
+	names := make([]string, 0, len(rts))
+	for n := range rts {
+		names = append(names, n)
+	}
+	return names, nil
 }
 
 // succeeded records a probe's success (version v) for ttl, in cache too.
@@ -261,7 +366,7 @@ func (p *Probe) cacheFile() string {
 	if p.CacheDir == "" {
 		return ""
 	}
-	h := sha256.Sum256([]byte(p.Binary + "\x00" + os.Getenv("DOCKER_HOST") + "\x00" + os.Getenv("DOCKER_CONTEXT")))
+	h := sha256.Sum256([]byte(p.Binary + "\x00" + os.Getenv("DOCKER_HOST") + "\x00" + os.Getenv("DOCKER_CONTEXT") + "\x00" + p.Runtime))
 	return filepath.Join(p.CacheDir, "docker-probe-"+hex.EncodeToString(h[:8]))
 }
 

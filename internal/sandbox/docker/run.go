@@ -160,6 +160,7 @@ func (sp runSpec) create(cmd []string) (createRequest, error) {
 		ReadonlyRootfs: sp.readOnly,
 		SecurityOpt:    []string{"no-new-privileges"},
 		Tmpfs:          map[string]string{"/tmp": sp.tmpfs},
+		Runtime:        sp.runtime,
 	}
 	host.Memory = sp.memory
 	host.NanoCPUs = int64(math.Round(sp.cpus * 1e9))

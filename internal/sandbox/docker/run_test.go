@@ -144,7 +144,7 @@ func TestRunnerCreatesWhatTheCLIWould(t *testing.T) {
 		b    *Backend
 		c    sandbox.Command
 	}{
-		{"workspace-write", &Backend{Image: "img:1", User: User{UID: 1000, GID: 1001}}, sandbox.Command{
+		{"workspace-write under another runtime", &Backend{Image: "img:1", User: User{UID: 1000, GID: 1001}, Runtime: "runsc"}, sandbox.Command{
 			Shell: "echo 'a b' \"$HOME\"", Workspace: ws, Dir: ws + "/sub", Mode: sandbox.WorkspaceWrite,
 			Env:        []string{"LANG=C.UTF-8", "X=a=b", "LANG=en_US.UTF-8"},
 			Limits:     sandbox.Limits{Memory: 3 << 20, CPUs: 1.5, Pids: 17, TmpfsSize: 9 << 20},
@@ -204,6 +204,9 @@ func TestRunnerCreatesWhatTheCLIWould(t *testing.T) {
 			}
 			for _, d := range differences("", meaningful(cliReq.body), meaningful(ours.body)) {
 				t.Errorf("create requests differ at %s", d)
+			}
+			if hc, _ := ours.body["HostConfig"].(map[string]any); hc["Runtime"] != tc.b.Runtime && (tc.b.Runtime != "" || hc["Runtime"] != nil) {
+				t.Errorf("runtime: Runner asked for %v, the backend has %q", hc["Runtime"], tc.b.Runtime)
 			}
 		})
 	}

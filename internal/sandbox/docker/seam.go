@@ -43,8 +43,9 @@ func (b *Backend) WrapperFailed(ctx context.Context, exitCode int) error {
 }
 
 // Describe implements sandbox.Describer: the server version once probed,
-// and how vak run's commands reach it (Runner: the Engine API, or the
-// docker CLI and why).
+// the runtime its containers run under when one is configured, and how
+// vak run's commands reach it (Runner: the Engine API, or the docker CLI
+// and why).
 func (b *Backend) Describe(context.Context) string {
 	if b.Probe == nil {
 		return ""
@@ -53,7 +54,11 @@ func (b *Backend) Describe(context.Context) string {
 	if why := b.CLIReason(); why != "" {
 		how = "vak run starts the docker CLI (" + why + ")"
 	}
-	return "(server " + b.Probe.Version() + "), " + how
+	rt := ""
+	if b.Runtime != "" {
+		rt = ", runtime " + b.Runtime + " (sandbox.runtime)"
+	}
+	return "(server " + b.Probe.Version() + rt + "), " + how
 }
 
 // DescribeLimits implements sandbox.LimitsDescriber: every limit is the

@@ -138,6 +138,7 @@ func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
 // each other by a test that records what the CLI sends.
 type runSpec struct {
 	name, image, netMode, workdir, user string
+	runtime                             string // the OCI runtime; "" for the daemon's default
 	memory                              int64
 	cpus                                float64
 	pids                                int64
@@ -195,6 +196,10 @@ func (b *Backend) spec(c sandbox.Command) (runSpec, error) {
 	sp.image = b.Image
 	if sp.image == "" {
 		sp.image = DefaultImage
+	}
+	sp.runtime = b.Runtime
+	if err := b.CheckNetwork(c.Network != nil); err != nil {
+		return sp, fmt.Errorf("docker wrap: %w", err)
 	}
 	sp.netMode = "none"
 	if c.Network != nil {
@@ -286,6 +291,9 @@ func (sp runSpec) args(binary string) []string {
 		"--pids-limit", strconv.FormatInt(sp.pids, 10),
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
+	}
+	if sp.runtime != "" {
+		args = append(args, "--runtime", sp.runtime)
 	}
 	if sp.seccompPath != "" {
 		args = append(args, "--security-opt", "seccomp="+sp.seccompPath)

@@ -31,6 +31,32 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
 }
 
+// RunContainment is the subset of Run for another container runtime
+// under a backend Run already covers (gVisor under the docker backend):
+// every check a command itself attempts (files, network, sockets, mode,
+// timeouts, environment, protected paths, hardening) and the host-side
+// ones whose outcome depends on how the runtime presents the mounts (a
+// planted link, a pinned .git, setuid files, auto-run files). The rest of
+// the host side is host code the runtime does not change.
+func RunContainment(t *testing.T, b Backend) {
+	t.Run("WorkspaceWriteVisible", func(t *testing.T) { testWorkspaceWrite(t, b) })
+	t.Run("WriteOutsideWorkspaceFails", func(t *testing.T) { testWriteOutside(t, b) })
+	t.Run("ReadPlantedSecretFails", func(t *testing.T) { testReadSecret(t, b) })
+	t.Run("NetworkConnectFails", func(t *testing.T) { testNetwork(t, b) })
+	t.Run("UnixSocketOutsideUnreachable", func(t *testing.T) { testUnixSocket(t, b) })
+	t.Run("ReadOnlyEnforced", func(t *testing.T) { testReadOnly(t, b) })
+	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
+	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
+	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
+	t.Run("HostSide", func(t *testing.T) {
+		t.Run("PlantedLinkNotMounted", func(t *testing.T) { testPlantedLinkNotMounted(t, b) })
+		t.Run("GitCannotBeSwapped", func(t *testing.T) { testGitSwap(t, b) })
+		t.Run("AutoRunFilesCreated", func(t *testing.T) { testAutoRunCreated(t, b) })
+		t.Run("SetuidFiles", func(t *testing.T) { testSetuid(t, b) })
+	})
+	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
+}
+
 // RunBashOnly runs the conformance suite with bash-only sessions
 // (broker.Options.BashOnly, what vak run starts): a command-scoped backend
 // then runs its commands without a worker process. Checks of the file

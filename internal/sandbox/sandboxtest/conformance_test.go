@@ -59,3 +59,34 @@ func TestDockerConformanceBashOnly(t *testing.T) {
 	})
 	RunBashOnly(t, b)
 }
+
+// TestGVisorDockerConformance runs the containment checks with the docker
+// backend's containers under gVisor (sandbox.runtime = "runsc"), after a
+// control that the commands really run on gVisor's kernel and that the
+// same backend without the runtime does not.
+func TestGVisorDockerConformance(t *testing.T) {
+	img := testenv.Image(t)
+	runtime := testenv.RequireGVisor(t)
+	backend := func(runtime string) Backend {
+		return func(t *testing.T, cfg *config.Config) sandbox.Backend {
+			d := docker.New(img)
+			d.User = docker.User{UID: os.Getuid(), GID: os.Getgid()}
+			d.Labels = map[string]string{testenv.TestLabel: "1"}
+			d.Runtime = runtime
+			return d
+		}
+	}
+	t.Run("KernelIsGVisor", func(t *testing.T) {
+		for _, tc := range []struct {
+			runtime string
+			gvisor  bool
+		}{{runtime, true}, {"", false}} {
+			s := NewEnv(t, backend(tc.runtime)).Start(sandbox.WorkspaceWrite)
+			res := Sh(t, s, "dmesg 2>&1 | head -1")
+			if strings.Contains(res.Stdout, "Starting gVisor") != tc.gvisor {
+				t.Fatalf("runtime %q: the kernel log begins %q (exit %d, %s), want gVisor's: %v", tc.runtime, res.Stdout, res.ExitCode, res.Stderr, tc.gvisor)
+			}
+		}
+	})
+	RunContainment(t, backend(runtime))
+}
