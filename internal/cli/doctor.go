@@ -29,6 +29,7 @@ config file is invalid.`,
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "workspace directory (default: current directory)")
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode to resolve for")
 	fl.StringVar(&f.backend, "backend", "", "backend to resolve")
+	fl.StringVar(&f.runtime, "runtime", "", "the docker backend's runtime to check (default from config: sandbox.runtime)")
 	fl.StringVar(&f.network, "network", "", "network policy to show (none or proxied)")
 	homeFlag(fl, &f.home)
 	return cmd

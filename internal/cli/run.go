@@ -36,6 +36,7 @@ type runFlags struct {
 	mode      string
 	backend   string
 	image     string
+	runtime   string
 	timeout   time.Duration
 	network   string
 	home      string
@@ -109,6 +110,7 @@ Exit status: the command's own status (128+N if it died of signal N), or
 	fl.StringVar(&f.mode, "mode", "", "sandbox mode: read-only, workspace-write or full-access (default from config: workspace-write)")
 	fl.StringVar(&f.backend, "backend", "", "sandbox backend: auto, landlock, seatbelt, docker or none (default from config: auto)")
 	fl.StringVar(&f.image, "image", "", "container image for the docker backend (default from config: "+docker.DefaultImage+")")
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of the docker backend's containers, one `docker info` lists, e.g. runsc for gVisor (default from config: sandbox.runtime, else the Engine's default)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the command after this long (default from config: none)")
 	fl.BoolVar(&f.trace, "trace", false, "print how long each phase took to stderr (also VAK_TRACE=1)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config; native backend: your on-demand gateway, docker: the workspace's topology) (default from config: none)")
@@ -123,7 +125,7 @@ func homeFlag(fl *pflag.FlagSet, v *string) {
 
 // applyFlags overrides cfg with command-line flags, which are trusted.
 func applyFlags(cfg *config.Config, f runFlags) error {
-	return cfg.Apply(config.Overrides{Mode: f.mode, Backend: f.backend, Image: f.image, Network: f.network, Home: f.home, Timeout: f.timeout})
+	return cfg.Apply(config.Overrides{Mode: f.mode, Backend: f.backend, Image: f.image, Runtime: f.runtime, Network: f.network, Home: f.home, Timeout: f.timeout})
 }
 
 // workspaceConfig resolves the --workspace flag (default: the current

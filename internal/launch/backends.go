@@ -23,6 +23,7 @@ func Registry(cfg *config.Config, labels map[string]string) *sandbox.Registry {
 	r := sandbox.NewRegistry()
 	d := docker.New(cfg.Sandbox.Image)
 	d.Labels = labels
+	d.Runtime = cfg.Sandbox.Runtime
 	d.User.Root = cfg.Sandbox.User == config.UserRoot
 	d.Probe = &docker.Probe{}
 	if dir, err := paths.EnsureStateDir(); err == nil {

@@ -21,6 +21,7 @@ import (
 	"vak/internal/config"
 	"vak/internal/errclass"
 	"vak/internal/sandbox"
+	"vak/internal/sandbox/docker"
 	"vak/internal/trace"
 	"vak/internal/worker/wire"
 )
@@ -165,6 +166,12 @@ func (r *Run) resolve(ctx context.Context) error {
 	}
 	if err := b.Available(ctx); err != nil {
 		return fmt.Errorf("sandbox backend %s: %w; %w", b.Name(), err, ErrUnavailable)
+	}
+	if d, ok := b.(*docker.Backend); ok {
+		// Before a gateway is started for a run that cannot use it.
+		if err := d.CheckNetwork(cfg.Network == sandbox.NetworkProxied); err != nil {
+			return errclass.Wrap(errclass.Config, err)
+		}
 	}
 	r.Backend = b
 	canInteract := sandbox.CheckInteractive(b)

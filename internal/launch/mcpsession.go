@@ -20,6 +20,29 @@ import (
 // sandbox mode (full-access).
 var ErrNotASandbox = errclass.New(errclass.Invalid, "a session is a sandbox (use read-only or workspace-write)")
 
+// ErrSessionRuntime is wrapped by a session refused because
+// sandbox.runtime names a Docker runtime the session backend would not
+// run it under: the session fails rather than run under the default.
+var ErrSessionRuntime = errclass.New(errclass.Config, "sessions do not take sandbox.runtime")
+
+// checkSessionRuntime refuses a session when sandbox.runtime is set: a
+// docker session's worker checks that each mount is the very host path
+// vak checked, by device and inode, which gVisor's file system (gofer)
+// does not pass through, so it would refuse to serve under runsc; a
+// Kubernetes session runs under kubernetes.runtime_class instead.
+func checkSessionRuntime(cfg *config.Config) error {
+	rt := cfg.Sandbox.Runtime
+	switch {
+	case rt == "":
+		return nil
+	case cfg.Session.Backend == BackendKubernetes && cfg.Kubernetes.RuntimeClass != "":
+		return nil
+	case cfg.Session.Backend == BackendKubernetes:
+		return fmt.Errorf("sandbox.runtime = %q (%s) is the Docker backend's; a Kubernetes session runs under kubernetes.runtime_class, which is not set: set it (e.g. \"gvisor\") or remove sandbox.runtime: %w", rt, TrustedFile(cfg), ErrSessionRuntime)
+	}
+	return fmt.Errorf("sandbox.runtime = %q (%s): docker sessions run under the Engine's default runtime only (their worker checks each mount's device and inode, which another runtime's file system need not show); remove the key and give vak run --runtime %s instead: %w", rt, TrustedFile(cfg), rt, ErrSessionRuntime)
+}
+
 // checkSessionMode refuses a session in a mode that is no sandbox
 // (full-access).
 func checkSessionMode(cfg *config.Config) error {
@@ -97,6 +120,9 @@ func createMCPSession(ctx context.Context, req Request, m *taskenv.Manager) (str
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	if err := checkSessionMode(req.Config); err != nil {
+		return "", err
+	}
+	if err := checkSessionRuntime(req.Config); err != nil {
 		return "", err
 	}
 	spec := sessionSpec(req, m)

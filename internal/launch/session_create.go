@@ -63,6 +63,9 @@ func CreateSession(ctx context.Context, req Request, c SessionCreate) error {
 	if err := checkSessionMode(cfg); err != nil {
 		return err
 	}
+	if err := checkSessionRuntime(cfg); err != nil {
+		return err
+	}
 	if cfg.Session.Backend == BackendKubernetes {
 		return createKubeSession(ctx, req, c)
 	}
@@ -162,6 +165,9 @@ func setUpSession(ctx context.Context, req Request, m *taskenv.Manager, spec *ta
 func FillPool(ctx context.Context, req Request, docker bool, out io.Writer) error {
 	if req.Config == nil || req.Workspace == "" {
 		return errRequired
+	}
+	if err := checkSessionRuntime(req.Config); err != nil {
+		return err
 	}
 	if req.Config.Session.Backend == BackendKubernetes {
 		if docker {
