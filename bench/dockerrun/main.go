@@ -13,6 +13,11 @@
 //
 //	go run ./bench/dockerrun -n 60 -max-n 400 -image vak-test:latest
 //
+// With -runtime NAME both contenders run under that runtime (e.g. runsc,
+// gVisor: vak's sandbox.runtime against docker run --runtime):
+//
+//	go run ./bench/dockerrun -n 40 -runtime runsc -image vak-test:latest
+//
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the same command too, interleaved with the others, and its
 // trace breakdown is printed as well: a before/after in one run.
@@ -38,6 +43,7 @@ func main() {
 	maxN := flag.Int("max-n", 0, "add rounds, 20 at a time, until the ratio's interval decides against -target or this many ran (default: -n, no more)")
 	target := flag.Float64("target", 1.03, "the target ratio of vak's median to raw docker run's")
 	image := flag.String("image", "vak-test:latest", "image to run")
+	rt := flag.String("runtime", "", "the OCI runtime of both contenders' containers (default: the Engine's)")
 	against := flag.String("against", "", "another vak binary to run the same command with, interleaved (before/after)")
 	flag.Parse()
 
@@ -52,17 +58,27 @@ func main() {
 	}
 	defer os.RemoveAll(ws)
 	cfg := filepath.Join(ws, "..", filepath.Base(ws)+".toml")
-	os.WriteFile(cfg, []byte("version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \""+*image+"\"\n"), 0o600)
+	conf := "version = 1\n[sandbox]\nbackend = \"docker\"\nimage = \"" + *image + "\"\n"
+	if *rt != "" {
+		conf += "runtime = \"" + *rt + "\"\n"
+	}
+	os.WriteFile(cfg, []byte(conf), 0o600)
 	defer os.Remove(cfg)
+	b := docker.New(*image)
+	b.Runtime = *rt
+	under := ""
+	if *rt != "" {
+		under = " --runtime " + *rt
+	}
 
 	r := &rounds{
-		b:       docker.New(*image),
+		b:       b,
 		ws:      ws,
 		cfg:     cfg,
 		vak:     vak,
 		against: *against,
-		raw:     &stats.Sample{Name: "docker run --rm (same flags)"},
-		viaVak:  &stats.Sample{Name: "vak run --backend docker"},
+		raw:     &stats.Sample{Name: "docker run --rm" + under + " (same flags)"},
+		viaVak:  &stats.Sample{Name: "vak run --backend docker" + under},
 		other:   &stats.Sample{Name: "vak run --backend docker (" + *against + ")"},
 	}
 	for i := -2; i < 0; i++ { // two warm-up rounds
@@ -81,7 +97,7 @@ func main() {
 	}
 	*n = len(r.raw.D)
 	raw, viaVak, other := r.raw, r.viaVak, r.other
-	fmt.Printf("### vak run --backend docker vs docker run (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
+	fmt.Printf("### vak run --backend docker%s vs docker run%s (%s/%s, %d cores, n=%d, interleaved)\n\n", under, under, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), *n)
 	if *against != "" {
 		fmt.Print(stats.Table(raw, viaVak, other))
 	} else {
