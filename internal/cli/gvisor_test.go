@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,8 +11,8 @@ import (
 	"vak/internal/testenv"
 )
 
-// vak run under gVisor (sandbox.runtime, --runtime): the command runs on
-// gVisor's kernel and writes the workspace as the caller; a runtime the
+// vak run under gVisor (sandbox.runtime, --runtime): the command (also
+// with -i) runs on gVisor's kernel and writes the workspace as the caller; a runtime the
 // Engine does not list, or gVisor with a proxied network, refuses before
 // anything runs (status 69, naming the runtime and the key); a session
 // refuses the key (status 78) rather than run under the default runtime.
@@ -40,6 +42,14 @@ func TestRunGVisor(t *testing.T) {
 			}
 		})
 	}
+	t.Run("interactive", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), []string{"--config", writeConfig(t, base), "run", "-i", "-w", ws, "--runtime", rt, "--", "sh", "-c", "cat; dmesg 2>&1 | head -1"},
+			Stdio{In: strings.NewReader("from-stdin\n"), Out: &out, Err: &errb})
+		if code != 0 || !strings.HasPrefix(out.String(), "from-stdin\n") || !strings.Contains(out.String(), "Starting gVisor") {
+			t.Fatalf("-i under %s: exit %d, out %q: %s", rt, code, out.String(), errb.String())
+		}
+	})
 	// Control: the same config without the runtime runs on the host's kernel.
 	if code, out, errs := vakMain(t, writeConfig(t, base), "run", "-w", ws, "--", "sh", "-c", "dmesg 2>&1 | head -1"); code != 0 || strings.Contains(out, "Starting gVisor") {
 		t.Fatalf("control: exit %d, out %q: %s", code, out, errs)
