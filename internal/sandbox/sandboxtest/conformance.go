@@ -18,6 +18,14 @@ import (
 
 // Run runs the conformance suite against a backend.
 func Run(t *testing.T, b Backend) {
+	runCommandChecks(t, b)
+	t.Run("HostSide", func(t *testing.T) { runHostSide(t, b) })
+	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
+}
+
+// runCommandChecks are the checks a command attempts itself: files,
+// secrets, network, sockets, mode, timeouts, environment, protected paths.
+func runCommandChecks(t *testing.T, b Backend) {
 	t.Run("WorkspaceWriteVisible", func(t *testing.T) { testWorkspaceWrite(t, b) })
 	t.Run("WriteOutsideWorkspaceFails", func(t *testing.T) { testWriteOutside(t, b) })
 	t.Run("ReadPlantedSecretFails", func(t *testing.T) { testReadSecret(t, b) })
@@ -27,8 +35,6 @@ func Run(t *testing.T, b Backend) {
 	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
 	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
 	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
-	t.Run("HostSide", func(t *testing.T) { runHostSide(t, b) })
-	t.Run("Hardening", func(t *testing.T) { runHardening(t, b) })
 }
 
 // RunContainment is the subset of Run for another container runtime
@@ -39,15 +45,7 @@ func Run(t *testing.T, b Backend) {
 // planted link, a pinned .git, setuid files, auto-run files). The rest of
 // the host side is host code the runtime does not change.
 func RunContainment(t *testing.T, b Backend) {
-	t.Run("WorkspaceWriteVisible", func(t *testing.T) { testWorkspaceWrite(t, b) })
-	t.Run("WriteOutsideWorkspaceFails", func(t *testing.T) { testWriteOutside(t, b) })
-	t.Run("ReadPlantedSecretFails", func(t *testing.T) { testReadSecret(t, b) })
-	t.Run("NetworkConnectFails", func(t *testing.T) { testNetwork(t, b) })
-	t.Run("UnixSocketOutsideUnreachable", func(t *testing.T) { testUnixSocket(t, b) })
-	t.Run("ReadOnlyEnforced", func(t *testing.T) { testReadOnly(t, b) })
-	t.Run("TimeoutKillsProcessTree", func(t *testing.T) { testTimeoutTree(t, b) })
-	t.Run("EnvScrubbed", func(t *testing.T) { testEnv(t, b) })
-	t.Run("ProtectedPaths", func(t *testing.T) { testProtected(t, b) })
+	runCommandChecks(t, b)
 	t.Run("HostSide", func(t *testing.T) {
 		t.Run("PlantedLinkNotMounted", func(t *testing.T) { testPlantedLinkNotMounted(t, b) })
 		t.Run("GitCannotBeSwapped", func(t *testing.T) { testGitSwap(t, b) })
