@@ -195,6 +195,70 @@ func TestSessionMountIdentity(t *testing.T) {
 	}
 }
 
+// The worker refuses a mount that is not the path vak checked. The attack:
+// between the plan (which checked the path against the never-mounted list)
+// and the mount, a protected file in the workspace is swapped for a symlink
+// to a credential outside it, which the daemon follows. The link can get
+// the removed file's inode number back (it did here), so device and inode
+// alone pass: the worker compares the file type too, and must refuse to
+// serve, leaving nothing behind. Control: without the swap the same session
+// serves the protected file read-only.
+func TestSessionMountSwap(t *testing.T) {
+	t.Parallel()
+	mountSwap(t, "")
+}
+
+// mountSwap runs TestSessionMountSwap's attack and control under runtime.
+func mountSwap(t *testing.T, runtime string) {
+	ctx := context.Background()
+	for _, swap := range []bool{false, true} {
+		f := newFixture(t)
+		ws := f.workspace()
+		os.MkdirAll(filepath.Join(ws, ".git"), 0o777)
+		os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644)
+		secret := filepath.Join(f.home, ".netrc")
+		os.Chmod(secret, 0o644) // readable by the session user, if it were mounted
+		f.m.mutatePlan = func(p *plan) {
+			if !swap {
+				return
+			}
+			cfg := filepath.Join(ws, ".git", "config")
+			if err := os.Remove(cfg); err != nil {
+				t.Error(err)
+			}
+			if err := os.Symlink(secret, cfg); err != nil {
+				t.Error(err)
+			}
+		}
+		s, err := f.m.Create(ctx, f.spec(ws))
+		if !swap {
+			if err != nil {
+				t.Fatalf("runtime %q, control: %v", runtime, err)
+			}
+			r := sh(t, s, "cat .git/config; (echo x >> .git/config) 2>/dev/null && echo WROTE")
+			f.m.Discard(ctx, s.ID())
+			if r.Stdout != "[core]\n" {
+				t.Fatalf("runtime %q, control: %+v", runtime, r)
+			}
+			continue
+		}
+		if err == nil {
+			r := sh(t, s, "cat .git/config")
+			f.m.Discard(ctx, s.ID())
+			t.Fatalf("runtime %q: a session with a swapped mount serves (.git/config reads %q)", runtime, r.Stdout)
+		}
+		if !strings.Contains(err.Error(), "was it replaced") {
+			t.Fatalf("runtime %q: %v, want the worker's refusal", runtime, err)
+		}
+		if strings.Contains(err.Error(), "machine x password y") {
+			t.Fatalf("the refusal carries the secret: %v", err)
+		}
+		if list, _ := f.m.List(ctx); len(list) != 0 {
+			t.Fatalf("runtime %q: the refused session was left behind: %+v", runtime, list)
+		}
+	}
+}
+
 // The session socket lives in a directory the session can write. Whatever
 // is put there in place of the worker's socket (a symlink to another
 // daemon's socket, a listener of someone else's) is refused before a byte

@@ -196,7 +196,7 @@ func (m *Manager) planMounts(p *plan, others []string) error {
 		}
 		p.mounts = append(p.mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: src, ReadOnly: ro,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
-		p.identity = append(p.identity, worker.MountIdentity{Path: src, Dev: uint64(st.Dev), Ino: uint64(st.Ino)})
+		p.identity = append(p.identity, worker.MountIdentity{Path: src, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: uint32(st.Mode) & syscall.S_IFMT})
 		return nil
 	}
 	if err := addBind(ws, spec.Mode == sandbox.ReadOnly); err != nil {

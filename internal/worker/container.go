@@ -59,6 +59,12 @@ type MountIdentity struct {
 	Path string `json:"path"`
 	Dev  uint64 `json:"dev"`
 	Ino  uint64 `json:"ino"`
+	// Type is the file type bits of its mode (S_IFMT: directory, regular
+	// file). Device and inode alone do not identify a mount: a checked
+	// file replaced by a symlink can get the freed inode number back, and
+	// the daemon then mounts the link's target elsewhere while the link
+	// itself, with the checked numbers, stays at the path.
+	Type uint32 `json:"type"`
 }
 
 // ErrMountReplaced reports a bind mount that is not what the broker checked.

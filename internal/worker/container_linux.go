@@ -44,8 +44,8 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 		if err := unix.Lstat(m.Path, &st); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrMountReplaced, m.Path, err)
 		}
-		if uint64(st.Dev) != m.Dev || uint64(st.Ino) != m.Ino {
-			return fmt.Errorf("%w: %s is device %d inode %d, expected %d/%d (was it replaced while the session was created?); refusing to serve", ErrMountReplaced, m.Path, st.Dev, st.Ino, m.Dev, m.Ino)
+		if uint64(st.Dev) != m.Dev || uint64(st.Ino) != m.Ino || st.Mode&unix.S_IFMT != m.Type {
+			return fmt.Errorf("%w: %s is device %d inode %d type %#o, expected %d/%d type %#o (was it replaced while the session was created?); refusing to serve", ErrMountReplaced, m.Path, st.Dev, st.Ino, st.Mode&unix.S_IFMT, m.Dev, m.Ino, m.Type)
 		}
 	}
 	self, err := os.Executable()
