@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Provides gVisor's runsc as a Docker runtime named "runsc" for the tests
 # that run vak's containers under it (testenv.RequireGVisor:
-# TestGVisorDockerConformance, TestRunGVisor). Needs root and Go.
+# TestGVisorDockerConformance, TestRunGVisor, TestGVisorSession). Needs root
+# and Go.
 #
 #   install-runsc.sh register   registers /usr/local/bin/runsc in
 #                               /etc/docker/daemon.json (dockerd reads it as
-#                               it starts; the binary may come later)
+#                               it starts; the binary may come later) with
+#                               the flags sessions need: --host-uds=create
+#                               (the worker's socket, made inside, is
+#                               connected to from the host) and
+#                               --overlay2=none (a snapshot's docker commit
+#                               sees the container's changes)
 #   install-runsc.sh install    builds runsc at the version pinned here from
 #                               the Go module proxy (go install checks it
 #                               against the checksum database) into a cache
@@ -25,14 +31,15 @@ dir=${VAK_RUNSC_DIR:-$HOME/.cache/vak-runsc}/$version
 bin=$dir/runsc
 target=/usr/local/bin/runsc
 conf=/etc/docker/daemon.json
+args='"--host-uds=create", "--overlay2=none"'
 what=${1:-all}
 
 register() {
 	if [ ! -s "$conf" ]; then
 		mkdir -p "$(dirname "$conf")"
-		printf '{"runtimes": {"runsc": {"path": "%s"}}}\n' "$target" >"$conf"
-	elif ! grep -q '"runsc"' "$conf"; then
-		echo "install-runsc: $conf exists and registers no runsc runtime: add \"runtimes\": {\"runsc\": {\"path\": \"$target\"}} to it" >&2
+		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": [%s]}}}\n' "$target" "$args" >"$conf"
+	elif ! grep -q '"runsc"' "$conf" || ! grep -q -- '--host-uds=create' "$conf" || ! grep -q -- '--overlay2=none' "$conf"; then
+		echo "install-runsc: $conf exists and registers no runsc runtime with the flags sessions need: make its \"runtimes\" hold \"runsc\": {\"path\": \"$target\", \"runtimeArgs\": [$args]}" >&2
 		exit 1
 	fi
 }

@@ -14,8 +14,9 @@ import (
 // vak run under gVisor (sandbox.runtime, --runtime): the command (also
 // with -i) runs on gVisor's kernel and writes the workspace as the caller; a runtime the
 // Engine does not list, or gVisor with a proxied network, refuses before
-// anything runs (status 69, naming the runtime and the key); a session
-// refuses the key (status 78) rather than run under the default runtime.
+// anything runs (status 69, naming the runtime and the key); a session runs
+// under the key too, snapshots included, and refuses a proxied network
+// (status 78).
 func TestRunGVisor(t *testing.T) {
 	rt := testenv.RequireGVisor(t)
 	img := testenv.Image(t)
@@ -97,15 +98,57 @@ func TestRunGVisor(t *testing.T) {
 		}
 	})
 	t.Run("session", func(t *testing.T) {
+		// A session under the runtime (the key, then the flag): created,
+		// exec'd by a later process through its socket, snapshotted, a
+		// session made from the snapshot, removed; a proxied one is
+		// refused before anything is made (status 78, the runtime and the
+		// key named).
+		_, labels := sessionEnv(t)
 		cfg := writeConfig(t, base+"runtime = \""+rt+"\"\n")
-		code, out, errs := vakMain(t, cfg, "session", "create", "-w", ws)
-		if code != ExitConfig {
-			t.Fatalf("exit %d, want %d: %s %s", code, ExitConfig, out, errs)
+		code, out, errs := session(t, cfg, labels, "", "create", "-w", ws, "--task", "gvisor")
+		if code != 0 {
+			t.Fatalf("create: exit %d: %s", code, errs)
 		}
-		for _, w := range []string{`sandbox.runtime = "` + rt + `"`, cfg, "vak run --runtime"} {
+		id := strings.TrimSpace(out)
+		defer session(t, cfg, labels, "", "rm", id)
+		if code, out, errs := session(t, cfg, labels, "", "exec", id, "--", "sh", "-c", "dmesg 2>&1 | head -1; echo s > from-session; echo pkg > $HOME/pkg"); code != 0 || !strings.Contains(out, "Starting gVisor") {
+			t.Fatalf("exec: exit %d, out %q: %s", code, out, errs)
+		}
+		if data, err := os.ReadFile(filepath.Join(ws, "from-session")); string(data) != "s\n" {
+			t.Fatalf("the session's workspace write: %q %v", data, err)
+		}
+		code, key, errs := session(t, cfg, labels, "", "snapshot", "-q", id, "-m", "step=gvisor")
+		key = strings.TrimSpace(key)
+		if code != 0 || key == "" {
+			t.Fatalf("snapshot: exit %d %q: %s", code, key, errs)
+		}
+		// The flag instead of the key.
+		code, out, errs = session(t, writeConfig(t, base), labels, "", "create", "-w", ws, "--task", "gvisor-from", "--from", key, "--runtime", rt)
+		if code != 0 {
+			t.Fatalf("create --from: exit %d: %s", code, errs)
+		}
+		id2 := strings.TrimSpace(out)
+		defer session(t, cfg, labels, "", "rm", id2)
+		if code, out, errs := session(t, cfg, labels, "", "exec", id2, "--", "sh", "-c", "cat $HOME/pkg; dmesg 2>&1 | head -1"); code != 0 || !strings.HasPrefix(out, "pkg\n") || !strings.Contains(out, "Starting gVisor") {
+			t.Fatalf("exec in the session from the snapshot: exit %d, out %q: %s", code, out, errs)
+		}
+		for _, sid := range []string{id, id2} {
+			if code, _, errs := session(t, cfg, labels, "", "rm", sid); code != 0 {
+				t.Fatalf("rm %s: exit %d: %s", sid, code, errs)
+			}
+		}
+		proxied := writeConfig(t, base+"runtime = \""+rt+"\"\n[network]\npolicy = \"proxied\"\n")
+		code, _, errs = session(t, proxied, labels, "", "create", "-w", ws, "--task", "gvisor-proxied")
+		if code != ExitConfig {
+			t.Fatalf("a proxied session under %s: exit %d, want %d: %s", rt, code, ExitConfig, errs)
+		}
+		for _, w := range []string{`sandbox.runtime "` + rt + `"`, "--network proxied", "--network none"} {
 			if !strings.Contains(errs, w) {
 				t.Errorf("stderr does not name %s: %s", w, errs)
 			}
+		}
+		if strings.Contains(errs, "starting the egress gateway") {
+			t.Errorf("a gateway was started for a session that cannot use it: %s", errs)
 		}
 	})
 }

@@ -97,7 +97,7 @@ func sessionErr(err error) error { return exitFor(err) }
 
 type createFlags struct {
 	workspace, task, image, from, mode, network string
-	backend                                     string
+	backend, runtime                            string
 	mounts                                      []string
 	hold, noRefill, docker, trace               bool
 	timeout                                     time.Duration
@@ -143,6 +143,7 @@ vak stays in the foreground as the session's owner and removes it on exit
 	fl.BoolVar(&f.docker, "docker", false, "give the session a nested Docker engine behind vak's API guard (needs --network proxied; default from config: session.docker; its sidecar runs under runc with a fixed capability list, under Sysbox only with session.docker_runtime = \"sysbox\")")
 	fl.StringVar(&f.backend, "backend", "", "where the session runs: docker (the host's Docker Engine) or kubernetes (a pod on the cluster of [kubernetes]; docs/kubernetes.md) (default from config: session.backend)")
 	fl.StringVar(&f.network, "network", "", "network policy: none, or proxied (egress only through vak's gateway, by the [network] rules of the user config) (default from config: none)")
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime of a docker session's container: runc, or gVisor's runsc registered with --host-uds=create (and --overlay2=none for snapshots); network none only (default from config: sandbox.runtime, else the Engine's default)")
 	return cmd
 }
 
@@ -157,7 +158,7 @@ func (a *app) sessionCreate(ctx context.Context, sf *sessionFlags, f createFlags
 	printTrace := sync.OnceFunc(func() { tr.Print(a.stdio.Err) })
 	defer printTrace()
 	end := tr.Begin("config")
-	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
+	ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network, runtime: f.runtime})
 	if err != nil {
 		return err
 	}
@@ -448,7 +449,7 @@ environment, gateway) claims one (docs/kubernetes.md).`,
   vak session create -w . --network proxied --docker   # claims the pair`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network})
+			ws, cfg, err := a.workspaceConfig(runFlags{workspace: f.workspace, mode: f.mode, image: f.image, timeout: f.timeout, network: f.network, runtime: f.runtime})
 			if err != nil {
 				return err
 			}
@@ -464,6 +465,7 @@ environment, gateway) claims one (docs/kubernetes.md).`,
 	fill.Flags().StringVar(&f.mode, "mode", "", "read-only or workspace-write (default from config)")
 	fill.Flags().DurationVar(&f.timeout, "timeout", 0, "default command timeout (default from config)")
 	fill.Flags().StringVar(&f.network, "network", "", "network policy: none or proxied (default from config)")
+	fill.Flags().StringVar(&f.runtime, "runtime", "", "OCI runtime of the pooled containers (default from config: sandbox.runtime)")
 	fill.Flags().BoolVar(&f.docker, "docker", false, "fill with --docker pairs (session container + nested Docker engine; needs --network proxied; default from config: session.docker)")
 	pool.AddCommand(fill)
 	return pool

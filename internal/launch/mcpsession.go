@@ -20,27 +20,21 @@ import (
 // sandbox mode (full-access).
 var ErrNotASandbox = errclass.New(errclass.Invalid, "a session is a sandbox (use read-only or workspace-write)")
 
-// ErrSessionRuntime is wrapped by a session refused because
-// sandbox.runtime names a Docker runtime the session backend would not
-// run it under: the session fails rather than run under the default.
-var ErrSessionRuntime = errclass.New(errclass.Config, "sessions do not take sandbox.runtime")
+// ErrSessionRuntime is wrapped by a Kubernetes session refused because
+// sandbox.runtime (the Docker backend's key) is set and
+// kubernetes.runtime_class is not: the session fails rather than run
+// under the cluster's default runtime.
+var ErrSessionRuntime = errclass.New(errclass.Config, "kubernetes sessions do not take sandbox.runtime")
 
-// checkSessionRuntime refuses a session when sandbox.runtime is set: a
-// docker session's worker checks that each mount is the very host path
-// vak checked, by device and inode, which gVisor's file system (gofer)
-// does not pass through, so it would refuse to serve under runsc; a
-// Kubernetes session runs under kubernetes.runtime_class instead.
+// checkSessionRuntime refuses a Kubernetes session with sandbox.runtime
+// set and no kubernetes.runtime_class. Docker sessions take
+// sandbox.runtime (taskenv.Manager.Runtime checks what it can host).
 func checkSessionRuntime(cfg *config.Config) error {
 	rt := cfg.Sandbox.Runtime
-	switch {
-	case rt == "":
+	if rt == "" || cfg.Session.Backend != BackendKubernetes || cfg.Kubernetes.RuntimeClass != "" {
 		return nil
-	case cfg.Session.Backend == BackendKubernetes && cfg.Kubernetes.RuntimeClass != "":
-		return nil
-	case cfg.Session.Backend == BackendKubernetes:
-		return fmt.Errorf("sandbox.runtime = %q (%s) is the Docker backend's; a Kubernetes session runs under kubernetes.runtime_class, which is not set: set it (e.g. \"gvisor\") or remove sandbox.runtime: %w", rt, TrustedFile(cfg), ErrSessionRuntime)
 	}
-	return fmt.Errorf("sandbox.runtime = %q (%s): docker sessions run under the Engine's default runtime only (their worker checks each mount's device and inode, which another runtime's file system need not show); remove the key and give vak run --runtime %s instead: %w", rt, TrustedFile(cfg), rt, ErrSessionRuntime)
+	return fmt.Errorf("sandbox.runtime = %q (%s) is the Docker backend's; a Kubernetes session runs under kubernetes.runtime_class, which is not set: set it (e.g. \"gvisor\") or remove sandbox.runtime: %w", rt, TrustedFile(cfg), ErrSessionRuntime)
 }
 
 // checkSessionMode refuses a session in a mode that is no sandbox

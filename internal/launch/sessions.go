@@ -43,6 +43,7 @@ func Sessions(req Request, planted func(id string, lines []string)) *taskenv.Man
 	s := cfg.Session
 	m.IdleTimeout, m.MaxLifetime, m.PoolSize = s.IdleTimeout, s.MaxLifetime, s.PoolSize
 	m.AllowInstall, m.PolicyGeneration = s.AllowInstall, s.PolicyGeneration
+	m.Runtime = cfg.Sandbox.Runtime
 	if s.Worker != "" {
 		m.Worker = s.Worker
 	}

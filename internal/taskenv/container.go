@@ -111,6 +111,7 @@ func (m *Manager) containerConfig(p *plan, session, runDir, pool, slot string, c
 		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,exec,size=" + strconv.FormatInt(p.limits.TmpfsSize, 10)},
 		IpcMode:        container.IPCModePrivate,
 		Init:           &noInit,
+		Runtime:        p.runtime,
 		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 		Resources: container.Resources{
 			Memory:     p.limits.Memory,

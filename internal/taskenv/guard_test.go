@@ -213,6 +213,7 @@ func mountSwap(t *testing.T, runtime string) {
 	ctx := context.Background()
 	for _, swap := range []bool{false, true} {
 		f := newFixture(t)
+		f.m.Runtime = runtime
 		ws := f.workspace()
 		os.MkdirAll(filepath.Join(ws, ".git"), 0o777)
 		os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644)

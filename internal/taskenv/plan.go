@@ -51,6 +51,12 @@ type plan struct {
 	// dockerImage is the sidecar image's ID (pinDockerImage; --docker
 	// plans that meet the warm pool).
 	dockerImage string
+	// runtime is the OCI runtime the container runs under (Manager.Runtime;
+	// "" for the daemon's default); attrIdentity says its file system
+	// shows inode numbers of its own (gVisor), so the worker identifies
+	// mounts by worker.FileAttrs.
+	runtime      string
+	attrIdentity bool
 }
 
 // prepare validates spec and decides the container's shape. A plan with a
@@ -62,6 +68,11 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (_
 	}
 	ws := spec.Workspace
 	p := &plan{spec: spec, id: SessionID(spec.Task, ws), user: m.user(), install: m.AllowInstall}
+	rt, err := m.sessionRuntime(ctx, cli, spec)
+	if err != nil {
+		return nil, err
+	}
+	p.runtime, p.attrIdentity = m.Runtime, rt.GVisor()
 	if spec.NetworkPolicy == sandbox.NetworkProxied {
 		if m.ProxyNet == nil {
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)
@@ -196,7 +207,15 @@ func (m *Manager) planMounts(p *plan, others []string) error {
 		}
 		p.mounts = append(p.mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: src, ReadOnly: ro,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
-		p.identity = append(p.identity, worker.MountIdentity{Path: src, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: uint32(st.Mode) & syscall.S_IFMT})
+		id := worker.MountIdentity{Path: src, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: uint32(st.Mode) & syscall.S_IFMT}
+		if p.attrIdentity {
+			attrs, err := worker.LstatAttrs(src)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrInvalidSpec, src, err)
+			}
+			id.Attrs = &attrs
+		}
+		p.identity = append(p.identity, id)
 		return nil
 	}
 	if err := addBind(ws, spec.Mode == sandbox.ReadOnly); err != nil {

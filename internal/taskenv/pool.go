@@ -75,10 +75,11 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 		WorkerDev, WorkerIno, WorkerSize        uint64
 		WorkerMtime                             int64
 		Docker                                  *dockerKey `json:",omitempty"`
+		Runtime                                 string     `json:",omitempty"`
 	}{p.imageID, p.spec.Workspace, string(p.spec.NetworkPolicy), p.policy, p.user.Spec(), p.home,
-		p.spec.Mode, p.limits, p.env, p.protected, labels, p.identity, p.install,
+		p.spec.Mode, p.limits, p.env, p.protected, labels, mountKeys(p.identity), p.install,
 		m.idle(), m.lifetime(), p.spec.DefaultTimeout,
-		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano(), nil}
+		p.worker, wdev, wino, uint64(fi.Size()), fi.ModTime().UnixNano(), nil, p.runtime}
 	if p.spec.Docker {
 		if material.Docker, err = dockerPoolKey(p); err != nil {
 			return "", err
@@ -91,6 +92,18 @@ func (m *Manager) poolKey(p *plan) (string, error) {
 	}
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:12]), nil
+}
+
+// mountKeys are the mounts' paths, devices, inodes and types: what a pool key
+// compares (a pooled container's worker checked the attributes when it
+// started; the workspace's times change with every file made in it, and
+// would make every key new).
+func mountKeys(ids []worker.MountIdentity) []worker.MountIdentity {
+	out := make([]worker.MountIdentity, len(ids))
+	for i, id := range ids {
+		out[i] = worker.MountIdentity{Path: id.Path, Dev: id.Dev, Ino: id.Ino, Type: id.Type}
+	}
+	return out
 }
 
 // dockerKey is the --docker part of a pool key.

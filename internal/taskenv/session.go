@@ -224,6 +224,11 @@ type Manager struct {
 	// IdleTimeout and MaxLifetime bound every session; zero means
 	// DefaultIdleTimeout and DefaultMaxLifetime.
 	IdleTimeout, MaxLifetime time.Duration
+	// Runtime is the OCI runtime session containers run under
+	// (sandbox.runtime): empty for the daemon's default, runc, or gVisor's
+	// runsc registered with GVisorSessionArgs. Anything else, or gVisor
+	// with a proxied network, fails Create with ErrRuntime.
+	Runtime string
 	// AllowInstall gives sessions the capabilities package managers need as
 	// root and allows root commands through `docker exec -u 0`
 	// (InteractiveArgs with root). Commands sent through the worker always

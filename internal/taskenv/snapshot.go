@@ -131,6 +131,11 @@ func (m *Manager) Snapshot(ctx context.Context, id string, manifest Manifest) (*
 		}
 		return nil, engine.APIError("inspect session", err)
 	}
+	if ci.Container.HostConfig != nil {
+		if err := snapshotRuntime(ctx, cli, id, ci.Container.HostConfig.Runtime); err != nil {
+			return nil, err
+		}
+	}
 	labels := ci.Container.Config.Labels
 	base := labels[LabelImage]
 	key := SnapshotKey(base, manifest, m.policyGeneration(labels[LabelPolicy]))

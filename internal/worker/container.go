@@ -42,8 +42,9 @@ type ContainerSpec struct {
 	Deadline time.Time `json:"deadline,omitempty"`
 	// Mounts are the host paths the broker checked and bind-mounted. The
 	// worker refuses to serve unless each one is, inside the container, the
-	// very file or directory the broker checked (same device and inode): a
-	// path swapped for a symlink between the check and the mount (the daemon
+	// very file or directory the broker checked (same device and inode, or
+	// the same Attrs where the runtime shows numbers of its own): a path
+	// swapped for a symlink between the check and the mount (the daemon
 	// follows symlinks in mount sources) would show another inode.
 	Mounts []MountIdentity `json:"mounts,omitempty"`
 	// InheritEnv makes the worker's own environment (the image's, as the
@@ -65,6 +66,27 @@ type MountIdentity struct {
 	// the daemon then mounts the link's target elsewhere while the link
 	// itself, with the checked numbers, stays at the path.
 	Type uint32 `json:"type"`
+	// Attrs, when set, is compared instead of Dev and Ino: under gVisor
+	// every bind mount shows a device and inode numbers of gVisor's own,
+	// while the attributes below are the host's. The change time is the
+	// part that identifies: the kernel sets it on every change and no
+	// system call sets it to a chosen value, so another file (a symlink's
+	// target outside the workspace) matches only if it was last changed in
+	// the same clock tick as the checked one, and has the same type,
+	// permissions, owner, size, link count and modification time.
+	Attrs *FileAttrs `json:"attrs,omitempty"`
+}
+
+// FileAttrs are the attributes of a file (lstat) that a runtime whose
+// file system numbers inodes itself passes through from the host.
+type FileAttrs struct {
+	Mode  uint32 `json:"mode"` // type and permission bits
+	UID   uint32 `json:"uid"`
+	GID   uint32 `json:"gid"`
+	Size  int64  `json:"size"`
+	Nlink uint64 `json:"nlink"`
+	Mtime int64  `json:"mtime"` // nanoseconds since the epoch
+	Ctime int64  `json:"ctime"`
 }
 
 // ErrMountReplaced reports a bind mount that is not what the broker checked.

@@ -39,14 +39,8 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("worker: make non-dumpable: %w", err)
 	}
-	for _, m := range cs.Mounts {
-		var st unix.Stat_t
-		if err := unix.Lstat(m.Path, &st); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrMountReplaced, m.Path, err)
-		}
-		if uint64(st.Dev) != m.Dev || uint64(st.Ino) != m.Ino || st.Mode&unix.S_IFMT != m.Type {
-			return fmt.Errorf("%w: %s is device %d inode %d type %#o, expected %d/%d type %#o (was it replaced while the session was created?); refusing to serve", ErrMountReplaced, m.Path, st.Dev, st.Ino, st.Mode&unix.S_IFMT, m.Dev, m.Ino, m.Type)
-		}
+	if err := checkMounts(cs.Mounts); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -129,6 +123,45 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 
 // reapOrphans waits for zombies that were re-parented to the worker (PID 1
 // of the container), skipping the commands os/exec itself waits for.
+// checkMounts returns ErrMountReplaced unless each mount is the file or
+// directory the broker checked: by device and inode, or by its Attrs.
+func checkMounts(mounts []MountIdentity) error {
+	for _, m := range mounts {
+		var st unix.Stat_t
+		if err := unix.Lstat(m.Path, &st); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrMountReplaced, m.Path, err)
+		}
+		if m.Attrs != nil {
+			got := StatAttrs(&st)
+			if got != *m.Attrs {
+				return fmt.Errorf("%w: %s has attributes %+v, expected %+v (was it replaced, or changed on the host, while the session was created? create it again); refusing to serve", ErrMountReplaced, m.Path, got, *m.Attrs)
+			}
+			continue
+		}
+		if uint64(st.Dev) != m.Dev || uint64(st.Ino) != m.Ino || st.Mode&unix.S_IFMT != m.Type {
+			return fmt.Errorf("%w: %s is device %d inode %d type %#o, expected %d/%d type %#o (was it replaced while the session was created?); refusing to serve", ErrMountReplaced, m.Path, st.Dev, st.Ino, st.Mode&unix.S_IFMT, m.Dev, m.Ino, m.Type)
+		}
+	}
+	return nil
+}
+
+// LstatAttrs are the FileAttrs of path, not following a final symlink.
+func LstatAttrs(path string) (FileAttrs, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return FileAttrs{}, err
+	}
+	return StatAttrs(&st), nil
+}
+
+// StatAttrs are st's FileAttrs.
+func StatAttrs(st *unix.Stat_t) FileAttrs {
+	return FileAttrs{
+		Mode: st.Mode, UID: st.Uid, GID: st.Gid, Size: st.Size, Nlink: uint64(st.Nlink),
+		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+	}
+}
+
 func reapOrphans(ctx context.Context, reg *childRegistry) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGCHLD)

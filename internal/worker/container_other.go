@@ -4,6 +4,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,11 @@ import (
 // RunContainer is Linux-only.
 func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, out io.Writer) error {
 	return ErrContainerUnsupported
+}
+
+// LstatAttrs is Linux-only (the runtimes that need it, gVisor's, are).
+func LstatAttrs(path string) (FileAttrs, error) {
+	return FileAttrs{}, fmt.Errorf("%w: %w", ErrContainerUnsupported, errors.ErrUnsupported)
 }
 
 // Reap is Linux-only.
