@@ -57,7 +57,7 @@ var _ sandbox.InteractiveWrapper = (*Backend)(nil)
 // dies, the lifeline reaches EOF and the keeper kills the command and ends
 // the container, as for Wrap.
 func (b *Backend) WrapInteractive(c sandbox.Command, tty bool) ([]string, error) {
-	run, err := b.runArgs(c)
+	run, sp, err := b.runArgs(c)
 	if err != nil {
 		return nil, err
 	}
@@ -67,5 +67,5 @@ func (b *Backend) WrapInteractive(c sandbox.Command, tty bool) ([]string, error)
 	}
 	argv := []string{"sh", "-c", interactiveScript, "vak-run-interactive", b.binary(), ContainerName(c.ID), flags, c.Shell}
 	argv = append(argv, run...)
-	return append(argv, "sh", "-c", KeeperInit), nil
+	return append(argv, sp.keeperArgv()...), nil
 }

@@ -44,7 +44,7 @@ func (b *Backend) Runner(c sandbox.Command) (sandbox.RunFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := sp.create(append([]string{"sh", "-c", LifelineInit, "vak-run"}, c.Shell))
+	req, err := sp.create(sp.runArgv(c.Shell))
 	if err != nil {
 		return nil, err
 	}

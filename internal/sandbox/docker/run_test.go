@@ -137,7 +137,9 @@ func TestRunnerCreatesWhatTheCLIWould(t *testing.T) {
 	t.Setenv("DOCKER_HOST", d.host)
 	t.Setenv("DOCKER_CONTEXT", "")
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
-	ws := "/w"
+	ws := t.TempDir()
+	os.MkdirAll(ws+"/.git/hooks", 0o755)
+	os.WriteFile(ws+"/.vak.toml", nil, 0o644)
 	home := t.TempDir()
 	cases := []struct {
 		name string
@@ -155,6 +157,7 @@ func TestRunnerCreatesWhatTheCLIWould(t *testing.T) {
 		}},
 		{"proxied network and a persistent home", &Backend{User: User{UID: 5, GID: 6}}, sandbox.Command{
 			Shell: "curl https://example.com", Workspace: ws, Mode: sandbox.WorkspaceWrite, AgentHome: home,
+			Protection: sandbox.Protection{Pin: []string{ws + "/.git"}, ReadOnly: []string{ws + "/.vak.toml"}},
 			Network: &sandbox.NetworkAttachment{Mode: "container:vak-nc-x", Binds: []string{"/state/trust:/etc/vak/trust:ro"},
 				Env: []string{"HTTPS_PROXY=http://127.0.0.1:3128"}, Labels: map[string]string{"vak.proxynet.user": "x"}},
 		}},

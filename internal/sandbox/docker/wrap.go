@@ -41,10 +41,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"vak/internal/engine"
 	"vak/internal/sandbox"
@@ -115,20 +117,77 @@ func ContainerName(id string) string { return NamePrefix + id }
 // command may run and closes when its supervisor dies (the lifeline, see
 // LifelineInit): with /dev/null as stdin the command is killed at once.
 func (b *Backend) Wrap(c sandbox.Command) ([]string, error) {
-	args, err := b.runArgs(c)
+	args, sp, err := b.runArgs(c)
 	if err != nil {
 		return nil, err
 	}
-	return append(args, "sh", "-c", LifelineInit, "vak-run", c.Shell), nil
+	return append(args, sp.runArgv(c.Shell)...), nil
 }
 
-// runArgs is the docker run argv of c up to and including the image.
-func (b *Backend) runArgs(c sandbox.Command) ([]string, error) {
+// runArgs is the docker run argv of c up to and including the image, and
+// the spec it renders.
+func (b *Backend) runArgs(c sandbox.Command) ([]string, runSpec, error) {
 	sp, err := b.spec(c)
 	if err != nil {
-		return nil, err
+		return nil, sp, err
 	}
-	return sp.args(b.binary()), nil
+	return sp.args(b.binary()), sp, nil
+}
+
+// MountCheck is the shell program that runs before a command container's
+// init (LifelineInit, KeeperInit) when the container has protected paths
+// mounted: the docker daemon follows symlinks in mount sources, so a
+// protected path swapped for a link to something outside the workspace
+// after vak checked it would be mounted in its place. Its arguments after
+// the command ($1) are triples TYPE INODE PATH, one per protected or pinned
+// mount, as vak saw them when it described the container: the path must
+// not be a symlink, must be of TYPE (d or f) and, unless INODE is "-"
+// (a runtime that numbers inodes itself, or a daemon on another machine),
+// have that inode number (ls -di). Any difference ends the container with
+// status 125 and a message before anything else runs; so does an image
+// without ls where an inode is to be checked. It leaves the command as $1.
+const MountCheck = `c=$1; shift; while [ "$#" -ge 3 ]; do i=-; if [ "$2" != - ]; then i=$(ls -di -- "$3" 2>/dev/null); i=${i#"${i%%[! ]*}"}; i=${i%% *}; fi; if [ -L "$3" ] || ! [ -"$1" "$3" ] || [ "$i" != "$2" ]; then echo "vak: $3 is not the file vak checked (was it replaced while the command started? or the image has no ls to check it); refusing to run" >&2; exit 125; fi; shift 3; done; set -- "$c"; `
+
+// runArgv is the container's command for cmd: sh running LifelineInit
+// with cmd as $1, behind MountCheck when sp has mounts to check.
+func (sp runSpec) runArgv(cmd string) []string {
+	if len(sp.checks) == 0 {
+		return []string{"sh", "-c", LifelineInit, "vak-run", cmd}
+	}
+	return append([]string{"sh", "-c", MountCheck + LifelineInit, "vak-run", cmd}, sp.checks...)
+}
+
+// keeperArgv is an interactive command's container command: KeeperInit,
+// behind MountCheck when sp has mounts to check.
+func (sp runSpec) keeperArgv() []string {
+	if len(sp.checks) == 0 {
+		return []string{"sh", "-c", KeeperInit}
+	}
+	return append([]string{"sh", "-c", MountCheck + KeeperInit, "vak-run", ""}, sp.checks...)
+}
+
+// checkMount adds p, a protected or pinned path about to be bind-mounted,
+// to sp's MountCheck triples: its type and, where the container sees the
+// host's inode numbers (runc on a Linux host), its inode. A path that is
+// no longer a directory or a regular file (a symlink now) is refused here.
+func (sp *runSpec) checkMount(p string) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("docker wrap: protected path %q: %w", p, err)
+	}
+	typ := "f"
+	switch {
+	case fi.IsDir():
+		typ = "d"
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("docker wrap: %w: protected path %q is no longer a file or directory (%v); was it replaced?", ErrInvalidMountPath, p, fi.Mode().Type())
+	}
+	ino := "-"
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && goruntime.GOOS == "linux" && (sp.runtime == "" || sp.runtime == "runc") {
+		ino = strconv.FormatUint(uint64(st.Ino), 10)
+	}
+	sp.checks = append(sp.checks, typ, ino, p)
+	return nil
 }
 
 // runSpec is the container that runs one command: Wrap renders it as
@@ -151,6 +210,7 @@ type runSpec struct {
 	tmpfs                               string   // /tmp's mount options
 	env                                 []string
 	labels                              []string // KEY=VALUE, in order
+	checks                              []string // MountCheck's triples
 }
 
 // spec checks c and describes its container.
@@ -225,6 +285,9 @@ func (b *Backend) spec(c sandbox.Command) (runSpec, error) {
 		}
 		if c.Mode == sandbox.WorkspaceWrite {
 			sp.pinBinds = append(sp.pinBinds, p+":"+p)
+			if err := sp.checkMount(p); err != nil {
+				return sp, err
+			}
 		}
 	}
 	for _, p := range c.Protection.ReadOnly {
@@ -233,6 +296,9 @@ func (b *Backend) spec(c sandbox.Command) (runSpec, error) {
 		}
 		if c.Mode == sandbox.WorkspaceWrite {
 			sp.roBinds = append(sp.roBinds, p+":"+p+":ro")
+			if err := sp.checkMount(p); err != nil {
+				return sp, err
+			}
 		}
 	}
 	sp.tmpfs = "rw,nosuid,nodev,exec,size=" + strconv.FormatInt(lim.TmpfsSize, 10)

@@ -3,9 +3,12 @@ package docker
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"vak/internal/engine"
@@ -144,26 +147,60 @@ func TestWrapProxiedNetwork(t *testing.T) {
 }
 
 // Pinned directories are bound read-write onto themselves and protected
-// paths read-only, in workspace-write only (read-only mounts all of it :ro).
+// paths read-only, in workspace-write only (read-only mounts all of it :ro),
+// each checked by MountCheck in the container (type and, under runc on
+// Linux, inode; a runtime that numbers inodes itself gets "-"); a path that
+// is a symlink by the time the container is described is refused.
 func TestWrapPinsAndProtected(t *testing.T) {
+	w := t.TempDir()
+	for _, d := range []string{".git", "sub/.git/hooks"} {
+		os.MkdirAll(filepath.Join(w, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(w, ".git", "config"), nil, 0o644)
+	ino := func(p string) string {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runtime.GOOS != "linux" {
+			return "-"
+		}
+		return strconv.FormatUint(fi.Sys().(*syscall.Stat_t).Ino, 10)
+	}
 	b := &Backend{Image: "img", User: User{UID: 1, GID: 1}}
-	c := sandbox.Command{ID: "p", Shell: "true", Workspace: "/w", Mode: sandbox.WorkspaceWrite,
-		Protection: sandbox.Protection{Pin: []string{"/w/.git", "/w/sub/.git"}, ReadOnly: []string{"/w/.git/config", "/w/sub/.git/hooks"}}}
+	c := sandbox.Command{ID: "p", Shell: "true", Workspace: w, Mode: sandbox.WorkspaceWrite,
+		Protection: sandbox.Protection{Pin: []string{w + "/.git", w + "/sub/.git"}, ReadOnly: []string{w + "/.git/config", w + "/sub/.git/hooks"}}}
 	got, err := b.Wrap(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	joined := strings.Join(got, " ")
-	for _, want := range []string{"-v /w/.git:/w/.git ", "-v /w/sub/.git:/w/sub/.git ", "-v /w/.git/config:/w/.git/config:ro", "-v /w/sub/.git/hooks:/w/sub/.git/hooks:ro"} {
+	for _, want := range []string{"-v " + w + "/.git:" + w + "/.git ", "-v " + w + "/sub/.git:" + w + "/sub/.git ", "-v " + w + "/.git/config:" + w + "/.git/config:ro", "-v " + w + "/sub/.git/hooks:" + w + "/sub/.git/hooks:ro"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("wrap lacks %q: %s", want, joined)
 		}
+	}
+	tail := []string{"sh", "-c", MountCheck + LifelineInit, "vak-run", "true",
+		"d", ino(w + "/.git"), w + "/.git", "d", ino(w + "/sub/.git"), w + "/sub/.git",
+		"f", ino(w + "/.git/config"), w + "/.git/config", "d", ino(w + "/sub/.git/hooks"), w + "/sub/.git/hooks"}
+	if len(got) < len(tail) || !slices.Equal(got[len(got)-len(tail):], tail) {
+		t.Errorf("the container's command = %q, want %q", got[len(got)-len(tail):], tail)
+	}
+	gb := &Backend{Image: "img", User: User{UID: 1, GID: 1}, Runtime: "runsc"}
+	if g, err := gb.Wrap(c); err != nil || !slices.Equal(g[len(g)-3:], []string{"d", "-", w + "/sub/.git/hooks"}) {
+		t.Errorf("under another runtime: %q %v", g[len(g)-3:], err)
+	}
+	// Swapped for a link after the plan, before the wrap.
+	os.Rename(w+"/sub/.git/hooks", w+"/sub/.git/hooks-old")
+	os.Symlink("/etc", w+"/sub/.git/hooks")
+	if _, err := b.Wrap(c); !errors.Is(err, ErrInvalidMountPath) || !strings.Contains(err.Error(), "was it replaced") {
+		t.Errorf("a protected path now a symlink: %v", err)
 	}
 	c.Mode = sandbox.ReadOnly
 	if got, err = b.Wrap(c); err != nil {
 		t.Fatal(err)
 	}
-	if joined := strings.Join(got, " "); strings.Contains(joined, "/w/.git") {
+	if joined := strings.Join(got, " "); strings.Contains(joined, w+"/.git") {
 		t.Errorf("read-only wrap mounts pinned or protected paths separately: %s", joined)
 	}
 }
