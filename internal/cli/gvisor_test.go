@@ -89,11 +89,13 @@ func TestRunGVisor(t *testing.T) {
 	t.Run("doctor", func(t *testing.T) {
 		cfg := writeConfig(t, base+"runtime = \""+rt+"\"\n")
 		code, out, errs := vakMain(t, cfg, "doctor", "-w", ws)
-		if code != 0 || !strings.Contains(out, "runtime "+rt+" (sandbox.runtime)") {
+		if code != 0 || !strings.Contains(out, "runtime "+rt+" (sandbox.runtime)") ||
+			!strings.Contains(out, "docker sessions: runtime "+rt+" (gVisor, --host-uds=create") || !strings.Contains(out, "snapshots too (--overlay2=none)") {
 			t.Errorf("doctor with the runtime: exit %d:\n%s%s", code, out, errs)
 		}
 		code, out, errs = vakMain(t, cfg, "doctor", "-w", ws, "--runtime", "vak-no-such-runtime")
-		if code != ExitUnavailable || !strings.Contains(out, `docker    command  unavailable: the Docker Engine lists no such runtime: "vak-no-such-runtime"`) {
+		if code != ExitUnavailable || !strings.Contains(out, `docker    command  unavailable: the Docker Engine lists no such runtime: "vak-no-such-runtime"`) ||
+			!strings.Contains(out, `docker sessions: runtime vak-no-such-runtime: refused: `) {
 			t.Errorf("doctor with an unlisted runtime: exit %d:\n%s%s", code, out, errs)
 		}
 	})

@@ -13,12 +13,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"vak/internal/config"
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/launch"
 	"vak/internal/proxynet"
 	"vak/internal/sandbox"
+	"vak/internal/taskenv"
 	"vak/internal/version"
 )
 
@@ -94,6 +97,9 @@ func Build(ctx context.Context, o Options) *Report {
 	r.add("home", describeHome(cfg, o.Workspace, res.Effective))
 	r.network(ctx, o, b)
 	r.add("nested docker", nestedDockerHow(ctx, o))
+	if rt := cfg.Sandbox.Runtime; rt != "" && cfg.Session.Backend != launch.BackendKubernetes {
+		r.add("docker sessions", sessionRuntimeHow(ctx, cfg))
+	}
 	if k := launch.KubeDoctor(ctx, cfg); k != "" {
 		r.add("kubernetes sessions", k)
 	}
@@ -175,6 +181,36 @@ func nestedDockerHow(ctx context.Context, o Options) string {
 		return on + "; sidecar baseline: " + err.Error()
 	}
 	return on + "; sidecar baseline " + b.Describe() + ": " + why
+}
+
+// sessionRuntimeHow says whether docker sessions can run under
+// sandbox.runtime here, and be snapshotted (taskenv.CheckRuntime and
+// SnapshotsUnder on the Engine's own description of the runtime).
+func sessionRuntimeHow(ctx context.Context, cfg *config.Config) string {
+	name := cfg.Sandbox.Runtime
+	eng, err := engine.New()
+	if err != nil {
+		return "runtime " + name + ": unknown: " + err.Error()
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := eng.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return "runtime " + name + ": unknown: " + engine.APIError("docker info", err).Error()
+	}
+	rt, err := taskenv.CheckRuntime(res.Info, name, cfg.Network)
+	if err != nil {
+		return "runtime " + name + ": refused: " + err.Error()
+	}
+	if !rt.GVisor() {
+		return "runtime " + name + " (runc)"
+	}
+	snap := "snapshots too (--overlay2=none)"
+	if err := taskenv.SnapshotsUnder(rt); err != nil {
+		snap = "snapshots refused: " + err.Error()
+	}
+	return "runtime " + name + " (gVisor, --host-uds=create: the worker's socket is reached from the host; mounts identified by their attributes); " + snap
 }
 
 // Print writes the report as vak doctor shows it.

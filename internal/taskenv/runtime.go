@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"vak/internal/engine"
@@ -35,10 +36,10 @@ var ErrSnapshotRuntime = errclass.New(errclass.Config, "the session's runtime ke
 var GVisorSessionArgs = []string{"--host-uds=create", "--overlay2=none"}
 
 // sessionRuntime checks that the runtime sessions are configured to run
-// under can host one, and returns it as the Engine lists it (the zero
-// Runtime for the daemon's default). What runtime-specific checks decide
-// is kept on the plan: gVisor's bind mounts are identified by attributes
-// (worker.FileAttrs), not by device and inode.
+// under can host one (CheckRuntime, on the Engine's info), and returns it
+// as the Engine lists it (the zero Runtime for the daemon's default). What
+// runtime-specific checks decide is kept on the plan: gVisor's bind mounts
+// are identified by attributes (worker.FileAttrs), not by device and inode.
 func (m *Manager) sessionRuntime(ctx context.Context, cli *client.Client, spec Spec) (docker.Runtime, error) {
 	if m.Runtime == "" {
 		return docker.Runtime{}, nil
@@ -47,23 +48,40 @@ func (m *Manager) sessionRuntime(ctx context.Context, cli *client.Client, spec S
 	if err != nil {
 		return docker.Runtime{}, engine.APIError("docker info", err)
 	}
-	rt, ok := docker.RuntimeFrom(res.Info, m.Runtime)
+	return CheckRuntime(res.Info, m.Runtime, spec.NetworkPolicy)
+}
+
+// CheckRuntime says whether the runtime name, as the Engine's info lists
+// it, can host a session with the network policy: runc, or gVisor's runsc
+// registered with --host-uds=create and a network of none. Otherwise it
+// returns ErrRuntime naming the runtime and what to change.
+func CheckRuntime(info system.Info, name string, network sandbox.NetworkPolicy) (docker.Runtime, error) {
+	rt, ok := docker.RuntimeFrom(info, name)
 	if !ok {
-		return rt, fmt.Errorf("%w: sandbox.runtime %q: the Docker Engine lists no such runtime (it lists %s); register it in the daemon's configuration (\"runtimes\" in /etc/docker/daemon.json, then reload dockerd) or change sandbox.runtime", ErrRuntime, m.Runtime, strings.Join(docker.RuntimeNames(res.Info), ", "))
+		return rt, fmt.Errorf("%w: sandbox.runtime %q: the Docker Engine lists no such runtime (it lists %s); register it in the daemon's configuration (\"runtimes\" in /etc/docker/daemon.json, then reload dockerd) or change sandbox.runtime", ErrRuntime, name, strings.Join(docker.RuntimeNames(info), ", "))
 	}
 	if rt.Runc() {
 		return rt, nil
 	}
 	if !rt.GVisor() {
-		return rt, fmt.Errorf("%w: sandbox.runtime %q (path %q, type %q) is neither runc nor gVisor's runsc: a session's worker must prove each bind mount is the path vak checked and serve a socket the host connects to, which vak knows how to do only under those two; use vak run --runtime %s instead", ErrRuntime, m.Runtime, rt.Path, rt.Type, m.Runtime)
+		return rt, fmt.Errorf("%w: sandbox.runtime %q (path %q, type %q) is neither runc nor gVisor's runsc: a session's worker must prove each bind mount is the path vak checked and serve a socket the host connects to, which vak knows how to do only under those two; use vak run --runtime %s instead", ErrRuntime, name, rt.Path, rt.Type, name)
 	}
 	if rt.Type != "" || !rt.HostUDS() {
-		return rt, fmt.Errorf("%w: sandbox.runtime %q is gVisor registered without --host-uds=create: a session's worker listens on a unix socket the host connects to, which gVisor hides from the host otherwise; register it as {\"path\": \"/path/to/runsc\", \"runtimeArgs\": [%q, %q]} under \"runtimes\" in /etc/docker/daemon.json and reload dockerd", ErrRuntime, m.Runtime, GVisorSessionArgs[0], GVisorSessionArgs[1])
+		return rt, fmt.Errorf("%w: sandbox.runtime %q is gVisor registered without --host-uds=create: a session's worker listens on a unix socket the host connects to, which gVisor hides from the host otherwise; register it as {\"path\": \"/path/to/runsc\", \"runtimeArgs\": [%q, %q]} under \"runtimes\" in /etc/docker/daemon.json and reload dockerd", ErrRuntime, name, GVisorSessionArgs[0], GVisorSessionArgs[1])
 	}
-	if spec.NetworkPolicy == sandbox.NetworkProxied {
-		return rt, fmt.Errorf("%w: sandbox.runtime %q with --network proxied: %w: a proxied session's fence is nftables rules in the namespace the container joins, which gVisor's own network stack does not send through; use --network none with this runtime", ErrRuntime, m.Runtime, docker.ErrRuntimeNetwork)
+	if network == sandbox.NetworkProxied {
+		return rt, fmt.Errorf("%w: sandbox.runtime %q with --network proxied: %w: a proxied session's fence is nftables rules in the namespace the container joins, which gVisor's own network stack does not send through; use --network none with this runtime", ErrRuntime, name, docker.ErrRuntimeNetwork)
 	}
 	return rt, nil
+}
+
+// SnapshotsUnder is nil when a session under rt can be snapshotted, else
+// ErrSnapshotRuntime saying why and what to change.
+func SnapshotsUnder(rt docker.Runtime) error {
+	if rt.GVisor() && !rt.OverlayNone() {
+		return fmt.Errorf("%w: gVisor (runtime %q) without --overlay2=none keeps a session's changes in its own overlay, which a commit does not see; add %q to the runtime's runtimeArgs in /etc/docker/daemon.json, reload dockerd and create the session again", ErrSnapshotRuntime, rt.Name, GVisorSessionArgs[1])
+	}
+	return nil
 }
 
 // snapshotRuntime refuses a snapshot of a container running under a
@@ -80,8 +98,8 @@ func snapshotRuntime(ctx context.Context, cli *client.Client, id, name string) e
 	if !ok {
 		return fmt.Errorf("%w: session %s runs under runtime %q, which the Docker Engine no longer lists", ErrSnapshotRuntime, id, name)
 	}
-	if rt.GVisor() && !rt.OverlayNone() {
-		return fmt.Errorf("%w: session %s runs under gVisor (runtime %q) without --overlay2=none, so its changes are in gVisor's own overlay, which a commit does not see; add %q to the runtime's runtimeArgs in /etc/docker/daemon.json, reload dockerd and create the session again", ErrSnapshotRuntime, id, name, GVisorSessionArgs[1])
+	if err := SnapshotsUnder(rt); err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
 	}
 	return nil
 }
