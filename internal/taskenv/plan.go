@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/mount"
@@ -201,20 +200,12 @@ func (m *Manager) planMounts(p *plan, others []string) error {
 		return fmt.Errorf("workspace: %w", err)
 	}
 	addBind := func(src string, ro bool) error {
-		var st syscall.Stat_t
-		if err := syscall.Lstat(src, &st); err != nil {
+		id, err := worker.LstatIdentity(src, p.attrIdentity)
+		if err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrInvalidSpec, src, err)
 		}
 		p.mounts = append(p.mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: src, ReadOnly: ro,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
-		id := worker.MountIdentity{Path: src, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: uint32(st.Mode) & syscall.S_IFMT}
-		if p.attrIdentity {
-			attrs, err := worker.LstatAttrs(src)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrInvalidSpec, src, err)
-			}
-			id.Attrs = &attrs
-		}
 		p.identity = append(p.identity, id)
 		return nil
 	}

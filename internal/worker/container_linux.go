@@ -121,8 +121,6 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 	}
 }
 
-// reapOrphans waits for zombies that were re-parented to the worker (PID 1
-// of the container), skipping the commands os/exec itself waits for.
 // checkMounts returns ErrMountReplaced unless each mount is the file or
 // directory the broker checked: by device and inode, or by its Attrs.
 func checkMounts(mounts []MountIdentity) error {
@@ -145,13 +143,19 @@ func checkMounts(mounts []MountIdentity) error {
 	return nil
 }
 
-// LstatAttrs are the FileAttrs of path, not following a final symlink.
-func LstatAttrs(path string) (FileAttrs, error) {
+// LstatIdentity is the MountIdentity of path as it is now, from one lstat
+// (a final symlink is not followed), with its Attrs when attrs is set.
+func LstatIdentity(path string, attrs bool) (MountIdentity, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
-		return FileAttrs{}, err
+		return MountIdentity{}, err
 	}
-	return StatAttrs(&st), nil
+	id := MountIdentity{Path: path, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: st.Mode & unix.S_IFMT}
+	if attrs {
+		a := StatAttrs(&st)
+		id.Attrs = &a
+	}
+	return id, nil
 }
 
 // StatAttrs are st's FileAttrs.
@@ -162,6 +166,8 @@ func StatAttrs(st *unix.Stat_t) FileAttrs {
 	}
 }
 
+// reapOrphans waits for zombies that were re-parented to the worker (PID 1
+// of the container), skipping the commands os/exec itself waits for.
 func reapOrphans(ctx context.Context, reg *childRegistry) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGCHLD)

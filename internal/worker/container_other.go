@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // RunContainer is Linux-only.
@@ -15,9 +16,18 @@ func RunContainer(ctx context.Context, spec *Spec, desc string, in io.Reader, ou
 	return ErrContainerUnsupported
 }
 
-// LstatAttrs is Linux-only (the runtimes that need it, gVisor's, are).
-func LstatAttrs(path string) (FileAttrs, error) {
-	return FileAttrs{}, fmt.Errorf("%w: %w", ErrContainerUnsupported, errors.ErrUnsupported)
+// LstatIdentity is the MountIdentity of path as it is now, from one lstat
+// (a final symlink is not followed). Attrs are Linux-only (the runtime that
+// needs them, gVisor, is).
+func LstatIdentity(path string, attrs bool) (MountIdentity, error) {
+	if attrs {
+		return MountIdentity{}, fmt.Errorf("%w: %w", ErrContainerUnsupported, errors.ErrUnsupported)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return MountIdentity{}, err
+	}
+	return MountIdentity{Path: path, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Type: uint32(st.Mode) & syscall.S_IFMT}, nil
 }
 
 // Reap is Linux-only.

@@ -104,11 +104,7 @@ func (b *Backend) serverRuntimes(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, engine.APIError("", err)
 	}
-	names := make([]string, 0, len(info.Info.Runtimes))
-	for n := range info.Info.Runtimes {
-		names = append(names, n)
-	}
-	return names, nil
+	return RuntimeNames(info.Info), nil
 }
 
 // Invalidate forgets a cached success, e.g. after a command failed in a way
