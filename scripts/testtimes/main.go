@@ -1,7 +1,9 @@
 // Command testtimes runs `go test -json` and prints what plain `go test`
 // prints (each package's ok/FAIL line, the full output of every failed test,
 // and of a package that failed outside a test), then the test time of each
-// package, slowest first. It exits with the command's exit status.
+// package, slowest first, and then the slowest top-level tests (those
+// that took at least -slow, 20 s by default), which say where a package's
+// time went. It exits with the command's exit status.
 //
 // Usage:
 //
@@ -9,7 +11,8 @@
 //	testtimes -table FILE
 //
 // With -times, the times are appended to FILE (lines "SECONDS\tSTATUS\tNAME",
-// which scripts/test-nonroot also writes) instead of printed; -table prints
+// which scripts/test-nonroot also writes; a slow test's line has a fourth
+// field, "test") instead of printed; -table prints
 // the table of such a file. -label is appended to each package's name.
 // scripts/test uses it; standard library only.
 package main
@@ -29,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -47,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	label := fl.String("label", "", "text appended to each package's name in the times")
 	times := fl.String("times", "", "append the times to this file instead of printing them")
 	table := fl.String("table", "", "print the times of this file, slowest first, and exit")
+	slow := fl.Duration("slow", 20*time.Second, "also record top-level tests that took at least this long")
 	if err := fl.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -64,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	f := newFilter(stdout, *label)
+	f.slow = slow.Seconds()
 	code, err := runCommand(fl.Args(), f, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "testtimes: %v\n", err)
@@ -143,6 +149,9 @@ type filter struct {
 	pkgs   map[string]*pkgOutput
 	rows   []row
 	failed bool
+	// slow is the time in seconds from which a top-level test gets a row
+	// of its own (zero: none do).
+	slow float64
 }
 
 // pkgOutput is a package's output not printed yet: its own lines, and
@@ -235,6 +244,7 @@ func (f *filter) handleTest(e event) {
 		f.writeLines(p.tests[top])
 		fallthrough
 	case e.Action == "pass" || e.Action == "skip":
+		f.slowTest(e)
 		delete(p.tests, top)
 		p.order = slices.DeleteFunc(p.order, func(n string) bool { return n == top })
 	}
@@ -261,11 +271,28 @@ func (f *filter) done(e event, status string) {
 	f.rows = append(f.rows, row{seconds: e.Elapsed, status: status, name: name})
 }
 
+// slowTest records a finished top-level test that took at least f.slow.
+func (f *filter) slowTest(e event) {
+	if f.slow <= 0 || e.Elapsed < f.slow || e.Action == "skip" {
+		return
+	}
+	status := "ok"
+	if e.Action == "fail" {
+		status = "FAIL"
+	}
+	name := e.Package + " " + e.Test
+	if f.label != "" {
+		name += " " + f.label
+	}
+	f.rows = append(f.rows, row{seconds: e.Elapsed, status: status, name: name, test: true})
+}
+
 // row is one line of the times table.
 type row struct {
 	seconds float64
 	status  string // ok or FAIL
 	name    string
+	test    bool // a slow top-level test's row, not a package's
 }
 
 func appendRows(file string, rows []row) error {
@@ -274,7 +301,11 @@ func appendRows(file string, rows []row) error {
 		return err
 	}
 	for _, r := range rows {
-		fmt.Fprintf(fh, "%.1f\t%s\t%s\n", r.seconds, r.status, r.name)
+		kind := ""
+		if r.test {
+			kind = "\ttest"
+		}
+		fmt.Fprintf(fh, "%.1f\t%s\t%s%s\n", r.seconds, r.status, r.name, kind)
 	}
 	return fh.Close()
 }
@@ -289,29 +320,36 @@ func readRows(file string) ([]row, error) {
 		if l == "" {
 			continue
 		}
-		f := strings.SplitN(l, "\t", 3)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("%s:%d: want SECONDS\\tSTATUS\\tNAME, got %q", file, i+1, l)
+		f := strings.Split(l, "\t")
+		if len(f) != 3 && (len(f) != 4 || f[3] != "test") {
+			return nil, fmt.Errorf("%s:%d: want SECONDS\\tSTATUS\\tNAME[\\ttest], got %q", file, i+1, l)
 		}
 		s, err := strconv.ParseFloat(f[0], 64)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: seconds: %w", file, i+1, err)
 		}
-		rows = append(rows, row{seconds: s, status: f[1], name: f[2]})
+		rows = append(rows, row{seconds: s, status: f[1], name: f[2], test: len(f) == 4})
 	}
 	return rows, nil
 }
 
-// printTable prints rows slowest first.
+// printTable prints the packages' rows slowest first, then the slow
+// tests' (if any) the same way.
 func printTable(w io.Writer, rows []row) {
+	tests := slices.DeleteFunc(slices.Clone(rows), func(r row) bool { return !r.test })
+	pkgs := slices.DeleteFunc(slices.Clone(rows), func(r row) bool { return r.test })
+	printRows(w, "test times, slowest first:", pkgs)
+	printRows(w, "slow tests, slowest first:", tests)
+}
+
+func printRows(w io.Writer, title string, rows []row) {
 	if len(rows) == 0 {
 		return
 	}
-	rows = slices.Clone(rows)
 	slices.SortStableFunc(rows, func(a, b row) int {
 		return cmp.Or(cmp.Compare(b.seconds, a.seconds), strings.Compare(a.name, b.name))
 	})
-	fmt.Fprintln(w, "\ntest times, slowest first:")
+	fmt.Fprintf(w, "\n%s\n", title)
 	fmt.Fprintf(w, "%9s  %-6s %s\n", "seconds", "status", "what")
 	for _, r := range rows {
 		fmt.Fprintf(w, "%9.1f  %-6s %s\n", r.seconds, r.status, r.name)

@@ -193,28 +193,39 @@ func TestExitStatus(t *testing.T) {
 }
 
 // TestTimesFile checks -times (rows appended, nothing printed) and -table
-// (one table of several runs, slowest first).
+// (one table of several runs, slowest first, then one of the tests that
+// took at least -slow; subtests and skips are not in it).
 func TestTimesFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "times")
 	if err := os.WriteFile(file, []byte("2.0\tok\tinternal/x (as vak-ci)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	events := `{"Action":"pass","Package":"a","Elapsed":1.25}
-{"Action":"pass","Package":"b","Elapsed":3}
+	events := `{"Action":"pass","Package":"a","Test":"TestQuick","Elapsed":0.5}
+{"Action":"pass","Package":"a","Test":"TestSlow/sub","Elapsed":0.9}
+{"Action":"pass","Package":"a","Test":"TestSlow","Elapsed":1}
+{"Action":"pass","Package":"a","Elapsed":1.25}
+{"Action":"fail","Package":"b","Test":"TestSlower","Elapsed":2.5}
+{"Action":"skip","Package":"b","Test":"TestSkipped","Elapsed":2.5}
+{"Action":"fail","Package":"b","Elapsed":3}
 {"Action":"skip","Package":"c","Elapsed":0.001}
 `
-	if code := run([]string{"-times", file, "-label", "(no -race)", "printf", "%s", events}, &out, &out); code != 0 || out.Len() != 0 {
-		t.Fatalf("-times: exit %d, printed %q", code, out.String())
+	if code := run([]string{"-times", file, "-slow", "1s", "-label", "(no -race)", "printf", "%s", events}, &out, &out); code != exitFailure {
+		t.Fatalf("-times: exit %d, want %d (a package failed): %s", code, exitFailure, out.String())
 	}
+	out.Reset()
 	if code := run([]string{"-table", file}, &out, &out); code != 0 {
 		t.Fatalf("-table: exit %d: %s", code, out.String())
 	}
 	want := "\ntest times, slowest first:\n" +
 		"  seconds  status what\n" +
-		"      3.0  ok     b (no -race)\n" +
+		"      3.0  FAIL   b (no -race)\n" +
 		"      2.0  ok     internal/x (as vak-ci)\n" +
-		"      1.2  ok     a (no -race)\n"
+		"      1.2  ok     a (no -race)\n" +
+		"\nslow tests, slowest first:\n" +
+		"  seconds  status what\n" +
+		"      2.5  FAIL   b TestSlower (no -race)\n" +
+		"      1.0  ok     a TestSlow (no -race)\n"
 	if out.String() != want {
 		t.Errorf("-table printed\n%s\nwant\n%s", out.String(), want)
 	}
