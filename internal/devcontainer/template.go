@@ -10,6 +10,7 @@ package devcontainer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"vak/internal/catrust"
 	"vak/internal/dockerd"
 	"vak/internal/dockerguard"
+	"vak/internal/engine"
 	"vak/internal/netfence"
 	"vak/internal/proxynet"
 )
@@ -188,6 +190,7 @@ type dependency struct {
 
 type service struct {
 	Image       string                 `json:"image"`
+	Runtime     string                 `json:"runtime,omitempty"`
 	User        string                 `json:"user,omitempty"`
 	Command     []string               `json:"command,omitempty"`
 	Environment []string               `json:"environment,omitempty"`
@@ -401,6 +404,12 @@ func (t *Template) Compose() ([]byte, error) {
 			p.Volumes[v] = &volume{External: true, Name: v}
 		}
 	}
+	// Every service names its runtime (the sidecar's, runc otherwise), as
+	// every container vak creates does: never the Engine's default
+	// (engine.DefaultRuntime).
+	for _, svc := range p.Services {
+		svc.Runtime = cmp.Or(svc.Runtime, engine.DefaultRuntime)
+	}
 	// Compose interpolates ${VAR} in every value; none is meant, so each
 	// $ is escaped ($$).
 	for _, svc := range p.Services {
@@ -526,7 +535,7 @@ func (t *Template) dockerdService(gw netip.Addr, pool netip.Prefix, vols []strin
 		return nil, errors.New("devcontainer: the sidecar's spec has no private cgroup namespace")
 	}
 	return &service{
-		Image: cfg.Image, User: cfg.User,
+		Image: cfg.Image, User: cfg.User, Runtime: host.Runtime,
 		Entrypoint:  append(slices.Clone(dockerd.UnshareCgroup), cfg.Entrypoint...),
 		Command:     cfg.Cmd,
 		NetworkMode: "service:netclient",

@@ -53,6 +53,7 @@ func TestComposeHardening(t *testing.T) {
 		{"sandbox network internal, no host address", p.Networks["sandbox"].Internal && p.Networks["sandbox"].DriverOpts["com.docker.network.bridge.inhibit_ipv4"] == "true"},
 		{"gateway address outside the dynamic range", !netip.MustParsePrefix(p.Networks["sandbox"].IPAM.Config[0].IPRange).Contains(GatewayIP(tp.Key)) && netip.MustParsePrefix(p.Networks["sandbox"].IPAM.Config[0].Subnet).Contains(GatewayIP(tp.Key))},
 		{"volumes are the workspace's", p.Volumes["vak-gateway"].Name == GatewayVolume(tp.Key) && p.Volumes["vak-trust"].External},
+		{"every service names runc, not the Engine's default runtime", app.Runtime == "runc" && gw.Runtime == "runc" && nc.Runtime == "runc"},
 		{"labels on services and networks", app.Labels[LabelKey] == tp.Key && app.Labels["vak.test"] == "1" && p.Networks["sandbox"].Labels["vak.test"] == "1"},
 	} {
 		if !tc.ok {
@@ -229,6 +230,7 @@ func TestComposeDocker(t *testing.T) {
 	}{
 		{"dockerd has exactly the sidecar's capabilities", all(d.CapDrop) == "ALL" && all(d.CapAdd) == all(host.CapAdd) && all(d.CapAdd) == all(dockerd.Capabilities)},
 		{"dockerd's seccomp profile from the state dir", all(d.SecurityOpt) == "seccomp:"+SeccompFile(tp.StateDir, tp.Key)+" apparmor=unconfined" && !strings.HasPrefix(SeccompFile(tp.StateDir, tp.Key), tp.Workspace)},
+		{"dockerd runs under the sidecar's runtime, named", d.Runtime == host.Runtime && d.Runtime != ""},
 		{"dockerd's limits are the sidecar's", d.MemLimit == "4294967296" && d.PidsLimit == int(*host.PidsLimit)},
 		{"dockerd creates its cgroup namespace", all(d.Entrypoint[:3]) == all(dockerd.UnshareCgroup) && strings.Contains(all(d.Command), "refusing to start")},
 		{"no cgroup key (compose 1.29 rejects it; the entrypoint makes the namespace)", !strings.Contains(string(data), `"cgroup"`)},

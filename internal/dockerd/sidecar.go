@@ -121,7 +121,7 @@ func (s Sidecar) Spec() (*container.Config, *container.HostConfig, error) {
 	}
 	// runc by name: the capability baseline must not end up under another
 	// default runtime the Engine may be configured with.
-	host.Runtime = "runc"
+	host.Runtime = engine.DefaultRuntime
 	host.CapDrop = []string{"ALL"}
 	host.CapAdd = append([]string(nil), Capabilities...)
 	host.SecurityOpt = []string{"seccomp=" + string(prof), "apparmor=unconfined"}

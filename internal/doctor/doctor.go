@@ -99,6 +99,10 @@ func Build(ctx context.Context, o Options) *Report {
 	r.add("nested docker", nestedDockerHow(ctx, o))
 	if rt := cfg.Sandbox.Runtime; rt != "" && cfg.Session.Backend != launch.BackendKubernetes {
 		r.add("docker sessions", sessionRuntimeHow(ctx, cfg))
+	} else if rt == "" {
+		if how := engineDefaultHow(ctx); how != "" {
+			r.add("docker runtime", how)
+		}
 	}
 	if k := launch.KubeDoctor(ctx, cfg); k != "" {
 		r.add("kubernetes sessions", k)
@@ -211,6 +215,25 @@ func sessionRuntimeHow(ctx context.Context, cfg *config.Config) string {
 		snap = "snapshots refused: " + err.Error()
 	}
 	return "runtime " + name + " (gVisor, --host-uds=create: the worker's socket is reached from the host; mounts identified by their attributes); " + snap
+}
+
+// engineDefaultHow says, when the Docker Engine's default runtime is not
+// runc, that vak's containers still run under runc (they name
+// engine.DefaultRuntime) and how to choose the Engine's; "" when it is runc
+// or the Engine cannot be asked (the backends' lines say why).
+func engineDefaultHow(ctx context.Context) string {
+	eng, err := engine.New()
+	if err != nil {
+		return ""
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := eng.Info(ctx, client.InfoOptions{})
+	if err != nil || res.Info.DefaultRuntime == "" || res.Info.DefaultRuntime == engine.DefaultRuntime {
+		return ""
+	}
+	return fmt.Sprintf("%s: vak names it on every container it creates; the Engine's default runtime, %q, is not used unless sandbox.runtime names it", engine.DefaultRuntime, res.Info.DefaultRuntime)
 }
 
 // Print writes the report as vak doctor shows it.

@@ -348,6 +348,7 @@ func (o *Options) startGateway(ctx context.Context, key, image string, sections 
 	}
 	gwHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(egressNet),
+		Runtime:        engine.DefaultRuntime,
 		Mounts:         []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: gatewayData}},
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
@@ -390,6 +391,7 @@ func (o *Options) startNetclient(ctx context.Context, key, image string, gwIP ne
 	}
 	ncHost := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(sandboxNet),
+		Runtime:        engine.DefaultRuntime, // the fence is nftables rules in this namespace
 		CapDrop:        []string{"ALL"},
 		CapAdd:         []string{"NET_ADMIN"},
 		SecurityOpt:    []string{"no-new-privileges"},

@@ -4,6 +4,7 @@ package taskenv
 // a container (checked spec, pinned image, mounts, user, environment).
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -50,8 +51,8 @@ type plan struct {
 	// dockerImage is the sidecar image's ID (pinDockerImage; --docker
 	// plans that meet the warm pool).
 	dockerImage string
-	// runtime is the OCI runtime the container runs under (Manager.Runtime;
-	// "" for the daemon's default); attrIdentity says its file system
+	// runtime is the OCI runtime the container names (Manager.Runtime,
+	// or engine.DefaultRuntime, never the daemon's default); attrIdentity says its file system
 	// shows inode numbers of its own (gVisor), so the worker identifies
 	// mounts by worker.FileAttrs.
 	runtime      string
@@ -71,7 +72,7 @@ func (m *Manager) prepare(ctx context.Context, cli *client.Client, spec Spec) (_
 	if err != nil {
 		return nil, err
 	}
-	p.runtime, p.attrIdentity = m.Runtime, rt.GVisor()
+	p.runtime, p.attrIdentity = cmp.Or(m.Runtime, engine.DefaultRuntime), rt.GVisor()
 	if spec.NetworkPolicy == sandbox.NetworkProxied {
 		if m.ProxyNet == nil {
 			return nil, fmt.Errorf("%w: %q needs the egress gateway: configure [network] rules in the user config", ErrNetworkPolicy, spec.NetworkPolicy)

@@ -37,7 +37,8 @@ var GVisorSessionArgs = []string{"--host-uds=create", "--overlay2=none"}
 
 // sessionRuntime checks that the runtime sessions are configured to run
 // under can host one (CheckRuntime, on the Engine's info), and returns it
-// as the Engine lists it (the zero Runtime for the daemon's default). What
+// as the Engine lists it (the zero Runtime without one: the container then
+// names engine.DefaultRuntime, whatever the daemon's default is). What
 // runtime-specific checks decide is kept on the plan: gVisor's bind mounts
 // are identified by attributes (worker.FileAttrs), not by device and inode.
 func (m *Manager) sessionRuntime(ctx context.Context, cli *client.Client, spec Spec) (docker.Runtime, error) {
@@ -85,14 +86,22 @@ func SnapshotsUnder(rt docker.Runtime) error {
 }
 
 // snapshotRuntime refuses a snapshot of a container running under a
-// runtime that keeps its changes out of `docker commit`'s sight.
+// runtime that keeps its changes out of `docker commit`'s sight. name is
+// the container's HostConfig.Runtime; empty (a container that named none,
+// on an Engine that does not record its default there) is the Engine's
+// default runtime.
 func snapshotRuntime(ctx context.Context, cli *client.Client, id, name string) error {
-	if name == "" || name == "runc" {
+	if name == engine.DefaultRuntime {
 		return nil
 	}
 	res, err := cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return engine.APIError("docker info", err)
+	}
+	if name == "" {
+		if name = res.Info.DefaultRuntime; name == engine.DefaultRuntime {
+			return nil
+		}
 	}
 	rt, ok := docker.RuntimeFrom(res.Info, name)
 	if !ok {

@@ -225,7 +225,8 @@ type Manager struct {
 	// DefaultIdleTimeout and DefaultMaxLifetime.
 	IdleTimeout, MaxLifetime time.Duration
 	// Runtime is the OCI runtime session containers run under
-	// (sandbox.runtime): empty for the daemon's default, runc, or gVisor's
+	// (sandbox.runtime): empty for engine.DefaultRuntime (runc, named on
+	// the container whatever the daemon's default is), runc, or gVisor's
 	// runsc registered with GVisorSessionArgs. Anything else, or gVisor
 	// with a proxied network, fails Create with ErrRuntime.
 	Runtime string

@@ -154,7 +154,7 @@ func sweeperConfig(st *watchState) (*container.Config, *container.HostConfig, er
 	}
 	pids, noInit := int64(32), false
 	hc := &container.HostConfig{
-		NetworkMode: "none", CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_OVERRIDE", "FOWNER"},
+		NetworkMode: "none", Runtime: engine.DefaultRuntime, CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_OVERRIDE", "FOWNER"},
 		SecurityOpt: secOpt, ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Init: &noInit,
 		Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids},
 		Mounts: []mount.Mount{

@@ -35,8 +35,9 @@ type Backend struct {
 	// User is the container identity.
 	User User
 	// Runtime is the OCI runtime the daemon runs the containers with (a
-	// name docker info lists, e.g. "runsc" for gVisor); empty means the
-	// daemon's default.
+	// name docker info lists, e.g. "runsc" for gVisor); empty means
+	// DefaultRuntime (runc), which every container then names, whatever
+	// the daemon's own default is.
 	Runtime string
 	// Binary is the docker CLI; empty means "docker" from PATH.
 	Binary string
@@ -190,10 +191,18 @@ var ErrNoRuntime = errors.New("the Docker Engine lists no such runtime")
 // nor sends through those rules, so vak does not start it.
 var ErrRuntimeNetwork = errors.New("a proxied network needs the default runtime (runc)")
 
+// runtime is the runtime the containers name: Runtime, or DefaultRuntime.
+func (b *Backend) runtime() string {
+	if b.Runtime == "" {
+		return DefaultRuntime
+	}
+	return b.Runtime
+}
+
 // CheckNetwork returns ErrRuntimeNetwork when the backend's Runtime cannot
 // carry a proxied network (nil for none, or under runc).
 func (b *Backend) CheckNetwork(proxied bool) error {
-	if !proxied || b.Runtime == "" || b.Runtime == "runc" {
+	if !proxied || b.runtime() == DefaultRuntime {
 		return nil
 	}
 	return fmt.Errorf("runtime %q (sandbox.runtime / --runtime) with --network proxied: %w: its fence is nftables rules in the namespace the container joins, which a runtime with a network stack of its own (gVisor's) does not send through; use --network none with this runtime", b.Runtime, ErrRuntimeNetwork)

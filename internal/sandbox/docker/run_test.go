@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,8 +209,13 @@ func TestRunnerCreatesWhatTheCLIWould(t *testing.T) {
 			for _, d := range differences("", meaningful(cliReq.body), meaningful(ours.body)) {
 				t.Errorf("create requests differ at %s", d)
 			}
-			if hc, _ := ours.body["HostConfig"].(map[string]any); hc["Runtime"] != tc.b.Runtime && (tc.b.Runtime != "" || hc["Runtime"] != nil) {
-				t.Errorf("runtime: Runner asked for %v, the backend has %q", hc["Runtime"], tc.b.Runtime)
+			// Both name the runtime, runc when none is configured: never
+			// the daemon's default (engine.DefaultRuntime).
+			want := cmp.Or(tc.b.Runtime, engine.DefaultRuntime)
+			for _, r := range []recorded{cliReq, ours} {
+				if hc, _ := r.body["HostConfig"].(map[string]any); hc["Runtime"] != want {
+					t.Errorf("runtime: the create request names %v, want %q (backend's %q)", hc["Runtime"], want, tc.b.Runtime)
+				}
 			}
 		})
 	}

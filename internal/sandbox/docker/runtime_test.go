@@ -56,7 +56,7 @@ func TestProbeRuntime(t *testing.T) {
 }
 
 // TestWrapRuntime: the runtime is named on the docker run command line
-// (and only when set); a proxied network under a runtime other than runc
+// (runc when none is configured); a proxied network under a runtime other than runc
 // is refused, whatever the order of the other checks.
 func TestWrapRuntime(t *testing.T) {
 	ws := t.TempDir()
@@ -67,8 +67,9 @@ func TestWrapRuntime(t *testing.T) {
 		want    string // the --runtime value; "" for none
 		err     error
 	}{
-		{"", nil, "", nil},
-		{"", net, "", nil},
+		// None configured: runc by name, never the daemon's default.
+		{"", nil, "runc", nil},
+		{"", net, "runc", nil},
 		{"runsc", nil, "runsc", nil},
 		{"runc", net, "runc", nil},
 		{"runsc", net, "", ErrRuntimeNetwork},

@@ -183,7 +183,7 @@ func (sp *runSpec) checkMount(p string) error {
 		return fmt.Errorf("docker wrap: %w: protected path %q is no longer a file or directory (%v); was it replaced?", ErrInvalidMountPath, p, fi.Mode().Type())
 	}
 	ino := "-"
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && goruntime.GOOS == "linux" && (sp.runtime == "" || sp.runtime == "runc") {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && goruntime.GOOS == "linux" && sp.runtime == DefaultRuntime {
 		ino = strconv.FormatUint(uint64(st.Ino), 10)
 	}
 	sp.checks = append(sp.checks, typ, ino, p)
@@ -197,7 +197,7 @@ func (sp *runSpec) checkMount(p string) error {
 // each other by a test that records what the CLI sends.
 type runSpec struct {
 	name, image, netMode, workdir, user string
-	runtime                             string // the OCI runtime; "" for the daemon's default
+	runtime                             string // the OCI runtime the container names (Backend.runtime)
 	memory                              int64
 	cpus                                float64
 	pids                                int64
@@ -257,7 +257,7 @@ func (b *Backend) spec(c sandbox.Command) (runSpec, error) {
 	if sp.image == "" {
 		sp.image = DefaultImage
 	}
-	sp.runtime = b.Runtime
+	sp.runtime = b.runtime()
 	if err := b.CheckNetwork(c.Network != nil); err != nil {
 		return sp, fmt.Errorf("docker wrap: %w", err)
 	}
@@ -358,9 +358,7 @@ func (sp runSpec) args(binary string) []string {
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
 	}
-	if sp.runtime != "" {
-		args = append(args, "--runtime", sp.runtime)
-	}
+	args = append(args, "--runtime", sp.runtime)
 	if sp.seccompPath != "" {
 		args = append(args, "--security-opt", "seccomp="+sp.seccompPath)
 	}

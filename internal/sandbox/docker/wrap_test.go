@@ -38,6 +38,7 @@ func TestWrapStructure(t *testing.T) {
 		"--pids-limit", "256",
 		"--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges",
+		"--runtime", "runc",
 		"--security-opt", "seccomp=" + profile,
 		"-v", "/home/u/proj:/home/u/proj",
 		"--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=536870912",
@@ -128,7 +129,9 @@ func TestWrapProxiedNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(got, " ")
-	for _, want := range []string{"--network container:vak-nc-k", "-v /state/trust:/etc/vak/trust:ro", "-e SSL_CERT_FILE=/etc/vak/trust/ca-bundle.pem", "-e GH_TOKEN=vakph_x", "--label vak.proxynet.user=k", "--cap-drop ALL"} {
+	// --runtime runc: a daemon's default-runtime (gVisor, say) never
+	// carries the proxied network.
+	for _, want := range []string{"--runtime runc", "--network container:vak-nc-k", "-v /state/trust:/etc/vak/trust:ro", "-e SSL_CERT_FILE=/etc/vak/trust/ca-bundle.pem", "-e GH_TOKEN=vakph_x", "--label vak.proxynet.user=k", "--cap-drop ALL"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("proxied wrap lacks %q: %s", want, joined)
 		}
