@@ -51,10 +51,10 @@ type plan struct {
 	// dockerImage is the sidecar image's ID (pinDockerImage; --docker
 	// plans that meet the warm pool).
 	dockerImage string
-	// runtime is the OCI runtime the container names (Manager.Runtime,
-	// or engine.DefaultRuntime, never the daemon's default); attrIdentity says its file system
-	// shows inode numbers of its own (gVisor), so the worker identifies
-	// mounts by worker.FileAttrs.
+	// runtime is the OCI runtime the container names (Manager.Runtime, or
+	// engine.DefaultRuntime, never the daemon's default); attrIdentity
+	// says its file system shows inode numbers of its own (gVisor), so the
+	// worker identifies mounts by worker.FileAttrs.
 	runtime      string
 	attrIdentity bool
 }
