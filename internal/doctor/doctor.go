@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"vak/internal/config"
@@ -192,18 +193,11 @@ func nestedDockerHow(ctx context.Context, o Options) string {
 // SnapshotsUnder on the Engine's own description of the runtime).
 func sessionRuntimeHow(ctx context.Context, cfg *config.Config) string {
 	name := cfg.Sandbox.Runtime
-	eng, err := engine.New()
+	info, err := engineInfo(ctx)
 	if err != nil {
 		return "runtime " + name + ": unknown: " + err.Error()
 	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	res, err := eng.Info(ctx, client.InfoOptions{})
-	if err != nil {
-		return "runtime " + name + ": unknown: " + engine.APIError("docker info", err).Error()
-	}
-	rt, err := taskenv.CheckRuntime(res.Info, name, cfg.Network)
+	rt, err := taskenv.CheckRuntime(info, name, cfg.Network)
 	if err != nil {
 		return "runtime " + name + ": refused: " + err.Error()
 	}
@@ -217,23 +211,40 @@ func sessionRuntimeHow(ctx context.Context, cfg *config.Config) string {
 	return "runtime " + name + " (gVisor, --host-uds=create: the worker's socket is reached from the host; mounts identified by their attributes); " + snap
 }
 
-// engineDefaultHow says, when the Docker Engine's default runtime is not
-// runc, that vak's containers still run under runc (they name
-// engine.DefaultRuntime) and how to choose the Engine's; "" when it is runc
-// or the Engine cannot be asked (the backends' lines say why).
-func engineDefaultHow(ctx context.Context) string {
+// engineInfo is the Engine's `docker info`, asked with doctor's timeout.
+func engineInfo(ctx context.Context) (system.Info, error) {
 	eng, err := engine.New()
 	if err != nil {
-		return ""
+		return system.Info{}, err
 	}
 	defer eng.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res, err := eng.Info(ctx, client.InfoOptions{})
-	if err != nil || res.Info.DefaultRuntime == "" || res.Info.DefaultRuntime == engine.DefaultRuntime {
+	if err != nil {
+		return system.Info{}, engine.APIError("docker info", err)
+	}
+	return res.Info, nil
+}
+
+// engineDefaultHow is defaultRuntimeHow of the Engine's default runtime;
+// "" also when the Engine cannot be asked (the backends' lines say why).
+func engineDefaultHow(ctx context.Context) string {
+	info, err := engineInfo(ctx)
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s: vak names it on every container it creates; the Engine's default runtime, %q, is not used unless sandbox.runtime names it", engine.DefaultRuntime, res.Info.DefaultRuntime)
+	return defaultRuntimeHow(info.DefaultRuntime)
+}
+
+// defaultRuntimeHow says, when the Engine's default runtime (def) is not
+// runc, that vak's containers still run under runc (they name
+// engine.DefaultRuntime) and how to choose the Engine's; "" when it is.
+func defaultRuntimeHow(def string) string {
+	if def == "" || def == engine.DefaultRuntime {
+		return ""
+	}
+	return fmt.Sprintf("%s: vak names it on every container it creates; the Engine's default runtime, %q, is not used unless sandbox.runtime names it", engine.DefaultRuntime, def)
 }
 
 // Print writes the report as vak doctor shows it.

@@ -96,3 +96,27 @@ func TestBuildFullAccess(t *testing.T) {
 		t.Errorf("%d backends, want every one but auto: %+v", len(r.Backends), r.Backends)
 	}
 }
+
+// The "docker runtime" line appears only when the Engine's default runtime
+// is not the one vak names (engine.DefaultRuntime), and then names both.
+func TestDefaultRuntimeHow(t *testing.T) {
+	for _, tc := range []struct {
+		def  string
+		want []string // in the line; nil: no line
+	}{
+		{"", nil},
+		{"runc", nil},
+		{"runsc", []string{"runc:", `"runsc"`, "sandbox.runtime"}},
+		{"kata-runtime", []string{"runc:", `"kata-runtime"`}},
+	} {
+		got := defaultRuntimeHow(tc.def)
+		if (got == "") != (tc.want == nil) {
+			t.Errorf("default %q: line %q", tc.def, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("default %q: line %q lacks %q", tc.def, got, w)
+			}
+		}
+	}
+}
