@@ -404,15 +404,13 @@ func (t *Template) Compose() ([]byte, error) {
 			p.Volumes[v] = &volume{External: true, Name: v}
 		}
 	}
-	// Every service names its runtime (the sidecar's, runc otherwise), as
-	// every container vak creates does: never the Engine's default
-	// (engine.DefaultRuntime).
 	for _, svc := range p.Services {
+		// Every service names its runtime (the sidecar's, runc
+		// otherwise), as every container vak creates does: never the
+		// Engine's default (engine.DefaultRuntime).
 		svc.Runtime = cmp.Or(svc.Runtime, engine.DefaultRuntime)
-	}
-	// Compose interpolates ${VAR} in every value; none is meant, so each
-	// $ is escaped ($$).
-	for _, svc := range p.Services {
+		// Compose interpolates ${VAR} in every value; none is meant, so
+		// each $ is escaped ($$).
 		for _, l := range [][]string{svc.Command, svc.Entrypoint, svc.Environment} {
 			escapeDollar(l)
 		}

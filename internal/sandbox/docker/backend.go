@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,8 +37,8 @@ type Backend struct {
 	User User
 	// Runtime is the OCI runtime the daemon runs the containers with (a
 	// name docker info lists, e.g. "runsc" for gVisor); empty means
-	// DefaultRuntime (runc), which every container then names, whatever
-	// the daemon's own default is.
+	// engine.DefaultRuntime (runc), which every container then names,
+	// whatever the daemon's own default is.
 	Runtime string
 	// Binary is the docker CLI; empty means "docker" from PATH.
 	Binary string
@@ -191,18 +192,14 @@ var ErrNoRuntime = errors.New("the Docker Engine lists no such runtime")
 // nor sends through those rules, so vak does not start it.
 var ErrRuntimeNetwork = errors.New("a proxied network needs the default runtime (runc)")
 
-// runtime is the runtime the containers name: Runtime, or DefaultRuntime.
-func (b *Backend) runtime() string {
-	if b.Runtime == "" {
-		return DefaultRuntime
-	}
-	return b.Runtime
-}
+// runtime is the runtime the containers name: Runtime, or
+// engine.DefaultRuntime.
+func (b *Backend) runtime() string { return cmp.Or(b.Runtime, engine.DefaultRuntime) }
 
 // CheckNetwork returns ErrRuntimeNetwork when the backend's Runtime cannot
 // carry a proxied network (nil for none, or under runc).
 func (b *Backend) CheckNetwork(proxied bool) error {
-	if !proxied || b.runtime() == DefaultRuntime {
+	if !proxied || b.runtime() == engine.DefaultRuntime {
 		return nil
 	}
 	return fmt.Errorf("runtime %q (sandbox.runtime / --runtime) with --network proxied: %w: its fence is nftables rules in the namespace the container joins, which a runtime with a network stack of its own (gVisor's) does not send through; use --network none with this runtime", b.Runtime, ErrRuntimeNetwork)

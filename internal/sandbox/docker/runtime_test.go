@@ -56,8 +56,8 @@ func TestProbeRuntime(t *testing.T) {
 }
 
 // TestWrapRuntime: the runtime is named on the docker run command line
-// (runc when none is configured); a proxied network under a runtime other than runc
-// is refused, whatever the order of the other checks.
+// (runc when none is configured); a proxied network under a runtime other
+// than runc is refused, whatever the order of the other checks.
 func TestWrapRuntime(t *testing.T) {
 	ws := t.TempDir()
 	net := &sandbox.NetworkAttachment{Mode: "container:vak-nc-x"}

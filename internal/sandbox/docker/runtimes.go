@@ -6,13 +6,7 @@ import (
 	"strings"
 
 	"github.com/moby/moby/api/types/system"
-
-	"vak/internal/engine"
 )
-
-// DefaultRuntime is engine.DefaultRuntime (runc), what the backend's
-// containers name when Backend.Runtime is empty.
-const DefaultRuntime = engine.DefaultRuntime
 
 // Runtime is an OCI runtime as the Docker Engine lists it (`docker info`,
 // "Runtimes"): a runc-compatible binary with the flags the daemon passes

@@ -183,7 +183,7 @@ func (sp *runSpec) checkMount(p string) error {
 		return fmt.Errorf("docker wrap: %w: protected path %q is no longer a file or directory (%v); was it replaced?", ErrInvalidMountPath, p, fi.Mode().Type())
 	}
 	ino := "-"
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && goruntime.GOOS == "linux" && sp.runtime == DefaultRuntime {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && goruntime.GOOS == "linux" && sp.runtime == engine.DefaultRuntime {
 		ino = strconv.FormatUint(uint64(st.Ino), 10)
 	}
 	sp.checks = append(sp.checks, typ, ino, p)
