@@ -71,7 +71,7 @@ func main() {
 	flag.Var(&vakEnv, "vak-env", "extra NAME=value for the vak process (repeatable; e.g. GOMAXPROCS=1)")
 	concList := flag.String("conc", "1,32", "comma-separated client concurrencies")
 	relayServe := flag.String("relay-serve", "", "serve the floor relay on this address (internal)")
-	skipRelay := flag.Bool("skip-relay", false, "leave out the floor relay")
+	skipRelay := flag.Bool("skip-relay", false, "leave out the floor relays (without and with records)")
 	flag.Parse()
 	if *relayServe != "" {
 		serveRelay(*relayServe)
@@ -135,10 +135,12 @@ func main() {
 		base = startVak(*vakBase, baseDir, upPort, caPEM)
 		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder, base.cmd.Process.Pid})
 	}
-	var relay *proxyProc
+	var relay, relayRec *proxyProc
 	if !*skipRelay {
-		relay = startRelay(dir, upPort, upCert, caPEM, upPool)
+		relay = startRelay(dir, upPort, upCert, caPEM, upPool, false)
 		cs = append(cs, contender{"floor relay", relay.transport(), "Bearer " + relay.placeholder, relay.cmd.Process.Pid})
+		relayRec = startRelay(dir, upPort, upCert, caPEM, upPool, true)
+		cs = append(cs, contender{"floor relay + records", relayRec.transport(), "Bearer " + relayRec.placeholder, relayRec.cmd.Process.Pid})
 	}
 	var mitm *proxyProc
 	if !*skipMitm {
@@ -174,6 +176,7 @@ func main() {
 	}
 	if relay != nil {
 		relay.stop()
+		relayRec.stop()
 	}
 	var mitmPeak int64
 	if mitm != nil {
@@ -202,7 +205,7 @@ func main() {
 	fmt.Println()
 	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | proxy CPU/req | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, name := range []string{"direct", "vak", "vak-base", "floor relay", "mitmproxy"} {
+	for _, name := range []string{"direct", "vak", "vak-base", "floor relay", "floor relay + records", "mitmproxy"} {
 		for _, c := range concs {
 			s, ok := results[name][c]
 			if !ok {
@@ -228,9 +231,18 @@ func main() {
 			fmt.Printf("- vak vs vak-base at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/b[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(b[c].p50-results["direct"][c].p50))
 		}
 	}
+	for _, floor := range []string{"floor relay", "floor relay + records"} {
+		f, ok := results[floor]
+		if !ok {
+			continue
+		}
+		for _, c := range concs {
+			fmt.Printf("- vak vs the %s at concurrency %d: throughput %.2f×, added median %s vs %s\n", floor, c, results["vak"][c].rps/f[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(f[c].p50-results["direct"][c].p50))
+		}
+	}
 	if f, ok := results["floor relay"]; ok {
 		for _, c := range concs {
-			fmt.Printf("- vak vs the floor relay at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/f[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(f[c].p50-results["direct"][c].p50))
+			fmt.Printf("- what the records alone cost the floor at concurrency %d: throughput %.2f× the floor relay's\n", c, results["floor relay + records"][c].rps/f[c].rps)
 		}
 	}
 	if m, ok := results["mitmproxy"]; ok {
