@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"vak/internal/dockerd"
 	"vak/internal/engine"
 	"vak/internal/paths"
+	"vak/internal/shellquote"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -233,6 +236,92 @@ func (e *dindEnv) canaryControl() {
 	}
 }
 
+// probeCase is one probe of an egress matrix: the probe's command line
+// (words split on spaces, each quoted for the inner shell), whether it must
+// exit 0, and what its output must contain. A logged probe's status and
+// output are only logged.
+type probeCase struct {
+	probe  string
+	ok     bool
+	want   string
+	logged bool
+}
+
+// probeMark starts the lines probeScript writes around each probe's output;
+// no probe prints it.
+const probeMark = "=== vaktest-probe "
+
+// probeScript is a sh script that runs every probe in order, each one's
+// output (stdout and stderr) between a begin line and an end line that
+// carries its exit status, and ends with a line saying all ran.
+func probeScript(probes []probeCase) string {
+	var b strings.Builder
+	for i, p := range probes {
+		fmt.Fprintf(&b, "echo; echo '%s%d begin'; %s 2>&1; rc=$?; echo; echo \"%s%d rc=$rc\"\n", probeMark, i, shellquote.Join(strings.Fields(p.probe)), probeMark, i)
+	}
+	fmt.Fprintf(&b, "echo '%sall %d ran'\n", probeMark, len(probes))
+	return b.String()
+}
+
+// probeResult is one probe's output and exit status in out (probeScript's
+// output); ok is false when out has no complete record of it.
+func probeResult(out string, i int) (output string, rc int, ok bool) {
+	begin := fmt.Sprintf("%s%d begin\n", probeMark, i)
+	_, rest, found := strings.Cut(out, begin)
+	if !found {
+		return "", 0, false
+	}
+	body, end, found := strings.Cut(rest, "\n"+probeMark+strconv.Itoa(i)+" rc=")
+	if !found {
+		return "", 0, false
+	}
+	line, _, _ := strings.Cut(end, "\n")
+	rc, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return "", 0, false
+	}
+	return strings.TrimSpace(body), rc, true
+}
+
+// checkProbes fails t with probeProblems (where names the container) if
+// the container that ran probeScript's probes ended with err or left out a
+// probe, or any probe's status or output is not what it expects.
+func checkProbes(t *testing.T, where string, probes []probeCase, out string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: the probe container: %v\n%s", where, err, out)
+	}
+	problems, logs := probeProblems(probes, out)
+	for _, l := range logs {
+		t.Logf("%s: %s", where, l)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", where, p)
+	}
+}
+
+// probeProblems reads out (probeScript's output): one problem per probe
+// whose record is missing or whose status or output is not what it
+// expects, and one if the script did not say that every probe ran; logs
+// holds the logged probes' records.
+func probeProblems(probes []probeCase, out string) (problems, logs []string) {
+	if !strings.Contains(out, fmt.Sprintf("%sall %d ran", probeMark, len(probes))) {
+		problems = append(problems, "the probe container did not run every probe:\n"+out)
+	}
+	for i, p := range probes {
+		got, rc, ok := probeResult(out, i)
+		switch {
+		case p.logged:
+			logs = append(logs, fmt.Sprintf("%s: exit status %d (record complete: %v): %s", p.probe, rc, ok, got))
+		case !ok:
+			problems = append(problems, p.probe+": no complete record of this probe in the output")
+		case (rc == 0) != p.ok || !strings.Contains(got, p.want):
+			problems = append(problems, fmt.Sprintf("%s: exit status %d, want success %v and %q in the output\n%s", p.probe, rc, p.ok, p.want, got))
+		}
+	}
+	return problems, logs
+}
+
 // The inner-container egress matrix and the sidecar's own properties,
 // through `vak session exec` in a --docker session (default policy: no
 // placeholder propagation): on the default bridge and on a user-defined
@@ -247,7 +336,8 @@ func (e *dindEnv) canaryControl() {
 // for a symlink between create and start is not followed (control: the
 // raw daemon follows it); gc removes a sidecar whose session container is
 // gone. The canary counts nothing from inside, after a control that it
-// counts.
+// counts. A network's probes all run in one inner container (probeScript),
+// each with its own exit status and output checked.
 func TestDockerSessionEgressMatrix(t *testing.T) { testDockerSessionEgressMatrix(t, newDindEnv(t)) }
 
 // The same matrix against a session claimed from the warm pool: a pooled
@@ -265,37 +355,32 @@ func testDockerSessionEgressMatrix(t *testing.T, e *dindEnv) {
 		t.Fatalf("docker network create: %v\n%s", err, out)
 	}
 	for _, name := range []string{"DefaultBridge", "UserNetwork"} {
-		r := nets[name] + e.base + " "
 		t.Run(name, func(t *testing.T) {
-			for _, tc := range []struct {
-				probe string
-				ok    bool   // exit 0 expected
-				want  string // in the output
-			}{
-				{"probe tls https://allowed.test/status/200", true, `OK 200 issuer="vak gateway CA"`},
-				{"probe tls https://denied.test/status/200", true, "OK 403"},
+			probes := []probeCase{
+				{"probe tls https://allowed.test/status/200", true, `OK 200 issuer="vak gateway CA"`, false},
+				{"probe tls https://denied.test/status/200", true, "OK 403", false},
 				// The canary's address: the TCP connection ends at the
 				// gateway, which has no rule for it.
-				{"probe http http://" + e.canIP + "/", true, "OK 403"},
-				{"probe tls https://" + e.canIP + "/", true, "OK 403"},
-				{"probe udp " + e.canIP + ":9 2s", false, "FAIL"},
-				{"probe quic " + e.canIP + ":443 2s", false, "FAIL"},
-				{"probe quic allowed.test:443 2s", false, "FAIL"},
-				{"probe ping " + e.canIP + " 2s", false, "FAIL"},
-				{"probe connect [fd00::1]:80 2s", false, "FAIL"},
-				{"probe connect [2001:db8::1]:443 2s", false, "FAIL"},
+				{"probe http http://" + e.canIP + "/", true, "OK 403", false},
+				{"probe tls https://" + e.canIP + "/", true, "OK 403", false},
+				{"probe udp " + e.canIP + ":9 2s", false, "FAIL", false},
+				{"probe quic " + e.canIP + ":443 2s", false, "FAIL", false},
+				{"probe quic allowed.test:443 2s", false, "FAIL", false},
+				{"probe ping " + e.canIP + " 2s", false, "FAIL", false},
+				{"probe connect [fd00::1]:80 2s", false, "FAIL", false},
+				{"probe connect [2001:db8::1]:443 2s", false, "FAIL", false},
 				// DNS to an arbitrary resolver (the canary's address, UDP
 				// and TCP) is answered by the gateway: the override, not
 				// the canary's answer; the canary counts nothing.
-				{"probe dns --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP},
-				{"probe dns --tcp --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP},
-				{"probe dns --type A allowed.test 192.0.2.53:53", true, "A " + e.upIP},
-			} {
-				out, err := e.exec(id, r+tc.probe)
-				if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
-					t.Errorf("%s: %v\n%s", tc.probe, err, out)
-				}
+				{"probe dns --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP, false},
+				{"probe dns --tcp --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP, false},
+				{"probe dns --type A allowed.test 192.0.2.53:53", true, "A " + e.upIP, false},
 			}
+			// All of a network's probes in one inner container (one
+			// container start instead of one per probe).
+			script := probeScript(probes)
+			out, err := e.exec(id, nets[name]+e.base+" sh -c "+shellquote.Quote(script))
+			checkProbes(t, name, probes, out, err)
 			if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
 				t.Errorf("the canary saw inner traffic: %+v", c)
 			}
@@ -305,24 +390,17 @@ func testDockerSessionEgressMatrix(t *testing.T, e *dindEnv) {
 		// Past the guard, --net host puts an inner container in the
 		// netclient's namespace: fenced like the agent (TCP to the
 		// gateway, DNS answered by it, nothing else out).
-		for _, tc := range []struct {
-			probe []string
-			ok    bool
-			want  string
-		}{
-			{[]string{"probe", "http", "http://" + e.canIP + "/"}, true, "OK 403"},
-			{[]string{"probe", "http", "http://denied.test/"}, true, "OK 403"},
-			{[]string{"probe", "udp", e.canIP + ":9", "2s"}, false, "FAIL"},
-			{[]string{"probe", "quic", e.canIP + ":443", "2s"}, false, "FAIL"},
-			{[]string{"probe", "ping", e.canIP, "2s"}, false, "FAIL"},
-			{[]string{"probe", "connect", "[fd00::1]:80", "2s"}, false, "FAIL"},
-			{[]string{"probe", "dns", "--type", "A", "allowed.test", e.canIP + ":53"}, true, "A " + e.upIP},
-		} {
-			out, err := e.raw(id, append([]string{"run", "--rm", "--net", "host", e.base}, tc.probe...)...)
-			if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
-				t.Errorf("raw --net host %v: %v\n%s", tc.probe, err, out)
-			}
+		probes := []probeCase{
+			{"probe http http://" + e.canIP + "/", true, "OK 403", false},
+			{"probe http http://denied.test/", true, "OK 403", false},
+			{"probe udp " + e.canIP + ":9 2s", false, "FAIL", false},
+			{"probe quic " + e.canIP + ":443 2s", false, "FAIL", false},
+			{"probe ping " + e.canIP + " 2s", false, "FAIL", false},
+			{"probe connect [fd00::1]:80 2s", false, "FAIL", false},
+			{"probe dns --type A allowed.test " + e.canIP + ":53", true, "A " + e.upIP, false},
 		}
+		out, err := e.raw(id, "run", "--rm", "--net", "host", e.base, "sh", "-c", probeScript(probes))
+		checkProbes(t, "raw --net host", probes, out, err)
 		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
 			t.Errorf("the canary saw traffic from a --net host inner container: %+v", c)
 		}
@@ -606,17 +684,18 @@ func testDockerSessionPlaceholdersAndFailClosed(t *testing.T, e *dindEnv) {
 	probes := func(when string) {
 		t.Helper()
 		for _, netMode := range []string{"bridge", "host"} {
-			for _, c := range []string{"probe udp " + e.canIP + ":9 2s", "probe quic " + e.canIP + ":443 2s", "probe ping " + e.canIP + " 2s"} {
-				if out, err := e.raw(id, append([]string{"run", "--rm", "--net", netMode, e.base}, strings.Fields(c)...)...); err == nil {
-					t.Errorf("%s: a --net %s inner container got through: %s: %s", when, netMode, c, out)
-				}
-			}
 			// TCP may end at the gateway's forwarder while the NAT
-			// chain is there; the canary must count nothing.
-			for _, c := range []string{"probe http http://" + e.canIP + "/ 2s", "probe connect " + e.canIP + ":22 2s"} {
-				out, _ := e.raw(id, append([]string{"run", "--rm", "--net", netMode, e.base}, strings.Fields(c)...)...)
-				t.Logf("%s, --net %s: %s: %s", when, netMode, c, strings.TrimSpace(out))
+			// chain is there (logged only); the canary must count
+			// nothing.
+			pc := []probeCase{
+				{"probe udp " + e.canIP + ":9 2s", false, "", false},
+				{"probe quic " + e.canIP + ":443 2s", false, "", false},
+				{"probe ping " + e.canIP + " 2s", false, "", false},
+				{"probe http http://" + e.canIP + "/ 2s", false, "", true},
+				{"probe connect " + e.canIP + ":22 2s", false, "", true},
 			}
+			out, err := e.raw(id, "run", "--rm", "--net", netMode, e.base, "sh", "-c", probeScript(pc))
+			checkProbes(t, when+", a --net "+netMode+" inner container", pc, out, err)
 		}
 		if c := testenv.CanaryCounts(t, e.canIP); c.Total != 0 {
 			t.Errorf("%s: the canary saw traffic: %+v", when, c)
@@ -734,4 +813,52 @@ func testDockerSessionPlaceholdersAndFailClosed(t *testing.T, e *dindEnv) {
 			t.Errorf("the canary saw traffic: %+v", c)
 		}
 	})
+}
+
+// The matrices' probe records, parsed from a real sh running probeScript:
+// each probe's status and output, and a missing or cut-off record noticed.
+func TestProbeScriptRecords(t *testing.T) {
+	probes := []probeCase{
+		{"echo OK 200", true, "OK 200", false},
+		{"false", false, "", false},
+		{"ls /nonexistent-vaktest-probe", false, "nonexistent-vaktest-probe", false},
+		{"echo it's [fd00::1]:80", true, "it's [fd00::1]:80", false},
+	}
+	out, err := exec.Command("sh", "-c", probeScript(probes)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sh: %v\n%s", err, out)
+	}
+	for i, want := range []struct {
+		rc     int
+		output string
+	}{{0, "OK 200"}, {1, ""}, {2, "nonexistent-vaktest-probe"}, {0, "it's [fd00::1]:80"}} {
+		got, rc, ok := probeResult(string(out), i)
+		if !ok || (rc == 0) != (want.rc == 0) || !strings.Contains(got, want.output) {
+			t.Errorf("probe %d: got %q rc %d ok %v, want rc %d and %q", i, got, rc, ok, want.rc, want.output)
+		}
+	}
+	// A record cut off after its begin line, and one that never began.
+	cut := string(out)[:strings.Index(string(out), probeMark+"3 begin")+len(probeMark+"3 begin\n")+3]
+	if _, _, ok := probeResult(cut, 3); ok {
+		t.Errorf("a record without its end line was taken as complete:\n%s", cut)
+	}
+	if _, _, ok := probeResult(string(out), len(probes)); ok {
+		t.Errorf("a probe that never ran has a record")
+	}
+	if problems, _ := probeProblems(probes, string(out)); len(problems) != 0 {
+		t.Errorf("problems in a run where every probe did as expected: %q", problems)
+	}
+	if problems, _ := probeProblems(probes, cut); len(problems) != 2 {
+		t.Errorf("the cut-off output: want two problems (not all ran, probe 3 incomplete), got %q", problems)
+	}
+	// Expectations turned around: every probe is a problem, except a
+	// logged one.
+	flipped := slices.Clone(probes)
+	for i := range flipped {
+		flipped[i].ok = !flipped[i].ok
+	}
+	flipped[1].logged = true
+	if problems, logs := probeProblems(flipped, string(out)); len(problems) != len(probes)-1 || len(logs) != 1 {
+		t.Errorf("the flipped expectations: want %d problems and one log, got %q and %q", len(probes)-1, problems, logs)
+	}
 }
