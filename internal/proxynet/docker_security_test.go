@@ -561,12 +561,15 @@ func testDockerSessionEgressMatrix(t *testing.T, e *dindEnv) {
 	}
 	t.Run("GCTakesAnOrphanSidecar", func(t *testing.T) {
 		// The session container goes (by hand), its sidecar stays: gc
-		// removes the sidecar and its volumes.
+		// removes the sidecar and its volumes. The session's workspace
+		// watcher may have stopped the sidecar by then (it stops what can
+		// write the workspace when the session container dies), but only
+		// gc removes it.
 		slot := e.slot(id)
 		sidecar := taskenv.SidecarPrefix + slot
 		testenv.Docker(t, "rm", "-f", taskenv.SessionPrefix+id)
-		if out := testenv.Docker(t, "ps", "-q", "--filter", "name=^"+sidecar+"$"); strings.TrimSpace(out) == "" {
-			t.Fatal("control: the sidecar is not running")
+		if out := testenv.Docker(t, "ps", "-aq", "--filter", "name=^"+sidecar+"$"); strings.TrimSpace(out) == "" {
+			t.Fatal("control: the sidecar is gone before gc")
 		}
 		if _, errs, err := e.vakCmd(e.cfg, append([]string{"session", "gc"}, e.labels...)...); err != nil {
 			t.Fatalf("session gc: %v %s", err, errs)
