@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -22,6 +23,14 @@ type buildResult struct {
 // its user cannot read the Go module cache, so root builds the binaries
 // (and the test binaries) into a world-readable directory first.
 const EnvBinDir = "VAK_TEST_BINDIR"
+
+// buildEnv is the environment the test process started with, taken before
+// any test changes it. Build runs go with it: tests point HOME at a fake
+// home (and set variables such as GOGC=1) before they ask for a binary, and
+// under such a HOME go would find neither its build cache nor its module
+// cache nor its config (GOFLAGS), and would compile every dependency from
+// scratch, downloading the modules first, into that test's temp dir.
+var buildEnv = os.Environ()
 
 // Build compiles a main package of this module (e.g. "vak/cmd/vak") once per
 // test process, statically (CGO_ENABLED=0) so the result also runs inside
@@ -46,7 +55,7 @@ func Build(t testing.TB, pkg string) string {
 		}
 		r.path = filepath.Join(dir, filepath.Base(pkg))
 		cmd := exec.Command("go", "build", "-o", r.path, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(slices.Clip(buildEnv), "CGO_ENABLED=0")
 		r.out, r.err = cmd.CombinedOutput()
 	})
 	if r.err != nil {
