@@ -1,11 +1,13 @@
 package sandboxtest
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"vak/internal/sandbox"
 )
@@ -433,11 +435,15 @@ sleep 0.2; echo STARTED`)
 	if !strings.Contains(res.Stdout, "STARTED") {
 		t.Fatalf("command did not run: %+v", res)
 	}
-	// Bounded wait for a plant to reappear; not reappearing (the backend
-	// killed the job with its command) is fine.
-	for i := 0; i < 50 && !exists(filepath.Join(e.Workspace, ".git")); i++ {
-		Sh(t, s, "sleep 0.1")
-	}
+	// Bounded wait for a plant to reappear on the host after the
+	// command's own check; not reappearing (the backend killed the job
+	// with its command, as a command-scoped one does) is fine. The bound
+	// is the least the wait used to take (50 commands of sleep 0.1), which
+	// on a command-scoped backend were 50 container starts, a minute or
+	// more, every one of them waited out.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	waitUntil(ctx, func() bool { return exists(filepath.Join(e.Workspace, ".git")) })
+	cancel()
 	if err := s.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
