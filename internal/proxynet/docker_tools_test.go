@@ -157,7 +157,7 @@ func TestDockerSessionTools(t *testing.T) {
 		// the CA from the context, copied from the session's SSL_CERT_FILE.
 		bdir := mkdir(t, filepath.Join(ws, "bk"))
 		os.Chmod(bdir, 0o777)
-		writeInnerProbeScript(t, bdir, probes)
+		writeProbeScript(t, bdir, probes)
 		// One RUN step runs the whole matrix (its output kept in the image).
 		os.WriteFile(filepath.Join(bdir, "Dockerfile"), []byte("FROM "+base+"\n"+
 			"COPY ca.pem probes.sh /\n"+
@@ -179,7 +179,7 @@ func TestDockerSessionTools(t *testing.T) {
 				// The classic builder prints "Step 1/3", BuildKit "#1 ...".
 				t.Errorf("the build did not run on BuildKit:\n%s", out)
 			}
-			checkInnerProbes(t, "a "+b.name+" RUN step", out, probes)
+			checkProbes(t, "a "+b.name+" RUN step", probes, out, nil)
 			if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
 				t.Errorf("the canary saw a %s RUN step's traffic: %+v", b.name, c)
 			}
@@ -214,7 +214,7 @@ services:
 		// The client is built by compose (docker-py's build: the classic
 		// builder's /build query through the guard).
 		mkdir(t, filepath.Join(cdir, "client"))
-		writeInnerProbeScript(t, filepath.Join(cdir, "client"), probes)
+		writeProbeScript(t, filepath.Join(cdir, "client"), probes)
 		os.WriteFile(filepath.Join(cdir, "client", "Dockerfile"), []byte("FROM "+base+"\nCOPY probes.sh /\nRUN echo built-by-compose > /built\n"), 0o644)
 		const compose = "cd stack && docker-compose -p vaktc "
 		t.Cleanup(func() { sexec(id, compose+"down -t 1") })
@@ -235,7 +235,7 @@ services:
 		if err != nil {
 			t.Fatalf("compose exec: %v", err)
 		}
-		checkInnerProbes(t, "a compose service", out, probes)
+		checkProbes(t, "a compose service", probes, out, nil)
 		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
 			t.Errorf("the canary saw a compose service's traffic: %+v", c)
 		}
