@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"vak/bench/internal/stats"
 )
@@ -31,7 +33,11 @@ import (
 //     another process than its client (it is the sandbox): floorServe is
 //     floorShell in a child process (this program again, -floor-serve)
 //     asked over a pipe, one line each way, the least a worker in a process
-//     of its own costs.
+//     of its own costs. The same server run inside vak's sandbox (vak run
+//     -i) times floorShell there: what fork and exec cost under the
+//     sandbox's namespaces, Landlock, seccomp and cgroup before any worker
+//     code, so the warm table separates the sandbox's own cost from the
+//     worker's.
 
 // walkNames walks the tree at root reading names only (getdents; the
 // directory entries' types, no stat), as a check for entries at any depth
@@ -103,16 +109,21 @@ func unshareArgv(truePath string) []string {
 }
 
 // floorServe is -floor-serve: floorShell for every line read from stdin,
-// a line written back when it is done.
+// and a line written back when it is done: how long floorShell took in
+// this process, in nanoseconds (or "error: " and what failed). Timed here,
+// the number is the floor's cost wherever this process runs: inside vak's
+// sandbox too, with none of the relay that carries the lines in and out.
 func floorServe() {
 	in := bufio.NewReader(os.Stdin)
 	for {
 		if _, err := in.ReadString('\n'); err != nil {
 			return
 		}
-		msg := "ok\n"
-		if err := floorShell(); err != nil {
-			msg = strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+		start := time.Now()
+		err := floorShell()
+		msg := strconv.FormatInt(int64(time.Since(start)), 10) + "\n"
+		if err != nil {
+			msg = "error: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
 		}
 		if _, err := os.Stdout.WriteString(msg); err != nil {
 			return
@@ -120,14 +131,11 @@ func floorServe() {
 	}
 }
 
-// startFloorServer starts this program as -floor-serve and returns a
-// round trip through it, and a stop function.
-func startFloorServer() (func() error, func(), error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
-	c := exec.Command(self, "-floor-serve")
+// startFloorServer starts argv, a command that ends in this program's
+// -floor-serve, and returns a round trip through it (which returns the
+// time the server measured for floorShell) and a stop function.
+func startFloorServer(argv []string) (func() (time.Duration, error), func(), error) {
+	c := exec.Command(argv[0], argv[1:]...)
 	in, err := c.StdinPipe()
 	if err != nil {
 		return nil, nil, err
@@ -141,20 +149,41 @@ func startFloorServer() (func() error, func(), error) {
 		return nil, nil, err
 	}
 	br := bufio.NewReader(out)
-	rt := func() error {
+	rt := func() (time.Duration, error) {
 		if _, err := io.WriteString(in, "run\n"); err != nil {
-			return err
+			return 0, err
 		}
 		line, err := br.ReadString('\n')
 		if err != nil {
-			return fmt.Errorf("-floor-serve: %w", err)
+			return 0, fmt.Errorf("%s: -floor-serve: %w", argv[0], err)
 		}
-		if line != "ok\n" {
-			return fmt.Errorf("-floor-serve: %s", strings.TrimSpace(line))
+		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: -floor-serve: %s", argv[0], strings.TrimSpace(line))
 		}
-		return nil
+		return time.Duration(ns), nil
 	}
 	return rt, func() { in.Close(); c.Wait() }, nil
+}
+
+// sandboxFloorArgv returns the command that runs this program's
+// -floor-serve inside vak's landlock sandbox (vak run -i, config cfgFile):
+// a copy of this program in a workspace of its own, dir, as the sandbox
+// sees only its workspace and the system.
+func sandboxFloorArgv(vak, cfgFile, dir string) ([]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "floor-serve")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		return nil, err
+	}
+	return []string{vak, "--config", cfgFile, "run", "-i", "-w", dir, "--", bin, "-floor-serve"}, nil
 }
 
 // floorSample names a floor in the tables.

@@ -122,7 +122,7 @@ func main() {
 		}
 		againstArgv = []string{*warmAgainst, "-warm-serve", "-vak", *warmAgainstVak}
 	}
-	warm(vak, ws, truePath, *n, againstArgv)
+	warm(vak, cfgFile, ws, truePath, *n, againstArgv)
 }
 
 // cold times `vak run -- true` against exec of true (and -against's vak).
@@ -230,8 +230,10 @@ func warmSession(vak, ws string) (roundTrip func() error, sess *broker.Session) 
 }
 
 // warm times a warm worker's round trip against os/exec of true (and, with
-// against, the warm worker of another build of this program).
-func warm(vak, ws, truePath string, n int, against []string) {
+// against, the warm worker of another build of this program), and the
+// floors: the worker's work done by a plain server outside the sandbox and
+// inside it (cfgFile selects the landlock backend for vak run).
+func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	rt, sess := warmSession(vak, ws)
 	defer sess.Close()
 	var other func() (time.Duration, error)
@@ -267,19 +269,43 @@ func warm(vak, ws, truePath string, n int, against []string) {
 	before := &stats.Sample{Name: "warm worker: bash true (" + name + ")"}
 	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
 	fServe := floorSample("the same in a child process asked over a pipe")
-	serveRT, stopServe, err := startFloorServer()
+	self, err := os.Executable()
+	if err != nil {
+		log.Fatal(err)
+	}
+	serveRT, stopServe, err := startFloorServer([]string{self, "-floor-serve"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer stopServe()
+	fInside := floorSample("os/exec `sh -c true` inside vak's sandbox (timed there)")
+	sbDir, err := os.MkdirTemp(filepath.Dir(ws), "vak-bench-floor-ws-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(sbDir)
+	sbArgv, err := sandboxFloorArgv(vak, cfgFile, sbDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	insideRT, stopInside, err := startFloorServer(sbArgv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stopInside()
 	for i := -10; i < n; i++ {
 		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
 		d2 := stats.MustTime(rt)
 		d4 := stats.MustTime(floorShell)
-		d5 := stats.MustTime(serveRT)
+		d5 := stats.MustTime(func() error { _, err := serveRT(); return err })
+		d6, err := insideRT()
+		if err != nil {
+			log.Fatal(err)
+		}
 		if i >= 0 {
 			fShell.Add(d4)
 			fServe.Add(d5)
+			fInside.Add(d6)
 		}
 		var d3 time.Duration
 		if other != nil {
@@ -295,11 +321,16 @@ func warm(vak, ws, truePath string, n int, against []string) {
 		}
 	}
 	fmt.Printf("### landlock backend, warm (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n, sess.Ready().Sandbox)
+	contenders := []*stats.Sample{warm}
 	if other != nil {
-		fmt.Print(stats.Table(goExec, warm, before, fShell, fServe))
-	} else {
-		fmt.Print(stats.Table(goExec, warm, fShell, fServe))
+		contenders = append(contenders, before)
 	}
+	fmt.Print(stats.Table(goExec, append(contenders, fShell, fServe, fInside)...))
+	iv := stats.MustInterval(fServe, warm)
+	fmt.Printf("\nThe warm round trip against the floor over a pipe: %v; target ≤ 1.15×: **%s**. "+
+		"The floor inside the sandbox against the one outside: %v (the sandbox's own cost); "+
+		"the warm round trip against the floor inside: %v (the worker's, beyond it).\n\n",
+		iv, iv.Versus(1.15), stats.MustInterval(fServe, fInside), stats.MustInterval(fInside, warm))
 }
 
 // serveWarm is -warm-serve: one timed round trip on a warm worker of its
