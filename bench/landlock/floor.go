@@ -34,10 +34,10 @@ import (
 //     floorShell in a child process (this program again, -floor-serve)
 //     asked over a pipe, one line each way, the least a worker in a process
 //     of its own costs. The same server run inside vak's sandbox (vak run
-//     -i) times floorShell there: what fork and exec cost under the
-//     sandbox's namespaces, Landlock, seccomp and cgroup before any worker
-//     code, so the warm table separates the sandbox's own cost from the
-//     worker's.
+//     -i) times the same there, without the new session (see shell): what
+//     fork and exec cost under the sandbox's namespaces, Landlock and
+//     seccomp before any worker code, so the warm table separates the
+//     sandbox's own cost from the worker's.
 
 // walkNames walks the tree at root reading names only (getdents; the
 // directory entries' types, no stat), as a check for entries at any depth
@@ -85,11 +85,21 @@ func buildHello(dir string) (string, error) {
 
 // floorShell runs `sh -c true` as the worker must: a new session, stdout
 // and stderr captured.
-func floorShell() error {
+func floorShell() error { return shell(true) }
+
+// shell runs `sh -c true` with stdout and stderr captured, in a new
+// session if session is set. Inside the sandbox a new session is a
+// round trip to the setsid supervisor (see the landlock backend's
+// notify_linux.go), which classifies a process that is not the worker's
+// child the long way; the worker's own commands take the short one, so
+// the floor inside the sandbox makes no new session.
+func shell(session bool) error {
 	cmd := exec.Command("/bin/sh", "-c", "true")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if session {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	return cmd.Run()
 }
 
@@ -108,19 +118,21 @@ func unshareArgv(truePath string) []string {
 	return argv
 }
 
-// floorServe is -floor-serve: floorShell for every line read from stdin,
-// and a line written back when it is done: how long floorShell took in
+// floorServe is -floor-serve: floorShell for every line read from stdin
+// (shell without a new session for a line "nosession"), and a line
+// written back when it is done: how long it took in
 // this process, in nanoseconds (or "error: " and what failed). Timed here,
 // the number is the floor's cost wherever this process runs: inside vak's
 // sandbox too, with none of the relay that carries the lines in and out.
 func floorServe() {
 	in := bufio.NewReader(os.Stdin)
 	for {
-		if _, err := in.ReadString('\n'); err != nil {
+		line, err := in.ReadString('\n')
+		if err != nil {
 			return
 		}
 		start := time.Now()
-		err := floorShell()
+		err = shell(line != "nosession\n")
 		msg := strconv.FormatInt(int64(time.Since(start)), 10) + "\n"
 		if err != nil {
 			msg = "error: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
@@ -132,9 +144,10 @@ func floorServe() {
 }
 
 // startFloorServer starts argv, a command that ends in this program's
-// -floor-serve, and returns a round trip through it (which returns the
-// time the server measured for floorShell) and a stop function.
-func startFloorServer(argv []string) (func() (time.Duration, error), func(), error) {
+// -floor-serve, and returns a round trip through it that sends request
+// (a line: "run", or "nosession") and returns the time the server
+// measured, and a stop function.
+func startFloorServer(argv []string, request string) (func() (time.Duration, error), func(), error) {
 	c := exec.Command(argv[0], argv[1:]...)
 	in, err := c.StdinPipe()
 	if err != nil {
@@ -150,7 +163,7 @@ func startFloorServer(argv []string) (func() (time.Duration, error), func(), err
 	}
 	br := bufio.NewReader(out)
 	rt := func() (time.Duration, error) {
-		if _, err := io.WriteString(in, "run\n"); err != nil {
+		if _, err := io.WriteString(in, request+"\n"); err != nil {
 			return 0, err
 		}
 		line, err := br.ReadString('\n')

@@ -236,49 +236,37 @@ func warmSession(vak, ws string) (roundTrip func() error, sess *broker.Session) 
 func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	rt, sess := warmSession(vak, ws)
 	defer sess.Close()
-	var other func() (time.Duration, error)
-	name := ""
-	if against != nil {
-		name = against[3]
-		c := exec.Command(against[0], against[1:]...)
-		c.Stderr = os.Stderr
-		in, _ := c.StdinPipe()
-		out, _ := c.StdoutPipe()
-		if err := c.Start(); err != nil {
-			log.Fatal(err)
-		}
-		defer func() { in.Close(); c.Wait() }()
-		br := bufio.NewReader(out)
-		other = func() (time.Duration, error) {
-			if _, err := io.WriteString(in, "true\n"); err != nil {
-				return 0, err
-			}
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return 0, fmt.Errorf("%s -warm-serve: %w", against[0], err)
-			}
-			ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s -warm-serve: %s", against[0], line)
-			}
-			return time.Duration(ns), nil
-		}
-	}
-	goExec := &stats.Sample{Name: "os/exec true (Go)"}
-	warm := &stats.Sample{Name: "warm worker: bash true"}
-	before := &stats.Sample{Name: "warm worker: bash true (" + name + ")"}
-	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
-	fServe := floorSample("the same in a child process asked over a pipe")
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
 	}
-	serveRT, stopServe, err := startFloorServer([]string{self, "-floor-serve"})
+	// Before/after: both builds' workers are driven the same way, each
+	// from a -warm-serve process of its own build. A worker asked from a
+	// process that sat idle between requests (the serving one) measured
+	// 0.3-0.4 ms slower on this 2-CPU VM than one asked from this busy
+	// process, which would favour whichever build runs here.
+	var mine, other func() (time.Duration, error)
+	name := ""
+	if against != nil {
+		name = against[3]
+		var stop func()
+		other, stop = startWarmServer(against)
+		defer stop()
+		mine, stop = startWarmServer([]string{self, "-warm-serve", "-vak", vak})
+		defer stop()
+	}
+	goExec := &stats.Sample{Name: "os/exec true (Go)"}
+	warm := &stats.Sample{Name: "warm worker: bash true"}
+	before := &stats.Sample{Name: "warm worker: bash true (" + name + ", from a -warm-serve process)"}
+	after := &stats.Sample{Name: "warm worker: bash true (this build, from a -warm-serve process)"}
+	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
+	fServe := floorSample("the same in a child process asked over a pipe")
+	serveRT, stopServe, err := startFloorServer([]string{self, "-floor-serve"}, "run")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer stopServe()
-	fInside := floorSample("os/exec `sh -c true` inside vak's sandbox (timed there)")
+	fInside := floorSample("os/exec `sh -c true` inside vak's sandbox, no new session (timed there)")
 	sbDir, err := os.MkdirTemp(filepath.Dir(ws), "vak-bench-floor-ws-")
 	if err != nil {
 		log.Fatal(err)
@@ -288,7 +276,7 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	insideRT, stopInside, err := startFloorServer(sbArgv)
+	insideRT, stopInside, err := startFloorServer(sbArgv, "nosession")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -307,10 +295,13 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 			fServe.Add(d5)
 			fInside.Add(d6)
 		}
-		var d3 time.Duration
+		var d3, d7 time.Duration
 		if other != nil {
 			var err error
 			if d3, err = other(); err != nil {
+				log.Fatal(err)
+			}
+			if d7, err = mine(); err != nil {
 				log.Fatal(err)
 			}
 		}
@@ -318,12 +309,13 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 			goExec.Add(d1)
 			warm.Add(d2)
 			before.Add(d3)
+			after.Add(d7)
 		}
 	}
 	fmt.Printf("### landlock backend, warm (%s/%s, %d cores, n=%d, interleaved; %s)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n, sess.Ready().Sandbox)
 	contenders := []*stats.Sample{warm}
 	if other != nil {
-		contenders = append(contenders, before)
+		contenders = append(contenders, after, before)
 	}
 	fmt.Print(stats.Table(goExec, append(contenders, fShell, fServe, fInside)...))
 	iv := stats.MustInterval(fServe, warm)
@@ -331,6 +323,38 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 		"The floor inside the sandbox against the one outside: %v (the sandbox's own cost); "+
 		"the warm round trip against the floor inside: %v (the worker's, beyond it).\n\n",
 		iv, iv.Versus(1.15), stats.MustInterval(fServe, fInside), stats.MustInterval(fInside, warm))
+	if other != nil {
+		fmt.Printf("This build's worker against %s's, both from -warm-serve processes: %v.\n\n", name, stats.MustInterval(before, after))
+	}
+}
+
+// startWarmServer starts argv, a build of this program with -warm-serve,
+// and returns a round trip through its warm worker (timed in that
+// process) and a stop function.
+func startWarmServer(argv []string) (func() (time.Duration, error), func()) {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Stderr = os.Stderr
+	in, _ := c.StdinPipe()
+	out, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		log.Fatal(err)
+	}
+	br := bufio.NewReader(out)
+	rt := func() (time.Duration, error) {
+		if _, err := io.WriteString(in, "true\n"); err != nil {
+			return 0, err
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, fmt.Errorf("%s -warm-serve: %w", argv[0], err)
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s -warm-serve: %s", argv[0], line)
+		}
+		return time.Duration(ns), nil
+	}
+	return rt, func() { in.Close(); c.Wait() }
 }
 
 // serveWarm is -warm-serve: one timed round trip on a warm worker of its
