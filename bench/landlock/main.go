@@ -21,8 +21,11 @@
 // With -warm-against BENCH, another build of this program (e.g. from an
 // older commit, whose worker and client it then uses) serves a warm worker
 // of its own (-warm-serve): its round trips are timed in that process and
-// interleaved, sample by sample, with this one's and with os/exec. -warm
-// skips the cold contenders.
+// interleaved, sample by sample, with this one's and with os/exec. This
+// build's worker is then also served from a -warm-serve process, and the
+// two are compared with each other (a worker asked from a process that
+// was idle pays more, so both must be asked the same way). -warm skips
+// the cold contenders.
 //
 //	go run ./bench/landlock -n 200 -warm -warm-against /tmp/bench-landlock-before -warm-against-vak /tmp/vak-before
 //
