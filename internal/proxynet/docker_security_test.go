@@ -251,15 +251,24 @@ type probeCase struct {
 // no probe prints it.
 const probeMark = "=== vaktest-probe "
 
-// probeScript is a sh script that runs every probe in order, each one's
-// output (stdout and stderr) between a begin line and an end line that
-// carries its exit status, and ends with a line saying all ran.
+// probeScript is a sh script that runs every probe at once (most wait out
+// a timeout to show that nothing answers, so one after the other they
+// would add up), each one's output (stdout and stderr) and exit status in
+// files of a temporary directory, and then prints the probes' records in
+// order: each one's output between a begin line and an end line that
+// carries its exit status, and last a line saying all ran. A script that
+// cannot make its directory ends without that line.
 func probeScript(probes []probeCase) string {
 	var b strings.Builder
+	b.WriteString("d=$(mktemp -d) || exit 1\n")
 	for i, p := range probes {
-		fmt.Fprintf(&b, "echo; echo '%s%d begin'; %s 2>&1; rc=$?; echo; echo \"%s%d rc=$rc\"\n", probeMark, i, shellquote.Join(strings.Fields(p.probe)), probeMark, i)
+		fmt.Fprintf(&b, "( %s >\"$d/%d\" 2>&1; echo $? >\"$d/%d.rc\" ) &\n", shellquote.Join(strings.Fields(p.probe)), i, i)
 	}
-	fmt.Fprintf(&b, "echo '%sall %d ran'\n", probeMark, len(probes))
+	b.WriteString("wait\n")
+	for i := range probes {
+		fmt.Fprintf(&b, "echo; echo '%s%d begin'; cat \"$d/%d\"; echo; echo \"%s%d rc=$(cat \"$d/%d.rc\")\"\n", probeMark, i, i, probeMark, i, i)
+	}
+	fmt.Fprintf(&b, "rm -rf \"$d\"\necho '%sall %d ran'\n", probeMark, len(probes))
 	return b.String()
 }
 
@@ -850,5 +859,20 @@ func TestProbeScriptRecords(t *testing.T) {
 	flipped[1].logged = true
 	if problems, logs := probeProblems(flipped, string(out)); len(problems) != len(probes)-1 || len(logs) != 1 {
 		t.Errorf("the flipped expectations: want %d problems and one log, got %q and %q", len(probes)-1, problems, logs)
+	}
+	// The probes run at once: the first waits (at most 30 s) for a file
+	// the second creates, which it only sees if the second runs meanwhile.
+	dir := t.TempDir()
+	waiter, marker := filepath.Join(dir, "wait-for"), filepath.Join(dir, "marker")
+	if err := os.WriteFile(waiter, []byte("#!/bin/sh\nfor i in $(seq 3000); do [ -e \"$1\" ] && { echo seen; exit 0; }; sleep 0.01; done\necho never; exit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	both := []probeCase{{waiter + " " + marker, true, "seen", false}, {"touch " + marker, true, "", false}}
+	out, err = exec.Command("sh", "-c", probeScript(both)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sh: %v\n%s", err, out)
+	}
+	if problems, _ := probeProblems(both, string(out)); len(problems) != 0 {
+		t.Errorf("the probes did not run at once: %q", problems)
 	}
 }
