@@ -18,6 +18,7 @@ import (
 
 	"vak/internal/dockerd"
 	"vak/internal/engine"
+	"vak/internal/shellquote"
 	"vak/internal/taskenv"
 	"vak/internal/testenv"
 )
@@ -169,6 +170,7 @@ func TestDockerSession(t *testing.T) {
 		// Direct connections to the canary (by name and address, TCP and
 		// UDP) end at the gateway's forwarder or are dropped: the canary
 		// counts nothing (its control above counted one).
+		var probes []probeCase
 		for _, c := range []string{
 			"probe connect canary.test:80",
 			"probe connect " + canIP + ":80",
@@ -177,9 +179,10 @@ func TestDockerSession(t *testing.T) {
 			"probe udp " + canIP + ":443",
 			"probe tls https://" + canIP + "/",
 		} {
-			out, err := sexec(id, "docker run --rm "+base+" "+c)
-			t.Logf("inner %s: %v %s", c, err, out)
+			probes = append(probes, probeCase{probe: c, logged: true})
 		}
+		out, err = sexec(id, "docker run --rm "+base+" sh -c "+shellquote.Quote(probeScript(probes)))
+		checkProbes(t, "inner", probes, out, err)
 		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
 			t.Errorf("the canary saw inner traffic: %+v", c)
 		}
@@ -188,17 +191,14 @@ func TestDockerSession(t *testing.T) {
 		if out, err := sexec(id, "docker network create vaktest-inner-net"); err != nil {
 			t.Fatalf("docker network create: %v\n%s", err, out)
 		}
-		run := "docker run --rm --network vaktest-inner-net " + base + " "
-		if out, err := sexec(id, run+"probe tls https://allowed.test/status/200"); err != nil || !strings.HasPrefix(out, "OK 200") || !strings.Contains(out, `issuer="vak gateway CA"`) {
-			t.Errorf("user-defined network, allowed host: %v\n%s", err, out)
+		probes := []probeCase{
+			{"probe tls https://allowed.test/status/200", true, `OK 200 issuer="vak gateway CA"`, false},
+			{"probe tls https://denied.test/status/200", true, "OK 403", false},
+			{"probe connect " + canIP + ":80", false, "", true},
+			{"probe udp " + canIP + ":53", false, "", true},
 		}
-		if out, err := sexec(id, run+"probe tls https://denied.test/status/200"); err != nil || !strings.Contains(out, "OK 403") {
-			t.Errorf("user-defined network, denied host: %v\n%s", err, out)
-		}
-		for _, c := range []string{"probe connect " + canIP + ":80", "probe udp " + canIP + ":53"} {
-			out, err := sexec(id, run+c)
-			t.Logf("user-defined network, %s: %v %s", c, err, out)
-		}
+		out, err := sexec(id, "docker run --rm --network vaktest-inner-net "+base+" sh -c "+shellquote.Quote(probeScript(probes)))
+		checkProbes(t, "user-defined network", probes, out, err)
 		if c := testenv.CanaryCounts(t, canIP); c.Total != 0 {
 			t.Errorf("the canary saw traffic from a user-defined network: %+v", c)
 		}
