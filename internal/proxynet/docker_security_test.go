@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -247,49 +246,13 @@ type probeCase struct {
 	logged bool
 }
 
-// probeMark starts the lines probeScript writes around each probe's output;
-// no probe prints it.
-const probeMark = "=== vaktest-probe "
-
-// probeScript is a sh script that runs every probe at once (most wait out
-// a timeout to show that nothing answers, so one after the other they
-// would add up), each one's output (stdout and stderr) and exit status in
-// files of a temporary directory, and then prints the probes' records in
-// order: each one's output between a begin line and an end line that
-// carries its exit status, and last a line saying all ran. A script that
-// cannot make its directory ends without that line.
+// probeScript is testenv.ProbeScript of probes' command lines.
 func probeScript(probes []probeCase) string {
-	var b strings.Builder
-	b.WriteString("d=$(mktemp -d) || exit 1\n")
+	commands := make([]string, len(probes))
 	for i, p := range probes {
-		fmt.Fprintf(&b, "( %s >\"$d/%d\" 2>&1; echo $? >\"$d/%d.rc\" ) &\n", shellquote.Join(strings.Fields(p.probe)), i, i)
+		commands[i] = p.probe
 	}
-	b.WriteString("wait\n")
-	for i := range probes {
-		fmt.Fprintf(&b, "echo; echo '%s%d begin'; cat \"$d/%d\"; echo; echo \"%s%d rc=$(cat \"$d/%d.rc\")\"\n", probeMark, i, i, probeMark, i, i)
-	}
-	fmt.Fprintf(&b, "rm -rf \"$d\"\necho '%sall %d ran'\n", probeMark, len(probes))
-	return b.String()
-}
-
-// probeResult is one probe's output and exit status in out (probeScript's
-// output); ok is false when out has no complete record of it.
-func probeResult(out string, i int) (output string, rc int, ok bool) {
-	begin := fmt.Sprintf("%s%d begin\n", probeMark, i)
-	_, rest, found := strings.Cut(out, begin)
-	if !found {
-		return "", 0, false
-	}
-	body, end, found := strings.Cut(rest, "\n"+probeMark+strconv.Itoa(i)+" rc=")
-	if !found {
-		return "", 0, false
-	}
-	line, _, _ := strings.Cut(end, "\n")
-	rc, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		return "", 0, false
-	}
-	return strings.TrimSpace(body), rc, true
+	return testenv.ProbeScript(commands)
 }
 
 // checkProbes fails t with probeProblems (where names the container) if
@@ -314,11 +277,11 @@ func checkProbes(t *testing.T, where string, probes []probeCase, out string, err
 // expects, and one if the script did not say that every probe ran; logs
 // holds the logged probes' records.
 func probeProblems(probes []probeCase, out string) (problems, logs []string) {
-	if !strings.Contains(out, fmt.Sprintf("%sall %d ran", probeMark, len(probes))) {
+	if !strings.Contains(out, testenv.ProbeAllRan(len(probes))) {
 		problems = append(problems, "the probe container did not run every probe:\n"+out)
 	}
 	for i, p := range probes {
-		got, rc, ok := probeResult(out, i)
+		got, rc, ok := testenv.ProbeRecord(out, i)
 		switch {
 		case p.logged:
 			logs = append(logs, fmt.Sprintf("%s: exit status %d (record complete: %v): %s", p.probe, rc, ok, got))
@@ -831,17 +794,17 @@ func TestProbeScriptRecords(t *testing.T) {
 		rc     int
 		output string
 	}{{0, "OK 200"}, {1, ""}, {2, "nonexistent-vaktest-probe"}, {0, "it's [fd00::1]:80"}} {
-		got, rc, ok := probeResult(string(out), i)
+		got, rc, ok := testenv.ProbeRecord(string(out), i)
 		if !ok || rc != want.rc || !strings.Contains(got, want.output) {
 			t.Errorf("probe %d: got %q rc %d ok %v, want rc %d and %q", i, got, rc, ok, want.rc, want.output)
 		}
 	}
 	// A record cut off after its begin line, and one that never began.
-	cut := string(out)[:strings.Index(string(out), probeMark+"3 begin")+len(probeMark+"3 begin\n")+3]
-	if _, _, ok := probeResult(cut, 3); ok {
+	cut := string(out)[:strings.Index(string(out), testenv.ProbeMark+"3 begin")+len(testenv.ProbeMark+"3 begin\n")+3]
+	if _, _, ok := testenv.ProbeRecord(cut, 3); ok {
 		t.Errorf("a record without its end line was taken as complete:\n%s", cut)
 	}
-	if _, _, ok := probeResult(string(out), len(probes)); ok {
+	if _, _, ok := testenv.ProbeRecord(string(out), len(probes)); ok {
 		t.Errorf("a probe that never ran has a record")
 	}
 	if problems, _ := probeProblems(probes, string(out)); len(problems) != 0 {

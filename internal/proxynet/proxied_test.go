@@ -207,8 +207,9 @@ hosts = ["allowed.test"]
 	t.Run("EscapesNeverReachTheCanaryOrHost", func(t *testing.T) {
 		testenv.ResetCanary(t, canIP)
 		attempts := []string{
-			"probe http http://" + canIP + "/ 3s",                                      // direct IP
-			"probe connect " + canIP + ":22 3s; probe connect " + canIP + ":8080 3s",   // raw TCP to the IP
+			"probe http http://" + canIP + "/ 3s", // direct IP
+			"probe connect " + canIP + ":22 3s",   // raw TCP to the IP
+			"probe connect " + canIP + ":8080 3s",
 			"probe dns leak-" + hex.EncodeToString(rnd[:3]) + ".exfil.test 127.0.0.11", // DNS, default resolver
 			"probe dns leak2-" + hex.EncodeToString(rnd[:3]) + ".exfil.test " + canIP,  // DNS, chosen server
 			"probe dns --tcp leak3.exfil.test " + canIP,
@@ -221,10 +222,12 @@ hosts = ["allowed.test"]
 			fmt.Sprintf("probe http http://%v:%d/ 3s", n.GatewayIP, hostPort),
 			"probe http http://169.254.169.254/latest/meta-data/ 3s",
 		}
-		for _, a := range attempts {
+		// All at once (most wait out their timeout).
+		outs := testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts)
+		for i, a := range attempts {
 			// DNS for a denied name may get the gateway's block answer (the
 			// sinkhole), never a real one.
-			out := sb(a)
+			out := outs[i]
 			sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
 			if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
 				t.Errorf("%s: %s", a, out)
@@ -246,9 +249,10 @@ hosts = ["allowed.test"]
 	t.Run("FailsClosedWithGatewayStopped", func(t *testing.T) {
 		testenv.Docker(t, "stop", "-t", "1", n.Gateway)
 		defer testenv.Docker(t, "start", n.Gateway)
-		for _, a := range []string{"probe tls https://allowed.test/ 3s", "probe http http://" + canIP + "/ 3s", "probe dns allowed.test 127.0.0.11"} {
-			if out := sb(a); strings.HasPrefix(out, "OK") {
-				t.Errorf("with the gateway stopped, %s: %s", a, out)
+		attempts := []string{"probe tls https://allowed.test/ 3s", "probe http http://" + canIP + "/ 3s", "probe dns allowed.test 127.0.0.11"}
+		for i, out := range testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts) {
+			if strings.HasPrefix(out, "OK") {
+				t.Errorf("with the gateway stopped, %s: %s", attempts[i], out)
 			}
 		}
 		canaryZero("gateway stopped")
@@ -258,12 +262,14 @@ hosts = ["allowed.test"]
 		if out, code := testenv.Exec(t, n.Netclient, "/vak", "netclient", "unfence"); code != 0 {
 			t.Fatalf("unfence: %s", out)
 		}
-		if out := sb("probe connect " + canIP + ":80 3s"); !strings.Contains(out, "FAIL") {
-			t.Errorf("after the flush the canary is reachable: %s", out)
+		attempts := []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", "probe dns x.exfil.test " + canIP, fmt.Sprintf("probe connect 172.17.0.1:%d 3s", hostPort)}
+		outs := testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts)
+		if !strings.Contains(outs[0], "FAIL") {
+			t.Errorf("after the flush the canary is reachable: %s", outs[0])
 		}
-		for _, a := range []string{"probe udp " + canIP + ":9 2s", "probe dns x.exfil.test " + canIP, fmt.Sprintf("probe connect 172.17.0.1:%d 3s", hostPort)} {
-			if out := sb(a); strings.HasPrefix(out, "OK") {
-				t.Errorf("after the flush, %s: %s", a, out)
+		for i, out := range outs {
+			if strings.HasPrefix(out, "OK") {
+				t.Errorf("after the flush, %s: %s", attempts[i], out)
 			}
 		}
 		canaryZero("rules flushed")
@@ -280,9 +286,10 @@ hosts = ["allowed.test"]
 		if out := sb("ip route"); !strings.Contains(out, "default via "+n.GatewayIP.String()) {
 			t.Fatalf("default route not set: %s", out)
 		}
-		for _, a := range []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", fmt.Sprintf("probe connect %s:%d 3s", inetGW, hostPort), fmt.Sprintf("probe connect 172.17.0.1:%d 3s", hostPort)} {
-			if out := sb(a); strings.HasPrefix(out, "OK") {
-				t.Errorf("with the route via the gateway, %s: %s", a, out)
+		attempts = []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", fmt.Sprintf("probe connect %s:%d 3s", inetGW, hostPort), fmt.Sprintf("probe connect 172.17.0.1:%d 3s", hostPort)}
+		for i, out := range testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts) {
+			if strings.HasPrefix(out, "OK") {
+				t.Errorf("with the route via the gateway, %s: %s", attempts[i], out)
 			}
 		}
 		canaryZero("route via the gateway")
