@@ -192,16 +192,17 @@ hosts = ["allowed.test"]
 		}
 	})
 	t.Run("DeniedHostBlocked", func(t *testing.T) {
-		for _, u := range []string{"https://denied.test/", "http://canary.test/", "https://example.com/"} {
-			if out := lastLine(sb("probe http " + u + " 5s")); strings.HasPrefix(out, "OK 200") {
-				t.Errorf("%s: %s", u, out)
+		attempts := []string{"probe http https://denied.test/ 5s", "probe http http://canary.test/ 5s", "probe http https://example.com/ 5s"}
+		for i, out := range testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts) {
+			if out := lastLine(out); strings.HasPrefix(out, "OK 200") {
+				t.Errorf("%s: %s", attempts[i], out)
 			}
 		}
 		canaryZero("denied names")
 	})
 	t.Run("RawTCPUDPDNSBlocked", func(t *testing.T) {
 		testenv.ResetCanary(t, canIP)
-		for _, a := range []string{
+		attempts := []string{
 			"probe http http://" + canIP + "/ 3s",
 			"probe connect " + canIP + ":22 3s",
 			"probe udp " + canIP + ":9 2s",
@@ -209,10 +210,13 @@ hosts = ["allowed.test"]
 			"probe dns --tcp leak2.exfil.test " + canIP,
 			"probe ping " + canIP + " 2s",
 			"probe http http://169.254.169.254/latest/meta-data/ 3s",
-		} {
+		}
+		// All at once (most wait out their timeout).
+		for i, out := range testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts) {
+			a := attempts[i]
 			// The gateway may accept and refuse (OK connected, OK 403)
 			// or answer DNS with its sinkhole; nothing may reach the canary.
-			out := lastLine(sb(a))
+			out := lastLine(out)
 			sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
 			if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
 				t.Errorf("%s: %s", a, out)
@@ -370,9 +374,10 @@ hosts = ["allowed.test"]
 			t.Fatalf("unfence: %s", out)
 		}
 		testenv.ResetCanary(t, canIP)
-		for _, a := range []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", "probe tls https://allowed.test/status/200 3s"} {
-			if out := lastLine(sb(a)); strings.Contains(out, "OK 200") || strings.Contains(out, "canary") {
-				t.Errorf("with the rules flushed, %s: %s", a, out)
+		attempts := []string{"probe connect " + canIP + ":80 3s", "probe udp " + canIP + ":9 2s", "probe tls https://allowed.test/status/200 3s"}
+		for i, out := range testenv.ProbeOutputs(t, sb(testenv.ProbeScript(attempts)), attempts) {
+			if out := lastLine(out); strings.Contains(out, "OK 200") || strings.Contains(out, "canary") {
+				t.Errorf("with the rules flushed, %s: %s", attempts[i], out)
 			}
 		}
 		canaryZero("rules flushed")
