@@ -288,6 +288,7 @@ hosts = ["allowed.test"]
 			if out := probe("http https://denied.test/status/200 5s"); strings.HasPrefix(out, "OK 200") {
 				t.Errorf("the agent reached a denied name: %s", out)
 			}
+			var attempts []string
 			for _, a := range []string{
 				"http http://" + canIP + "/ 3s",
 				"connect " + canIP + ":22 3s",
@@ -296,7 +297,12 @@ hosts = ["allowed.test"]
 				"dns --tcp leak2.exfil.test " + canIP,
 				"connect canary.test:80 3s",
 			} {
-				out := probe(a)
+				attempts = append(attempts, ws+"/probe "+a)
+			}
+			// All at once (most wait out their timeout).
+			out, _ := sb(testenv.ProbeScript(attempts))
+			for i, out := range testenv.ProbeOutputs(t, out, attempts) {
+				a, out := attempts[i], lastLine(out)
 				sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
 				if strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly) {
 					t.Errorf("the agent's %s: %s", a, out)
