@@ -143,11 +143,12 @@ func floorServe() {
 	}
 }
 
-// startFloorServer starts argv, a command that ends in this program's
-// -floor-serve, and returns a round trip through it that sends request
-// (a line: "run", or "nosession") and returns the time the server
-// measured, and a stop function.
-func startFloorServer(argv []string, request string) (func() (time.Duration, error), func(), error) {
+// startTimedServer starts argv, a command that ends in this program's
+// -floor-serve or -warm-serve, and returns a round trip through it that
+// sends request (a line: "run" or "nosession" for -floor-serve, anything
+// for -warm-serve) and returns the time the server measured, and a stop
+// function.
+func startTimedServer(argv []string, request string) (func() (time.Duration, error), func(), error) {
 	c := exec.Command(argv[0], argv[1:]...)
 	in, err := c.StdinPipe()
 	if err != nil {
@@ -168,11 +169,11 @@ func startFloorServer(argv []string, request string) (func() (time.Duration, err
 		}
 		line, err := br.ReadString('\n')
 		if err != nil {
-			return 0, fmt.Errorf("%s: -floor-serve: %w", argv[0], err)
+			return 0, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 		}
 		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: -floor-serve: %s", argv[0], strings.TrimSpace(line))
+			return 0, fmt.Errorf("%s: %s", strings.Join(argv, " "), strings.TrimSpace(line))
 		}
 		return time.Duration(ns), nil
 	}

@@ -48,14 +48,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"vak/bench/internal/stats"
@@ -264,7 +261,7 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	after := &stats.Sample{Name: "warm worker: bash true (this build, from a -warm-serve process)"}
 	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
 	fServe := floorSample("the same in a child process asked over a pipe")
-	serveRT, stopServe, err := startFloorServer([]string{self, "-floor-serve"}, "run")
+	serveRT, stopServe, err := startTimedServer([]string{self, "-floor-serve"}, "run")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -279,7 +276,7 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	insideRT, stopInside, err := startFloorServer(sbArgv, "nosession")
+	insideRT, stopInside, err := startTimedServer(sbArgv, "nosession")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -335,29 +332,11 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 // and returns a round trip through its warm worker (timed in that
 // process) and a stop function.
 func startWarmServer(argv []string) (func() (time.Duration, error), func()) {
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Stderr = os.Stderr
-	in, _ := c.StdinPipe()
-	out, _ := c.StdoutPipe()
-	if err := c.Start(); err != nil {
+	rt, stop, err := startTimedServer(argv, "true")
+	if err != nil {
 		log.Fatal(err)
 	}
-	br := bufio.NewReader(out)
-	rt := func() (time.Duration, error) {
-		if _, err := io.WriteString(in, "true\n"); err != nil {
-			return 0, err
-		}
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return 0, fmt.Errorf("%s -warm-serve: %w", argv[0], err)
-		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s -warm-serve: %s", argv[0], line)
-		}
-		return time.Duration(ns), nil
-	}
-	return rt, func() { in.Close(); c.Wait() }
+	return rt, stop
 }
 
 // serveWarm is -warm-serve: one timed round trip on a warm worker of its
