@@ -87,10 +87,31 @@ type followed struct {
 }
 
 type verifiedLog struct {
-	signed  bool // checked with the key
-	size    int64
-	modTime time.Time
-	log     receiptsLog
+	signed bool // checked with the key
+	stamp  logStamp
+	log    receiptsLog
+}
+
+// logStamp is what a log's verification depends on: the size and
+// modification time of the log and of its signature and head sidecars
+// (zero for one that is missing). A checkpoint that signs the records
+// already in the log changes only the signature file: a verification
+// made just before it lands must not be kept.
+type logStamp [3]struct{ size, mod int64 }
+
+// stampOf returns log f's stamp; ok is false when f itself is gone.
+func stampOf(f string) (st logStamp, ok bool) {
+	for i, p := range []string{f, f + receipts.SigSuffix, f + receipts.HeadSuffix} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			if i == 0 {
+				return st, false
+			}
+			continue
+		}
+		st[i].size, st[i].mod = fi.Size(), fi.ModTime().UnixNano()
+	}
+	return st, true
 }
 
 func newHub(o Options) *hub {
@@ -448,15 +469,15 @@ func (h *hub) receiptsLogs() ([]receiptsLog, error) {
 		}
 	}
 	for _, f := range h.logFiles() {
-		fi, err := os.Stat(f)
-		if err != nil {
+		st, ok := stampOf(f)
+		if !ok {
 			continue
 		}
 		h.mu.Lock()
 		v, ok := h.verified[f]
 		h.mu.Unlock()
-		if !ok || v.size != fi.Size() || !v.modTime.Equal(fi.ModTime()) || v.signed != (key != nil) {
-			v = verifiedLog{size: fi.Size(), modTime: fi.ModTime(), signed: key != nil, log: verify(f, key)}
+		if !ok || v.stamp != st || v.signed != (key != nil) {
+			v = verifiedLog{stamp: st, signed: key != nil, log: verify(f, key)}
 			v.log.Path = h.logName(f)
 			h.mu.Lock()
 			h.verified[f] = v

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -59,4 +60,51 @@ func TestHubFirstPass(t *testing.T) {
 	if len(backlog) != 2 || backlog[0] != "one.test" || backlog[1] != "two.test" {
 		t.Errorf("the late page's backlog: %v", backlog)
 	}
+}
+
+// A log verified while its last records were not signed yet (the gateway
+// writes a checkpoint shortly after a record) is verified again once the
+// signature file catches up, though the log itself did not change.
+func TestReceiptsLogsReverifiedWhenSigned(t *testing.T) {
+	dir, keyDir := t.TempDir(), t.TempDir()
+	key, err := receipts.LoadOrCreateKey(keyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "s.jsonl")
+	l, err := receipts.OpenSigned(path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"one.test", "two.test"} {
+		if err := l.Append(receipts.Record{Protocol: "https", Method: "GET", Host: host, Port: 443, Decision: "allow"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := os.ReadFile(path + receipts.SigSuffix)
+	if err != nil || len(sig) == 0 {
+		t.Fatalf("control: no signature file: %v", err)
+	}
+	h := newHub(Options{ReceiptsDirs: []string{dir}, ReceiptsKeyFile: filepath.Join(keyDir, receipts.PubKeyFile)})
+	check := func(want bool) {
+		t.Helper()
+		logs, err := h.receiptsLogs()
+		if err != nil || len(logs) != 1 || logs[0].Verified != want {
+			t.Fatalf("receipts logs: %+v %v, want verified %v", logs, err, want)
+		}
+	}
+	check(true)
+	// The signature not written yet: the records are not covered.
+	if err := os.WriteFile(path+receipts.SigSuffix, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check(false)
+	// It lands; the log is the same file as before.
+	if err := os.WriteFile(path+receipts.SigSuffix, sig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check(true)
 }
