@@ -122,11 +122,24 @@ func TestUIBrowser(t *testing.T) {
 		}
 		t.Fatalf("no ask on the page: %v\n%s\nvak ui: %s\nvak run: %+v", err, html, uiErr.String(), r)
 	}
-	// (The page lists a log that appeared soon after its first record.)
+	// (The page lists a log that appeared soon after its first record.
+	// Its newest record may be listed before the checkpoint that signs
+	// it, which the gateway writes a few milliseconds later: the page,
+	// refreshed every 3 s, must then say "verified, signed".)
 	if err := do(chromedp.WaitVisible(chromedp.CSS(`#receipts tbody tr`))); err != nil {
 		t.Errorf("the receipts log is not listed: %v", err)
-	} else if v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#receipts tbody tr`))); err != nil || !strings.Contains(v, "verified, signed") {
-		t.Errorf("the receipts log's verification: %q %v", v, err)
+	} else {
+		var v string
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			v, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#receipts tbody tr`)))
+			if err == nil && strings.Contains(v, "verified, signed") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the receipts log's verification, 15 s on: %q %v", v, err)
+				break
+			}
+		}
 	}
 	shot("ask")
 	id, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(card), "data-id"))
