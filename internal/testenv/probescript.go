@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"vak/internal/egress/egressconfig"
 	"vak/internal/shellquote"
 )
 
@@ -76,4 +77,13 @@ func ProbeOutputs(t testing.TB, out string, commands []string) []string {
 		outs[i] = got
 	}
 	return outs
+}
+
+// ProbeEscaped says whether a probe's output shows that it got past the
+// gateway: an OK 200, the canary's own answer, or a DNS answer other than
+// the gateway's sinkhole (a denied name may get that block answer, never
+// a real one).
+func ProbeEscaped(out string) bool {
+	sinkOnly := strings.Contains(out, "NOERROR A "+egressconfig.DefaultSinkhole.String()+" ")
+	return strings.Contains(out, "OK 200") || strings.Contains(out, "canary") || (strings.Contains(out, "NOERROR") && !sinkOnly)
 }
