@@ -261,26 +261,9 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	after := &stats.Sample{Name: "warm worker: bash true (this build, from a -warm-serve process)"}
 	fShell := floorSample("os/exec `sh -c true`, new session, output captured")
 	fServe := floorSample("the same in a child process asked over a pipe")
-	serveRT, stopServe, err := startTimedServer([]string{self, "-floor-serve"}, "run")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stopServe()
 	fInside := floorSample("os/exec `sh -c true` inside vak's sandbox, no new session (timed there)")
-	sbDir, err := os.MkdirTemp(filepath.Dir(ws), "vak-bench-floor-ws-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(sbDir)
-	sbArgv, err := sandboxFloorArgv(vak, cfgFile, sbDir)
-	if err != nil {
-		log.Fatal(err)
-	}
-	insideRT, stopInside, err := startTimedServer(sbArgv, "nosession")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stopInside()
+	serveRT, insideRT, stopFloors := startFloorServers(self, vak, cfgFile, filepath.Dir(ws))
+	defer stopFloors()
 	for i := -10; i < n; i++ {
 		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
 		d2 := stats.MustTime(rt)
@@ -326,6 +309,30 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 	if other != nil {
 		fmt.Printf("This build's worker against %s's, both from -warm-serve processes: %v.\n\n", name, stats.MustInterval(before, after))
 	}
+}
+
+// startFloorServers starts the warm floor's two servers, this program
+// (self) as -floor-serve outside the sandbox and inside it (vak run, in a
+// workspace of its own made in tmp), and returns their round trips and
+// one function that stops both.
+func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (time.Duration, error), stop func()) {
+	outside, stopOutside, err := startTimedServer([]string{self, "-floor-serve"}, "run")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sbDir, err := os.MkdirTemp(tmp, "vak-bench-floor-ws-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sbArgv, err := sandboxFloorArgv(vak, cfgFile, sbDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	inside, stopInside, err := startTimedServer(sbArgv, "nosession")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return outside, inside, func() { stopInside(); os.RemoveAll(sbDir); stopOutside() }
 }
 
 // startWarmServer starts argv, a build of this program with -warm-serve,
