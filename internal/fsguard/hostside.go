@@ -138,8 +138,25 @@ func (s Scan) GitNames() []string {
 }
 
 // IsGitName reports whether a path segment names a git control entry (.git,
-// compared as a case-folding file system would).
-func IsGitName(seg string) bool { return strings.EqualFold(stripIgnorable(seg), ".git") }
+// compared as a case-folding file system would). Every walk asks it of
+// every entry, so the common case is cheap: a name of fewer than four
+// bytes cannot be one, and in an ASCII name there is nothing to strip (every
+// ignorable code point, and every code point that folds to a letter of
+// ".git", is outside ASCII).
+func IsGitName(seg string) bool {
+	if len(seg) < len(".git") {
+		return false
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] >= utf8.RuneSelf {
+			return isGitNameSlow(seg)
+		}
+	}
+	return len(seg) == len(".git") && strings.EqualFold(seg, ".git")
+}
+
+// isGitNameSlow is IsGitName for any name.
+func isGitNameSlow(seg string) bool { return strings.EqualFold(stripIgnorable(seg), ".git") }
 
 // ExpandProtected applies protected (workspace-relative entries) to every
 // git repository of the workspace: entries below .git (".git/hooks",
@@ -200,6 +217,63 @@ func PlanWorkspace(workspace string, protected []string) (Plan, error) {
 	}
 	defer t.Close()
 	return t.Plan(protected)
+}
+
+// planOf is a Plan's Pin and ReadOnly from what a walk found: git, the
+// workspace's .git entries (Scan.Git), and prot, the configured protected
+// paths expanded to every repository (ExpandProtected) with what each is.
+// A protected path that exists as a directory or file is mounted
+// read-only, one that is absent or reached through a link is not (the
+// tripwire watches it); a .git directory is pinned, a .git file read-only;
+// the parents of both are pinned.
+func planOf(git, prot map[string]Entry) (pin, ro []string) {
+	roSet, pinSet := map[string]bool{}, map[string]bool{}
+	parents := func(rel string) {
+		segs := strings.Split(rel, "/")
+		for i := 1; i < len(segs); i++ {
+			pinSet[strings.Join(segs[:i], "/")] = true
+		}
+	}
+	for rel, e := range prot {
+		if e.Kind == Absent || e.Kind == Link || e.Kind == ViaLink {
+			continue
+		}
+		rel = path.Clean(rel)
+		if e.Kind == Dir || e.Kind == File {
+			roSet[rel] = true
+		}
+		parents(rel)
+	}
+	for rel, e := range git {
+		switch e.Kind {
+		case Dir:
+			pinSet[rel] = true
+		case File:
+			roSet[rel] = true
+		}
+		parents(rel)
+	}
+	for rel := range pinSet {
+		if !roSet[rel] {
+			pin = append(pin, rel)
+		}
+	}
+	for rel := range roSet {
+		ro = append(ro, rel)
+	}
+	sortShallowFirst(pin)
+	sortShallowFirst(ro)
+	return pin, ro
+}
+
+// sortShallowFirst orders paths by depth, then by name.
+func sortShallowFirst(ps []string) {
+	slices.SortFunc(ps, func(a, b string) int {
+		if d := strings.Count(a, "/") - strings.Count(b, "/"); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 }
 
 // Abs joins workspace-relative paths (a Plan's) to workspace.

@@ -458,51 +458,14 @@ func (t *Tree) Plan(protected []string) (Plan, error) {
 		return Plan{}, err
 	}
 	pl := Plan{Scan: sc, Protected: ExpandProtected(protected, sc.GitRoots())}
-	ro, pin := map[string]bool{}, map[string]bool{}
+	prot := make(map[string]Entry, len(pl.Protected))
 	for _, rel := range pl.Protected {
 		e, err := t.Stat(rel)
-		if err != nil || e.Kind == Absent || e.Kind == Link || e.Kind == ViaLink {
+		if err != nil {
 			continue // nothing to mount; the tripwire watches it
 		}
-		if e.Kind == Dir || e.Kind == File {
-			ro[path.Clean(rel)] = true
-		}
-		segs := strings.Split(path.Clean(rel), "/")
-		for i := 1; i < len(segs); i++ {
-			pin[strings.Join(segs[:i], "/")] = true
-		}
+		prot[rel] = e
 	}
-	for rel, e := range sc.Git {
-		switch e.Kind {
-		case Dir:
-			pin[rel] = true
-		case File:
-			ro[rel] = true
-		}
-		segs := strings.Split(rel, "/")
-		for i := 1; i < len(segs); i++ {
-			pin[strings.Join(segs[:i], "/")] = true
-		}
-	}
-	for rel := range pin {
-		if !ro[rel] {
-			pl.Pin = append(pl.Pin, rel)
-		}
-	}
-	for rel := range ro {
-		pl.ReadOnly = append(pl.ReadOnly, rel)
-	}
-	sortShallowFirst(pl.Pin)
-	sortShallowFirst(pl.ReadOnly)
+	pl.Pin, pl.ReadOnly = planOf(sc.Git, prot)
 	return pl, nil
-}
-
-// sortShallowFirst orders paths by depth, then by name.
-func sortShallowFirst(ps []string) {
-	slices.SortFunc(ps, func(a, b string) int {
-		if d := strings.Count(a, "/") - strings.Count(b, "/"); d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
 }

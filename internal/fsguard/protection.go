@@ -37,3 +37,14 @@ func PlanProtection(workspace string, configured []string) (sandbox.Protection, 
 	p.Pin = Abs(workspace, plan.Pin)
 	return p, nil
 }
+
+// ProtectionOf is the protected-path plan PlanProtection would make of
+// workspace (canonical) from what a walk of it found: git, its .git
+// entries (Scan.Git), and prot, the configured paths expanded to every
+// repository (ExpandProtected) with what each is (Tree.Stat). One walk
+// then serves both the plan and the tripwire's record of the same moment
+// (worker.TripwireState.Protection).
+func ProtectionOf(workspace string, configured []string, git, prot map[string]Entry) sandbox.Protection {
+	pin, ro := planOf(git, prot)
+	return sandbox.Protection{Configured: configured, ReadOnly: Abs(workspace, ro), Pin: Abs(workspace, pin)}
+}

@@ -183,3 +183,16 @@ func FuzzGlobPattern(f *testing.F) {
 		commonPrefix(pats)
 	})
 }
+
+// FuzzIsGitName: the fast paths of IsGitName give the answer of the full
+// comparison (ignorable code points stripped, case folded) for any name.
+func FuzzIsGitName(f *testing.F) {
+	for _, s := range []string{".git", ".GIT", ".Git", "git", ".gi", ".gitx", ".g\u00adit", ".git\ufe0f", "\u200b.git", ".g\u0130t", ".\u212agit", "a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, seg string) {
+		if got, want := IsGitName(seg), isGitNameSlow(seg); got != want {
+			t.Fatalf("IsGitName(%q) = %v, the full comparison %v", seg, got, want)
+		}
+	})
+}

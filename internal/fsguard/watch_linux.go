@@ -86,6 +86,10 @@ type Watch struct {
 	off      error // set when the Watch gave up for good
 	rebuilds int   // builds after the first (tests, the trace)
 
+	// namesFirst says the first build reads names only (NewChangeWatch);
+	// namesOnly is set while that build walks.
+	namesFirst, namesOnly bool
+
 	nodes map[int32]*wnode  // by watch descriptor
 	byRel map[string]*wnode // by workspace-relative path ("" the workspace)
 	// Files with more than one hard link, watched themselves (see
@@ -132,6 +136,29 @@ var maxWatches = 65536
 // until its first Scan.
 func NewWatch(ws string) *Watch {
 	return &Watch{path: ws, limit: WatchLimit(), ifd: -1, wake: -1}
+}
+
+// NewChangeWatch returns a Watch of the canonical workspace ws whose first
+// build reads names only: it stats no regular file, so it knows neither
+// which files had the setuid or setgid bit before it nor which have more
+// than one hard link, and its Scans report the bits only of files created,
+// moved in, linked or changed through a name in the workspace after that
+// build. Every later build (after an overflow and the like, when changes
+// went unseen) stats every file again, as NewWatch's do.
+//
+// It is for a workspace whose writers cannot give a file the bits through
+// a mode change (the landlock sandbox's seccomp filter refuses chmod and
+// its kin with either bit): there a file gains them only by being created
+// with them, which the kernel reports to the watch of the directory it is
+// made in, linked into or renamed into. What such a Watch does not
+// report is a file that had the bits before the build, which no writer
+// being watched made. The build then costs about what a walk for names
+// costs: a sixth of one that stats every file, on a tree of 100 000
+// files.
+func NewChangeWatch(ws string) *Watch {
+	w := NewWatch(ws)
+	w.namesFirst = true
+	return w
 }
 
 // WatchLimit is the most watches (directories and hard-linked files) one
@@ -306,7 +333,7 @@ func (w *Watch) Scan(t *Tree, setuid bool) (Scan, error) {
 		if !first || try > 0 {
 			w.rebuilds++
 		}
-		err := w.build(t)
+		err := w.build(t, first && try == 0 && w.namesFirst)
 		if err == nil {
 			return w.snapshot(setuid), nil
 		}
@@ -347,7 +374,8 @@ func (w *Watch) reset() {
 // build walks the whole workspace, watching every directory it enters
 // before it reads it: whatever changes in a directory after its watch is in
 // place raises an event, whatever changed before is in what the walk reads.
-func (w *Watch) build(t *Tree) error {
+// namesOnly says it stats no regular file (see NewChangeWatch).
+func (w *Watch) build(t *Tree, namesOnly bool) error {
 	w.reset()
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -365,7 +393,10 @@ func (w *Watch) build(t *Tree) error {
 		return fail("watch", t.path, err)
 	}
 	defer unix.Close(fd)
-	if err := w.walk(t, fd, nil, 0, true); err != nil {
+	w.namesOnly = namesOnly
+	err = w.walk(t, fd, nil, 0, true)
+	w.namesOnly = false
+	if err != nil {
 		return err
 	}
 	// Events raised while the walk read what they report are harmless to
@@ -402,7 +433,7 @@ func (w *Watch) walk(t *Tree, fd int, rel []string, depth int, full bool) error 
 			case inGitDir(rel):
 			case IsGitName(name):
 				record(dirfd, name, rel)
-			case typ == unix.DT_REG:
+			case typ == unix.DT_REG && !w.namesOnly:
 				var st unix.Stat_t
 				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 					if err := w.linked(dirfd, name, &st, rel, full); err != nil && werr == nil {

@@ -63,10 +63,16 @@ func requireWatchAgreesOrWalks(t *testing.T, w *Watch, tree *Tree, step string, 
 // entries, .git renamed to a plain name and back, directories moved out of
 // the workspace and in from outside, RENAME_EXCHANGE, symbolic links in
 // place of directories, hard links, and setuid and setgid bits set by
-// chmod and by creation.
+// chmod and by creation. A Watch from NewChangeWatch, whose first build
+// stats no file, gives the same answers here: the workspace starts empty,
+// so every file it holds was made after that build.
 func TestWatchAgreesWithWalk(t *testing.T) {
 	names := []string{"a", "b", "c", ".git", ".GIT", "x.git", "a b"}
 	for seed := range uint64(12) {
+		newWatch := NewWatch
+		if seed%2 == 1 {
+			newWatch = NewChangeWatch
+		}
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			hw := newHostWorld(t)
 			out := filepath.Join(hw.other, "moved")
@@ -79,7 +85,7 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 				}
 				return filepath.Join(segs...)
 			}
-			w := NewWatch(hw.ws)
+			w := newWatch(hw.ws)
 			defer w.Close()
 			requireWatchAgrees(t, w, hw.tree, "empty")
 			var log []string
@@ -311,6 +317,77 @@ func TestWatchSetuidThroughOtherNames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Watch from NewChangeWatch reports the setuid or setgid bit of a file
+// that had it before its first build only once it walks again with stats;
+// it reports every file that gains a bit after that build, made with it,
+// renamed in or changed through a name in the workspace, without walking.
+// A setuid file with a second name makes it walk again (its other names
+// may be ones it never saw), here one linked in from outside: the walk
+// then reports the file from before. The controls: NewWatch, and the full
+// walk, report the file from before at once.
+func TestChangeWatchSetuidAfterItsBuild(t *testing.T) {
+	hw := newHostWorld(t)
+	ws := hw.ws
+	os.MkdirAll(filepath.Join(ws, "d"), 0o755)
+	writeFile(t, filepath.Join(ws, "old"), "#!/bin/sh\n")
+	must(t, os.Chmod(filepath.Join(ws, "old"), os.ModeSetuid|0o755))
+	writeFile(t, filepath.Join(ws, "x"), "#!/bin/sh\n")
+	writeFile(t, filepath.Join(ws, "y"), "#!/bin/sh\n")
+	must(t, os.Link(filepath.Join(ws, "x"), filepath.Join(ws, "d", "x2"))) // linked before the build
+	full := NewWatch(ws)
+	defer full.Close()
+	requireWatchAgrees(t, full, hw.tree, "control")
+	w := NewChangeWatch(ws)
+	defer w.Close()
+	setuidOf := func(step string) []string {
+		t.Helper()
+		sc, err := w.Scan(hw.tree, true)
+		if err != nil || w.Err() != nil {
+			t.Fatalf("%s: %v (watch: %v)", step, err, w.Err())
+		}
+		slices.Sort(sc.Setuid)
+		return sc.Setuid
+	}
+	if got := setuidOf("build"); len(got) != 0 {
+		t.Fatalf("the build stat'ed files: setuid %q", got)
+	}
+	for _, step := range []struct {
+		do   func()
+		want string
+	}{
+		{func() {
+			fd, err := unix.Open(filepath.Join(ws, "d", "created"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
+			must(t, err)
+			unix.Close(fd)
+		}, "d/created"},
+		{func() {
+			must(t, os.MkdirAll(filepath.Join(hw.other, "dir", "sub"), 0o755))
+			writeFile(t, filepath.Join(hw.other, "dir", "sub", "f"), "x")
+			must(t, os.Chmod(filepath.Join(hw.other, "dir", "sub", "f"), os.ModeSetuid|0o755))
+			must(t, os.Rename(filepath.Join(hw.other, "dir"), filepath.Join(ws, "d", "moved")))
+		}, "d/moved/sub/f"},
+		{func() { must(t, os.Chmod(filepath.Join(ws, "y"), os.ModeSetgid|0o755)) }, "y"},
+		{func() { must(t, os.Chmod(filepath.Join(ws, "d", "x2"), 0o700)) }, ""},
+	} {
+		step.do()
+		got := setuidOf(step.want)
+		if (step.want != "" && !slices.Contains(got, step.want)) || slices.Contains(got, "old") {
+			t.Fatalf("after making %q: setuid %q", step.want, got)
+		}
+	}
+	if w.Rebuilds() != 0 {
+		t.Fatalf("the watch walked again (%d) before the last step", w.Rebuilds())
+	}
+	outside := filepath.Join(hw.other, "made-outside")
+	writeFile(t, outside, "x")
+	must(t, os.Chmod(outside, os.ModeSetgid|0o755))
+	must(t, os.Link(outside, filepath.Join(ws, "linked-in")))
+	if got := setuidOf("linked in"); !slices.Contains(got, "linked-in") || !slices.Contains(got, "old") || w.Rebuilds() != 1 {
+		t.Fatalf("after a setuid file linked in: setuid %q, rebuilds %d", got, w.Rebuilds())
+	}
+	requireWatchAgrees(t, w, hw.tree, "after the walk")
 }
 
 // Files with hard links are watched themselves, within the Watch's share

@@ -13,6 +13,9 @@ type Watch struct{}
 // NewWatch returns a Watch whose Scan is Tree.Scan.
 func NewWatch(ws string) *Watch { return &Watch{} }
 
+// NewChangeWatch returns a Watch whose Scan is Tree.Scan.
+func NewChangeWatch(ws string) *Watch { return &Watch{} }
+
 // Close does nothing here.
 func (w *Watch) Close() error { return nil }
 
