@@ -44,7 +44,7 @@ var ownerRules = []ownerRule{
 		Why:       "[network] policy has one type and one parser, netpolicy's: config, egressconfig, the seam and sessions use them"},
 	{Owner: "internal/fsguard",
 		Selectors: []string{"fsguard.PlanWorkspace", "fsguard.Abs"},
-		Why:       "the protected-path plan is made once, by fsguard.PlanProtection, and passed as a sandbox.Protection: no other package walks the workspace for it or converts its paths"},
+		Why:       "the protected-path plan is made once, by fsguard (PlanProtection, or ProtectionOf from the walk of the tripwire's baseline), and passed as a sandbox.Protection: no other package walks the workspace for it or converts its paths"},
 }
 
 // testSupport reports whether dir (slash-separated, below the module root)

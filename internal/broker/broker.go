@@ -166,7 +166,8 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 
 	var launch *sandbox.WorkerLaunch
 	var lifeR *os.File
-	var snapshot bool // take the baseline (see Session.baseline)
+	var snapshot bool     // take the baseline (see Session.baseline)
+	var noSetIDModes bool // sandbox.WorkerLaunch.NoSetIDModes
 	switch b := opts.Backend.(type) {
 	case sandbox.ProcessBackend:
 		agentHome, err := agenthome.Ensure(cfg.Sandbox.Home, opts.Workspace)
@@ -178,17 +179,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: private temp dir: %w", err)
 		}
 		s.tempDir = tmp
-		// What the view mounts to protect the workspace, made once here
-		// without following links: existing protected paths read-only,
-		// .git and parents of protected paths pinned, nested repositories
-		// included.
-		endPlan := tr.Begin("  mount plan (a walk of the workspace for .git entries and protected paths)")
-		prot, err := fsguard.PlanProtection(opts.Workspace, cfg.Files.Protected)
-		endPlan()
-		if err != nil {
-			s.cleanup()
-			return nil, fmt.Errorf("broker: %w", err)
-		}
 		launch, err = b.PrepareWorker(ctx, sandbox.ProcessPolicy{
 			Workspace:         opts.Workspace,
 			Mode:              cfg.Sandbox.Mode,
@@ -198,7 +188,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			AgentHomeFallback: !cfg.Sandbox.HomeSet,
 			ReadPaths:         cfg.Sandbox.ReadPaths,
 			WritePaths:        cfg.Sandbox.WritePaths,
-			Protection:        prot,
+			Protected:         cfg.Files.Protected,
 			Limits:            cfg.Sandbox.Limits,
 			Env:               hostenv.ForProcess(cfg.Sandbox.Env...),
 			AllowWeaker:       cfg.Sandbox.AllowWeaker,
@@ -212,11 +202,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, err
 		}
 		s.release = launch.Cleanup
-		s.env, spec.Sandbox = launch.Env, launch.Spec
+		s.env = launch.Env
 		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
 			// Background jobs outlive the command that started them (until
 			// the session ends) and can plant after its check.
-			snapshot = true
+			snapshot, noSetIDModes = true, launch.NoSetIDModes
 			spec.SweptAtClose = opts.OneCommand
 		}
 	case sandbox.Wrapper:
@@ -256,10 +246,15 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if spec.Env == nil {
 		spec.Env = s.env
 	}
-	data, err := spec.Encode()
-	if err != nil {
-		s.cleanup()
-		return nil, err
+	// A process backend's spec waits for the walk of the workspace
+	// (workspaceWalk), which overlaps the worker's start-up.
+	var data []byte
+	if launch == nil {
+		var err error
+		if data, err = spec.Encode(); err != nil {
+			s.cleanup()
+			return nil, err
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -292,10 +287,21 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}()
 	}
 	specFirst := launch != nil && launch.SpecFirst
+	var walk *workspaceWalk
 	onStarted := func(pid int) error {
 		r.Close()
 		if lifeR != nil {
 			lifeR.Close()
+		}
+		if walk != nil {
+			var err error
+			if spec.Sandbox, err = walk.spec(launch); err == nil {
+				data, err = spec.Encode()
+			}
+			if err != nil {
+				w.Close()
+				return err
+			}
 		}
 		if specFirst {
 			sendSpec()
@@ -315,23 +321,17 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	endPrepare()
 	spawned := time.Now()
-	// The baseline walks the workspace while the worker starts: nothing in
-	// the sandbox touches the workspace before its first request, which
-	// comes only after Start has waited for the walk.
-	var baselineDone chan struct{}
-	if snapshot {
-		baselineDone = make(chan struct{})
-		go func() {
-			defer close(baselineDone)
-			s.baseline = worker.Snapshot(opts.Workspace, cfg.Files.Protected)
-		}()
+	if launch != nil {
+		walk = startWalk(opts.Workspace, cfg.Files.Protected, launch.Spec != nil, snapshot, noSetIDModes)
 	}
 	client, err := wire.Start(ctx, cmd, onStarted)
-	if baselineDone != nil {
-		<-baselineDone
+	if walk != nil {
+		walk.wait(tr)
+		s.baseline = walk.baseline
 	}
 	tr.Add("worker start (sandbox set-up) to ready", spawned, time.Now())
 	if err != nil {
+		s.baseline.Close()
 		s.cleanup()
 		return nil, fmt.Errorf("broker: %s worker: %w", opts.Backend.Name(), err)
 	}
@@ -649,6 +649,7 @@ func (s *Session) Close() error {
 		if _, serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
 			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
 		}
+		s.baseline.Close()
 	}
 	return err
 }

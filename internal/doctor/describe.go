@@ -27,12 +27,13 @@ func describeLimits(cfg *config.Config, b sandbox.Backend) []string {
 }
 
 // describeTripwire says how a long-lived worker checks the workspace
-// around each command: kept current with inotify, or walked every time.
+// around each command, and the landlock broker at the end of a run: kept
+// current with inotify, or walked every time.
 func describeTripwire(ws string) string {
 	if err := fsguard.CheckWatch(ws); err != nil {
 		return fmt.Sprintf("every command walks the workspace (no inotify watch: %v)", err)
 	}
-	return fmt.Sprintf("a session's worker keeps its walk current with inotify from its second command on (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
+	return fmt.Sprintf("a session's worker keeps its walk current with inotify from its second command on, and the landlock sandbox's sweep at the end of vak run looks only at what changed (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
 }
 
 // describeHome says which HOME a run would get: the choice, where it lives

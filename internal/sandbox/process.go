@@ -40,12 +40,12 @@ type ProcessPolicy struct {
 	// ReadPaths and WritePaths come from trusted config only.
 	ReadPaths  []string
 	WritePaths []string
-	// Protection is the workspace's protected-path plan, made once by the
-	// broker (fsguard.PlanProtection): the paths that stay read-only even in
-	// WorkspaceWrite, by name (Configured, whether or not they exist yet)
-	// and as the mounts that keep them so (ReadOnly, Pin).
-	Protection Protection
-	Limits     Limits
+	// Protected are the configured protected paths (workspace-relative):
+	// they stay read-only even in WorkspaceWrite, whether or not they
+	// exist yet. The mounts that keep the existing ones so come later, in
+	// the plan WorkerLaunch.Spec is given.
+	Protected []string
+	Limits    Limits
 	// Env holds the KEY=VALUE pairs of the host that reach commands (already
 	// scrubbed by the broker, PATH included). The backend adds HOME and
 	// TMPDIR as they appear inside its sandbox.
@@ -62,9 +62,14 @@ type ProcessPolicy struct {
 type WorkerLaunch struct {
 	// Env is the complete environment of sandboxed commands.
 	Env []string
-	// Spec is the backend's own data for its worker entry point (see
-	// RegisterWorker). The worker spec carries it opaquely.
-	Spec json.RawMessage
+	// Spec, if set, returns the backend's own data for its worker entry
+	// point (see RegisterWorker), which the worker spec carries opaquely,
+	// for the workspace's protected-path plan (made by the broker alone,
+	// fsguard.PlanProtection or the same from the walk of its baseline).
+	// The broker calls it once, after the worker process started: its walk
+	// of the workspace overlaps the worker's own start-up, and the worker
+	// reads its spec only when that is done.
+	Spec func(Protection) (json.RawMessage, error)
 	// ExtraFiles are passed to the worker after its spec descriptor.
 	ExtraFiles []*os.File
 	// Started, if set, runs after the worker process started and before it
@@ -85,6 +90,14 @@ type WorkerLaunch struct {
 	// in WorkspaceWrite, sweeps it once more when the session ends
 	// (background jobs can plant after the last command's check).
 	SweepAtClose bool
+	// NoSetIDModes says no sandboxed process can give a file the setuid
+	// or setgid bit through a mode change (Landlock's seccomp filter
+	// refuses chmod and its kin with either bit): a file gains one only
+	// by being created with it, which a watch of the directory it is made
+	// in, linked or renamed into sees. The broker's snapshot then stats no
+	// file (worker.WatchedSnapshot), and its sweep clears the bits of the
+	// files that gained them while the sandbox ran.
+	NoSetIDModes bool
 }
 
 // ProcessBackend is implemented by process-scoped backends (Landlock,

@@ -3,8 +3,9 @@ package sandbox
 // Protection is the protected-path plan of a workspace: what a backend
 // mounts so that protected paths stay read-only in WorkspaceWrite. The
 // broker (or the session manager) makes it once, with
-// fsguard.PlanProtection, and hands it to the backend as data; a backend
-// never walks the workspace for it again.
+// fsguard.PlanProtection (or fsguard.ProtectionOf from the walk that
+// records the tripwire's baseline), and hands it to the backend as data; a
+// backend never walks the workspace for it again.
 type Protection struct {
 	// Configured are the workspace-relative protected paths
 	// (DefaultProtected plus the configured ones), whether or not they

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"vak/internal/fsguard"
+	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
 
@@ -50,7 +51,13 @@ func (x *Exec) watch() *fsguard.Watch {
 
 // TripwireState is what a workspace's .git entries and protected paths
 // were at one moment (Snapshot), for a later Sweep.
-type TripwireState struct{ st tripState }
+type TripwireState struct {
+	st tripState
+	// ws and w are the workspace and the Watch that has kept it current
+	// since the state was recorded (WatchedSnapshot), or "" and nil.
+	ws string
+	w  *fsguard.Watch
+}
 
 // Snapshot records the state of workspace ws for protected (the
 // configured, workspace-relative entries). It returns nil where fsguard.Tree
@@ -59,7 +66,67 @@ func Snapshot(ws string, protected []string) *TripwireState {
 	if runtime.GOOS != "linux" {
 		return nil
 	}
-	return &TripwireState{snapshot(ws, protected, nil)}
+	return &TripwireState{st: snapshot(ws, protected, nil)}
+}
+
+// WatchedSnapshot is Snapshot recorded through an fsguard.Watch that the
+// state keeps: its walk puts a watch on every directory, and a later Sweep
+// looks only at what the kernel reported changed since, with a full walk
+// only where the Watch cannot keep current. A workspace's last sweep, after
+// a command that ran for hours, then costs what the command changed, not
+// what the workspace holds; the walk is paid up front, while the sandbox
+// starts. A Watcher of the same workspace against the state uses its Watch
+// too. Close releases the Watch.
+//
+// noSetIDModes says no writer of the workspace can give a file the setuid
+// or setgid bit through a mode change (sandbox.WorkerLaunch.NoSetIDModes):
+// the walk then stats no file (fsguard.NewChangeWatch), a sixth of the
+// cost on a large tree, and a Sweep clears the bits of files that gained
+// them since, not of files that had them before (which no sandboxed
+// process made). Otherwise it stats every file, as a Sweep's own walk
+// would.
+func WatchedSnapshot(ws string, protected []string, noSetIDModes bool) *TripwireState {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	w := fsguard.NewWatch(ws)
+	if noSetIDModes {
+		w = fsguard.NewChangeWatch(ws)
+	}
+	st := snapshot(ws, protected, w)
+	if st.err != nil {
+		w.Close()
+		return &TripwireState{st: st}
+	}
+	return &TripwireState{st: st, ws: ws, w: w}
+}
+
+// Protection is the protected-path plan of the workspace ws as the state
+// recorded it (fsguard.ProtectionOf) for configured, the list the state was
+// recorded for: one walk then serves the sandbox's mounts and the sweep's
+// baseline. A state that could not be recorded has no plan (Err).
+func (s *TripwireState) Protection(ws string, configured []string) (sandbox.Protection, error) {
+	if err := s.Err(); err != nil {
+		return sandbox.Protection{}, fmt.Errorf("protected paths of %s: %w", ws, err)
+	}
+	return fsguard.ProtectionOf(ws, configured, s.st.git, s.st.prot), nil
+}
+
+// Close releases the Watch of a WatchedSnapshot (later Sweeps walk). It
+// does nothing for other states, nil included.
+func (s *TripwireState) Close() error {
+	if s == nil || s.w == nil {
+		return nil
+	}
+	return s.w.Close()
+}
+
+// watchOf is the state's Watch if it keeps workspace ws current, else nil.
+func (s *TripwireState) watchOf(ws string) *fsguard.Watch {
+	if s == nil || s.ws != ws {
+		return nil
+	}
+	return s.w
 }
 
 // Err is why the state could not be recorded (the workspace could not be
@@ -112,7 +179,8 @@ func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResul
 	if s == nil {
 		return false, nil
 	}
-	x := &Exec{Workspace: ws, Protected: protected}
+	x := &Exec{Workspace: ws, Protected: protected, Watch: s.watchOf(ws)}
+	x.watching.Store(x.Watch != nil)
 	return x.tripCheck(s.st, res)
 }
 

@@ -40,6 +40,9 @@ type Watcher struct {
 	// warned are the last pass's warnings (a warning that stands is
 	// reported once).
 	warned []string
+	// owned says the Watch is the Watcher's own, not its baseline's
+	// (WatchedSnapshot), which the baseline's Close releases.
+	owned bool
 }
 
 // ErrNoBaseline reports a Watcher asked for without a baseline it can
@@ -56,7 +59,9 @@ const (
 
 // NewWatcher returns a Watcher of the canonical workspace ws for protected
 // (workspace-relative, as configured) against baseline, which must have
-// been recorded (Snapshot). It watches nothing before its first Pass.
+// been recorded (Snapshot). It watches nothing before its first Pass,
+// unless the baseline is a WatchedSnapshot of ws, whose Watch it shares
+// (the first Pass then walks no more).
 func NewWatcher(ws string, protected []string, baseline *TripwireState) (*Watcher, error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("worker: the workspace watcher: %w", fsguard.ErrUnsupported)
@@ -67,9 +72,13 @@ func NewWatcher(ws string, protected []string, baseline *TripwireState) (*Watche
 	if err := baseline.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoBaseline, err)
 	}
-	x := &Exec{Workspace: ws, Protected: protected, Watch: fsguard.NewWatch(ws)}
+	x := &Exec{Workspace: ws, Protected: protected, Watch: baseline.watchOf(ws)}
+	owned := x.Watch == nil
+	if owned {
+		x.Watch = fsguard.NewWatch(ws)
+	}
 	x.watching.Store(true)
-	return &Watcher{x: x, before: baseline.st, walkEvery: minWalkEvery}, nil
+	return &Watcher{x: x, before: baseline.st, walkEvery: minWalkEvery, owned: owned}, nil
 }
 
 // Pass looks at what changed since the last pass (the first one walks the
@@ -121,5 +130,10 @@ func (w *Watcher) Run(ctx context.Context, report func(res *wire.BashResult, den
 	}
 }
 
-// Close releases the watch.
-func (w *Watcher) Close() error { return w.x.Watch.Close() }
+// Close releases the watch, unless it is its baseline's.
+func (w *Watcher) Close() error {
+	if !w.owned {
+		return nil
+	}
+	return w.x.Watch.Close()
+}

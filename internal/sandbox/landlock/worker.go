@@ -63,8 +63,6 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		AgentHome:   pp.AgentHome,
 		ReadPaths:   pp.ReadPaths,
 		WritePaths:  pp.WritePaths,
-		Protected:   pp.Protection.ReadOnly,
-		Pin:         pp.Protection.Pin,
 		Limits:      pp.Limits,
 		AllowWeaker: pp.AllowWeaker || b.AllowWeaker,
 		UID:         os.Getuid(),
@@ -76,7 +74,9 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	}
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
-	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.UserHome, "/tmp"), SweepAtClose: true}
+	// Every one of them runs under the seccomp filter, which refuses a
+	// setuid or setgid mode (modeSyscalls).
+	l := &sandbox.WorkerLaunch{Env: commandEnv(pp.Env, pp.UserHome, "/tmp"), SweepAtClose: true, NoSetIDModes: true}
 	// The limits' cgroup, where the probe found one (always as root: it is
 	// exempt from RLIMIT_NPROC; for others where theirs is delegated).
 	cgroup, err := b.sessionCgroup(pp.Limits)
@@ -146,8 +146,10 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		p.Fence = &FenceSpec{DataFD: first, DNSFD: first + 1, TrustDir: pp.Network.Fence.TrustDir}
 		l.Env = append(l.Env, pp.Network.Env...)
 	}
-	if l.Spec, err = json.Marshal(workerSpec{Policy: p, Namespaces: ns}); err != nil {
-		return nil, err
+	l.Spec = func(prot sandbox.Protection) (json.RawMessage, error) {
+		p := p
+		p.Protected, p.Pin = prot.ReadOnly, prot.Pin
+		return json.Marshal(workerSpec{Policy: p, Namespaces: ns})
 	}
 	l.Started = func(pid int) error {
 		closeFence() // the worker holds its own copies

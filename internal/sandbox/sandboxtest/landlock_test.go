@@ -526,6 +526,58 @@ func TestLandlockOneCommandSweepIsTheCheck(t *testing.T) {
 	}
 }
 
+// In a one-command session (vak run) the sweep at Close finds setuid and
+// setgid files by the events of the watch its baseline put on every
+// directory, not by a walk that stats every file: a command cannot set
+// either bit through a mode change (seccomp), but it can create a file
+// with one (open, openat, openat2, mknodat), in the workspace or in a
+// directory it makes, and rename such a file into place (a second hard
+// link to one makes the watch walk again: fsguard's tests). Each is
+// cleared and reported; that the sweep reports each is the control that
+// the bit was there.
+func TestLandlockOneCommandSweepSetuidByEvents(t *testing.T) {
+	e := NewEnv(t, landlockBackend(t))
+	e.OneCommand = true
+	s := e.Start(sandbox.WorkspaceWrite)
+	attempts := []string{"setuid-openat-creat", "setgid-openat-creat", "setuid-openat2-creat", "setuid-mknodat"}
+	var script strings.Builder
+	want := map[string]bool{}
+	for _, a := range attempts {
+		fmt.Fprintf(&script, "./probe attempt %s\n", a)
+		fmt.Fprintf(&script, "mkdir -p new/%s && (cd new/%s && ../../probe attempt %s)\n", a, a, a)
+		want[a], want["new/"+a+"/"+a] = true, true
+	}
+	script.WriteString("mkdir -p made/deep && (cd made/deep && ../../probe attempt setuid-openat-creat) && mv made moved\n")
+	want["moved/deep/setuid-openat-creat"] = true
+	r := Sh(t, s, script.String())
+	if n := strings.Count(r.Stdout, " succeeded"); n != 2*len(attempts)+1 {
+		t.Fatalf("control: %d of the attempts made their file: %+v", n, r)
+	}
+	if len(r.SetuidCleared) > 0 {
+		t.Errorf("the worker made a check of its own: %q", r.SetuidCleared)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sw := s.Swept()
+	if sw == nil {
+		t.Fatal("no sweep at Close")
+	}
+	for f := range want {
+		fi, err := os.Lstat(filepath.Join(e.Workspace, f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s is %v after the session", f, fi.Mode())
+		}
+		if !slices.ContainsFunc(sw.SetuidCleared, func(s string) bool { return strings.HasPrefix(s, f+" ") }) {
+			t.Errorf("the sweep did not report %s: %q", f, sw.SetuidCleared)
+		}
+	}
+}
+
 // A landlock session's worker keeps the tripwire's walk current with
 // inotify from its second command on, inside the view (its /proc, the
 // pinned .git mounts): what later commands plant, in directories made in

@@ -52,7 +52,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		UserHome:   pp.UserHome,
 		ReadPaths:  pp.ReadPaths,
 		WritePaths: pp.WritePaths,
-		Protected:  pp.Protection.Configured, // by name: the profile protects what does not exist yet too
+		Protected:  pp.Protected, // by name: the profile protects what does not exist yet too
 		Deny:       deny,
 		AgentHome:  pp.AgentHome,
 	}

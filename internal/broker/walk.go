@@ -1,0 +1,75 @@
+package broker
+
+import (
+	"encoding/json"
+	"time"
+
+	"vak/internal/fsguard"
+	"vak/internal/sandbox"
+	"vak/internal/trace"
+	"vak/internal/worker"
+)
+
+// workspaceWalk is the walk of the workspace a process backend's worker
+// start needs, made while the worker process starts up (the worker reads
+// its spec only when its own start-up is done, and nothing in the sandbox
+// touches the workspace before its first request, which comes after Start
+// has waited for the walk): the protected-path plan the sandbox mounts,
+// made here alone without following links (existing protected paths
+// read-only, .git and the parents of protected paths pinned, nested
+// repositories included), and, where the backend sweeps the workspace at
+// close, the baseline of that sweep, from the same walk
+// (worker.WatchedSnapshot, whose watch keeps it current: the sweep and
+// the watcher of a long-lived session then look only at what changed).
+type workspaceWalk struct {
+	done       chan struct{}
+	prot       sandbox.Protection
+	err        error
+	baseline   *worker.TripwireState
+	start, end time.Time
+}
+
+// startWalk starts the walk of workspace ws for the configured protected
+// paths: for the plan where plan is set (the backend's spec takes one),
+// for the sweep's baseline too where baseline is set (noSetIDModes as for
+// worker.WatchedSnapshot). With neither it walks nothing.
+func startWalk(ws string, protected []string, plan, baseline, noSetIDModes bool) *workspaceWalk {
+	wk := &workspaceWalk{done: make(chan struct{}), start: time.Now()}
+	go func() {
+		defer close(wk.done)
+		defer func() { wk.end = time.Now() }()
+		if baseline {
+			wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
+			if wk.baseline != nil && wk.baseline.Err() == nil {
+				wk.prot, wk.err = wk.baseline.Protection(ws, protected)
+				return
+			}
+			// No baseline here (not Linux), or none could be recorded
+			// (the sweep says so): the plan walks for itself, as it
+			// would without a baseline.
+		}
+		if plan {
+			wk.prot, wk.err = fsguard.PlanProtection(ws, protected)
+		}
+	}()
+	return wk
+}
+
+// wait waits for the walk to end and records it in tr.
+func (wk *workspaceWalk) wait(tr *trace.Trace) {
+	<-wk.done
+	tr.Add("  workspace walk (mount plan and baseline, while the worker starts)", wk.start, wk.end)
+}
+
+// spec is the backend's part of the worker spec for the walk's plan
+// (sandbox.WorkerLaunch.Spec), once the walk has ended.
+func (wk *workspaceWalk) spec(l *sandbox.WorkerLaunch) (json.RawMessage, error) {
+	<-wk.done
+	if wk.err != nil {
+		return nil, wk.err
+	}
+	if l.Spec == nil {
+		return nil, nil
+	}
+	return l.Spec(wk.prot)
+}
