@@ -728,7 +728,9 @@ type walker struct {
 	// enter reports whether to descend into the directory rel.
 	enter func(rel []string) bool
 	// visit is called for every non-directory entry with the descriptor of
-	// its directory; it returns true to stop the walk.
+	// its directory; it returns true to stop the walk. rel is valid only
+	// during the call (the walk reuses it for the next entry): a visit
+	// that keeps it copies it (every one here joins it into a string).
 	visit func(dirfd int, name string, rel []string, typ uint8) bool
 	// onDir, if set, is called for every directory entry (with the
 	// descriptor of its parent) before enter decides about it.
@@ -748,6 +750,12 @@ type walker struct {
 	entries   int
 	truncated bool
 	stopped   bool
+	// buf is readDir's getdents buffer and scratch visit's rel, both
+	// reused: a walk of a large tree allocated 32 KiB per directory and a
+	// slice per file before, and in a process that has just started
+	// every new page of its heap costs a page fault.
+	buf     []byte
+	scratch []string
 }
 
 type dirent struct {
@@ -764,7 +772,8 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 		if w.stopped {
 			return
 		}
-		child := append(rel[:len(rel):len(rel)], e.name)
+		w.scratch = append(append(w.scratch[:0], rel...), e.name)
+		child := w.scratch
 		if w.work += w.cost * (len(child) + 1); w.work > MaxMatchWork {
 			w.truncated, w.stopped = true, true
 			return
@@ -783,6 +792,8 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 			}
 			continue
 		}
+		// A directory's rel outlives this entry (the walk below it).
+		child = append(rel[:len(rel):len(rel)], e.name)
 		if w.onDir != nil {
 			w.onDir(fd, e.name, child)
 		}
@@ -812,7 +823,10 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 // readDir reads a directory's entries (without . and ..), sorted by name,
 // counting them against MaxWalkEntries. complete says it read them all.
 func (w *walker) readDir(fd int) (ents []dirent, complete bool) {
-	buf := make([]byte, 32<<10)
+	if w.buf == nil {
+		w.buf = make([]byte, 32<<10)
+	}
+	buf := w.buf
 	malformed := false
 	for {
 		n, err := unix.Getdents(fd, buf)
