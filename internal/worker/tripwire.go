@@ -80,11 +80,10 @@ func Snapshot(ws string, protected []string) *TripwireState {
 //
 // noSetIDModes says no writer of the workspace can give a file the setuid
 // or setgid bit through a mode change (sandbox.WorkerLaunch.NoSetIDModes):
-// the walk then stats no file (fsguard.NewChangeWatch), a sixth of the
-// cost on a large tree, and a Sweep clears the bits of files that gained
-// them since, not of files that had them before (which no sandboxed
-// process made). Otherwise it stats every file, as a Sweep's own walk
-// would.
+// the walk then stats no file (fsguard.NewChangeWatch), and a Sweep clears
+// the bits of files that gained them since, not of files that had them
+// before (which no sandboxed process made). Otherwise it stats every
+// file, as a Sweep's own walk would.
 func WatchedSnapshot(ws string, protected []string, noSetIDModes bool) *TripwireState {
 	if runtime.GOOS != "linux" {
 		return nil
