@@ -296,6 +296,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		if walk != nil {
 			var err error
 			if spec.Sandbox, err = walk.spec(launch); err == nil {
+				// The session's watcher passes after every command:
+				// that is the command's check (worker.Spec.Watched).
+				spec.Watched = walk.watcher != nil
 				data, err = spec.Encode()
 			}
 			if err != nil {
@@ -322,7 +325,12 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	endPrepare()
 	spawned := time.Now()
 	if launch != nil {
-		walk = startWalk(opts.Workspace, cfg.Files.Protected, launch.Spec != nil, snapshot, noSetIDModes)
+		// A long-lived session's watcher clears the setuid and setgid
+		// bits of files that had them when the session began, so its
+		// walk stats every file; a one-command run's sweep clears those
+		// of files that gained them while it ran (see
+		// worker.WatchedSnapshot).
+		walk = startWalk(opts.Workspace, cfg.Files.Protected, launch.Spec != nil, snapshot, snapshot && !opts.OneCommand, noSetIDModes && opts.OneCommand)
 	}
 	client, err := wire.Start(ctx, cmd, onStarted)
 	if walk != nil {
@@ -338,7 +346,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	s.client = client
 	traceWorkerStart(tr, spawned, time.Now(), client.Ready())
 	if snapshot && !opts.OneCommand {
-		s.watcher = startWatch(opts, s.baseline)
+		s.watcher = startWatch(opts, walk.watcher, walk.watchErr)
 	}
 	return s, nil
 }

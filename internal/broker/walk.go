@@ -22,24 +22,33 @@ import (
 // (worker.WatchedSnapshot, whose watch keeps it current: the sweep and
 // the watcher of a long-lived session then look only at what changed).
 type workspaceWalk struct {
-	done       chan struct{}
-	prot       sandbox.Protection
-	err        error
-	baseline   *worker.TripwireState
+	done     chan struct{}
+	prot     sandbox.Protection
+	err      error
+	baseline *worker.TripwireState
+	// watcher holds the workspace against the baseline for a long-lived
+	// session (its first pass walks no more: it shares the baseline's
+	// watch); watchErr says why there is none where one was asked for.
+	watcher    *worker.Watcher
+	watchErr   error
 	start, end time.Time
 }
 
 // startWalk starts the walk of workspace ws for the configured protected
 // paths: for the plan where plan is set (the backend's spec takes one),
 // for the sweep's baseline too where baseline is set (noSetIDModes as for
-// worker.WatchedSnapshot). With neither it walks nothing.
-func startWalk(ws string, protected []string, plan, baseline, noSetIDModes bool) *workspaceWalk {
+// worker.WatchedSnapshot), and the watcher of a long-lived session against
+// it where watch is set. With neither it walks nothing.
+func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDModes bool) *workspaceWalk {
 	wk := &workspaceWalk{done: make(chan struct{}), start: time.Now()}
 	go func() {
 		defer close(wk.done)
 		defer func() { wk.end = time.Now() }()
 		if baseline {
 			wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
+			if watch {
+				wk.watcher, wk.watchErr = worker.NewWatcher(ws, protected, wk.baseline)
+			}
 			if wk.baseline != nil && wk.baseline.Err() == nil {
 				wk.prot, wk.err = wk.baseline.Protection(ws, protected)
 				return

@@ -2,9 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
+	"vak/internal/fsguard"
 	"vak/internal/worker"
 	"vak/internal/worker/wire"
 )
@@ -24,21 +26,20 @@ type sessionWatch struct {
 	cleared []string
 }
 
-// startWatch starts the watcher of a long-lived session against baseline
-// (nil: no fsguard here, not Linux). A baseline that could not be recorded
-// is reported (the sweep at Close says so too; each command's own check
-// still runs).
-func startWatch(opts Options, baseline *worker.TripwireState) *sessionWatch {
+// startWatch runs w, the watcher of a long-lived session (made with its
+// baseline, see workspaceWalk). Where there is none, err says why: a
+// baseline that could not be recorded is reported (the sweep at Close
+// says so too), and the worker then checks around each command itself
+// (worker.Spec.Watched is unset); no fsguard here (not Linux) is not.
+func startWatch(opts Options, w *worker.Watcher, err error) *sessionWatch {
 	report := opts.Planted
 	if report == nil {
 		report = func(*wire.BashResult) {}
 	}
-	if baseline == nil {
-		return nil
-	}
-	w, err := worker.NewWatcher(opts.Workspace, opts.Config.Files.Protected, baseline)
-	if err != nil {
-		report(&wire.BashResult{TripwireWarnings: []string{err.Error()}})
+	if w == nil {
+		if err != nil && !errors.Is(err, fsguard.ErrUnsupported) {
+			report(&wire.BashResult{TripwireWarnings: []string{err.Error()}})
+		}
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())

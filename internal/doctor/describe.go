@@ -33,7 +33,7 @@ func describeTripwire(ws string) string {
 	if err := fsguard.CheckWatch(ws); err != nil {
 		return fmt.Sprintf("every command walks the workspace (no inotify watch: %v)", err)
 	}
-	return fmt.Sprintf("a session's worker keeps its walk current with inotify from its second command on, and the landlock sandbox's sweep at the end of vak run looks only at what changed (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
+	return fmt.Sprintf("the checks after a command (a landlock session's workspace watcher, a container session's worker from its second command on, the sweep at the end of vak run) look only at what changed, kept current with inotify (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
 }
 
 // describeHome says which HOME a run would get: the choice, where it lives

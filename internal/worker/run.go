@@ -63,8 +63,9 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	}
 	// Full access checks nothing (what the command does is the user's); a
 	// one-command worker leaves the check to the broker's sweep
-	// (Spec.SweptAtClose).
-	noTripwire := spec.Mode == sandbox.FullAccess || spec.SweptAtClose
+	// (Spec.SweptAtClose), a watched one to the broker's watcher
+	// (Spec.Watched).
+	noTripwire := spec.Mode == sandbox.FullAccess || spec.SweptAtClose || spec.Watched
 	var watch *fsguard.Watch
 	if !noTripwire {
 		// The commands are ours, on this kernel: the tripwire can keep

@@ -54,6 +54,14 @@ type Spec struct {
 	// check, and the worker makes none of its own (it would walk the
 	// workspace twice more to find a subset of what the sweep finds).
 	SweptAtClose bool `json:"swept_at_close,omitempty"`
+	// Watched says the broker holds the workspace with a watcher of its
+	// own for the whole session (a long-lived landlock session's
+	// worker.Watcher, against the workspace when the session began) and
+	// passes it after every command, before the command's result goes
+	// on: that pass is the command's check, and the worker makes none of
+	// its own (one mechanism per session, not a second walk and watch
+	// inside the sandbox that finds a subset of what the watcher finds).
+	Watched bool `json:"watched,omitempty"`
 }
 
 // Encode serialises the spec.
