@@ -86,9 +86,8 @@ type Watch struct {
 	off      error // set when the Watch gave up for good
 	rebuilds int   // builds after the first (tests, the trace)
 
-	// namesFirst says the first build reads names only (NewChangeWatch);
-	// namesOnly is set while that build walks.
-	namesFirst, namesOnly bool
+	// namesFirst says the first build reads names only (NewChangeWatch).
+	namesFirst bool
 
 	nodes map[int32]*wnode  // by watch descriptor
 	byRel map[string]*wnode // by workspace-relative path ("" the workspace)
@@ -393,10 +392,7 @@ func (w *Watch) build(t *Tree, namesOnly bool) error {
 		return fail("watch", t.path, err)
 	}
 	defer unix.Close(fd)
-	w.namesOnly = namesOnly
-	err = w.walk(t, fd, nil, 0, true)
-	w.namesOnly = false
-	if err != nil {
+	if err := w.walk(t, fd, nil, 0, true, namesOnly); err != nil {
 		return err
 	}
 	// Events raised while the walk read what they report are harmless to
@@ -405,13 +401,15 @@ func (w *Watch) build(t *Tree, namesOnly bool) error {
 }
 
 // walk adds the directory fd (at rel, depth levels down) and everything
-// below it to the model; full says it is the whole workspace (build). A
+// below it to the model; full says it is the whole workspace (build), and
+// namesOnly that it stats no regular file (a first build, see
+// NewChangeWatch). A
 // walk of part of it that meets a hard-linked file with the setuid or
 // setgid bit fails with errLinkedSetuid: the file's other names may lie
 // outside the part. It watches the inside of .git directories too,
 // where it records nothing (Tree.Scan never enters them): a name made
 // there is still a name of whatever file it links to.
-func (w *Watch) walk(t *Tree, fd int, rel []string, depth int, full bool) error {
+func (w *Watch) walk(t *Tree, fd int, rel []string, depth int, full, namesOnly bool) error {
 	var werr error
 	if werr = w.watchDir(t, fd, rel, depth); werr != nil {
 		return werr
@@ -433,7 +431,7 @@ func (w *Watch) walk(t *Tree, fd int, rel []string, depth int, full bool) error 
 			case inGitDir(rel):
 			case IsGitName(name):
 				record(dirfd, name, rel)
-			case typ == unix.DT_REG && !w.namesOnly:
+			case typ == unix.DT_REG && !namesOnly:
 				var st unix.Stat_t
 				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 					if err := w.linked(dirfd, name, &st, rel, full); err != nil && werr == nil {
@@ -862,7 +860,7 @@ func (w *Watch) update(t *Tree, rel string, attrib bool) (dir bool, err error) {
 		return false, fmt.Errorf("directory %q: %w", rel, err)
 	}
 	defer unix.Close(cfd)
-	return true, w.walk(t, cfd, segs, parent.depth+1, false)
+	return true, w.walk(t, cfd, segs, parent.depth+1, false, false)
 }
 
 // forget drops rel, and everything the model holds below it, from the
