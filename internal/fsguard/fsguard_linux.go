@@ -772,9 +772,8 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 		if w.stopped {
 			return
 		}
-		w.scratch = append(append(w.scratch[:0], rel...), e.name)
-		child := w.scratch
-		if w.work += w.cost * (len(child) + 1); w.work > MaxMatchWork {
+		// The entry's rel has len(rel)+1 segments.
+		if w.work += w.cost * (len(rel) + 2); w.work > MaxMatchWork {
 			w.truncated, w.stopped = true, true
 			return
 		}
@@ -787,13 +786,14 @@ func (w *walker) dir(fd int, rel []string, depth int) {
 			typ = dtype(st.Mode)
 		}
 		if typ != unix.DT_DIR {
-			if w.visit(fd, e.name, child, typ) {
+			w.scratch = append(append(w.scratch[:0], rel...), e.name)
+			if w.visit(fd, e.name, w.scratch, typ) {
 				w.stopped = true
 			}
 			continue
 		}
 		// A directory's rel outlives this entry (the walk below it).
-		child = append(rel[:len(rel):len(rel)], e.name)
+		child := append(rel[:len(rel):len(rel)], e.name)
 		if w.onDir != nil {
 			w.onDir(fd, e.name, child)
 		}
