@@ -248,6 +248,12 @@ type WorkerOutcome struct {
 	// prepared for that (Landlock: the one thread whose capability
 	// bounding set is empty; a child inherits its creator thread's).
 	Spawn func(start func() error) error
+	// Serve, if set, runs the worker's request loop (loop) on the thread
+	// the backend prepared for it, and returns when loop does. Spawn called
+	// from that loop starts a command right there (Landlock: the loop's
+	// thread is one whose bounding set is empty): a request is read and
+	// its command forked on one thread, with no hand-off between them.
+	Serve func(loop func())
 	// Sessions, if set, names the sessions of the command whose session
 	// is root (a command leads its own): root's and those its processes
 	// made with setsid, which the sandbox recorded (landlock: the setsid

@@ -172,9 +172,52 @@ func (x *Exec) BashInteractive(ctx context.Context, a wire.BashArgs, in *Interac
 	return x.bash(ctx, a, nil, in, emit)
 }
 
+// StartBash implements StartingShell: it starts a's command and returns
+// what waits for it. A check before the command that takes longer than
+// a start (the tripwire's, where this worker makes one) is left to wait:
+// the caller is the request loop, which must get back to reading.
+func (x *Exec) StartBash(ctx context.Context, a wire.BashArgs, emit func(string, []byte)) (wait func() (*wire.BashResult, error), err error) {
+	if !x.NoTripwire {
+		return func() (*wire.BashResult, error) { return x.Bash(ctx, a, emit) }, nil
+	}
+	r, err := x.startBash(ctx, a, nil, nil, emit)
+	if err != nil {
+		return nil, err
+	}
+	return r.wait, nil
+}
+
 // bash runs a: through the shell, or, with direct set, direct itself
 // (BashArgv).
 func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *Interaction, emit func(string, []byte)) (*wire.BashResult, error) {
+	r, err := x.startBash(ctx, a, direct, in, emit)
+	if err != nil {
+		return nil, err
+	}
+	return r.wait()
+}
+
+// started is a command bash started: what wait needs to see it end and
+// report it.
+type started struct {
+	x              *Exec
+	proc           process
+	relay          *relays
+	direct         []string
+	before         tripState
+	stdout, stderr outputSink
+	start          time.Time
+	kill           func(pid int)
+	timer          *time.Timer
+	// done tells the killer the command ended; it then answers on why
+	// ("", "timeout" or "cancel").
+	done chan struct{}
+	why  chan string
+}
+
+// startBash checks a, starts its command and the killer that enforces its
+// timeout and cancel.
+func (x *Exec) startBash(ctx context.Context, a wire.BashArgs, direct []string, in *Interaction, emit func(string, []byte)) (*started, error) {
 	if strings.IndexByte(a.Command, 0) >= 0 {
 		return nil, wire.Errorf(wire.CodeProtocol, "command contains a NUL byte")
 	}
@@ -250,46 +293,53 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 	} else if err := x.start(cmd); err != nil {
 		return nil, wire.Errorf(wire.CodeExec, "start %s: %v", argv[0], err)
 	}
-	defer x.reg.done(proc.cmd())
-	kill := func(pid int) { killTree(pid, x.Sessions) }
+	r := &started{x: x, proc: proc, relay: relay, direct: direct, before: before, stdout: stdout, stderr: stderr,
+		start: start, kill: func(pid int) { killTree(pid, x.Sessions) }, done: make(chan struct{}), why: make(chan string, 1)}
 	if x.Subreaper {
-		kill = killSubtree
+		r.kill = killSubtree
 	}
 	// The killer reports why it killed (or that it did not) once it is done.
-	done := make(chan struct{})
-	why := make(chan string, 1)
 	var timer <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timer = t.C
+		r.timer = time.NewTimer(timeout)
+		timer = r.timer.C
 	}
 	go func() {
 		select {
-		case <-done:
-			why <- ""
+		case <-r.done:
+			r.why <- ""
 			return
 		case <-timer:
-			why <- "timeout"
+			r.why <- "timeout"
 		case <-ctx.Done():
-			why <- "cancel"
+			r.why <- "cancel"
 		}
-		kill(proc.pid())
+		r.kill(proc.pid())
 	}()
-	werr := proc.wait()
-	if relay != nil {
-		relay.finish()
+	return r, nil
+}
+
+// wait waits for the command to end and reports it.
+func (r *started) wait() (*wire.BashResult, error) {
+	x, proc := r.x, r.proc
+	defer x.reg.done(proc.cmd())
+	if r.timer != nil {
+		defer r.timer.Stop()
 	}
-	close(done)
-	reason := <-why
+	werr := proc.wait()
+	if r.relay != nil {
+		r.relay.finish()
+	}
+	close(r.done)
+	reason := <-r.why
 	timedOut, canceled := reason == "timeout", reason == "cancel"
 	// A timed-out or canceled command's stragglers die with it. Background
 	// jobs of a command that finished normally live on until the session ends.
 	if timedOut || canceled {
-		kill(proc.pid())
+		r.kill(proc.pid())
 	}
 	state := proc.cmd().ProcessState
-	res := &wire.BashResult{DurationMS: time.Since(start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
+	res := &wire.BashResult{DurationMS: time.Since(r.start).Milliseconds(), TimedOut: timedOut, Canceled: canceled}
 	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {
@@ -299,18 +349,18 @@ func (x *Exec) bash(ctx context.Context, a wire.BashArgs, direct []string, in *I
 	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
 		res.ExitCode = 128 + int(ws.Signal())
-		if direct != nil && reason == "" {
+		if r.direct != nil && reason == "" {
 			// What the shell around it would have reported: its own
 			// normal exit, and its message.
 			res.Signal = ""
 			if msg := shellSignalMessage(ws); msg != "" {
-				stderr.Write([]byte(msg))
+				r.stderr.Write([]byte(msg))
 			}
 		}
 	} else {
 		res.ExitCode = state.ExitCode()
 	}
-	return x.finish(before, res, stdout, stderr)
+	return x.finish(r.before, res, r.stdout, r.stderr)
 }
 
 // timeout is a's timeout: its own, else the default.

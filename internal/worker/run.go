@@ -25,9 +25,14 @@ func Run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	// restrictions are in force from here on.
 	restricted := time.Now()
 	UnignoreSignals()
-	if p := pollable(in); p != in {
-		defer p.(io.Closer).Close()
-		in = p
+	// A request loop on a thread of its own (entry.Serve) reads blocking:
+	// the kernel then wakes that very thread for a request, where a polled
+	// read would wake a poller that hands the request to it.
+	if entry.Serve == nil {
+		if p := pollable(in); p != in {
+			defer p.(io.Closer).Close()
+			in = p
+		}
 	}
 	return run(ctx, spec, entry, in, out, func() (Files, io.Closer, error) {
 		f, err := OpenFiles(spec.Workspace, spec.Mode, spec.Protected)
@@ -98,7 +103,11 @@ func run(ctx context.Context, spec *Spec, entry sandbox.WorkerOutcome, in io.Rea
 	if !restricted.IsZero() {
 		srv.Ready.Restricted = restricted.UnixNano()
 	}
-	return srv.Serve(ctx, in, out)
+	if entry.Serve == nil {
+		return srv.Serve(ctx, in, out)
+	}
+	entry.Serve(func() { err = srv.Serve(ctx, in, out) })
+	return err
 }
 
 // unixNano is t in Unix nanoseconds, or 0 for the zero time (unknown).

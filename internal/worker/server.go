@@ -37,6 +37,17 @@ type InteractiveShell interface {
 	BashInteractive(ctx context.Context, a wire.BashArgs, in *Interaction, emit func(stream string, data []byte)) (*wire.BashResult, error)
 }
 
+// StartingShell is a Shell that starts a bash request's command apart from
+// waiting for it. The server starts a non-interactive request's command on
+// the goroutine that reads requests and waits for it on another, so that
+// no hand-off between goroutines (and the threads they sleep on) stands
+// between a request and its fork (see sandbox.WorkerOutcome.Serve).
+// StartBash must return promptly: the next request waits for it.
+type StartingShell interface {
+	Shell
+	StartBash(ctx context.Context, a wire.BashArgs, emit func(stream string, data []byte)) (wait func() (*wire.BashResult, error), err error)
+}
+
 // Server serves the protocol on one connection.
 type Server struct {
 	Files Files
@@ -240,6 +251,18 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 		s.inputs[req.ID] = it
 	}
 	s.mu.Unlock()
+	// A non-interactive command starts here, if a slot is free; its wait
+	// and everything else runs on a goroutine of its own.
+	run := func() (any, error) { return s.handle(rctx, req, bash, argErr, it) }
+	slot := false
+	if st, ok := s.Shell.(StartingShell); ok && bash != nil && it == nil {
+		select {
+		case s.sem <- struct{}{}:
+			slot = true
+			run = s.startInline(rctx, st, req.ID, *bash)
+		default:
+		}
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -253,9 +276,11 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 			}
 			cancel()
 		}()
-		s.sem <- struct{}{}
+		if !slot {
+			s.sem <- struct{}{}
+		}
 		defer func() { <-s.sem }()
-		res, err := s.handle(rctx, req, bash, argErr, it)
+		res, err := recovered(req.Op, run)
 		if err != nil {
 			var pe *wire.Error
 			if !errors.As(err, &pe) {
@@ -268,27 +293,53 @@ func (s *Server) dispatch(ctx context.Context, line []byte) {
 	}()
 }
 
-// handle runs one request; a panic becomes an internal error, never a dead
-// worker. A bash request comes with its arguments decoded (bash), or the
-// error decoding them gave (argErr).
-func (s *Server) handle(ctx context.Context, req wire.Request, bash *wire.BashArgs, argErr *wire.Error, it *Interaction) (res any, err error) {
+// startInline starts a's command (StartBash) and returns what waits for
+// it, or reports why it did not start.
+func (s *Server) startInline(ctx context.Context, st StartingShell, id string, a wire.BashArgs) func() (any, error) {
+	var wait func() (*wire.BashResult, error)
+	_, err := recovered(wire.OpBash, func() (_ any, err error) {
+		wait, err = st.StartBash(ctx, a, s.emitter(id, a))
+		return nil, err
+	})
+	return func() (any, error) {
+		if err != nil {
+			return nil, err
+		}
+		return wait()
+	}
+}
+
+// recovered runs f, a request's work: a panic becomes an internal error,
+// never a dead worker.
+func recovered(op string, f func() (any, error)) (res any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = wire.Errorf(wire.CodeInternal, "panic in %s: %v\n%s", req.Op, p, debug.Stack())
+			res, err = nil, wire.Errorf(wire.CodeInternal, "panic in %s: %v\n%s", op, p, debug.Stack())
 		}
 	}()
+	return f()
+}
+
+// emitter streams the output of request id as events, if a asks for it.
+func (s *Server) emitter(id string, a wire.BashArgs) func(string, []byte) {
+	if !a.Stream {
+		return nil
+	}
+	return func(stream string, data []byte) {
+		_ = s.send(wire.Event{Event: "output", ID: id, Stream: stream, Data: data})
+	}
+}
+
+// handle runs one request (under recovered). A bash request comes with
+// its arguments decoded (bash), or the error decoding them gave (argErr).
+func (s *Server) handle(ctx context.Context, req wire.Request, bash *wire.BashArgs, argErr *wire.Error, it *Interaction) (res any, err error) {
 	switch req.Op {
 	case wire.OpBash:
 		if argErr != nil {
 			return nil, argErr
 		}
 		a := *bash
-		var emit func(string, []byte)
-		if a.Stream {
-			emit = func(stream string, data []byte) {
-				_ = s.send(wire.Event{Event: "output", ID: req.ID, Stream: stream, Data: data})
-			}
-		}
+		emit := s.emitter(req.ID, a)
 		if a.Interactive || a.TTY != nil {
 			sh, ok := s.Shell.(InteractiveShell)
 			if !ok || it == nil {

@@ -2,13 +2,18 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,4 +296,192 @@ func FuzzServeLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// lineReader hands the server one line per Read and counts the Reads: a
+// Read past the lines blocks until end is closed, then reports EOF.
+type lineReader struct {
+	lines []string
+	reads atomic.Int32
+	end   chan struct{}
+}
+
+func (r *lineReader) Read(p []byte) (int, error) {
+	n := int(r.reads.Add(1))
+	if n > len(r.lines) {
+		<-r.end
+		return 0, io.EOF
+	}
+	return copy(p, r.lines[n-1]+"\n"), nil
+}
+
+// starting is a StartingShell that records how far the server had read
+// when it started each command; each command's wait blocks until release
+// is closed. Bash (the path of a request that found no free slot) counts
+// its calls.
+type starting struct {
+	r       *lineReader
+	release chan struct{}
+	mu      sync.Mutex
+	readsAt map[string]int32
+	bash    atomic.Int32
+}
+
+func (s *starting) StartBash(_ context.Context, a wire.BashArgs, _ func(string, []byte)) (func() (*wire.BashResult, error), error) {
+	if a.Command == "panic" {
+		panic("boom")
+	}
+	s.mu.Lock()
+	s.readsAt[a.Command] = s.r.reads.Load()
+	s.mu.Unlock()
+	return func() (*wire.BashResult, error) {
+		<-s.release
+		return &wire.BashResult{Stdout: a.Command}, nil
+	}, nil
+}
+
+func (s *starting) Bash(_ context.Context, a wire.BashArgs, _ func(string, []byte)) (*wire.BashResult, error) {
+	s.bash.Add(1)
+	return &wire.BashResult{Stdout: a.Command}, nil
+}
+
+// serveStarting serves lines to a starting shell and returns the
+// responses by id once the server ended.
+func serveStarting(t *testing.T, sh *starting) map[string]wire.Response {
+	t.Helper()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- (&Server{Shell: sh}).Serve(context.Background(), sh.r, &out) }()
+	return func() map[string]wire.Response {
+		if err := <-done; err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		got := map[string]wire.Response{}
+		sc := bufio.NewScanner(&out)
+		for sc.Scan() {
+			var r wire.Response
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("response %q: %v", sc.Text(), err)
+			}
+			if r.ID != "" { // not the ready event
+				got[r.ID] = r
+			}
+		}
+		return got
+	}()
+}
+
+func bashLine(id, command string) string {
+	return fmt.Sprintf(`{"id":%q,"op":"bash","args":{"command":%q}}`, id, command)
+}
+
+// A bash request's command starts on the goroutine that reads requests,
+// before it reads the next one (sandbox.WorkerOutcome.Serve runs that loop
+// on the thread commands may be forked from), and its wait runs elsewhere:
+// every command's wait here blocks until the last command started, which
+// would never happen if a wait held up the loop. A panic in a start is an
+// internal error, and the worker serves on.
+func TestServerStartsCommandsOnItsLoop(t *testing.T) {
+	const n = 5
+	r := &lineReader{end: make(chan struct{})}
+	for i := range n {
+		r.lines = append(r.lines, bashLine(strconv.Itoa(i), "c"+strconv.Itoa(i)))
+	}
+	r.lines = append(r.lines, bashLine("p", "panic"))
+	sh := &starting{r: r, release: make(chan struct{}), readsAt: map[string]int32{}}
+	go func() {
+		// The loop's read after the last line: every start happened.
+		pastLines(t, r)
+		close(sh.release)
+		close(r.end)
+	}()
+	got := serveStarting(t, sh)
+	for i := range n {
+		c := "c" + strconv.Itoa(i)
+		if at := sh.readsAt[c]; at != int32(i+1) {
+			t.Errorf("command %s started after %d reads, want %d: not on the loop, between its request and the next", c, at, i+1)
+		}
+		if res := got[strconv.Itoa(i)]; !res.OK || !strings.Contains(string(res.Result), c) {
+			t.Errorf("request %d: %+v", i, res)
+		}
+	}
+	if res := got["p"]; res.Error == nil || res.Error.Code != wire.CodeInternal {
+		t.Errorf("a start that panicked: %+v, want an internal error", res)
+	}
+	if sh.bash.Load() != 0 {
+		t.Errorf("Bash called %d times, want every command started on the loop", sh.bash.Load())
+	}
+}
+
+// A request that arrives while every concurrent slot (wire.MaxConcurrent)
+// is held waits for one off the loop and runs through Bash there, and the
+// loop reads on meanwhile.
+func TestServerSlotsFullWaitOffTheLoop(t *testing.T) {
+	r := &lineReader{end: make(chan struct{})}
+	for i := range wire.MaxConcurrent + 1 {
+		r.lines = append(r.lines, bashLine(strconv.Itoa(i), "c"+strconv.Itoa(i)))
+	}
+	sh := &starting{r: r, release: make(chan struct{}), readsAt: map[string]int32{}}
+	go func() {
+		// The loop read on past the request that found no slot while
+		// every slot was still held.
+		pastLines(t, r)
+		close(sh.release)
+		close(r.end)
+	}()
+	got := serveStarting(t, sh)
+	if len(sh.readsAt) != wire.MaxConcurrent || sh.bash.Load() != 1 {
+		t.Errorf("%d commands started on the loop and %d through Bash, want %d and 1", len(sh.readsAt), sh.bash.Load(), wire.MaxConcurrent)
+	}
+	if len(got) != wire.MaxConcurrent+1 {
+		t.Errorf("%d responses, want %d", len(got), wire.MaxConcurrent+1)
+	}
+	for id, res := range got {
+		if !res.OK {
+			t.Errorf("request %s: %+v", id, res)
+		}
+	}
+}
+
+// pastLines waits until the server's loop asked r for a line past its
+// last (so it dispatched them all), for at most a minute.
+func pastLines(t *testing.T, r *lineReader) {
+	for deadline := time.Now().Add(time.Minute); r.reads.Load() <= int32(len(r.lines)); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the server read %d times in a minute, want %d", r.reads.Load(), len(r.lines)+1)
+			return
+		}
+	}
+}
+
+// Exec.StartBash forks the command before it returns (Spawn has run)
+// where the worker makes no check before a command; where it makes one
+// (the tripwire walks the workspace), nothing happens until wait, so the
+// request loop never walks. Either way wait reports the command.
+func TestExecStartBash(t *testing.T) {
+	for _, noTripwire := range []bool{true, false} {
+		x := argvExec(t)
+		x.NoTripwire = noTripwire
+		var spawned atomic.Int32
+		x.Spawn = func(start func() error) error {
+			spawned.Add(1)
+			return start()
+		}
+		wait, err := x.StartBash(context.Background(), wire.BashArgs{Command: "echo started; exit 3"}, nil)
+		if err != nil {
+			t.Fatalf("NoTripwire=%v: StartBash: %v", noTripwire, err)
+		}
+		if want := map[bool]int32{true: 1, false: 0}[noTripwire]; spawned.Load() != want {
+			t.Errorf("NoTripwire=%v: %d forks when StartBash returned, want %d", noTripwire, spawned.Load(), want)
+		}
+		res, err := wait()
+		if err != nil || res.ExitCode != 3 || res.Stdout != "started\n" || spawned.Load() != 1 {
+			t.Errorf("NoTripwire=%v: wait: %+v, %v (%d forks), want exit 3, its output and one fork", noTripwire, res, err, spawned.Load())
+		}
+	}
+	x := argvExec(t)
+	x.NoTripwire = true
+	if _, err := x.StartBash(context.Background(), wire.BashArgs{Command: "a\x00b"}, nil); err == nil {
+		t.Error("StartBash of a command with a NUL byte: no error")
+	}
 }

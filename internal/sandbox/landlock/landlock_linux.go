@@ -358,46 +358,46 @@ func readGoAhead(f *os.File) error {
 }
 
 // Stage2 restricts the calling process for good: capabilities, rlimits,
-// no_new_privs, Landlock and seccomp, in that order. It returns a summary of
-// what is in force, and spawn: the worker must start every command through
-// it (sandbox.WorkerOutcome.Spawn), on the one thread whose capability
-// bounding set is empty; and sessions, which names the sessions of a
-// command (sandbox.WorkerOutcome.Sessions, answered by the setsid
-// supervisor).
-func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) error, sessions func(root int) ([]int, error), err error) {
+// no_new_privs, Landlock and seccomp, in that order. The outcome says what
+// is in force (Description) and how the worker starts commands: on the
+// two threads whose capability bounding set is empty (Serve and Spawn,
+// see execThreads), and which sessions a command made (Sessions, answered
+// by the setsid supervisor).
+func Stage2(p Policy, namespaces bool) (sandbox.WorkerOutcome, error) {
+	var out sandbox.WorkerOutcome
 	st := Status{Seccomp: true, UserNS: namespaces}
 	st.ABI, _ = llsys.LandlockGetABIVersion()
 	if st.ABI < 1 && !p.AllowWeaker {
-		return "", nil, nil, fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
+		return out, fmt.Errorf("%w: the kernel does not offer Landlock", ErrUnavailable)
 	}
-	sp := newSpawner()
-	if err := dropCapabilities(sp); err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: drop capabilities: %w", err)
+	th := newExecThreads()
+	if err := dropCapabilities(th); err != nil {
+		return out, fmt.Errorf("landlock: drop capabilities: %w", err)
 	}
 	if err := setRlimits(p.Limits.WithDefaults()); err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: rlimits: %w", err)
+		return out, fmt.Errorf("landlock: rlimits: %w", err)
 	}
 	if err := llsys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: no_new_privs: %w", err)
+		return out, fmt.Errorf("landlock: no_new_privs: %w", err)
 	}
 	if st.ABI >= 1 {
 		if err := restrictLandlock(p, namespaces); err != nil {
-			return "", nil, nil, err
+			return out, err
 		}
 	}
 	listener, err := installSeccomp(p.Fence != nil)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: seccomp: %w", err)
+		return out, fmt.Errorf("landlock: seccomp: %w", err)
 	}
 	lineage, err := handOver(listener)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: %w", err)
+		return out, fmt.Errorf("landlock: %w", err)
 	}
 	// Commands get only 0-2: whatever else this process inherited (from
 	// stage 1, or from vak's invoker without namespaces) closes on exec.
 	// Every descriptor Go opens later is close-on-exec already.
 	if err := closeInherited(); err != nil {
-		return "", nil, nil, fmt.Errorf("landlock: %w", err)
+		return out, fmt.Errorf("landlock: %w", err)
 	}
 	s := summary(st)
 	if !namespaces {
@@ -406,7 +406,8 @@ func Stage2(p Policy, namespaces bool) (desc string, spawn func(func() error) er
 	if st.ABI < 1 {
 		s += " (weaker: no landlock; allowed by sandbox.allow_weaker)"
 	}
-	return s, sp.do, lineage.Sessions, nil
+	out.Description, out.Spawn, out.Serve, out.Sessions = s, th.spawn, th.serve, lineage.Sessions
+	return out, nil
 }
 
 // restrictLandlock applies the filesystem, network and scope rules.
@@ -505,7 +506,7 @@ func existing(ps []string) []string {
 // it stays full and cannot be used: nothing is left in any of their other
 // sets, no_new_privs is set and the securebits forbid regaining
 // capabilities as root.
-func dropCapabilities(sp *spawner) error {
+func dropCapabilities(th *execThreads) error {
 	// Bounding set and securebits need CAP_SETPCAP. Stage 1 raises it as an
 	// ambient capability of stage 2 (see Stage1), so that a stage 2 that is
 	// not uid 0 in its namespace still holds it here and can empty the
@@ -517,8 +518,10 @@ func dropCapabilities(sp *spawner) error {
 		return err
 	}
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
-		if err := sp.do(dropBoundingSet); err != nil {
-			return err
+		for _, sp := range []*spawner{th.loop, th.other} {
+			if err := sp.do(dropBoundingSet); err != nil {
+				return err
+			}
 		}
 		const secbits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<6 | 1<<7 // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE (+locks)
 		if err := llsys.AllThreadsPrctl(unix.PR_SET_SECUREBITS, secbits, 0, 0, 0); err != nil {
@@ -552,16 +555,22 @@ func dropBoundingSet() error {
 // and the Go runtime creates new threads from its template thread, never
 // from a locked one. Whatever that thread forks inherits its capability
 // sets.
-type spawner struct{ reqs chan func() }
+type spawner struct {
+	reqs chan func()
+	tid  int // the thread's ID: gettid() returns it only on that goroutine
+}
 
 func newSpawner() *spawner {
 	sp := &spawner{reqs: make(chan func())}
+	tid := make(chan int)
 	go func() {
 		runtime.LockOSThread() // for good: the thread ends with the process
+		tid <- unix.Gettid()
 		for f := range sp.reqs {
 			f()
 		}
 	}()
+	sp.tid = <-tid
 	return sp
 }
 
@@ -570,6 +579,39 @@ func (sp *spawner) do(f func() error) error {
 	done := make(chan error, 1)
 	sp.reqs <- func() { done <- f() }
 	return <-done
+}
+
+// execThreads are the worker's two threads whose capability bounding set
+// Stage2 empties (the set is per thread, and a child inherits its creator
+// thread's), the only ones that start commands:
+//
+//   - loop runs the worker's request loop (serve, sandbox.WorkerOutcome.Serve).
+//     It reads a request, starts its command and is back at its next read
+//     without handing anything to another thread: each hand-off wakes a
+//     sleeping thread, the larger part of what a warm command costs over a
+//     plain fork and exec.
+//   - other starts the commands of every other goroutine (interactive
+//     commands, and requests beyond those the loop starts itself), one at a
+//     time, through do.
+type execThreads struct{ loop, other *spawner }
+
+func newExecThreads() *execThreads {
+	return &execThreads{loop: newSpawner(), other: newSpawner()}
+}
+
+// spawn runs start (which forks a command) on an exec thread: right here
+// when the caller is the request loop, else on the other one.
+func (th *execThreads) spawn(start func() error) error {
+	if unix.Gettid() == th.loop.tid {
+		return start()
+	}
+	return th.other.do(start)
+}
+
+// serve runs the worker's request loop on the loop thread and returns when
+// it does.
+func (th *execThreads) serve(loop func()) {
+	th.loop.do(func() error { loop(); return nil })
 }
 
 // closeInherited marks every descriptor above 2 close-on-exec

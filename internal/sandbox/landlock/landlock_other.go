@@ -38,8 +38,8 @@ func Configure(*exec.Cmd, Status) (bool, error) { return false, ErrUnsupported }
 func Stage1(Policy, []byte, []string, FenceServer) (int, error) { return 0, ErrUnsupported }
 
 // Stage2 is unsupported here.
-func Stage2(Policy, bool) (string, func(func() error) error, func(int) ([]int, error), error) {
-	return "", nil, nil, ErrUnsupported
+func Stage2(Policy, bool) (sandbox.WorkerOutcome, error) {
+	return sandbox.WorkerOutcome{}, ErrUnsupported
 }
 
 // Cgroup is unsupported here.

@@ -234,8 +234,9 @@ func workerEntry(_ context.Context, s sandbox.WorkerStart, fence FenceServer) (s
 		return sandbox.WorkerOutcome{Exited: true, Code: code}, err
 	}
 	phases := stage2Phases()
-	desc, spawn, sessions, err := Stage2(ws.Policy, ws.Namespaces)
-	return sandbox.WorkerOutcome{Description: desc, Spawn: spawn, Sessions: sessions, Phases: phases}, err
+	out, err := Stage2(ws.Policy, ws.Namespaces)
+	out.Phases = phases
+	return out, err
 }
 
 // Describe implements sandbox.Describer: the restrictions in force, and
