@@ -191,6 +191,9 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	}
 	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
+	if against != "" {
+		fmt.Printf("This build against %s: %v.\n\n", against, stats.MustInterval(other, cold))
+	}
 	if wsEmpty != "" {
 		iv := stats.MustInterval(empty, cold)
 		fmt.Printf("The workspace of -files against the empty one: %v; target ≤ 1.15×: **%s**. Floor of a design that walks the tree once per command: %v.\n\n",
