@@ -345,10 +345,29 @@ func (s *starting) Bash(_ context.Context, a wire.BashArgs, _ func(string, []byt
 	return &wire.BashResult{Stdout: a.Command}, nil
 }
 
-// serveStarting serves lines to a starting shell and returns the
-// responses by id once the server ended.
+// newStarting returns a starting shell whose reader holds n bash requests
+// (ids 0 to n-1, commands c0 to cn-1), then the lines of extra.
+func newStarting(n int, extra ...string) *starting {
+	r := &lineReader{end: make(chan struct{})}
+	for i := range n {
+		r.lines = append(r.lines, bashLine(strconv.Itoa(i), "c"+strconv.Itoa(i)))
+	}
+	r.lines = append(r.lines, extra...)
+	return &starting{r: r, release: make(chan struct{}), readsAt: map[string]int32{}}
+}
+
+// serveStarting serves sh's lines and returns the responses by id once
+// the server ended. The commands' waits are released, and the reader
+// ends, once the loop asked for a line past the last: it dispatched every
+// request (a request that found no slot was dispatched while every slot
+// was still held).
 func serveStarting(t *testing.T, sh *starting) map[string]wire.Response {
 	t.Helper()
+	go func() {
+		pastLines(t, sh.r)
+		close(sh.release)
+		close(sh.r.end)
+	}()
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() { done <- (&Server{Shell: sh}).Serve(context.Background(), sh.r, &out) }()
@@ -383,18 +402,7 @@ func bashLine(id, command string) string {
 // internal error, and the worker serves on.
 func TestServerStartsCommandsOnItsLoop(t *testing.T) {
 	const n = 5
-	r := &lineReader{end: make(chan struct{})}
-	for i := range n {
-		r.lines = append(r.lines, bashLine(strconv.Itoa(i), "c"+strconv.Itoa(i)))
-	}
-	r.lines = append(r.lines, bashLine("p", "panic"))
-	sh := &starting{r: r, release: make(chan struct{}), readsAt: map[string]int32{}}
-	go func() {
-		// The loop's read after the last line: every start happened.
-		pastLines(t, r)
-		close(sh.release)
-		close(r.end)
-	}()
+	sh := newStarting(n, bashLine("p", "panic"))
 	got := serveStarting(t, sh)
 	for i := range n {
 		c := "c" + strconv.Itoa(i)
@@ -417,18 +425,7 @@ func TestServerStartsCommandsOnItsLoop(t *testing.T) {
 // is held waits for one off the loop and runs through Bash there, and the
 // loop reads on meanwhile.
 func TestServerSlotsFullWaitOffTheLoop(t *testing.T) {
-	r := &lineReader{end: make(chan struct{})}
-	for i := range wire.MaxConcurrent + 1 {
-		r.lines = append(r.lines, bashLine(strconv.Itoa(i), "c"+strconv.Itoa(i)))
-	}
-	sh := &starting{r: r, release: make(chan struct{}), readsAt: map[string]int32{}}
-	go func() {
-		// The loop read on past the request that found no slot while
-		// every slot was still held.
-		pastLines(t, r)
-		close(sh.release)
-		close(r.end)
-	}()
+	sh := newStarting(wire.MaxConcurrent + 1)
 	got := serveStarting(t, sh)
 	if len(sh.readsAt) != wire.MaxConcurrent || sh.bash.Load() != 1 {
 		t.Errorf("%d commands started on the loop and %d through Bash, want %d and 1", len(sh.readsAt), sh.bash.Load(), wire.MaxConcurrent)
