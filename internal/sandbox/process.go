@@ -244,9 +244,10 @@ type WorkerOutcome struct {
 	// serves the protocol (sent in its ready event).
 	Description string
 	// Spawn, if set, is how the worker starts every command: it runs
-	// start (which forks and executes it) on the thread the backend
-	// prepared for that (Landlock: the one thread whose capability
-	// bounding set is empty; a child inherits its creator thread's).
+	// start (which forks and executes it) on a thread the backend
+	// prepared for that (Landlock: one of the two threads whose capability
+	// bounding set is empty, see Serve; a child inherits its creator
+	// thread's).
 	Spawn func(start func() error) error
 	// Serve, if set, runs the worker's request loop (loop) on the thread
 	// the backend prepared for it, and returns when loop does. Spawn called

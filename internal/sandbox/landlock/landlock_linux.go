@@ -500,9 +500,9 @@ func existing(ps []string) []string {
 // permitted and effective sets, and the securebits, are changed on all
 // threads at once through psx (one stop-the-world call each); threads
 // started later are cloned from restricted ones. The bounding set takes one
-// call per capability, which would be 41 such calls: it is emptied on the
-// spawner's thread only, the one thread that forks every command (a child
-// inherits the sets of the thread that created it). On the other threads
+// call per capability, which would be 41 such calls: it is emptied only on
+// the two exec threads (execThreads), the only ones that fork commands (a
+// child inherits the sets of the thread that created it). On the other threads
 // it stays full and cannot be used: nothing is left in any of their other
 // sets, no_new_privs is set and the securebits forbid regaining
 // capabilities as root.
@@ -538,7 +538,7 @@ func dropCapabilities(th *execThreads) error {
 	return nil
 }
 
-// dropBoundingSet empties the calling thread's bounding set (the spawner's:
+// dropBoundingSet empties the calling thread's bounding set (an exec thread's:
 // see dropCapabilities). Capabilities the kernel does not know fail with
 // EINVAL.
 func dropBoundingSet() error {
