@@ -363,31 +363,27 @@ func newStarting(n int, extra ...string) *starting {
 // was still held).
 func serveStarting(t *testing.T, sh *starting) map[string]wire.Response {
 	t.Helper()
-	go func() {
-		pastLines(t, sh.r)
-		close(sh.release)
-		close(sh.r.end)
-	}()
 	var out bytes.Buffer
 	done := make(chan error, 1)
 	go func() { done <- (&Server{Shell: sh}).Serve(context.Background(), sh.r, &out) }()
-	return func() map[string]wire.Response {
-		if err := <-done; err != nil {
-			t.Fatalf("Serve: %v", err)
+	waitFor(t, "the server to read past its last request", func() bool { return sh.r.reads.Load() > int32(len(sh.r.lines)) })
+	close(sh.release)
+	close(sh.r.end)
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	got := map[string]wire.Response{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r wire.Response
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("response %q: %v", sc.Text(), err)
 		}
-		got := map[string]wire.Response{}
-		sc := bufio.NewScanner(&out)
-		for sc.Scan() {
-			var r wire.Response
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("response %q: %v", sc.Text(), err)
-			}
-			if r.ID != "" { // not the ready event
-				got[r.ID] = r
-			}
+		if r.ID != "" { // not the ready event
+			got[r.ID] = r
 		}
-		return got
-	}()
+	}
+	return got
 }
 
 func bashLine(id, command string) string {
@@ -440,13 +436,12 @@ func TestServerSlotsFullWaitOffTheLoop(t *testing.T) {
 	}
 }
 
-// pastLines waits until the server's loop asked r for a line past its
-// last (so it dispatched them all), for at most a minute.
-func pastLines(t *testing.T, r *lineReader) {
-	for deadline := time.Now().Add(time.Minute); r.reads.Load() <= int32(len(r.lines)); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("the server read %d times in a minute, want %d", r.reads.Load(), len(r.lines)+1)
-			return
+// waitFor polls cond until it holds or a minute passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }

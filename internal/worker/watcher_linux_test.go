@@ -8,23 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"vak/internal/paths"
 	"vak/internal/worker/wire"
 )
-
-// waitFor polls cond until it holds or a minute passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
 
 // A Watcher holds the workspace against its baseline while nothing runs a
 // command: what appears after the baseline is removed as soon as the
