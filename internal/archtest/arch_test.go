@@ -65,7 +65,20 @@ var rules = append([]rule{
 		Why: "the topology is below sessions: its binary check and exec helper come from engine"},
 	{From: "vak/internal/kubesession", Forbid: append([]string{"vak/internal/taskenv", "vak/internal/proxynet", "vak/internal/dockerd", "vak/internal/launch", "vak/internal/cli"}, backends...),
 		Why: "the kubernetes session backend is a sibling of Docker sessions: it shares the worker and its protocol, not the Docker code; launch registers it"},
+	{From: "vak/internal/leanstage", Forbid: heavy, Allow: []string{"vak/internal/egress/origdst", "vak/internal/egress/proxyproto"},
+		Why: "the lean stage program starts twice for every sandboxed run, and Go initialises every package a program links at each start: it links the stages, the worker and the fence, nothing else"},
+	{From: "vak/internal/leanstage", Forbid: backends, Except: []string{"vak/internal/leanstage/entry", "vak/internal/leanstage/program"},
+		Why: "the broker imports leanstage, so it knows no backend; the stages' registration is entry's"},
 }, dockerUserRules()...)
+
+// heavy are what the lean stage program must not link: vak's command line
+// and start sequence, the Docker, Kubernetes and MCP clients, HTTP.
+var heavy = []string{
+	"vak/internal/cli", "vak/internal/launch", "vak/internal/broker", "vak/internal/config",
+	"vak/internal/egress", "vak/internal/taskenv", "vak/internal/kubesession", "vak/internal/engine",
+	"k8s.io", "sigs.k8s.io", "github.com/moby", "github.com/docker", "github.com/modelcontextprotocol",
+	"go.opentelemetry.io", "github.com/spf13/cobra", "net/http",
+}
 
 // dockerUsers are the packages that drive Docker but are not the docker
 // backend: their labels, sentinels and access check come from engine, not
@@ -247,6 +260,14 @@ func TestLayeringRules(t *testing.T) {
 			}, nil},
 		{"allowed: the start sequence imports every backend",
 			map[string][]string{"vak/internal/launch": backends, "vak/internal/cli": {"vak/internal/launch", "vak/internal/sandbox/landlock"}}, nil},
+		{"the lean stage program links HTTP and the Kubernetes client",
+			map[string][]string{"vak/internal/leanstage/program": {"vak/internal/leanstage/entry", "net/http", "k8s.io/client-go/rest"}},
+			[]string{"vak/internal/leanstage/program depends on k8s.io/client-go/rest", "vak/internal/leanstage/program depends on net/http"}},
+		{"leanstage (imported by the broker) imports landlock",
+			map[string][]string{"vak/internal/leanstage": {"vak/internal/sandbox/landlock"}},
+			[]string{"vak/internal/leanstage depends on vak/internal/sandbox/landlock"}},
+		{"allowed: the lean program's entry registers landlock",
+			map[string][]string{"vak/internal/leanstage/entry": {"vak/internal/sandbox/landlock", "vak/internal/netfence", "vak/internal/worker"}}, nil},
 		{"allowed: a backend imports the seam",
 			map[string][]string{"vak/internal/sandbox/landlock": {"vak/internal/sandbox"}}, nil},
 	}

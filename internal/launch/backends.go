@@ -1,13 +1,8 @@
 package launch
 
 import (
-	"context"
-	"log"
-	"net"
-	"sync"
-
 	"vak/internal/config"
-	"vak/internal/netfence"
+	"vak/internal/leanstage/entry"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -46,24 +41,9 @@ func HomeTargetProblem(b sandbox.Name, home string) error {
 	return nil
 }
 
-var registerWorkers sync.Once
-
-// RegisterWorkers registers the worker entry points that need this
-// program's parts (sandbox.RegisterWorker): landlock's stages, whose stage 1
-// serves a proxied network with netfence's native fence. The program that
-// is re-executed as the worker (vak's command line) calls it before it
-// runs; calling it again does nothing.
-func RegisterWorkers() {
-	registerWorkers.Do(func() {
-		sandbox.RegisterWorker(string(sandbox.Landlock), landlock.WorkerEntry(fenceServer))
-	})
-}
-
-// fenceServer is landlock's FenceServer: netfence's native fence.
-func fenceServer(dialData, dialDNS func(context.Context) (net.Conn, error), errLog *log.Logger) (func(), error) {
-	l, err := netfence.ServeLocal(netfence.LocalConfig{}, dialData, dialDNS, errLog)
-	if err != nil {
-		return nil, err
-	}
-	return l.Close, nil
-}
+// RegisterWorkers registers the worker entry points of a re-executed worker
+// (entry.RegisterWorkers, which the lean stage program registers too): the
+// vak binary is also the worker when it embeds no lean stage program, and
+// it always is for the docker backend's container. Calling it again does
+// nothing.
+func RegisterWorkers() { entry.RegisterWorkers() }
