@@ -42,7 +42,7 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 
-	vak, err := buildStatic()
+	vak, err := stats.BuildVak()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -203,21 +203,6 @@ func must(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// buildStatic builds a static vak (session containers run it).
-func buildStatic() (string, error) {
-	dir, err := os.MkdirTemp("", "vak-bench-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "vak")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "vak/cmd/vak")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w: %s", err, out)
-	}
-	return bin, nil
 }
 
 // cleanup removes every session of the bench.

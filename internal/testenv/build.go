@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -32,9 +34,9 @@ const EnvBinDir = "VAK_TEST_BINDIR"
 // scratch, downloading the modules first, into that test's temp dir.
 var buildEnv = os.Environ()
 
-// Build compiles a main package of this module (e.g. "vak/cmd/vak") once per
-// test process, statically (CGO_ENABLED=0) so the result also runs inside
-// minimal containers, and returns the binary's path. With $VAK_TEST_BINDIR
+// Build compiles a main package of this module (e.g. "vak/cmd/vak", see
+// Vak) once per test process, statically (CGO_ENABLED=0) so the result also
+// runs inside minimal containers, and returns the binary's path. With $VAK_TEST_BINDIR
 // set it returns the prebuilt binary of that name there instead.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
@@ -54,7 +56,17 @@ func Build(t testing.TB, pkg string) string {
 			return
 		}
 		r.path = filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", "build", "-o", r.path, pkg)
+		args := []string{"build", "-o", r.path}
+		if pkg == vakPkg {
+			// As scripts/build-vak builds it: with the lean stage
+			// program embedded (internal/leanstage).
+			var ov string
+			if ov, r.out, r.err = leanOverlay(dir); r.err != nil {
+				return
+			}
+			args = append(args, "-overlay", ov)
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Env = append(slices.Clip(buildEnv), "CGO_ENABLED=0")
 		r.out, r.err = cmd.CombinedOutput()
 	})
@@ -64,8 +76,31 @@ func Build(t testing.TB, pkg string) string {
 	return r.path
 }
 
-// Vak returns a freshly built vak binary.
-func Vak(t testing.TB) string { return Build(t, "vak/cmd/vak") }
+const vakPkg = "vak/cmd/vak"
+
+// Vak returns a freshly built vak binary, built as scripts/build-vak
+// builds it: with the lean stage program embedded.
+func Vak(t testing.TB) string { return Build(t, vakPkg) }
+
+// leanOverlay builds the lean stage program into dir with scripts/build-vak
+// -overlay and returns the overlay file for go build.
+func leanOverlay(dir string) (string, []byte, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}")
+	cmd.Env = buildEnv
+	root, err := cmd.Output()
+	if err != nil {
+		return "", root, err
+	}
+	cmd = exec.Command(filepath.Join(strings.TrimSpace(string(root)), "scripts", "build-vak"), "-overlay", filepath.Join(dir, "lean"))
+	cmd.Env = buildEnv
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", stderr.Bytes(), err
+	}
+	return strings.TrimSpace(string(out)), nil, nil
+}
 
 // Probe returns the static network/escape probe (scripts/probe).
 func Probe(t testing.TB) string { return Build(t, "vak/scripts/probe") }

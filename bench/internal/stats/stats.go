@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -75,16 +76,20 @@ func RunQuiet(argv ...string) error {
 	return nil
 }
 
-// BuildVak builds cmd/vak into a temp dir, statically (CGO_ENABLED=0, as
-// releases are built), and returns its path.
+// BuildVak builds cmd/vak into a temp dir as releases are built
+// (scripts/build-vak: static, with the lean stage program embedded) and
+// returns its path.
 func BuildVak() (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module's directory: %w", err)
+	}
 	dir, err := os.MkdirTemp("", "vak-bench-")
 	if err != nil {
 		return "", err
 	}
 	bin := dir + "/vak"
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "vak/cmd/vak")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd := exec.Command(strings.TrimSpace(string(root))+"/scripts/build-vak", bin, "-trimpath")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %w: %s", err, out)
