@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"vak/internal/leanstage/entry"
 	"vak/internal/sandbox"
 )
 
@@ -48,5 +49,13 @@ func TestWorkerRoot(t *testing.T) {
 	// Through Main: an unknown flag is a usage error either way.
 	if code, _, errs := vakMain(t, "", sandbox.WorkerCommand, "--no-such-flag"); code != ExitUsage {
 		t.Fatalf("__worker --no-such-flag: exit %d: %s", code, errs)
+	}
+}
+
+// The lean stage program (leanstage/entry) runs the worker command when
+// vak embeds it, vak itself otherwise: both end with the same statuses.
+func TestLeanStageExitStatuses(t *testing.T) {
+	if entry.ExitUsage != ExitUsage || entry.ExitInternal != ExitInternal {
+		t.Fatalf("lean stage program exits %d (usage) and %d (internal), vak %d and %d", entry.ExitUsage, entry.ExitInternal, ExitUsage, ExitInternal)
 	}
 }
