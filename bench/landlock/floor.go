@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -81,6 +82,30 @@ func buildHello(dir string) (string, error) {
 		return "", fmt.Errorf("go build (hello): %w: %s", err, out)
 	}
 	return bin, nil
+}
+
+// buildLean builds the lean stage program (internal/leanstage/program) into
+// dir as scripts/build-vak builds it and returns its path.
+func buildLean(dir string) (string, error) {
+	bin := filepath.Join(dir, "lean-stage")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "vak/internal/leanstage/program")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build (lean stage program): %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// runUsage runs the lean stage program n times with no arguments: it starts,
+// prints its usage and exits 2, all a process start costs it.
+func runUsage(n int, lean string) error {
+	for range n {
+		var ee *exec.ExitError
+		if err := exec.Command(lean).Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			return fmt.Errorf("%s: %v, want its usage (exit 2)", lean, err)
+		}
+	}
+	return nil
 }
 
 // floorShell runs `sh -c true` as the worker must: a new session, stdout

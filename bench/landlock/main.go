@@ -12,7 +12,10 @@
 //
 // Each table also has floors (see floor.go): what the design costs before
 // vak does any work of its own, so a ratio target can be checked against
-// what this machine allows at all.
+// what this machine allows at all. The cold table's process starts: three of
+// the whole vak binary (what a vak without the lean stage program starts),
+// one of vak and two of the lean stage program (what scripts/build-vak's vak
+// starts), three of a minimal Go program.
 //
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the cold contender too, interleaved with the others, and
@@ -138,6 +141,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	}
 	other := &stats.Sample{Name: "vak run --backend landlock -- true (" + against + ")"}
 	fVak := floorSample("3 × `vak version`")
+	fLean := floorSample("`vak version` + 2 × the lean stage program (its usage)")
 	fGo := floorSample("3 × a minimal Go program")
 	fNS := floorSample("`unshare` of stage 1's namespaces around `true`")
 	nsArgv := unshareArgv(truePath)
@@ -147,6 +151,10 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	}
 	defer os.RemoveAll(helloDir)
 	hello, err := buildHello(helloDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lean, err := buildLean(helloDir)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -162,6 +170,12 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		keep(bare, stats.MustTime(func() error { return exec.Command(truePath).Run() }))
 		keep(cold, stats.MustTime(runVak(vak, ws)))
 		keep(fVak, stats.MustTime(runTimes(3, vak, "version")))
+		keep(fLean, stats.MustTime(func() error {
+			if err := runTimes(1, vak, "version")(); err != nil {
+				return err
+			}
+			return runUsage(2, lean)
+		}))
 		keep(fGo, stats.MustTime(runTimes(3, hello)))
 		if nsArgv != nil {
 			keep(fNS, stats.MustTime(runTimes(1, nsArgv...)))
@@ -177,7 +191,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	}
 
 	fmt.Printf("### landlock backend, cold (%s/%s, %d cores, n=%d, interleaved)\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), n)
-	floors := []*stats.Sample{fVak, fGo}
+	floors := []*stats.Sample{fVak, fLean, fGo}
 	if nsArgv != nil {
 		floors = append(floors, fNS)
 	}
