@@ -121,7 +121,7 @@ func Build(ctx context.Context, o Options) *Report {
 // (package leanstage).
 func describeStageProgram() string {
 	if n := leanstage.Embedded(); n > 0 {
-		return fmt.Sprintf("the lean stage program embedded in vak (%.1f MiB, run from a sealed memfd): each stage starts in a fraction of vak's own start-up", float64(n)/(1<<20))
+		return fmt.Sprintf("the lean stage program embedded in vak (%.1f MiB, run from a sealed memfd): each stage starts in about half the time vak itself takes", float64(n)/(1<<20))
 	}
 	return "vak itself: this vak was built without the lean stage program (plain go build or go install), so each sandbox start runs the whole binary twice more; the restrictions are the same, the start slower. Build with scripts/build-vak for the faster start"
 }
