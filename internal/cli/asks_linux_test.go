@@ -60,7 +60,9 @@ func TestNativeProxiedAsk(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	answered := make(chan string, 16)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		seen1 := 0
 		done := map[string]bool{}
 		for ctx.Err() == nil {
@@ -106,6 +108,7 @@ func TestNativeProxiedAsk(t *testing.T) {
 	start := time.Now()
 	code, out, errs := vakMain(t, cfg, "run", "-w", n.ws, "--backend", "landlock", "--network", "proxied", "--", "sh", "-c", script)
 	stop()
+	<-finished // its last answer is sent before answered is read (and closed)
 	if code != 0 {
 		t.Fatalf("vak run: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -346,7 +349,9 @@ func TestDockerAsk(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	answered := make(chan string, 8)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		done := map[string]bool{}
 		for ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
@@ -373,6 +378,7 @@ func TestDockerAsk(t *testing.T) {
 	code, out, errs := vakMain(t, cfg, "run", "--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", label,
 		"-w", ws, "--network", "proxied", "--", "sh", "-c", script)
 	stop()
+	<-finished // its last answer is sent before answered is read
 	var log []string
 	for len(answered) > 0 {
 		log = append(log, <-answered)
@@ -494,7 +500,9 @@ func TestDockerUIAsk(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	answered := make(chan string, 8)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		done := map[string]bool{}
 		for ctx.Err() == nil {
 			time.Sleep(200 * time.Millisecond)
@@ -530,6 +538,7 @@ func TestDockerUIAsk(t *testing.T) {
 	code, out, errs := vakMain(t, cfg, "run", "--label", "vak.test=1", "--label", "vak.test.pkg=cli", "--label", m.label,
 		"-w", m.ws, "--network", "proxied", "--", "sh", "-c", script)
 	stop()
+	<-finished // its last answer is sent before answered is read
 	var log []string
 	for len(answered) > 0 {
 		log = append(log, <-answered)
