@@ -68,7 +68,7 @@ var rules = append([]rule{
 	{From: "vak/internal/leanstage", Forbid: heavy, Allow: []string{"vak/internal/egress/origdst", "vak/internal/egress/proxyproto"},
 		Why: "the lean stage program starts twice for every sandboxed run, and Go initialises every package a program links at each start: it links the stages, the worker and the fence, nothing else"},
 	{From: "vak/internal/leanstage", Forbid: backends, Except: []string{"vak/internal/leanstage/entry", "vak/internal/leanstage/program"},
-		Why: "the broker imports leanstage, so it knows no backend; the stages' registration is entry's"},
+		Why: "the landlock backend imports leanstage, which must therefore know no backend; the stages' registration is entry's"},
 }, dockerUserRules()...)
 
 // heavy are what the lean stage program must not link: vak's command line
@@ -263,7 +263,7 @@ func TestLayeringRules(t *testing.T) {
 		{"the lean stage program links HTTP and the Kubernetes client",
 			map[string][]string{"vak/internal/leanstage/program": {"vak/internal/leanstage/entry", "net/http", "k8s.io/client-go/rest"}},
 			[]string{"vak/internal/leanstage/program depends on k8s.io/client-go/rest", "vak/internal/leanstage/program depends on net/http"}},
-		{"leanstage (imported by the broker) imports landlock",
+		{"leanstage (imported by the landlock backend) imports landlock",
 			map[string][]string{"vak/internal/leanstage": {"vak/internal/sandbox/landlock"}},
 			[]string{"vak/internal/leanstage depends on vak/internal/sandbox/landlock"}},
 		{"allowed: the lean program's entry registers landlock",

@@ -29,7 +29,6 @@ import (
 	"vak/internal/config"
 	"vak/internal/fsguard"
 	"vak/internal/hostenv"
-	"vak/internal/leanstage"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
@@ -51,8 +50,9 @@ type Options struct {
 	Workspace string // canonical
 	Backend   sandbox.Backend
 	// Executable is the vak binary to re-execute; empty means os.Executable.
-	// A landlock worker runs the lean stage program this process embeds
-	// instead, when it embeds one (package leanstage).
+	// A process backend may run another program instead (the landlock
+	// backend runs the lean stage program this process embeds, when it
+	// embeds one: package leanstage).
 	Executable string
 	// Stderr receives the worker's own diagnostics; nil keeps a tail for errors.
 	Stderr io.Writer
@@ -141,21 +141,6 @@ type Session struct {
 	lifeR *os.File
 }
 
-// useLeanStage makes cmd execute the lean stage program this vak embeds
-// (package leanstage) instead of vak itself: the landlock stages start
-// faster that way, under the same restrictions. The lean program
-// registers the landlock worker only. The trace says which program runs.
-func useLeanStage(cmd *exec.Cmd, tr *trace.Trace) {
-	start := time.Now()
-	p, err := leanstage.Path()
-	if err != nil {
-		tr.Add("worker program: vak itself ("+err.Error()+")", start, time.Now())
-		return
-	}
-	cmd.Path = p
-	tr.Add("worker program: the lean stage program", start, time.Now())
-}
-
 // Start starts a worker for opts.
 func Start(ctx context.Context, opts Options) (*Session, error) {
 	// Phases for vak run --trace (nil trace: nothing recorded).
@@ -221,9 +206,6 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		}
 		s.release = launch.Cleanup
 		s.env = launch.Env
-		if b.Name() == string(sandbox.Landlock) {
-			useLeanStage(cmd, tr)
-		}
 		if launch.SweepAtClose && cfg.Sandbox.Mode == sandbox.WorkspaceWrite {
 			// Background jobs outlive the command that started them (until
 			// the session ends) and can plant after its check.

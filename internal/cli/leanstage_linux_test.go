@@ -13,7 +13,7 @@ import (
 )
 
 // leanTrace and vakTrace are the trace lines that say which program ran a
-// landlock sandbox's stages (broker's useLeanStage).
+// landlock sandbox's stages (the landlock backend's useLeanStage).
 const (
 	leanTrace = "vak trace: worker program: the lean stage program "
 	vakTrace  = "vak trace: worker program: vak itself ("

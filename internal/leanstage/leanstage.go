@@ -12,9 +12,10 @@
 //
 // The release keeps one static binary: scripts/build-vak builds the lean
 // program first and embeds it in vak (go build -overlay adds it to this
-// package). At run time Path copies it once into a sealed memfd, which the broker executes as the worker. A vak built without it
-// (plain go build or go install) has nothing embedded: Path reports
-// ErrNotEmbedded and the broker re-executes vak itself, with the same
+// package). At run time Path copies it once into a sealed memfd, which the
+// landlock backend has the broker execute as the worker. A vak built
+// without it (plain go build or go install) has nothing embedded: Path
+// reports ErrNotEmbedded and the worker is vak itself, with the same
 // restrictions and a slower start.
 package leanstage
 

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"vak/internal/errclass"
+	"vak/internal/leanstage"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
+	"vak/internal/trace"
 )
 
 // workerSpec is the landlock backend's part of the worker spec
@@ -72,6 +74,7 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 	if err != nil {
 		return nil, err
 	}
+	useLeanStage(ctx, cmd)
 	// Every process of the sandbox dies with stage 1 (the PID namespace's
 	// init), so the broker can sweep the workspace once more at the end.
 	// Every one of them runs under the seccomp filter, which refuses a
@@ -181,6 +184,21 @@ func (b *Backend) PrepareWorker(ctx context.Context, pp sandbox.ProcessPolicy, c
 		}
 	}
 	return l, nil
+}
+
+// useLeanStage makes cmd execute the lean stage program this process
+// embeds (package leanstage) instead of vak itself: the stages start faster
+// that way, under the same restrictions. vak run --trace says which
+// program runs.
+func useLeanStage(ctx context.Context, cmd *exec.Cmd) {
+	start := time.Now()
+	p, err := leanstage.Path()
+	if err != nil {
+		trace.From(ctx).Add("worker program: vak itself ("+err.Error()+")", start, time.Now())
+		return
+	}
+	cmd.Path = p
+	trace.From(ctx).Add("worker program: the lean stage program", start, time.Now())
 }
 
 // ErrHomeTarget reports a HOME where the view cannot place a persistent
