@@ -18,15 +18,15 @@ import (
 const inRodata = "a string literal in the test binary's read-only data, long enough to span more than nothing"
 
 func TestFileOffsetFindsTheExecutablesBytes(t *testing.T) {
-	off, ok := fileOffset(addrOf(inRodata), len(inRodata))
-	if !ok {
-		t.Fatal("no offset in /proc/self/exe for a string literal")
-	}
 	exe, err := os.Open("/proc/self/exe")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer exe.Close()
+	off, ok := fileOffset(exe, addrOf(inRodata), len(inRodata))
+	if !ok {
+		t.Fatal("no offset in /proc/self/exe for a string literal")
+	}
 	got := make([]byte, len(inRodata))
 	if _, err := exe.ReadAt(got, off); err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestFileOffsetFindsTheExecutablesBytes(t *testing.T) {
 	}
 	// Negative control: heap memory is in no mapping of the executable.
 	heap := strings.Repeat("x", 4096)
-	if off, ok := fileOffset(addrOf(heap), len(heap)); ok {
+	if off, ok := fileOffset(exe, addrOf(heap), len(heap)); ok {
 		t.Fatalf("heap string found at executable offset %d", off)
 	}
 }

@@ -58,27 +58,18 @@ func sealedExecutable(prog string) (string, error) {
 	return "/proc/self/fd/" + strconv.Itoa(high), nil
 }
 
-// fill writes prog to fd. prog lies in this process's executable, mapped
-// read-only: the kernel copies it from the executable's page cache
-// (sendfile), which spares this process a page fault for every page of it
-// it has not touched; where its place in the file cannot be found, fill
-// writes it from memory.
+// fill writes prog to fd: from the executable's page cache where it can
+// (sendFromExecutable), else from memory.
 func fill(fd int, prog string) error {
-	if off, ok := fileOffset(uintptr(unsafe.Pointer(unsafe.StringData(prog))), len(prog)); ok {
-		if exe, err := os.Open("/proc/self/exe"); err == nil {
-			err = sendAll(fd, int(exe.Fd()), off, len(prog))
-			exe.Close()
-			if err == nil {
-				return nil
-			}
-			// Start again, from memory.
-			if err := unix.Ftruncate(fd, 0); err != nil {
-				return err
-			}
-			if _, err := unix.Seek(fd, 0, 0); err != nil {
-				return err
-			}
-		}
+	if sendFromExecutable(fd, prog) == nil {
+		return nil
+	}
+	// Start again, from memory.
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return err
+	}
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return err
 	}
 	b := unsafe.Slice(unsafe.StringData(prog), len(prog))
 	for len(b) > 0 {
@@ -89,6 +80,23 @@ func fill(fd int, prog string) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// sendFromExecutable copies prog, which lies in this process's executable
+// mapped read-only, from the executable's page cache (sendfile): that
+// spares this process a page fault for every page of it it has not
+// touched.
+func sendFromExecutable(fd int, prog string) error {
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer exe.Close()
+	off, ok := fileOffset(exe, uintptr(unsafe.Pointer(unsafe.StringData(prog))), len(prog))
+	if !ok {
+		return errors.New("the program is not mapped from the executable")
+	}
+	return sendAll(fd, int(exe.Fd()), off, len(prog))
 }
 
 // sendAll copies n bytes at off of in to out.
@@ -106,12 +114,12 @@ func sendAll(out, in int, off int64, n int) error {
 	return nil
 }
 
-// fileOffset finds the offset in this process's executable of the n bytes
-// mapped at addr, from /proc/self/maps: the mapping that holds them whole
-// and is of the executable's inode.
-func fileOffset(addr uintptr, n int) (int64, bool) {
+// fileOffset finds the offset in exe, this process's executable, of the n
+// bytes mapped at addr, from /proc/self/maps: the mapping that holds them
+// whole and is of exe's inode.
+func fileOffset(exe *os.File, addr uintptr, n int) (int64, bool) {
 	var st unix.Stat_t
-	if unix.Stat("/proc/self/exe", &st) != nil {
+	if unix.Fstat(int(exe.Fd()), &st) != nil {
 		return 0, false
 	}
 	f, err := os.Open("/proc/self/maps")
