@@ -47,6 +47,10 @@ func Build(t testing.TB, pkg string) string {
 		}
 		return p
 	}
+	var root string
+	if pkg == vakPkg {
+		root = RepoRoot(t)
+	}
 	v, _ := builds.LoadOrStore(pkg, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() {
@@ -61,7 +65,7 @@ func Build(t testing.TB, pkg string) string {
 			// As scripts/build-vak builds it: with the lean stage
 			// program embedded (internal/leanstage).
 			var ov string
-			if ov, r.out, r.err = leanOverlay(dir); r.err != nil {
+			if ov, r.out, r.err = leanOverlay(root, dir); r.err != nil {
 				return
 			}
 			args = append(args, "-overlay", ov)
@@ -82,16 +86,11 @@ const vakPkg = "vak/cmd/vak"
 // builds it: with the lean stage program embedded.
 func Vak(t testing.TB) string { return Build(t, vakPkg) }
 
-// leanOverlay builds the lean stage program into dir with scripts/build-vak
-// -overlay and returns the overlay file for go build.
-func leanOverlay(dir string) (string, []byte, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}")
-	cmd.Env = buildEnv
-	root, err := cmd.Output()
-	if err != nil {
-		return "", root, err
-	}
-	cmd = exec.Command(filepath.Join(strings.TrimSpace(string(root)), "scripts", "build-vak"), "-overlay", filepath.Join(dir, "lean"))
+// leanOverlay builds the lean stage program into dir with the repository's
+// (root's) scripts/build-vak -overlay and returns the overlay file for go
+// build.
+func leanOverlay(root, dir string) (string, []byte, error) {
+	cmd := exec.Command(filepath.Join(root, "scripts", "build-vak"), "-overlay", filepath.Join(dir, "lean"))
 	cmd.Env = buildEnv
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
