@@ -84,18 +84,6 @@ func buildHello(dir string) (string, error) {
 	return bin, nil
 }
 
-// buildLean builds the lean stage program (internal/leanstage/program) into
-// dir as scripts/build-vak builds it and returns its path.
-func buildLean(dir string) (string, error) {
-	bin := filepath.Join(dir, "lean-stage")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "vak/internal/leanstage/program")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build (lean stage program): %w: %s", err, out)
-	}
-	return bin, nil
-}
-
 // runUsage runs the lean stage program n times with no arguments: it starts,
 // prints its usage and exits 2, all a process start costs it.
 func runUsage(n int, lean string) error {

@@ -154,7 +154,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lean, err := buildLean(helloDir)
+	lean, err := stats.BuildLean(filepath.Join(helloDir, "lean"))
 	if err != nil {
 		log.Fatal(err)
 	}

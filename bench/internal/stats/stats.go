@@ -80,21 +80,42 @@ func RunQuiet(argv ...string) error {
 // (scripts/build-vak: static, with the lean stage program embedded) and
 // returns its path.
 func BuildVak() (string, error) {
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	script, err := buildScript()
 	if err != nil {
-		return "", fmt.Errorf("find the module's directory: %w", err)
+		return "", err
 	}
 	dir, err := os.MkdirTemp("", "vak-bench-")
 	if err != nil {
 		return "", err
 	}
 	bin := dir + "/vak"
-	cmd := exec.Command(strings.TrimSpace(string(root))+"/scripts/build-vak", bin, "-trimpath")
-	out, err := cmd.CombinedOutput()
+	out, err := exec.Command(script, bin, "-trimpath").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %w: %s", err, out)
 	}
 	return bin, nil
+}
+
+// BuildLean builds the lean stage program into dir exactly as
+// scripts/build-vak embeds it in vak and returns its path.
+func BuildLean(dir string) (string, error) {
+	script, err := buildScript()
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(script, "-overlay", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("scripts/build-vak -overlay: %w: %s", err, out)
+	}
+	return filepath.Join(dir, "program"), nil
+}
+
+// buildScript is this module's scripts/build-vak.
+func buildScript() (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module's directory: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(root)), "scripts", "build-vak"), nil
 }
 
 // Vak returns the vak binary to measure: given, when a -vak flag named
