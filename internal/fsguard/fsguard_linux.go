@@ -761,6 +761,7 @@ type walker struct {
 type dirent struct {
 	name string
 	typ  uint8
+	ino  uint64 // d_ino
 }
 
 func (w *walker) dir(fd int, rel []string, depth int) {
@@ -851,6 +852,7 @@ func (w *walker) readDir(fd int) (ents []dirent, complete bool) {
 				name = name[:i]
 			}
 			typ := buf[off+18]
+			ino := binary.NativeEndian.Uint64(buf[off:])
 			off += reclen
 			if s := string(name); s != "." && s != ".." {
 				if w.entries >= MaxWalkEntries {
@@ -858,7 +860,7 @@ func (w *walker) readDir(fd int) (ents []dirent, complete bool) {
 					break
 				}
 				w.entries++
-				ents = append(ents, dirent{s, typ})
+				ents = append(ents, dirent{s, typ, ino})
 			}
 		}
 		if w.stopped {
