@@ -333,7 +333,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		// walk stats every file; a one-command run's sweep clears those
 		// of files that gained them while it ran (see
 		// worker.WatchedSnapshot).
-		walk = startWalk(opts.Workspace, cfg.Files.Protected, launch.Spec != nil, snapshot, snapshot && !opts.OneCommand, noSetIDModes && opts.OneCommand)
+		walk = startWalk(opts.Workspace, cfg.Files.Protected, launch.Spec != nil, snapshot, snapshot && !opts.OneCommand, noSetIDModes && opts.OneCommand, opts.OneCommand)
 	}
 	client, err := wire.Start(ctx, cmd, onStarted)
 	if walk != nil {

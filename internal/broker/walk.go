@@ -1,10 +1,15 @@
 package broker
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"vak/internal/fsguard"
+	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/trace"
 	"vak/internal/worker"
@@ -20,7 +25,11 @@ import (
 // repositories included), and, where the backend sweeps the workspace at
 // close, the baseline of that sweep, from the same walk
 // (worker.WatchedSnapshot, whose watch keeps it current: the sweep and
-// the watcher of a long-lived session then look only at what changed).
+// the watcher of a long-lived session then look only at what changed). A
+// session of one command whose backend allows no setuid mode change (a
+// cold `vak run`) takes both from the workspace's ledger instead
+// (worker.LedgerSnapshot): a stat per directory, and a read of those that
+// changed since the last run, where a walk would read every one.
 type workspaceWalk struct {
 	done     chan struct{}
 	prot     sandbox.Protection
@@ -38,14 +47,20 @@ type workspaceWalk struct {
 // paths: for the plan where plan is set (the backend's spec takes one),
 // for the sweep's baseline too where baseline is set (noSetIDModes as for
 // worker.WatchedSnapshot), and the watcher of a long-lived session against
-// it where watch is set. With neither it walks nothing.
-func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDModes bool) *workspaceWalk {
+// it where watch is set. ledger says the baseline is to come from the
+// workspace's ledger (one command, no setuid mode changes: see
+// workspaceWalk). With neither plan nor baseline it walks nothing.
+func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDModes, ledger bool) *workspaceWalk {
 	wk := &workspaceWalk{done: make(chan struct{}), start: time.Now()}
 	go func() {
 		defer close(wk.done)
 		defer func() { wk.end = time.Now() }()
 		if baseline {
-			wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
+			if ledger && noSetIDModes && !watch {
+				wk.baseline = worker.LedgerSnapshot(ws, protected, ledgerFile(ws))
+			} else {
+				wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
+			}
 			if watch {
 				wk.watcher, wk.watchErr = worker.NewWatcher(ws, protected, wk.baseline)
 			}
@@ -64,10 +79,37 @@ func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDMode
 	return wk
 }
 
+// ledgerFile is where the ledger of workspace ws is kept: in vak's state
+// directory, which no sandbox sees, named by a hash of the path. "" (no
+// state directory) keeps it for the process only.
+func ledgerFile(ws string) string {
+	d, err := paths.StateDir()
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(ws))
+	return filepath.Join(d, "ledgers", hex.EncodeToString(sum[:16]))
+}
+
 // wait waits for the walk to end and records it in tr.
 func (wk *workspaceWalk) wait(tr *trace.Trace) {
 	<-wk.done
-	tr.Add("  workspace walk (mount plan and baseline, while the worker starts)", wk.start, wk.end)
+	name := "  workspace walk (mount plan and baseline, while the worker starts)"
+	if st, ok := wk.baseline.LedgerStats(); ok {
+		name = fmt.Sprintf("  workspace ledger (mount plan and baseline, while the worker starts): %s", describeLedger(st))
+	}
+	tr.Add(name, wk.start, wk.end)
+}
+
+// describeLedger says what a ledger's pass did, for the trace.
+func describeLedger(st fsguard.LedgerStats) string {
+	switch {
+	case st.Off != "":
+		return "walked (" + st.Off + ")"
+	case !st.Loaded:
+		return fmt.Sprintf("walked %d directories (no record: %s)", st.Dirs, st.Why)
+	}
+	return fmt.Sprintf("read %d of %d directories, the rest unchanged since the last run", st.Read, st.Dirs)
 }
 
 // spec is the backend's part of the worker spec for the walk's plan

@@ -93,6 +93,9 @@ type Exec struct {
 	nullOnce sync.Once
 	null     *os.File
 
+	// ledger, if set, is what the tripwire scans with instead (a
+	// TripwireState's sweep, LedgerSnapshot).
+	ledger *fsguard.Ledger
 	// watching is set once a command's tripwire finished: later commands
 	// use Watch.
 	watching atomic.Bool

@@ -37,7 +37,22 @@ func (x *Exec) tripBefore() tripState {
 	if runtime.GOOS != "linux" {
 		return x.tripBeforeLegacy()
 	}
-	return snapshot(x.Workspace, x.Protected, x.watch())
+	return snapshot(x.Workspace, x.Protected, x.scanner())
+}
+
+// scanner is what the tripwire's passes look at the workspace with: a
+// Watch, a Ledger, or (a nil *fsguard.Watch) a walk each time.
+type scanner interface {
+	Scan(t *fsguard.Tree, setuid bool) (fsguard.Scan, error)
+}
+
+// scanner is the Exec's: its Ledger (a TripwireState's sweep), else its
+// Watch once it is in use.
+func (x *Exec) scanner() scanner {
+	if x.ledger != nil {
+		return x.ledger
+	}
+	return x.watch()
 }
 
 // watch is the Watch to use for a pass: none before the first command's
@@ -54,9 +69,11 @@ func (x *Exec) watch() *fsguard.Watch {
 type TripwireState struct {
 	st tripState
 	// ws and w are the workspace and the Watch that has kept it current
-	// since the state was recorded (WatchedSnapshot), or "" and nil.
+	// since the state was recorded (WatchedSnapshot), or "" and nil; l
+	// is the Ledger the state was recorded with (LedgerSnapshot).
 	ws string
 	w  *fsguard.Watch
+	l  *fsguard.Ledger
 }
 
 // Snapshot records the state of workspace ws for protected (the
@@ -66,7 +83,7 @@ func Snapshot(ws string, protected []string) *TripwireState {
 	if runtime.GOOS != "linux" {
 		return nil
 	}
-	return &TripwireState{st: snapshot(ws, protected, nil)}
+	return &TripwireState{st: snapshot(ws, protected, (*fsguard.Watch)(nil))}
 }
 
 // WatchedSnapshot is Snapshot recorded through an fsguard.Watch that the
@@ -100,6 +117,37 @@ func WatchedSnapshot(ws string, protected []string, noSetIDModes bool) *Tripwire
 	return &TripwireState{st: st, ws: ws, w: w}
 }
 
+// LedgerSnapshot is WatchedSnapshot for a workspace that is swept once,
+// by a process that will not be there for the next command (a cold `vak
+// run`): instead of a walk and a watch on every directory, it checks the
+// fsguard.Ledger kept in file (a stat per directory, a read of those that
+// changed since the last run) and its Sweep does the same again; Close
+// saves the Ledger for the next run. Like NewChangeWatch it is for a
+// workspace whose writers cannot give a file the setuid or setgid bit by a
+// mode change (noSetIDModes): its Sweep clears the bits of files that are
+// new since the state was recorded. stats, if set, is called with what
+// the snapshot's pass did (the trace).
+func LedgerSnapshot(ws string, protected []string, file string) *TripwireState {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	l := fsguard.OpenLedger(ws, file)
+	st := snapshot(ws, protected, l)
+	if st.err != nil {
+		return &TripwireState{st: st}
+	}
+	return &TripwireState{st: st, ws: ws, l: l}
+}
+
+// LedgerStats is what the Ledger of a LedgerSnapshot did in its last pass
+// (ok false for other states).
+func (s *TripwireState) LedgerStats() (st fsguard.LedgerStats, ok bool) {
+	if s == nil || s.l == nil {
+		return st, false
+	}
+	return s.l.Stats(), true
+}
+
 // Protection is the protected-path plan of the workspace ws as the state
 // recorded it (fsguard.ProtectionOf) for configured, the list the state was
 // recorded for: one walk then serves the sandbox's mounts and the sweep's
@@ -111,13 +159,19 @@ func (s *TripwireState) Protection(ws string, configured []string) (sandbox.Prot
 	return fsguard.ProtectionOf(ws, configured, s.st.git, s.st.prot), nil
 }
 
-// Close releases the Watch of a WatchedSnapshot (later Sweeps walk). It
-// does nothing for other states, nil included.
+// Close releases the Watch of a WatchedSnapshot (later Sweeps walk) and
+// saves the Ledger of a LedgerSnapshot. It does nothing for other states,
+// nil included.
 func (s *TripwireState) Close() error {
-	if s == nil || s.w == nil {
+	switch {
+	case s == nil:
 		return nil
+	case s.l != nil:
+		return s.l.Save()
+	case s.w != nil:
+		return s.w.Close()
 	}
-	return s.w.Close()
+	return nil
 }
 
 // watchOf is the state's Watch if it keeps workspace ws current, else nil.
@@ -179,13 +233,16 @@ func (s *TripwireState) Sweep(ws string, protected []string, res *wire.BashResul
 		return false, nil
 	}
 	x := &Exec{Workspace: ws, Protected: protected, Watch: s.watchOf(ws)}
+	if s.ws == ws {
+		x.ledger = s.l
+	}
 	x.watching.Store(x.Watch != nil)
 	return x.tripCheck(s.st, res)
 }
 
-// snapshot records the state of ws; w, if set, is the worker's Watch of
-// it.
-func snapshot(ws string, protected []string, w *fsguard.Watch) tripState {
+// snapshot records the state of ws, scanned with w (a nil *fsguard.Watch
+// walks).
+func snapshot(ws string, protected []string, w scanner) tripState {
 	t, err := fsguard.OpenTree(ws)
 	if err != nil {
 		return tripState{err: err}
@@ -288,7 +345,7 @@ func (x *Exec) tripCheck(before tripState, res *wire.BashResult) (denied bool, _
 		return false, fmt.Errorf("tripwire: %w", err)
 	}
 	defer t.Close()
-	sc, err := x.watch().Scan(t, true)
+	sc, err := x.scanner().Scan(t, true)
 	if x.Watch != nil {
 		x.watching.Store(true)
 	}
