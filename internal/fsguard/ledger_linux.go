@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -50,14 +51,16 @@ import (
 // guess.
 //
 // Stats of recorded directories go by path from the workspace (statx with
-// AT_SYMLINK_NOFOLLOW), parents before children. A symbolic link in the
-// middle of such a path means a parent's entries changed after the parent
-// passed its own check in this pass, which only a writer racing the pass
-// can do; the stat then reaches the directory the link leads to, and its
-// record is taken only if that is the very same directory (device, inode,
-// ctime), whose entries the record holds. The parent's change shows in the
-// next pass. Every directory that is read is opened beneath the workspace
-// without following any link (openat2), as Tree.Scan does.
+// AT_SYMLINK_NOFOLLOW), on as many threads as there are CPUs, in no
+// particular order: a stat that finds a directory's device, inode and
+// ctime as recorded proves that this directory had the recorded entries at
+// that moment, whichever path led to it, and any change after it gets a
+// new ctime, which the next pass sees. (A symbolic link in the middle of
+// such a path, put there by a writer racing the pass, leads either to the
+// very same directory or to one that does not match.) What a pass reads,
+// it reads in order, parents before children, each directory opened
+// beneath the workspace without following any link (openat2), as
+// Tree.Scan does.
 
 // racyMargin is how recent a directory's ctime may be, when it is read,
 // for the record to be trusted later: a kernel tick and a second of
@@ -85,6 +88,7 @@ type Ledger struct {
 	order []string         // the keys of dirs, sorted: parents first
 
 	rootDev, rootIno uint64
+	rootFD           int // the pass's Tree's, for statAll
 	bootID           string
 	clockOff         int64 // the largest wall - boot-time clock difference seen
 
@@ -201,19 +205,30 @@ func (l *Ledger) pass(t *Tree, setuid bool) (Scan, error) {
 	if len(l.dirs) > 0 && (uint64(root.Dev) != l.rootDev || root.Ino != l.rootIno) {
 		return Scan{}, errLedgerRoot
 	}
-	l.rootDev, l.rootIno = uint64(root.Dev), root.Ino
+	l.rootDev, l.rootIno, l.rootFD = uint64(root.Dev), root.Ino, t.fd
 	p := &lpass{l: l, t: t, setuid: setuid, now: time.Now().UnixNano(), next: make(map[string]*ldir, len(l.dirs)), sc: Scan{Git: map[string]Entry{}}}
-	if err := p.check("", l.dirs[""]); err != nil {
-		return Scan{}, err
+	same := l.statAll()
+	if len(l.order) == 0 {
+		if err := p.readDir("", nil, 0); err != nil {
+			return Scan{}, err
+		}
 	}
-	for _, rel := range l.order {
-		if rel == "" || p.dropped(rel) {
+	for i, rel := range l.order {
+		if p.dropped(rel) {
 			continue
 		}
 		if _, done := p.next[rel]; done {
 			continue
 		}
-		if err := p.check(rel, l.dirs[rel]); err != nil {
+		old := l.dirs[rel]
+		if same[i] {
+			p.next[rel] = old
+			if err := p.count(old); err != nil {
+				return Scan{}, err
+			}
+			continue
+		}
+		if err := p.readDir(rel, old, strings.Count(rel, "/")+1); err != nil {
 			return Scan{}, err
 		}
 	}
@@ -247,23 +262,44 @@ func (p *lpass) dropped(rel string) bool {
 	return p.gone[rel]
 }
 
-// check takes the recorded directory rel (old) as it is if a stat finds
-// it unchanged, else reads it.
-func (p *lpass) check(rel string, old *ldir) error {
-	if old != nil && old.ctime != 0 {
-		var stx unix.Statx_t
-		name, flags := rel, unix.AT_SYMLINK_NOFOLLOW
-		if rel == "" {
-			name, flags = "", unix.AT_EMPTY_PATH
-		}
-		err := unix.Statx(p.t.fd, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_CTIME, &stx)
-		if err == nil && stx.Mode&unix.S_IFMT == unix.S_IFDIR && unix.Mkdev(stx.Dev_major, stx.Dev_minor) == old.dev &&
-			stx.Ino == old.ino && stx.Ctime.Sec*1e9+int64(stx.Ctime.Nsec) == old.ctime {
-			p.next[rel] = old
-			return p.count(old)
-		}
+// statAll stats every recorded directory and says, in the order of
+// l.order, which are as recorded (device, inode, ctime; never a racy
+// one). A large record is split among a thread per CPU: the stats are
+// independent of each other (see the top of this file).
+func (l *Ledger) statAll() []bool {
+	same := make([]bool, len(l.order))
+	workers := min(runtime.GOMAXPROCS(0), 4, 1+len(l.order)/1024)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(l.order)/workers, (w+1)*len(l.order)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				same[i] = l.unchanged(l.order[i])
+			}
+		}()
 	}
-	return p.readDir(rel, old, strings.Count(rel, "/")+1)
+	wg.Wait()
+	return same
+}
+
+// unchanged says whether the directory rel is what its record says.
+func (l *Ledger) unchanged(rel string) bool {
+	d := l.dirs[rel]
+	if d.ctime == 0 {
+		return false
+	}
+	var stx unix.Statx_t
+	name, flags := rel, unix.AT_SYMLINK_NOFOLLOW
+	if rel == "" {
+		flags = unix.AT_EMPTY_PATH
+	}
+	if unix.Statx(l.rootFD, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_CTIME, &stx) != nil {
+		return false
+	}
+	return stx.Mode&unix.S_IFMT == unix.S_IFDIR && unix.Mkdev(stx.Dev_major, stx.Dev_minor) == d.dev &&
+		stx.Ino == d.ino && stx.Ctime.Sec*1e9+int64(stx.Ctime.Nsec) == d.ctime
 }
 
 // count adds the entries of d to the pass and checks the bound.
@@ -448,14 +484,16 @@ func encodeEnts(ents []dirent) []byte {
 	return b
 }
 
-// decodeEnts decodes what encodeEnts encoded (load checked that it
-// decodes), in its order.
+// decodeEnts decodes what encodeEnts encoded, in its order. It stops at
+// anything that is not an entry of a directory (the record is checked
+// only by its checksum when it is loaded): a listing cut short makes more
+// entries look new, which costs a stat or a read, never a miss.
 func decodeEnts(b []byte) []dirent {
 	var ents []dirent
 	for len(b) > 0 {
 		var e dirent
 		var ok bool
-		if e.name, b, ok = readString(b); !ok {
+		if e.name, b, ok = readString(b); !ok || e.name == "" || e.name == "." || e.name == ".." || strings.ContainsAny(e.name, "/\x00") {
 			return ents
 		}
 		v, k := binary.Uvarint(b)
@@ -466,32 +504,6 @@ func decodeEnts(b []byte) []dirent {
 		ents = append(ents, e)
 	}
 	return ents
-}
-
-// validEnts says whether b decodes to n entries in name order, each a
-// single path segment (without allocating: a record holds every name of
-// the workspace).
-func validEnts(b []byte, n int) bool {
-	count := 0
-	var prev []byte
-	for len(b) > 0 {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l == 0 || l > uint64(len(b)-k) {
-			return false
-		}
-		name := b[k : k+int(l)]
-		b = b[k+int(l):]
-		if string(name) == "." || string(name) == ".." || bytes.IndexByte(name, '/') >= 0 || bytes.IndexByte(name, 0) >= 0 || (count > 0 && bytes.Compare(name, prev) <= 0) {
-			return false
-		}
-		_, k = binary.Uvarint(b)
-		if k <= 0 || k >= len(b) {
-			return false
-		}
-		b, prev = b[k+1:], name
-		count++
-	}
-	return count == n
 }
 
 // Save writes the Ledger to its file if a pass changed it: a new file
@@ -618,7 +630,7 @@ func (l *Ledger) load() error {
 			d.git = append(d.git, r.str())
 		}
 		d.ents = r.bytes(int(r.uint()))
-		if r.bad || !validEnts(d.ents, d.n) || (rel != "" && (!filepath.IsLocal(rel) || path.Clean(rel) != rel || l.dirs[parentRel(rel)] == nil)) {
+		if r.bad || (rel != "" && (!filepath.IsLocal(rel) || path.Clean(rel) != rel || l.dirs[parentRel(rel)] == nil)) {
 			return errLedgerFile
 		}
 		l.dirs[rel], prev = d, rel
