@@ -652,7 +652,7 @@ func (s *Session) Close() error {
 	s.watcher.stop()
 	s.watcher = nil
 	if s.baseline != nil && s.swept == nil {
-		defer s.tr.Begin("  workspace sweep")()
+		start := time.Now()
 		// Every process of the sandbox is gone now (it ended with the
 		// worker): sweep against the workspace as it was before the
 		// session.
@@ -660,7 +660,12 @@ func (s *Session) Close() error {
 		if _, serr := s.baseline.Sweep(s.opts.Workspace, s.opts.Config.Files.Protected, s.swept); serr != nil {
 			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
 		}
+		name := "  workspace sweep"
+		if st, ok := s.baseline.LedgerStats(); ok {
+			name += " (ledger: " + describeLedger(st) + ")"
+		}
 		s.baseline.Close()
+		s.tr.Add(name, start, time.Now())
 	}
 	return err
 }

@@ -101,15 +101,15 @@ func (wk *workspaceWalk) wait(tr *trace.Trace) {
 	tr.Add(name, wk.start, wk.end)
 }
 
-// describeLedger says what a ledger's pass did, for the trace.
+// describeLedger says what a ledger's last pass did, for the trace.
 func describeLedger(st fsguard.LedgerStats) string {
 	switch {
 	case st.Off != "":
 		return "walked (" + st.Off + ")"
-	case !st.Loaded:
+	case !st.Loaded && st.Read == st.Dirs:
 		return fmt.Sprintf("walked %d directories (no record: %s)", st.Dirs, st.Why)
 	}
-	return fmt.Sprintf("read %d of %d directories, the rest unchanged since the last run", st.Read, st.Dirs)
+	return fmt.Sprintf("read %d of %d directories, the rest unchanged", st.Read, st.Dirs)
 }
 
 // spec is the backend's part of the worker spec for the walk's plan
