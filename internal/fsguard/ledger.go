@@ -1,7 +1,5 @@
 package fsguard
 
-import "errors"
-
 // A Ledger is the record of a workspace's directories that one process
 // leaves for the next: for every directory, its identity, its change time
 // (ctime) and its entries' names. A pass (Ledger.Scan) looks again only at
@@ -28,9 +26,3 @@ type LedgerStats struct {
 	// Off says why the Ledger gave up and every pass walks, or "".
 	Off string
 }
-
-// Reasons a Ledger's pass starts over from a walk.
-var (
-	errLedgerClock = errors.New("the clock was set back")
-	errLedgerRoot  = errors.New("the workspace directory is another one")
-)

@@ -75,6 +75,12 @@ const (
 	clockSlack = time.Second
 )
 
+// Reasons a Ledger's pass starts over from a walk.
+var (
+	errLedgerClock = errors.New("the clock was set back")
+	errLedgerRoot  = errors.New("the workspace directory is another one")
+)
+
 // ledgerMagic starts a Ledger's file; the number is its format's version.
 const ledgerMagic = "vak-ledger 1\n"
 
@@ -658,14 +664,14 @@ func (r *lreader) uint() uint64 {
 	return v
 }
 
+// int decodes what binary.AppendVarint encoded (zigzag over a uvarint).
 func (r *lreader) int() int64 {
-	v, k := binary.Varint(r.b)
-	if k <= 0 {
-		r.bad, r.b = true, nil
-		return 0
+	u := r.uint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	r.b = r.b[k:]
-	return v
+	return x
 }
 
 func (r *lreader) bytes(n int) []byte {

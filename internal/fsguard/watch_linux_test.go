@@ -39,10 +39,19 @@ func requireWatchAgreesOrWalks(t *testing.T, w *Watch, tree *Tree, step string, 
 	if w.Err() != nil && !mayWalk {
 		t.Fatalf("%s: the watch gave up: %v", step, w.Err())
 	}
+	requireScanIsWalks(t, "watch", got, want, tree, step)
+}
+
+// requireScanIsWalks fails the test unless got (what's Scan) is want
+// (the walk's) in every field the tripwire reads: the .git entries, the
+// setuid files, truncation, and Lacks for names in the workspace
+// directory and for a few that are not.
+func requireScanIsWalks(t *testing.T, what string, got, want Scan, tree *Tree, step string) {
+	t.Helper()
 	slices.Sort(want.Setuid)
 	slices.Sort(got.Setuid)
 	if !maps.Equal(got.Git, want.Git) || !slices.Equal(got.Setuid, want.Setuid) || got.Truncated != want.Truncated {
-		t.Fatalf("%s: watch and walk differ:\nwatch git %v setuid %q\nwalk  git %v setuid %q", step, got.GitNames(), got.Setuid, want.GitNames(), want.Setuid)
+		t.Fatalf("%s: %s and walk differ:\n%s git %v setuid %q\nwalk git %v setuid %q", step, what, what, got.GitNames(), got.Setuid, want.GitNames(), want.Setuid)
 	}
 	names := []string{".git", ".GIT", ".vscode", "a", "b", "A", "zz"}
 	if ents, err := os.ReadDir(tree.Path()); err == nil {
@@ -52,7 +61,7 @@ func requireWatchAgreesOrWalks(t *testing.T, w *Watch, tree *Tree, step string, 
 	}
 	for _, n := range names {
 		if got.Lacks(n) != want.Lacks(n) {
-			t.Fatalf("%s: Lacks(%q): watch %v, walk %v", step, n, got.Lacks(n), want.Lacks(n))
+			t.Fatalf("%s: Lacks(%q): %s %v, walk %v", step, n, what, got.Lacks(n), want.Lacks(n))
 		}
 	}
 }
@@ -67,7 +76,6 @@ func requireWatchAgreesOrWalks(t *testing.T, w *Watch, tree *Tree, step string, 
 // stats no file, gives the same answers here: the workspace starts empty,
 // so every file it holds was made after that build.
 func TestWatchAgreesWithWalk(t *testing.T) {
-	names := []string{"a", "b", "c", ".git", ".GIT", "x.git", "a b"}
 	for seed := range uint64(12) {
 		newWatch := NewWatch
 		if seed%2 == 1 {
@@ -75,62 +83,18 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 		}
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			hw := newHostWorld(t)
-			out := filepath.Join(hw.other, "moved")
+			out, r := filepath.Join(hw.other, "moved"), rand.New(rand.NewPCG(seed, 7))
 			os.MkdirAll(out, 0o755)
-			r := rand.New(rand.NewPCG(seed, 7))
-			pick := func() string {
-				segs := make([]string, 1+r.IntN(4))
-				for i := range segs {
-					segs[i] = names[r.IntN(len(names))]
-				}
-				return filepath.Join(segs...)
-			}
+			pick := func() string { return randomRel(r) }
 			w := newWatch(hw.ws)
 			defer w.Close()
 			requireWatchAgrees(t, w, hw.tree, "empty")
 			var log []string
 			for i := range 300 {
 				p, q := pick(), pick()
-				abs := func(rel string) string { return filepath.Join(hw.ws, rel) }
-				op := r.IntN(14)
-				switch op {
-				case 0, 1:
-					os.MkdirAll(abs(p), 0o755)
-				case 2:
-					os.MkdirAll(filepath.Dir(abs(p)), 0o755)
-					os.WriteFile(abs(p), []byte("x"), 0o644)
-				case 3:
-					chmodFile(abs(p), os.ModeSetuid|0o755)
-				case 4:
-					chmodFile(abs(p), os.ModeSetgid|0o644)
-				case 5:
-					chmodFile(abs(p), 0o644)
-				case 6:
-					os.Rename(abs(p), abs(q))
-				case 7:
-					unix.Renameat2(unix.AT_FDCWD, abs(p), unix.AT_FDCWD, abs(q), unix.RENAME_EXCHANGE)
-				case 8:
-					os.RemoveAll(abs(p))
-				case 9:
-					// Links lead nowhere outside the test's directory: the
-					// operations here follow them.
-					os.Symlink([]string{"..", hw.other, "a"}[r.IntN(3)], abs(p))
-				case 10:
-					os.Link(abs(p), abs(q))
-				case 11:
-					// Out of the workspace, and later back in elsewhere.
-					os.RemoveAll(filepath.Join(out, "d"))
-					os.Rename(abs(p), filepath.Join(out, "d"))
-				case 12:
-					os.MkdirAll(filepath.Join(out, "d", "n", ".git"), 0o755)
-					os.Rename(filepath.Join(out, "d"), abs(q))
-				case 13:
-					os.MkdirAll(filepath.Dir(abs(p)), 0o755)
-					if fd, err := unix.Open(abs(p), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755); err == nil {
-						unix.Close(fd)
-					}
-				}
-				log = append(log, fmt.Sprintf("%d %q %q", op, p, q))
+				op := watchOps[r.IntN(len(watchOps))]
+				randomChange(hw, out, r, op, p, q)
+				log = append(log, fmt.Sprintf("%s %q %q", op, p, q))
 				if r.IntN(3) == 0 {
 					requireWatchAgrees(t, w, hw.tree, fmt.Sprintf("after step %d (last ops: %s)", i, strings.Join(log[max(0, len(log)-6):], "; ")))
 				}
@@ -138,6 +102,75 @@ func TestWatchAgreesWithWalk(t *testing.T) {
 			requireWatchAgrees(t, w, hw.tree, "at the end")
 			t.Logf("%d rebuilds", w.Rebuilds())
 		})
+	}
+}
+
+// randomRel is a workspace-relative path of one to four segments drawn
+// from names that matter to the tripwire and names that do not.
+func randomRel(r *rand.Rand) string {
+	names := []string{"a", "b", "c", ".git", ".GIT", "x.git", "a b"}
+	segs := make([]string, 1+r.IntN(4))
+	for i := range segs {
+		segs[i] = names[r.IntN(len(names))]
+	}
+	return filepath.Join(segs...)
+}
+
+// watchOps are the changes TestWatchAgreesWithWalk draws from
+// (randomChange), mkdir twice as often as the others.
+var watchOps = []string{"mkdir", "mkdir", "write", "chmod setuid", "chmod setgid", "chmod plain", "rename", "exchange", "remove", "symlink", "link", "move out", "move in", "create setuid"}
+
+// randomChange makes the change op in hw's workspace with the random
+// workspace-relative paths p and q (out is a directory outside the
+// workspace to move directories to and from).
+func randomChange(hw *hostWorld, out string, r *rand.Rand, op, p, q string) {
+	abs := func(rel string) string { return filepath.Join(hw.ws, rel) }
+	switch op {
+	case "mkdir":
+		os.MkdirAll(abs(p), 0o755)
+	case "write":
+		os.MkdirAll(filepath.Dir(abs(p)), 0o755)
+		os.WriteFile(abs(p), []byte("x"), 0o644)
+	case "chmod setuid":
+		chmodFile(abs(p), os.ModeSetuid|0o755)
+	case "chmod setgid":
+		chmodFile(abs(p), os.ModeSetgid|0o644)
+	case "chmod plain":
+		chmodFile(abs(p), 0o644)
+	case "rename":
+		os.Rename(abs(p), abs(q))
+	case "exchange":
+		unix.Renameat2(unix.AT_FDCWD, abs(p), unix.AT_FDCWD, abs(q), unix.RENAME_EXCHANGE)
+	case "remove":
+		os.RemoveAll(abs(p))
+	case "symlink":
+		// Links lead nowhere outside the test's directory: the
+		// operations here follow them.
+		os.Symlink([]string{"..", hw.other, "a"}[r.IntN(3)], abs(p))
+	case "link":
+		os.Link(abs(p), abs(q))
+	case "move out":
+		// Out of the workspace, and later back in elsewhere.
+		os.RemoveAll(filepath.Join(out, "d"))
+		os.Rename(abs(p), filepath.Join(out, "d"))
+	case "move in":
+		os.MkdirAll(filepath.Join(out, "d", "n", ".git"), 0o755)
+		os.Rename(filepath.Join(out, "d"), abs(q))
+	case "create setuid":
+		os.MkdirAll(filepath.Dir(abs(p)), 0o755)
+		if fd, err := unix.Open(abs(p), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755); err == nil {
+			unix.Close(fd)
+		}
+	case "hide":
+		// A new directory, and its parent's times put back.
+		d := filepath.Dir(abs(p))
+		var st unix.Stat_t
+		if unix.Lstat(d, &st) == nil {
+			os.Mkdir(abs(p), 0o755)
+			unix.UtimesNanoAt(unix.AT_FDCWD, d, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+		}
+	default:
+		panic("randomChange: no change " + op)
 	}
 }
 
