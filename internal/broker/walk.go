@@ -29,12 +29,17 @@ import (
 // session of one command whose backend allows no setuid mode change (a
 // cold `vak run`) takes both from the workspace's ledger instead
 // (worker.LedgerSnapshot): a stat per directory, and a read of those that
-// changed since the last run, where a walk would read every one.
+// changed since the last run, where a walk would read every one. One that
+// needs no baseline (a read-only `vak run`) takes its plan from the ledger
+// too.
 type workspaceWalk struct {
 	done     chan struct{}
 	prot     sandbox.Protection
 	err      error
 	baseline *worker.TripwireState
+	// ledger is the state the plan alone came from (no baseline), for
+	// the trace.
+	ledger *worker.TripwireState
 	// watcher holds the workspace against the baseline for a long-lived
 	// session (its first pass walks no more: it shares the baseline's
 	// watch); watchErr says why there is none where one was asked for.
@@ -47,9 +52,10 @@ type workspaceWalk struct {
 // paths: for the plan where plan is set (the backend's spec takes one),
 // for the sweep's baseline too where baseline is set (noSetIDModes as for
 // worker.WatchedSnapshot), and the watcher of a long-lived session against
-// it where watch is set. ledger says the baseline is to come from the
-// workspace's ledger (one command, no setuid mode changes: see
-// workspaceWalk). With neither plan nor baseline it walks nothing.
+// it where watch is set. ledger says the session runs one command: the
+// baseline comes from the workspace's ledger where noSetIDModes is set
+// too, and a plan without a baseline always does (see workspaceWalk).
+// With neither plan nor baseline it walks nothing.
 func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDModes, ledger bool) *workspaceWalk {
 	wk := &workspaceWalk{done: make(chan struct{}), start: time.Now()}
 	go func() {
@@ -71,6 +77,16 @@ func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDMode
 			// No baseline here (not Linux), or none could be recorded
 			// (the sweep says so): the plan walks for itself, as it
 			// would without a baseline.
+		}
+		if plan && ledger && !baseline {
+			// Nothing the command does is swept: the record is saved
+			// as this pass left it.
+			wk.ledger = worker.LedgerSnapshot(ws, protected, ledgerFile(ws))
+			if wk.ledger != nil && wk.ledger.Err() == nil {
+				wk.prot, wk.err = wk.ledger.Protection(ws, protected)
+				wk.ledger.Close()
+				return
+			}
 		}
 		if plan {
 			wk.prot, wk.err = fsguard.PlanProtection(ws, protected)
@@ -97,6 +113,8 @@ func (wk *workspaceWalk) wait(tr *trace.Trace) {
 	name := "  workspace walk (mount plan and baseline, while the worker starts)"
 	if st, ok := wk.baseline.LedgerStats(); ok {
 		name = fmt.Sprintf("  workspace ledger (mount plan and baseline, while the worker starts): %s", describeLedger(st))
+	} else if st, ok := wk.ledger.LedgerStats(); ok {
+		name = fmt.Sprintf("  workspace ledger (mount plan, while the worker starts): %s", describeLedger(st))
 	}
 	tr.Add(name, wk.start, wk.end)
 }

@@ -30,7 +30,9 @@ var ledgerTrace = regexp.MustCompile(`workspace ledger \([^)]*\): (read (\d+) of
 //   - a repository the user makes between runs in a trusted directory is
 //     read-only for the next command, whose other writes there work;
 //   - the ledger is out of the sandbox's sight: the command can neither
-//     read nor replace it (the host can read it: the control).
+//     read nor replace it (the host can read it: the control);
+//   - a read-only run takes its plan from the ledger too, and its command
+//     reads the workspace but writes nothing there.
 func TestRunLedger(t *testing.T) {
 	testenv.RequireLandlock(t)
 	cfg := writeConfig(t, "version = 1\n[sandbox]\nbackend = \"landlock\"\n")
@@ -44,9 +46,10 @@ func TestRunLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(script string) (stdout, stderr string) {
+	run := func(script string, flags ...string) (stdout, stderr string) {
 		t.Helper()
-		cmd := exec.Command(testenv.Vak(t), "--config", cfg, "run", "--trace", "-w", ws, "--", "sh", "-c", script)
+		args := append([]string{"--config", cfg, "run", "--trace", "-w", ws}, flags...)
+		cmd := exec.Command(testenv.Vak(t), append(args, "--", "sh", "-c", script)...)
 		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -121,5 +124,13 @@ func TestRunLedger(t *testing.T) {
 	out, _ = run(fmt.Sprintf(`cat %q >/dev/null 2>&1 && echo READ; echo x > %q 2>/dev/null && echo REPLACED; ls %q >/dev/null 2>&1 && echo LISTED; echo done`, files[0], files[0], filepath.Dir(files[0])))
 	if strings.Contains(out, "READ") || strings.Contains(out, "REPLACED") || strings.Contains(out, "LISTED") || !strings.Contains(out, "done") {
 		t.Fatalf("the sandbox reached the ledger: %q", out)
+	}
+
+	out, trace = run(`cat x/y/f && touch x/y/ro 2>/dev/null && echo WROTE; true`, "--mode", "read-only")
+	if m := ledger(trace); !strings.Contains(m[0], "(mount plan,") || m[2] == m[3] {
+		t.Fatalf("read-only run: %q, want the plan from the ledger", m[0])
+	}
+	if _, err := os.Stat(filepath.Join(ws, "x", "y", "ro")); err == nil || strings.Contains(out, "WROTE") || !strings.HasPrefix(out, "x") {
+		t.Fatalf("read-only run: stdout %q (want the file read and nothing written)", out)
 	}
 }
