@@ -352,12 +352,8 @@ func (t *Tree) Scan(setuid bool) (Scan, error) {
 				record(dirfd, name, rel)
 				return false
 			}
-			if setuid && typ == unix.DT_REG {
-				var st unix.Stat_t
-				if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
-					st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-					sc.Setuid = append(sc.Setuid, strings.Join(rel, "/"))
-				}
+			if setuid && typ == unix.DT_REG && setIDFile(dirfd, name) {
+				sc.Setuid = append(sc.Setuid, strings.Join(rel, "/"))
 			}
 			return false
 		},
@@ -375,6 +371,14 @@ func (t *Tree) Scan(setuid bool) (Scan, error) {
 	w.dir(fd, nil, 0)
 	sc.Truncated = w.truncated
 	return sc, nil
+}
+
+// setIDFile says whether name in dirfd is a regular file with the setuid
+// or setgid bit (not following a link).
+func setIDFile(dirfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0
 }
 
 // listRoot records the entries of the workspace directory (ents, read to

@@ -94,7 +94,6 @@ type Ledger struct {
 	order []string         // the keys of dirs, sorted: parents first
 
 	rootDev, rootIno uint64
-	rootFD           int // the pass's Tree's, for statAll
 	bootID           string
 	clockOff         int64 // the largest wall - boot-time clock difference seen
 
@@ -211,11 +210,11 @@ func (l *Ledger) pass(t *Tree, setuid bool) (Scan, error) {
 	if len(l.dirs) > 0 && (uint64(root.Dev) != l.rootDev || root.Ino != l.rootIno) {
 		return Scan{}, errLedgerRoot
 	}
-	l.rootDev, l.rootIno, l.rootFD = uint64(root.Dev), root.Ino, t.fd
+	l.rootDev, l.rootIno = uint64(root.Dev), root.Ino
 	p := &lpass{l: l, t: t, setuid: setuid, now: time.Now().UnixNano(), next: make(map[string]*ldir, len(l.dirs)), sc: Scan{Git: map[string]Entry{}}}
-	same := l.statAll()
+	same := l.statAll(t.fd)
 	if len(l.order) == 0 {
-		if err := p.readDir("", nil, 0); err != nil {
+		if err := p.readDir("", nil); err != nil {
 			return Scan{}, err
 		}
 	}
@@ -234,7 +233,7 @@ func (l *Ledger) pass(t *Tree, setuid bool) (Scan, error) {
 			}
 			continue
 		}
-		if err := p.readDir(rel, old, strings.Count(rel, "/")+1); err != nil {
+		if err := p.readDir(rel, old); err != nil {
 			return Scan{}, err
 		}
 	}
@@ -268,11 +267,12 @@ func (p *lpass) dropped(rel string) bool {
 	return p.gone[rel]
 }
 
-// statAll stats every recorded directory and says, in the order of
-// l.order, which are as recorded (device, inode, ctime; never a racy
-// one). A large record is split among a thread per CPU: the stats are
-// independent of each other (see the top of this file).
-func (l *Ledger) statAll() []bool {
+// statAll stats every recorded directory from root (the workspace's
+// descriptor) and says, in the order of l.order, which are as recorded
+// (device, inode, ctime; never a racy one). A large record is split among
+// a thread per CPU: the stats are independent of each other (see the top
+// of this file).
+func (l *Ledger) statAll(root int) []bool {
 	same := make([]bool, len(l.order))
 	workers := min(runtime.GOMAXPROCS(0), 4, 1+len(l.order)/1024)
 	var wg sync.WaitGroup
@@ -282,7 +282,7 @@ func (l *Ledger) statAll() []bool {
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				same[i] = l.unchanged(l.order[i])
+				same[i] = l.unchanged(root, l.order[i])
 			}
 		}()
 	}
@@ -290,8 +290,9 @@ func (l *Ledger) statAll() []bool {
 	return same
 }
 
-// unchanged says whether the directory rel is what its record says.
-func (l *Ledger) unchanged(rel string) bool {
+// unchanged says whether the directory rel (below root) is what its
+// record says.
+func (l *Ledger) unchanged(root int, rel string) bool {
 	d := l.dirs[rel]
 	if d.ctime == 0 {
 		return false
@@ -301,7 +302,7 @@ func (l *Ledger) unchanged(rel string) bool {
 	if rel == "" {
 		flags = unix.AT_EMPTY_PATH
 	}
-	if unix.Statx(l.rootFD, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_CTIME, &stx) != nil {
+	if unix.Statx(root, name, flags, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_CTIME, &stx) != nil {
 		return false
 	}
 	return stx.Mode&unix.S_IFMT == unix.S_IFDIR && unix.Mkdev(stx.Dev_major, stx.Dev_minor) == d.dev &&
@@ -316,21 +317,15 @@ func (p *lpass) count(d *ldir) error {
 	return nil
 }
 
-// readDir reads the directory rel (depth levels down; "" is 0) and records
-// it, comparing its entries with old's where old is the same directory:
-// subdirectories that are new or another inode are read too (and what was
-// recorded below them dropped), vanished ones are dropped, and with setuid
-// new regular files are looked at for the setuid and setgid bits.
-func (p *lpass) readDir(rel string, old *ldir, depth int) error {
-	if rel == "" {
-		depth = 0
+// readDir reads the directory rel and records it, comparing its entries
+// with old's where old is the same directory (see compare).
+func (p *lpass) readDir(rel string, old *ldir) error {
+	depth, name := 0, "."
+	if rel != "" {
+		depth, name = strings.Count(rel, "/")+1, rel
 	}
 	if depth >= MaxWalkDepth {
 		return fmt.Errorf("more than %d levels", MaxWalkDepth)
-	}
-	name := rel
-	if rel == "" {
-		name = "."
 	}
 	fd, err := openat2(p.t.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, strictResolve)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
@@ -360,21 +355,6 @@ func (p *lpass) readDir(rel string, old *ldir, depth int) error {
 	if !complete {
 		return fmt.Errorf("directory %q: could not read all of it", rel)
 	}
-	var before map[string]dirent
-	if old != nil && old.ino == d.ino && old.dev == d.dev {
-		before = make(map[string]dirent, old.n)
-		for _, e := range decodeEnts(old.ents) {
-			before[e.name] = e
-		}
-	} else if old != nil {
-		p.drop(rel) // what was recorded below it was another directory's
-	}
-	p.read++
-	d.n = len(ents)
-	p.next[rel] = d
-	if err := p.count(d); err != nil {
-		return err
-	}
 	for i := range ents {
 		e := &ents[i]
 		if e.typ == unix.DT_UNKNOWN {
@@ -384,9 +364,35 @@ func (p *lpass) readDir(rel string, old *ldir, depth int) error {
 			} // else gone since: the directory's ctime has changed
 		}
 	}
-	d.ents = encodeEnts(ents)
+	p.read++
+	d.n, d.ents = len(ents), encodeEnts(ents)
+	p.next[rel] = d
+	if err := p.count(d); err != nil {
+		return err
+	}
 	if rel == "" {
 		p.sc.listRoot(ents, true)
+	}
+	if old != nil && (old.ino != d.ino || old.dev != d.dev) {
+		p.drop(rel) // what was recorded below it was another directory's
+		old = nil
+	}
+	return p.compare(fd, rel, d, ents, old)
+}
+
+// compare goes through the entries ents just read of the directory rel
+// (fd, recorded as d) against old, its record (nil: none, or another
+// directory's): .git entries are noted in d, subdirectories that are new
+// or another inode are read too (and what was recorded below them
+// dropped), vanished ones are dropped, and with setuid new regular files
+// are looked at for the setuid and setgid bits.
+func (p *lpass) compare(fd int, rel string, d *ldir, ents []dirent, old *ldir) error {
+	var before map[string]dirent
+	if old != nil {
+		before = make(map[string]dirent, old.n)
+		for _, e := range decodeEnts(old.ents) {
+			before[e.name] = e
+		}
 	}
 	for _, e := range ents {
 		b, known := before[e.name]
@@ -400,15 +406,11 @@ func (p *lpass) readDir(rel string, old *ldir, depth int) error {
 				continue // checked in its turn (parents sort first)
 			}
 			p.drop(child)
-			if err := p.readDir(child, nil, depth+1); err != nil {
+			if err := p.readDir(child, nil); err != nil {
 				return err
 			}
-		case e.typ == unix.DT_REG && p.setuid && !same:
-			var fst unix.Stat_t
-			if unix.Fstatat(fd, e.name, &fst, unix.AT_SYMLINK_NOFOLLOW) == nil &&
-				fst.Mode&unix.S_IFMT == unix.S_IFREG && fst.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-				p.sc.Setuid = append(p.sc.Setuid, child)
-			}
+		case e.typ == unix.DT_REG && p.setuid && !same && setIDFile(fd, e.name):
+			p.sc.Setuid = append(p.sc.Setuid, child)
 		}
 	}
 	for name, b := range before {
