@@ -62,7 +62,7 @@ func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDMode
 		defer close(wk.done)
 		defer func() { wk.end = time.Now() }()
 		if baseline {
-			if ledger && noSetIDModes && !watch {
+			if ledger && noSetIDModes {
 				wk.baseline = worker.LedgerSnapshot(ws, protected, ledgerFile(ws))
 			} else {
 				wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
@@ -110,11 +110,13 @@ func ledgerFile(ws string) string {
 // wait waits for the walk to end and records it in tr.
 func (wk *workspaceWalk) wait(tr *trace.Trace) {
 	<-wk.done
-	name := "  workspace walk (mount plan and baseline, while the worker starts)"
-	if st, ok := wk.baseline.LedgerStats(); ok {
-		name = fmt.Sprintf("  workspace ledger (mount plan and baseline, while the worker starts): %s", describeLedger(st))
-	} else if st, ok := wk.ledger.LedgerStats(); ok {
-		name = fmt.Sprintf("  workspace ledger (mount plan, while the worker starts): %s", describeLedger(st))
+	state, what := wk.baseline, "mount plan and baseline"
+	if wk.ledger != nil {
+		state, what = wk.ledger, "mount plan"
+	}
+	name := "  workspace walk (" + what + ", while the worker starts)"
+	if st, ok := state.LedgerStats(); ok {
+		name = fmt.Sprintf("  workspace ledger (%s, while the worker starts): %s", what, describeLedger(st))
 	}
 	tr.Add(name, wk.start, wk.end)
 }
