@@ -59,6 +59,16 @@ var openat2Works atomic.Bool
 // Path is the workspace path.
 func (t *Tree) Path() string { return t.path }
 
+// Root is the device and inode of the directory the Tree holds open: what
+// the workspace was when it was opened, whatever its path leads to now.
+func (t *Tree) Root() (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(t.fd, &st); err != nil {
+		return 0, 0, fmt.Errorf("fsguard: stat workspace %q: %w", t.path, err)
+	}
+	return st.Dev, st.Ino, nil
+}
+
 // Close releases the workspace descriptor.
 func (t *Tree) Close() error {
 	if t.fd < 0 {

@@ -11,6 +11,9 @@ func OpenTree(workspace string) (*Tree, error) { return nil, errUnsupported }
 // Path is the workspace path.
 func (t *Tree) Path() string { return t.path }
 
+// Root fails with ErrUnsupported.
+func (t *Tree) Root() (dev, ino uint64, err error) { return 0, 0, errUnsupported }
+
 // Close does nothing.
 func (t *Tree) Close() error { return errUnsupported }
 
