@@ -29,6 +29,7 @@ import (
 	"vak/internal/config"
 	"vak/internal/fsguard"
 	"vak/internal/hostenv"
+	"vak/internal/keeper"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/shellquote"
@@ -139,6 +140,11 @@ type Session struct {
 	local *worker.Exec
 	// lifeR is local's lifeline (the read end of the lifeline pipe).
 	lifeR *os.File
+	// exe is the vak binary (Options.Executable), planState the ledger
+	// state a plan without a baseline came from (the trace, and a keeper
+	// for the next runs: startKeeper).
+	exe       string
+	planState *worker.TripwireState
 }
 
 // Start starts a worker for opts.
@@ -155,6 +161,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			return nil, fmt.Errorf("broker: find vak binary: %w", err)
 		}
 	}
+	s.exe = exe
 	spec := &worker.Spec{
 		Backend:        opts.Backend.Name(),
 		Workspace:      opts.Workspace,
@@ -338,7 +345,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	client, err := wire.Start(ctx, cmd, onStarted)
 	if walk != nil {
 		walk.wait(tr)
-		s.baseline = walk.baseline
+		s.baseline, s.planState = walk.baseline, walk.ledger
 	}
 	tr.Add("worker start (sandbox set-up) to ready", spawned, time.Now())
 	if err != nil {
@@ -661,13 +668,40 @@ func (s *Session) Close() error {
 			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
 		}
 		name := "  workspace sweep"
-		if st, ok := s.baseline.LedgerStats(); ok {
+		if pid, ok, _ := s.baseline.Keeper(); ok {
+			name += fmt.Sprintf(" (keeper: answered by pid %d)", pid)
+		} else if st, ok := s.baseline.LedgerStats(); ok {
 			name += " (ledger: " + describeLedger(st) + ")"
 		}
 		s.baseline.Close()
 		s.tr.Add(name, start, time.Now())
+		s.startKeeper(s.baseline)
+	}
+	if s.planState != nil {
+		s.startKeeper(s.planState)
+		s.planState = nil
 	}
 	return err
+}
+
+// startKeeper starts a keeper of the workspace for the next runs
+// (package keeper) where state's ledger found it large enough and no
+// keeper answered. A keeper only saves time: one that cannot start is
+// recorded in the trace, no error.
+func (s *Session) startKeeper(state *worker.TripwireState) {
+	if !state.WantsKeeper() {
+		return
+	}
+	start := time.Now()
+	pid, err := keeper.Start(s.exe, s.opts.Workspace)
+	name := fmt.Sprintf("  workspace keeper started for the next runs (pid %d)", pid)
+	switch {
+	case err != nil:
+		name = "  workspace keeper not started: " + err.Error()
+	case pid == 0:
+		name = "  workspace keeper already starting"
+	}
+	s.tr.Add(name, start, time.Now())
 }
 
 // Swept reports what the sweep at Close removed or cleared (nil before

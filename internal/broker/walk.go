@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"vak/internal/fsguard"
+	"vak/internal/keeper"
 	"vak/internal/paths"
 	"vak/internal/sandbox"
 	"vak/internal/trace"
@@ -63,7 +64,7 @@ func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDMode
 		defer func() { wk.end = time.Now() }()
 		if baseline {
 			if ledger && noSetIDModes {
-				wk.baseline = worker.LedgerSnapshot(ws, protected, ledgerFile(ws))
+				wk.baseline = worker.LedgerSnapshot(ws, protected, ledgerFile(ws), keeper.SocketOf(ws))
 			} else {
 				wk.baseline = worker.WatchedSnapshot(ws, protected, noSetIDModes)
 			}
@@ -81,7 +82,7 @@ func startWalk(ws string, protected []string, plan, baseline, watch, noSetIDMode
 		if plan && ledger && !baseline {
 			// Nothing the command does is swept: the record is saved
 			// as this pass left it.
-			wk.ledger = worker.LedgerSnapshot(ws, protected, ledgerFile(ws))
+			wk.ledger = worker.LedgerSnapshot(ws, protected, ledgerFile(ws), keeper.SocketOf(ws))
 			if wk.ledger != nil && wk.ledger.Err() == nil {
 				wk.prot, wk.err = wk.ledger.Protection(ws, protected)
 				wk.ledger.Close()
@@ -115,7 +116,9 @@ func (wk *workspaceWalk) wait(tr *trace.Trace) {
 		state, what = wk.ledger, "mount plan"
 	}
 	name := "  workspace walk (" + what + ", while the worker starts)"
-	if st, ok := state.LedgerStats(); ok {
+	if pid, ok, _ := state.Keeper(); ok {
+		name = fmt.Sprintf("  workspace keeper (%s, while the worker starts): answered by pid %d", what, pid)
+	} else if st, ok := state.LedgerStats(); ok {
 		name = fmt.Sprintf("  workspace ledger (%s, while the worker starts): %s", what, describeLedger(st))
 	}
 	tr.Add(name, wk.start, wk.end)

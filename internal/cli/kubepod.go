@@ -18,21 +18,21 @@ import (
 // pull. Each takes one argument; a failure exits 69.
 func podCommands() []*cobra.Command {
 	var receipt, input, next string
-	fence := hiddenCmd(kubesession.FenceCommand+" MODE", "Install and self-test a session pod's network fence", func(cmd *cobra.Command, arg string) error {
+	fence := hiddenCmd(kubesession.FenceCommand+" MODE", "Install and self-test a session pod's network fence (run by vak in a session pod)", func(cmd *cobra.Command, arg string) error {
 		return netfence.PodFenceMain(cmd.Context(), arg, receipt, cmd.OutOrStdout())
 	})
 	fence.Flags().StringVar(&receipt, "receipt", "/dev/termination-log", "write the receipt (JSON) here too")
 	untar := untarCmd(&input, &next)
 	return []*cobra.Command{
 		fence,
-		hiddenCmd(worker.RelayCommand+" SOCKET", "Relay stdio to a session worker's socket", func(_ *cobra.Command, arg string) error {
+		hiddenCmd(worker.RelayCommand+" SOCKET", "Relay stdio to a session worker's socket (run by vak in a session pod)", func(_ *cobra.Command, arg string) error {
 			return worker.Relay(arg, os.Stdin, os.Stdout)
 		}),
-		hiddenCmd(worker.InstallCommand+" DST", "Copy this vak to DST", func(_ *cobra.Command, arg string) error {
+		hiddenCmd(worker.InstallCommand+" DST", "Copy this vak to DST (run by vak in a session pod)", func(_ *cobra.Command, arg string) error {
 			return worker.Install(arg)
 		}),
 		untar,
-		hiddenCmd(kubesession.TarCommand+" DIR", "Pack DIR as a tar stream to stdout", func(cmd *cobra.Command, arg string) error {
+		hiddenCmd(kubesession.TarCommand+" DIR", "Pack DIR as a tar stream to stdout (run by vak in a session pod)", func(cmd *cobra.Command, arg string) error {
 			_, err := wsync.Pack(cmd.OutOrStdout(), arg, wsync.PackOptions{})
 			return err
 		}),
@@ -43,7 +43,7 @@ func podCommands() []*cobra.Command {
 // workspace, then with --next the home of a snapshot) and the gateway
 // pod's (--input, its Secret's tar).
 func untarCmd(input, next *string) *cobra.Command {
-	cmd := hiddenCmd(kubesession.UntarCommand+" DIR", "Unpack a tar stream from stdin (or --input) into DIR, checked", func(cmd *cobra.Command, arg string) error {
+	cmd := hiddenCmd(kubesession.UntarCommand+" DIR", "Unpack a tar stream from stdin (or --input) into DIR, checked (run by vak in a session pod)", func(cmd *cobra.Command, arg string) error {
 		in := cmd.InOrStdin()
 		if *input != "" {
 			f, err := os.Open(*input)
@@ -72,11 +72,11 @@ func untarCmd(input, next *string) *cobra.Command {
 	return cmd
 }
 
-// hiddenCmd is a hidden command of one argument run by vak itself in a
-// session pod.
+// hiddenCmd is a hidden command of one argument run by vak itself (in a
+// session pod, or a workspace's keeper); a failure exits 69.
 func hiddenCmd(use, short string, run func(cmd *cobra.Command, arg string) error) *cobra.Command {
 	return &cobra.Command{
-		Use: use, Short: short + " (run by vak in a session pod)", Hidden: true, Args: cobra.ExactArgs(1),
+		Use: use, Short: short, Hidden: true, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := run(cmd, args[0]); err != nil {
 				return exit(ExitUnavailable, err)

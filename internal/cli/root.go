@@ -14,6 +14,7 @@ import (
 
 	"vak/internal/config"
 	"vak/internal/errclass"
+	"vak/internal/keeper"
 	"vak/internal/launch"
 	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
@@ -175,6 +176,9 @@ $XDG_CONFIG_HOME/vak/config.toml (trusted) and <workspace>/.vak/config.toml
 		a.newNetclientCmd(),
 		a.newDockerguardCmd(),
 		a.newHashFilesCmd(),
+		hiddenCmd(keeper.Command+" WORKSPACE", "Keep a large workspace's watch for the next cold runs (started by vak run)", func(cmd *cobra.Command, ws string) error {
+			return keeper.Run(cmd.Context(), ws)
+		}),
 	)...)
 	return root
 }

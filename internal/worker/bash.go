@@ -95,7 +95,7 @@ type Exec struct {
 
 	// ledger, if set, is what the tripwire scans with instead (a
 	// TripwireState's sweep, LedgerSnapshot).
-	ledger *fsguard.Ledger
+	ledger *keptLedger
 	// watching is set once a command's tripwire finished: later commands
 	// use Watch.
 	watching atomic.Bool

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"vak/internal/fsguard"
+	"vak/internal/keeper"
 	"vak/internal/sandbox"
 	"vak/internal/worker/wire"
 )
@@ -70,10 +71,11 @@ type TripwireState struct {
 	st tripState
 	// ws and w are the workspace and the Watch that has kept it current
 	// since the state was recorded (WatchedSnapshot), or "" and nil; l
-	// is the Ledger the state was recorded with (LedgerSnapshot).
+	// is the keeper or Ledger the state was recorded with
+	// (LedgerSnapshot).
 	ws string
 	w  *fsguard.Watch
-	l  *fsguard.Ledger
+	l  *keptLedger
 }
 
 // Snapshot records the state of workspace ws for protected (the
@@ -119,33 +121,80 @@ func WatchedSnapshot(ws string, protected []string, noSetIDModes bool) *Tripwire
 
 // LedgerSnapshot is WatchedSnapshot for a workspace that is swept once,
 // by a process that will not be there for the next command (a cold `vak
-// run`): instead of a walk and a watch on every directory, it checks the
-// fsguard.Ledger kept in file (a stat per directory, a read of those that
-// changed since the last run) and its Sweep does the same again; Close
-// saves the Ledger for the next run. Like NewChangeWatch it is for a
-// workspace whose writers cannot give a file the setuid or setgid bit by a
-// mode change (noSetIDModes): its Sweep clears the bits of files that are
-// new since the state was recorded. stats, if set, is called with what
-// the snapshot's pass did (the trace).
-func LedgerSnapshot(ws string, protected []string, file string) *TripwireState {
+// run`): instead of a walk and a watch on every directory, it asks the
+// workspace's keeper on socket keep (package keeper; "" for none), and
+// where none answers checks the fsguard.Ledger kept in file (a stat per
+// directory, a read of those that changed since the last run). Its Sweep
+// asks the same again (the Ledger where the keeper is gone by then), and
+// Close saves the Ledger, if it was used, for the next run. Like
+// NewChangeWatch it is for a workspace whose writers cannot give a file
+// the setuid or setgid bit by a mode change (noSetIDModes): its Sweep
+// clears the bits of files that are new since the state was recorded.
+func LedgerSnapshot(ws string, protected []string, file, keep string) *TripwireState {
 	if runtime.GOOS != "linux" {
 		return nil
 	}
-	l := fsguard.OpenLedger(ws, file)
-	st := snapshot(ws, protected, l)
+	k := &keptLedger{ws: ws, file: file, sock: keep}
+	st := snapshot(ws, protected, k)
 	if st.err != nil {
 		return &TripwireState{st: st}
 	}
-	return &TripwireState{st: st, ws: ws, l: l}
+	return &TripwireState{st: st, ws: ws, l: k}
 }
 
 // LedgerStats is what the Ledger of a LedgerSnapshot did in its last pass
-// (ok false for other states).
+// (ok false for other states, and for one a keeper answered: Keeper).
 func (s *TripwireState) LedgerStats() (st fsguard.LedgerStats, ok bool) {
-	if s == nil || s.l == nil {
+	if s == nil || s.l == nil || s.l.led == nil {
 		return st, false
 	}
-	return s.l.Stats(), true
+	return s.l.led.Stats(), true
+}
+
+// Keeper is the pid of the workspace keeper that answered a LedgerSnapshot's
+// passes (ok false if none did), and why none did where the state asked one.
+func (s *TripwireState) Keeper() (pid int, ok bool, why error) {
+	if s == nil || s.l == nil {
+		return 0, false, nil
+	}
+	return s.l.pid, s.l.pid > 0 && s.l.led == nil, s.l.why
+}
+
+// WantsKeeper says the state's Ledger found a workspace large enough
+// (keeper.MinDirs directories) for a keeper to save the next run its
+// passes, and could keep it (it did not give up).
+func (s *TripwireState) WantsKeeper() bool {
+	if s == nil || s.l == nil || s.l.led == nil || s.l.sock == "" {
+		return false
+	}
+	st := s.l.led.Stats()
+	return st.Off == "" && st.Dirs >= keeper.MinDirs
+}
+
+// keptLedger is a LedgerSnapshot's scanner: the keeper on sock while it
+// answers, else the Ledger in file, opened on first use. Once a pass used
+// the Ledger, every later one does (the Ledger's Setuid is what is new
+// since its own last pass).
+type keptLedger struct {
+	ws, file, sock string
+	led            *fsguard.Ledger
+	pid            int   // the keeper that answered
+	why            error // why it did not, where one was asked
+}
+
+func (k *keptLedger) Scan(t *fsguard.Tree, setuid bool) (fsguard.Scan, error) {
+	if k.led == nil && k.sock != "" {
+		r, err := keeper.Scan(k.sock, t, setuid)
+		if err == nil {
+			k.pid = r.PID
+			return r.Scan, nil
+		}
+		k.why = err
+	}
+	if k.led == nil {
+		k.led = fsguard.OpenLedger(k.ws, k.file)
+	}
+	return k.led.Scan(t, setuid)
 }
 
 // Protection is the protected-path plan of the workspace ws as the state
@@ -167,7 +216,10 @@ func (s *TripwireState) Close() error {
 	case s == nil:
 		return nil
 	case s.l != nil:
-		return s.l.Save()
+		if s.l.led == nil {
+			return nil
+		}
+		return s.l.led.Save()
 	case s.w != nil:
 		return s.w.Close()
 	}
