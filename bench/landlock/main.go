@@ -42,8 +42,9 @@
 // workspace's run plus one walk of the tree that reads names only
 // (getdents, no stat), the least a check for entries at any depth costs.
 // vak keeps a ledger of the workspace's directories between runs (see
-// fsguard.Ledger), so the timed runs are the second and later in their
-// workspace, as an agent's are; the bench waits until the tree it made
+// fsguard.Ledger), and in a workspace of keeper.MinDirs directories or
+// more a keeper that holds a watch of it (package keeper), so the timed
+// runs are the second and later in their workspace, as an agent's are; the bench waits until the tree it made
 // is older than the ledger's margin for racy directories first, and also
 // times the first run in the workspace (a state directory of its own each
 // time, so no ledger), which walks.
@@ -62,6 +63,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"vak/bench/internal/stats"
@@ -97,6 +99,14 @@ func main() {
 		return
 	}
 	tmp, _ := filepath.EvalSymlinks(os.TempDir())
+	// A state directory of the bench's own: the ledgers and keepers
+	// (package keeper) of its workspaces go when it ends.
+	state, err := os.MkdirTemp(tmp, "vak-bench-state-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	os.Setenv(paths.EnvStateHome, state)
+	defer removeState(state)
 	dir, err := os.MkdirTemp(tmp, "vak-bench-ws-")
 	if err != nil {
 		log.Fatal(err)
@@ -195,7 +205,9 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 			d := stats.MustTime(runVak(vak, wsEmpty))
 			keep(empty, d)
 			keep(fWalk, d+stats.MustTime(func() error { return walkNames(ws) }))
-			keep(first, stats.MustTime(firstRun(vak, cfgFile, ws)))
+			run, after := firstRun(vak, cfgFile, ws)
+			keep(first, stats.MustTime(run))
+			after()
 		}
 		if against != "" {
 			keep(other, stats.MustTime(runVak(against, ws)))
@@ -341,21 +353,42 @@ func warm(vak, cfgFile, ws, truePath string, n int, against []string) {
 }
 
 // firstRun returns a `vak run -- true` in ws with a state directory of its
-// own, made for the run and removed after it: no ledger of ws is there, so
-// the run walks the workspace, as the first run in a workspace does.
-func firstRun(vak, cfgFile, ws string) func() error {
-	return func() error {
-		state, err := os.MkdirTemp("", "vak-bench-state-")
-		if err != nil {
+// own, made for the run: no ledger of ws is there, so the run walks the
+// workspace, as the first run in a workspace does. after, untimed, removes
+// the state directory and waits until the keeper the run started for the
+// next runs has left, so that it takes no time from the next contender.
+func firstRun(vak, cfgFile, ws string) (run func() error, after func()) {
+	var state string
+	run = func() error {
+		var err error
+		if state, err = os.MkdirTemp("", "vak-bench-state-"); err != nil {
 			return err
 		}
-		defer os.RemoveAll(state)
 		cmd := exec.Command(vak, "--config", cfgFile, "run", "-w", ws, "--", "true")
-		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+		cmd.Env = append(os.Environ(), paths.EnvStateHome+"="+state)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("first run: %w: %s", err, out)
 		}
 		return nil
+	}
+	return run, func() { removeState(state) }
+}
+
+// removeState removes a state directory and waits until every keeper
+// that used it has left: a keeper leaves once its lock file is gone, and
+// lets go of the lock as it exits.
+func removeState(state string) {
+	locks, _ := filepath.Glob(filepath.Join(state, "vak", "keepers", "*.lock"))
+	var held []*os.File
+	for _, l := range locks {
+		if f, err := os.Open(l); err == nil {
+			held = append(held, f)
+		}
+	}
+	os.RemoveAll(state)
+	for _, f := range held {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		f.Close()
 	}
 }
 
