@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -45,18 +44,7 @@ func TestRunKeeper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(script string, flags ...string) (stdout, stderr string) {
-		t.Helper()
-		args := append([]string{"--config", cfg, "run", "--trace", "-w", ws}, flags...)
-		cmd := exec.Command(testenv.Vak(t), append(args, "--", "sh", "-c", script)...)
-		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("vak run %q: %v\n%s", script, err, errb.String())
-		}
-		return out.String(), errb.String()
-	}
+	run := tracedRun(t, cfg, ws, state)
 	started := func(trace string) int {
 		t.Helper()
 		m := keeperStarted.FindStringSubmatch(trace)

@@ -46,18 +46,7 @@ func TestRunLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(script string, flags ...string) (stdout, stderr string) {
-		t.Helper()
-		args := append([]string{"--config", cfg, "run", "--trace", "-w", ws}, flags...)
-		cmd := exec.Command(testenv.Vak(t), append(args, "--", "sh", "-c", script)...)
-		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("vak run %q: %v\n%s", script, err, errb.String())
-		}
-		return out.String(), errb.String()
-	}
+	run := tracedRun(t, cfg, ws, state)
 	ledger := func(trace string) []string {
 		t.Helper()
 		m := ledgerTrace.FindStringSubmatch(trace)
@@ -132,5 +121,24 @@ func TestRunLedger(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "x", "y", "ro")); err == nil || strings.Contains(out, "WROTE") || !strings.HasPrefix(out, "x") {
 		t.Fatalf("read-only run: stdout %q (want the file read and nothing written)", out)
+	}
+}
+
+// tracedRun returns a function that runs `vak run --trace` of sh -c
+// script (and flags) in ws with config cfg and vak's state directory in
+// state, failing the test if it fails, and returns its stdout and stderr
+// (the trace).
+func tracedRun(t *testing.T, cfg, ws, state string) func(script string, flags ...string) (stdout, stderr string) {
+	return func(script string, flags ...string) (stdout, stderr string) {
+		t.Helper()
+		args := append([]string{"--config", cfg, "run", "--trace", "-w", ws}, flags...)
+		cmd := exec.Command(testenv.Vak(t), append(args, "--", "sh", "-c", script)...)
+		cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("vak run %q: %v\n%s", script, err, errb.String())
+		}
+		return out.String(), errb.String()
 	}
 }
