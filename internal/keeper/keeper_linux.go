@@ -21,6 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"vak/internal/fsguard"
+	"vak/internal/hostenv"
+	"vak/internal/paths"
 	"vak/internal/peercred"
 )
 
@@ -349,8 +351,8 @@ func Run(ctx context.Context, ws string) error {
 
 // Start starts a keeper of canonical workspace ws, running exe (a vak
 // binary) as `exe __keep-watch ws`, detached: its own session, no
-// terminal, the root directory, this process's environment (which names
-// the state directory). It returns 0 and no error when a keeper already
+// terminal, the root directory, and of this process's environment only
+// what names the state directory (HOME, XDG_STATE_HOME). It returns 0 and no error when a keeper already
 // holds the socket's lock (running or still building its watch).
 func Start(exe, ws string) (pid int, err error) {
 	sock := SocketOf(ws)
@@ -368,6 +370,7 @@ func Start(exe, ws string) (pid int, err error) {
 	}
 	cmd := exec.Command(exe, Command, ws)
 	cmd.Dir = "/"
+	cmd.Env = hostenv.Lookup([]string{"HOME", paths.EnvStateHome})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("keeper: start %s: %w", exe, err)
