@@ -8,6 +8,7 @@ import (
 	"vak/internal/agenthome"
 	"vak/internal/config"
 	"vak/internal/fsguard"
+	"vak/internal/keeper"
 	"vak/internal/launch"
 	"vak/internal/sandbox"
 	"vak/internal/sandbox/docker"
@@ -27,13 +28,21 @@ func describeLimits(cfg *config.Config, b sandbox.Backend) []string {
 }
 
 // describeTripwire says how a long-lived worker checks the workspace
-// around each command, and the landlock broker at the end of a run: kept
-// current with inotify, or walked every time.
+// around each command, and the landlock broker around a run: kept current
+// with inotify, a ledger or a keeper, or walked every time.
 func describeTripwire(ws string) string {
 	if err := fsguard.CheckWatch(ws); err != nil {
 		return fmt.Sprintf("every command walks the workspace (no inotify watch: %v)", err)
 	}
-	return fmt.Sprintf("the checks after a command (a landlock session's workspace watcher, a container session's worker from its second command on, the sweep at the end of vak run) look only at what changed, kept current with inotify (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches)", fsguard.WatchLimit())
+	keep := "none runs for this workspace now"
+	if pid, err := keeper.Running(ws); err != nil {
+		keep = err.Error()
+	} else if pid > 0 {
+		keep = fmt.Sprintf("pid %d runs for this workspace", pid)
+	} else if pid < 0 {
+		keep = "one is building its watch of this workspace"
+	}
+	return fmt.Sprintf("the checks around a command look only at what changed: a landlock session's workspace watcher and a container session's worker keep an inotify watch (up to %d directories and hard-linked files: a quarter of fs.inotify.max_user_watches); a vak run checks the workspace's ledger (a stat per directory), or in a workspace of %d directories or more asks its keeper (vak __keep-watch: %s)", fsguard.WatchLimit(), keeper.MinDirs, keep)
 }
 
 // describeHome says which HOME a run would get: the choice, where it lives

@@ -378,3 +378,30 @@ func Start(exe, ws string) (pid int, err error) {
 	go cmd.Wait()
 	return cmd.Process.Pid, nil
 }
+
+// Running returns the pid of the keeper of canonical workspace ws, or 0
+// when none holds its lock (a keeper still building its watch holds it
+// too, and has no socket yet: its pid is then unknown, -1).
+func Running(ws string) (pid int, err error) {
+	sock := SocketOf(ws)
+	if sock == "" {
+		return 0, nil
+	}
+	f, err := os.Open(sock + ".lock")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("keeper: %w", err)
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
+		return 0, nil
+	}
+	c, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return -1, nil
+	}
+	defer c.Close()
+	return trusted(c)
+}

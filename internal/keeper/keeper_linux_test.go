@@ -301,3 +301,33 @@ func TestRefusesSharedDirectory(t *testing.T) {
 		t.Fatalf("shared directory: %v, want a refusal", err)
 	}
 }
+
+// Running finds the keeper of a workspace in vak's state directory, and
+// none before it starts or after it left.
+func TestRunning(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	ws := workspace(t)
+	if pid, err := Running(ws); pid != 0 || err != nil {
+		t.Fatalf("before any keeper: %d, %v", pid, err)
+	}
+	sock := SocketOf(ws)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- Serve(ctx, ws, sock, time.Hour, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("start: %v", err)
+	}
+	if pid, err := Running(ws); pid != os.Getpid() || err != nil {
+		t.Fatalf("with a keeper: %d, %v, want this process", pid, err)
+	}
+	cancel()
+	waitDone(t, done, "cancelled")
+	if pid, err := Running(ws); pid != 0 || err != nil {
+		t.Fatalf("after the keeper left: %d, %v", pid, err)
+	}
+}

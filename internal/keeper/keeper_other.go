@@ -26,3 +26,6 @@ func Run(ctx context.Context, ws string) error { return errUnsupported }
 
 // Start fails with an error wrapping errors.ErrUnsupported.
 func Start(exe, ws string) (int, error) { return 0, errUnsupported }
+
+// Running reports no keeper: there is none off Linux.
+func Running(ws string) (int, error) { return 0, nil }
