@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -70,6 +71,11 @@ func TestRunKeeper(t *testing.T) {
 
 	_, trace := run("true")
 	pid := started(trace)
+	doctor := exec.Command(testenv.Vak(t), "--config", cfg, "doctor", "-w", ws)
+	doctor.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+	if out, _ := doctor.CombinedOutput(); !strings.Contains(string(out), fmt.Sprintf("vak __keep-watch: pid %d runs for this workspace", pid)) {
+		t.Fatalf("vak doctor does not name keeper %d:\n%s", pid, out)
+	}
 
 	st, err := os.Stat(filepath.Join(ws, "d01"))
 	if err != nil {
