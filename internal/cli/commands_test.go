@@ -37,7 +37,7 @@ var userCommands = []string{
 // containers, detached processes): hidden from help and completion, still
 // runnable.
 var internalCommandPaths = []string{
-	"__hashfiles", "__install-worker", "__pod-fence", "__reap", "__tar", "__untar", "__session-sweep", "__session-watch", "__worker", "__worker-relay",
+	"__hashfiles", "__install-worker", "__keep-watch", "__pod-fence", "__reap", "__tar", "__untar", "__session-sweep", "__session-watch", "__worker", "__worker-relay",
 	"dockerguard", "dockerguard ping",
 	"gateway serve-native",
 	"netclient", "netclient selftest", "netclient unfence",
