@@ -319,7 +319,7 @@ func TestRunDefaultBackend(t *testing.T) {
 		t.Fatal("workspace write not visible")
 	}
 	code, out, _ = vakMain(t, cfg, "doctor", "-w", ws)
-	if code != 0 || !strings.Contains(out, "effective backend: landlock") || !strings.Contains(out, "landlock abi ") || !strings.Contains(out, "tripwire: the checks after a command (a landlock session's workspace watcher") {
+	if code != 0 || !strings.Contains(out, "effective backend: landlock") || !strings.Contains(out, "landlock abi ") || !strings.Contains(out, "tripwire: the checks around a command look only at what changed: a landlock session's workspace watcher") {
 		t.Fatalf("doctor: %d\n%s", code, out)
 	}
 	// Timeout through the native backend.
