@@ -63,9 +63,9 @@ type answer struct {
 // Serve is the keeper of canonical workspace ws on socket sock (Socket).
 // It returns nil when it leaves for one of the reasons the package
 // comment lists, or at once when another keeper holds the socket's lock
-// file or the socket's directory is gone; an error when it could not start (the workspace could not be
-// watched, the socket's directory is not private). ready, if set, is
-// called once it listens.
+// file or the socket's directory is gone; an error when it could not
+// start (the workspace could not be watched, the socket's directory is
+// not private). ready, if set, is called once it listens.
 func Serve(ctx context.Context, ws, sock string, idle time.Duration, ready func()) error {
 	lock, err := takeLock(sock)
 	if lock == nil || err != nil {
@@ -147,11 +147,7 @@ func (k *keeper) serve(ctx context.Context, l *net.UnixListener, idle time.Durat
 // wanted says the keeper's lock file and socket are still its own and the
 // workspace path still leads to the directory it watches.
 func (k *keeper) wanted() bool {
-	var st unix.Stat_t
-	if unix.Fstat(int(k.lock.Fd()), &st) != nil {
-		return false
-	}
-	if id, err := fileID(k.sock + ".lock"); err != nil || id != [2]uint64{st.Dev, st.Ino} {
+	if !isFileAt(k.lock, k.sock+".lock") {
 		return false
 	}
 	if k.sockID != [2]uint64{} {
@@ -227,8 +223,7 @@ func takeLock(sock string) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("keeper: lock %s.lock: %w", sock, err)
 	}
-	var st unix.Stat_t
-	if id, err := fileID(sock + ".lock"); err != nil || unix.Fstat(int(f.Fd()), &st) != nil || id != [2]uint64{st.Dev, st.Ino} {
+	if !isFileAt(f, sock+".lock") {
 		f.Close()
 		return nil, nil
 	}
@@ -258,6 +253,17 @@ func openLock(sock string, mkdir bool) (*os.File, error) {
 	return f, nil
 }
 
+// isFileAt says the open file f is the one path names (not removed or
+// replaced since it was opened).
+func isFileAt(f *os.File, path string) bool {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return false
+	}
+	id, err := fileID(path)
+	return err == nil && id == [2]uint64{st.Dev, st.Ino}
+}
+
 func fileID(p string) ([2]uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
@@ -274,18 +280,11 @@ func Scan(sock string, t *fsguard.Tree, setuid bool) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	c, err := net.DialTimeout("unix", sock, time.Second)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-			return Result{}, fmt.Errorf("%w on %s", ErrNoKeeper, sock)
-		}
-		return Result{}, fmt.Errorf("keeper: %w", err)
-	}
-	defer c.Close()
-	pid, err := trusted(c)
+	c, pid, err := dial(sock)
 	if err != nil {
 		return Result{}, err
 	}
+	defer c.Close()
 	c.SetDeadline(time.Now().Add(scanTimeout))
 	b, _ := json.Marshal(request{Protocol: protocol, Workspace: t.Path(), Dev: dev, Ino: ino, Setuid: setuid})
 	if _, err := c.Write(append(b, '\n')); err != nil {
@@ -308,6 +307,23 @@ func Scan(sock string, t *fsguard.Tree, setuid bool) (Result, error) {
 		return Result{}, fmt.Errorf("keeper (pid %d): answered without a scan", pid)
 	}
 	return Result{Scan: *a.Scan, PID: pid}, nil
+}
+
+// dial connects to the keeper on sock and checks that it is trusted.
+func dial(sock string) (net.Conn, int, error) {
+	c, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			return nil, 0, fmt.Errorf("%w on %s", ErrNoKeeper, sock)
+		}
+		return nil, 0, fmt.Errorf("keeper: %w", err)
+	}
+	pid, err := trusted(c)
+	if err != nil {
+		c.Close()
+		return nil, 0, err
+	}
+	return c, pid, nil
 }
 
 // trusted checks that the process listening on c is this user's, in this
@@ -337,12 +353,20 @@ func trusted(c net.Conn) (int, error) {
 	return cred.PID, nil
 }
 
+// socketFor is SocketOf(ws), an error where there is none.
+func socketFor(ws string) (string, error) {
+	if sock := SocketOf(ws); sock != "" {
+		return sock, nil
+	}
+	return "", fmt.Errorf("keeper: no socket for %s: vak's state directory is unknown or its path too long", ws)
+}
+
 // Run is `vak __keep-watch WORKSPACE`: Serve on SocketOf(ws) for Idle,
 // until SIGTERM or SIGINT.
 func Run(ctx context.Context, ws string) error {
-	sock := SocketOf(ws)
-	if sock == "" {
-		return fmt.Errorf("keeper: no socket for %s: vak's state directory is unknown or its path too long", ws)
+	sock, err := socketFor(ws)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
@@ -352,12 +376,13 @@ func Run(ctx context.Context, ws string) error {
 // Start starts a keeper of canonical workspace ws, running exe (a vak
 // binary) as `exe __keep-watch ws`, detached: its own session, no
 // terminal, the root directory, and of this process's environment only
-// what names the state directory (HOME, XDG_STATE_HOME). It returns 0 and no error when a keeper already
-// holds the socket's lock (running or still building its watch).
+// what names the state directory (HOME, XDG_STATE_HOME). It returns 0
+// and no error when a keeper already holds the socket's lock (running or
+// still building its watch).
 func Start(exe, ws string) (pid int, err error) {
-	sock := SocketOf(ws)
-	if sock == "" {
-		return 0, fmt.Errorf("keeper: no socket for %s: vak's state directory is unknown or its path too long", ws)
+	sock, err := socketFor(ws)
+	if err != nil {
+		return 0, err
 	}
 	f, err := openLock(sock, true)
 	if err != nil {
@@ -398,10 +423,13 @@ func Running(ws string) (pid int, err error) {
 	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
 		return 0, nil
 	}
-	c, err := net.DialTimeout("unix", sock, time.Second)
-	if err != nil {
-		return -1, nil
+	c, pid, err := dial(sock)
+	if errors.Is(err, ErrUntrusted) {
+		return 0, err
 	}
-	defer c.Close()
-	return trusted(c)
+	if err != nil {
+		return -1, nil // still building its watch: no socket yet
+	}
+	c.Close()
+	return pid, nil
 }
