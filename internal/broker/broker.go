@@ -668,7 +668,7 @@ func (s *Session) Close() error {
 			s.swept.TripwireWarnings = append(s.swept.TripwireWarnings, serr.Error())
 		}
 		name := "  workspace sweep"
-		if pid, ok, _ := s.baseline.Keeper(); ok {
+		if pid, ok := s.baseline.Keeper(); ok {
 			name += fmt.Sprintf(" (keeper: answered by pid %d)", pid)
 		} else if st, ok := s.baseline.LedgerStats(); ok {
 			name += " (ledger: " + describeLedger(st) + ")"

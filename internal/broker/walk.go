@@ -116,7 +116,7 @@ func (wk *workspaceWalk) wait(tr *trace.Trace) {
 		state, what = wk.ledger, "mount plan"
 	}
 	name := "  workspace walk (" + what + ", while the worker starts)"
-	if pid, ok, _ := state.Keeper(); ok {
+	if pid, ok := state.Keeper(); ok {
 		name = fmt.Sprintf("  workspace keeper (%s, while the worker starts): answered by pid %d", what, pid)
 	} else if st, ok := state.LedgerStats(); ok {
 		name = fmt.Sprintf("  workspace ledger (%s, while the worker starts): %s", what, describeLedger(st))

@@ -152,12 +152,12 @@ func (s *TripwireState) LedgerStats() (st fsguard.LedgerStats, ok bool) {
 }
 
 // Keeper is the pid of the workspace keeper that answered a LedgerSnapshot's
-// passes (ok false if none did), and why none did where the state asked one.
-func (s *TripwireState) Keeper() (pid int, ok bool, why error) {
+// passes (ok false if none did, or the Ledger took over from it).
+func (s *TripwireState) Keeper() (pid int, ok bool) {
 	if s == nil || s.l == nil {
-		return 0, false, nil
+		return 0, false
 	}
-	return s.l.pid, s.l.pid > 0 && s.l.led == nil, s.l.why
+	return s.l.pid, s.l.pid > 0 && s.l.led == nil
 }
 
 // WantsKeeper says the state's Ledger found a workspace large enough
@@ -178,8 +178,7 @@ func (s *TripwireState) WantsKeeper() bool {
 type keptLedger struct {
 	ws, file, sock string
 	led            *fsguard.Ledger
-	pid            int   // the keeper that answered
-	why            error // why it did not, where one was asked
+	pid            int // the keeper that answered
 }
 
 func (k *keptLedger) Scan(t *fsguard.Tree, setuid bool) (fsguard.Scan, error) {
@@ -189,7 +188,6 @@ func (k *keptLedger) Scan(t *fsguard.Tree, setuid bool) (fsguard.Scan, error) {
 			k.pid = r.PID
 			return r.Scan, nil
 		}
-		k.why = err
 	}
 	if k.led == nil {
 		k.led = fsguard.OpenLedger(k.ws, k.file)
