@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"vak/bench/internal/stats"
+	"vak/internal/sandbox/landlock"
 )
 
 // Floors: what no implementation of the same design can avoid, timed in
@@ -38,7 +40,13 @@ import (
 //     -i) times the same there, without the new session (see shell): what
 //     fork and exec cost under the sandbox's namespaces, Landlock and
 //     seccomp before any worker code, so the warm table separates the
-//     sandbox's own cost from the worker's.
+//     sandbox's own cost from the worker's. And the floor of this design:
+//     the same server over a pipe whose setsid is a seccomp user
+//     notification answered by the landlock backend's supervisor
+//     (landlock.Supervise) in a process of its own, as stage 1 answers
+//     the worker's. The worker cannot start a command without that round
+//     trip (the session tracking of notify_linux.go there), so this line
+//     is the least any worker of the design costs.
 
 // walkNames walks the tree at root reading names only (getdents; the
 // directory entries' types, no stat), as a check for entries at any depth
@@ -137,7 +145,16 @@ func unshareArgv(truePath string) []string {
 // this process, in nanoseconds (or "error: " and what failed). Timed here,
 // the number is the floor's cost wherever this process runs: inside vak's
 // sandbox too, with none of the relay that carries the lines in and out.
-func floorServe() {
+// With notify (-floor-notify), it first makes its setsid calls seccomp
+// user notifications and hands the listener to its supervisor on
+// descriptor 3 (startNotifyFloor).
+func floorServe(notify bool) {
+	if notify {
+		if err := notifySetsid(3); err != nil {
+			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	in := bufio.NewReader(os.Stdin)
 	for {
 		line, err := in.ReadString('\n')
@@ -160,9 +177,11 @@ func floorServe() {
 // -floor-serve or -warm-serve, and returns a round trip through it that
 // sends request (a line: "run" or "nosession" for -floor-serve, anything
 // for -warm-serve) and returns the time the server measured, and a stop
-// function.
-func startTimedServer(argv []string, request string) (func() (time.Duration, error), func(), error) {
+// function. extra are the server's descriptors from 3 on; started, if
+// set, is called with its pid once it runs.
+func startTimedServer(argv []string, request string, extra []*os.File, started func(pid int)) (func() (time.Duration, error), func(), error) {
 	c := exec.Command(argv[0], argv[1:]...)
+	c.ExtraFiles = extra
 	in, err := c.StdinPipe()
 	if err != nil {
 		return nil, nil, err
@@ -174,6 +193,9 @@ func startTimedServer(argv []string, request string) (func() (time.Duration, err
 	c.Stderr = os.Stderr
 	if err := c.Start(); err != nil {
 		return nil, nil, err
+	}
+	if started != nil {
+		started(c.Process.Pid)
 	}
 	br := bufio.NewReader(out)
 	rt := func() (time.Duration, error) {
@@ -191,6 +213,49 @@ func startTimedServer(argv []string, request string) (func() (time.Duration, err
 		return time.Duration(ns), nil
 	}
 	return rt, func() { in.Close(); c.Wait() }, nil
+}
+
+// startNotifyFloor starts the floor over a pipe with vak's session
+// tracking: this program's -floor-serve -floor-notify, whose setsid is a
+// seccomp user notification (notifySetsid) answered by the landlock
+// backend's own supervisor (landlock.Supervise) in a process of its own
+// (this program's -notify-supervise), as stage 1 answers the worker's. It
+// returns the round trip and a stop function, as startTimedServer; ok is
+// false where there is no seccomp listener to hand over (not Linux).
+func startNotifyFloor(self string) (rt func() (time.Duration, error), stop func(), ok bool) {
+	if !notifyFloorSupported {
+		return nil, nil, false
+	}
+	local, remote, err := landlock.SupervisorPair()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var sup *exec.Cmd
+	rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-notify"}, "run", []*os.File{remote}, func(pid int) {
+		sup = exec.Command(self, "-notify-supervise", strconv.Itoa(pid))
+		sup.ExtraFiles = []*os.File{local}
+		sup.Stderr = os.Stderr
+		if err := sup.Start(); err != nil {
+			log.Fatal(err)
+		}
+	})
+	remote.Close()
+	local.Close()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The supervisor ends once the server, the filter's only user, has.
+	return rt, func() { stopServer(); sup.Wait() }, true
+}
+
+// notifySupervise is -notify-supervise PID: landlock.Supervise on
+// descriptor 3 for the floor server PID (startNotifyFloor).
+func notifySupervise(pid string) {
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		log.Fatalf("-notify-supervise: %v", err)
+	}
+	landlock.Supervise(os.NewFile(3, "supervisor"), n)
 }
 
 // sandboxFloorArgv returns the command that runs this program's

@@ -12,7 +12,9 @@
 //
 // Each table also has floors (see floor.go): what the design costs before
 // vak does any work of its own, so a ratio target can be checked against
-// what this machine allows at all. The cold table's process starts: three of
+// what this machine allows at all. The warm table's last floor adds the
+// setsid notification every command start of the landlock backend makes,
+// answered by the backend's own supervisor in another process. The cold table's process starts: three of
 // the whole vak binary (what a vak without the lean stage program starts),
 // one of vak and two of the lean stage program (what scripts/build-vak's vak
 // starts), three of a minimal Go program.
@@ -84,9 +86,15 @@ func main() {
 	vakBin := flag.String("vak", "", "a built vak binary to measure (default: build cmd/vak of this tree)")
 	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
 	floorServeFlag := flag.Bool("floor-serve", false, "serve the warm floor's round trips on stdin (internal)")
+	floorNotify := flag.Bool("floor-notify", false, "with -floor-serve: make setsid a seccomp notification answered on fd 3 (internal)")
+	notifySup := flag.String("notify-supervise", "", "answer the setsid notifications of the floor server with this pid, on fd 3 (internal)")
 	flag.Parse()
+	if *notifySup != "" {
+		notifySupervise(*notifySup)
+		return
+	}
 	if *floorServeFlag {
-		floorServe()
+		floorServe(*floorNotify)
 		return
 	}
 	vak, built, err := stats.Vak(*vakBin)
@@ -318,6 +326,11 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	fInside := floorSample("os/exec `sh -c true` inside vak's sandbox, no new session (timed there)")
 	serveRT, insideRT, stopFloors := startFloorServers(self, vak, cfgFile, filepath.Dir(ws))
 	defer stopFloors()
+	fNotify := floorSample("the same over a pipe, its setsid answered by the landlock supervisor in another process (this design's session tracking)")
+	notifyRT, stopNotify, withNotify := startNotifyFloor(self)
+	if withNotify {
+		defer stopNotify()
+	}
 	for i := -10; i < n; i++ {
 		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
 		d2 := stats.MustTime(rt)
@@ -329,6 +342,10 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		}
 		d4 := stats.MustTime(floorShell)
 		d5 := stats.MustTime(func() error { _, err := serveRT(); return err })
+		var d8 time.Duration
+		if withNotify {
+			d8 = stats.MustTime(func() error { _, err := notifyRT(); return err })
+		}
 		d6, err := insideRT()
 		if err != nil {
 			log.Fatal(err)
@@ -336,6 +353,9 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		if i >= 0 {
 			fShell.Add(d4)
 			fServe.Add(d5)
+			if withNotify {
+				fNotify.Add(d8)
+			}
 			fInside.Add(d6)
 		}
 		var d3, d7 time.Duration
@@ -363,12 +383,21 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	if other != nil {
 		contenders = append(contenders, after, before)
 	}
-	fmt.Print(stats.Table(goExec, append(contenders, fShell, fServe, fInside)...))
+	floors := []*stats.Sample{fShell, fServe, fInside}
+	if withNotify {
+		floors = append(floors, fNotify)
+	}
+	fmt.Print(stats.Table(goExec, append(contenders, floors...)...))
 	iv := stats.MustInterval(fServe, warm)
 	fmt.Printf("\nThe warm round trip against the floor over a pipe: %v; target ≤ 1.15×: **%s**. "+
 		"The floor inside the sandbox against the one outside: %v (the sandbox's own cost); "+
 		"the warm round trip against the floor inside: %v (the worker's, beyond it).\n\n",
 		iv, iv.Versus(1.15), stats.MustInterval(fServe, fInside), stats.MustInterval(fInside, warm))
+	if withNotify {
+		fmt.Printf("The floor over a pipe with the landlock backend's setsid notification against the one without: %v "+
+			"(what the session tracking costs any worker of this design); the warm round trip against it: %v.\n\n",
+			stats.MustInterval(fServe, fNotify), stats.MustInterval(fNotify, warm))
+	}
 	if other != nil {
 		fmt.Printf("This build's worker against %s's, both from -warm-serve processes: %v.\n\n", name, stats.MustInterval(before, after))
 	}
@@ -423,7 +452,7 @@ func removeState(state string) {
 // workspace of its own made in tmp), and returns their round trips and
 // one function that stops both.
 func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (time.Duration, error), stop func()) {
-	outside, stopOutside, err := startTimedServer([]string{self, "-floor-serve"}, "run")
+	outside, stopOutside, err := startTimedServer([]string{self, "-floor-serve"}, "run", nil, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -435,7 +464,7 @@ func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (
 	if err != nil {
 		log.Fatal(err)
 	}
-	inside, stopInside, err := startTimedServer(sbArgv, "nosession")
+	inside, stopInside, err := startTimedServer(sbArgv, "nosession", nil, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -446,7 +475,7 @@ func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (
 // and returns a round trip through its warm worker (timed in that
 // process) and a stop function.
 func startWarmServer(argv []string) (func() (time.Duration, error), func()) {
-	rt, stop, err := startTimedServer(argv, "true")
+	rt, stop, err := startTimedServer(argv, "true", nil, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
