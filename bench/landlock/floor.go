@@ -46,7 +46,10 @@ import (
 //     (landlock.Supervise) in a process of its own, as stage 1 answers
 //     the worker's. The worker cannot start a command without that round
 //     trip (the session tracking of notify_linux.go there), so this line
-//     is the least any worker of the design costs.
+//     is the least any worker of the design costs. The alternative's
+//     floor, where a cgroup v2 directory can be made: each command
+//     started (clone3) in a new cgroup of its own, which cgroup.kill
+//     would empty whatever sessions its processes made.
 
 // walkNames walks the tree at root reading names only (getdents; the
 // directory entries' types, no stat), as a check for entries at any depth
@@ -106,22 +109,47 @@ func runUsage(n int, lean string) error {
 
 // floorShell runs `sh -c true` as the worker must: a new session, stdout
 // and stderr captured.
-func floorShell() error { return shell(true) }
+func floorShell() error { return shell(true, -1) }
 
 // shell runs `sh -c true` with stdout and stderr captured, in a new
 // session if session is set. Inside the sandbox a new session is a
 // round trip to the setsid supervisor (see the landlock backend's
 // notify_linux.go), which classifies a process that is not the worker's
 // child the long way; the worker's own commands take the short one, so
-// the floor inside the sandbox makes no new session.
-func shell(session bool) error {
+// the floor inside the sandbox makes no new session. With cgroup (a
+// descriptor of a cgroup v2 directory, else -1) the command starts in
+// that cgroup (clone3 with CLONE_INTO_CGROUP).
+func shell(session bool, cgroup int) error {
 	cmd := exec.Command("/bin/sh", "-c", "true")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if session {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
+	if cgroup >= 0 {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		intoCgroup(cmd.SysProcAttr, cgroup)
+	}
 	return cmd.Run()
+}
+
+// shellInNewCgroup is shell in a cgroup made for the command under
+// parent, removed once the command has ended: a cgroup per command, made
+// and removed each time (a design could reuse an empty one).
+func shellInNewCgroup(session bool, parent string) error {
+	dir, err := os.MkdirTemp(parent, "cmd-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return shell(session, int(f.Fd()))
 }
 
 // unshareArgv is util-linux unshare creating the namespaces stage 1 is
@@ -147,13 +175,18 @@ func unshareArgv(truePath string) []string {
 // sandbox too, with none of the relay that carries the lines in and out.
 // With notify (-floor-notify), it first makes its setsid calls seccomp
 // user notifications and hands the listener to its supervisor on
-// descriptor 3 (startNotifyFloor).
-func floorServe(notify bool) {
+// descriptor 3 (startNotifyFloor). With cgroup (-floor-cgroup DIR), each
+// command starts in the cgroup v2 directory DIR (floorCgroup).
+func floorServe(notify bool, cgroup string) {
 	if notify {
 		if err := notifySetsid(3); err != nil {
 			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
 			os.Exit(1)
 		}
+	}
+	run := func(session bool) error { return shell(session, -1) }
+	if cgroup != "" {
+		run = func(session bool) error { return shellInNewCgroup(session, cgroup) }
 	}
 	in := bufio.NewReader(os.Stdin)
 	for {
@@ -162,7 +195,7 @@ func floorServe(notify bool) {
 			return
 		}
 		start := time.Now()
-		err = shell(line != "nosession\n")
+		err = run(line != "nosession\n")
 		msg := strconv.FormatInt(int64(time.Since(start)), 10) + "\n"
 		if err != nil {
 			msg = "error: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"

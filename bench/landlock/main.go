@@ -12,9 +12,11 @@
 //
 // Each table also has floors (see floor.go): what the design costs before
 // vak does any work of its own, so a ratio target can be checked against
-// what this machine allows at all. The warm table's last floor adds the
+// what this machine allows at all. The warm table's last floors add the
 // setsid notification every command start of the landlock backend makes,
-// answered by the backend's own supervisor in another process. The cold table's process starts: three of
+// answered by the backend's own supervisor in another process, and, where
+// a cgroup v2 directory can be made (root), the alternative: each command
+// started in a new cgroup of its own. The cold table's process starts: three of
 // the whole vak binary (what a vak without the lean stage program starts),
 // one of vak and two of the lean stage program (what scripts/build-vak's vak
 // starts), three of a minimal Go program.
@@ -87,6 +89,7 @@ func main() {
 	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
 	floorServeFlag := flag.Bool("floor-serve", false, "serve the warm floor's round trips on stdin (internal)")
 	floorNotify := flag.Bool("floor-notify", false, "with -floor-serve: make setsid a seccomp notification answered on fd 3 (internal)")
+	floorCgroupDir := flag.String("floor-cgroup", "", "with -floor-serve: start each command in this cgroup v2 directory (internal)")
 	notifySup := flag.String("notify-supervise", "", "answer the setsid notifications of the floor server with this pid, on fd 3 (internal)")
 	flag.Parse()
 	if *notifySup != "" {
@@ -94,7 +97,7 @@ func main() {
 		return
 	}
 	if *floorServeFlag {
-		floorServe(*floorNotify)
+		floorServe(*floorNotify, *floorCgroupDir)
 		return
 	}
 	vak, built, err := stats.Vak(*vakBin)
@@ -331,6 +334,17 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	if withNotify {
 		defer stopNotify()
 	}
+	fCgroup := floorSample("the same over a pipe, each command in a new cgroup of its own (clone3 into it), no notification (a design with a cgroup per command)")
+	var cgroupRT func() (time.Duration, error)
+	if dir, remove, ok := floorCgroup(); ok {
+		defer remove()
+		rt, stop, err := startTimedServer([]string{self, "-floor-serve", "-floor-cgroup", dir}, "run", nil, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer stop()
+		cgroupRT = rt
+	}
 	for i := -10; i < n; i++ {
 		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
 		d2 := stats.MustTime(rt)
@@ -346,6 +360,10 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		if withNotify {
 			d8 = stats.MustTime(func() error { _, err := notifyRT(); return err })
 		}
+		var d9 time.Duration
+		if cgroupRT != nil {
+			d9 = stats.MustTime(func() error { _, err := cgroupRT(); return err })
+		}
 		d6, err := insideRT()
 		if err != nil {
 			log.Fatal(err)
@@ -355,6 +373,9 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 			fServe.Add(d5)
 			if withNotify {
 				fNotify.Add(d8)
+			}
+			if cgroupRT != nil {
+				fCgroup.Add(d9)
 			}
 			fInside.Add(d6)
 		}
@@ -387,6 +408,9 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	if withNotify {
 		floors = append(floors, fNotify)
 	}
+	if cgroupRT != nil {
+		floors = append(floors, fCgroup)
+	}
 	fmt.Print(stats.Table(goExec, append(contenders, floors...)...))
 	iv := stats.MustInterval(fServe, warm)
 	fmt.Printf("\nThe warm round trip against the floor over a pipe: %v; target ≤ 1.15×: **%s**. "+
@@ -397,6 +421,11 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		fmt.Printf("The floor over a pipe with the landlock backend's setsid notification against the one without: %v "+
 			"(what the session tracking costs any worker of this design); the warm round trip against it: %v.\n\n",
 			stats.MustInterval(fServe, fNotify), stats.MustInterval(fNotify, warm))
+	}
+	if cgroupRT != nil {
+		fmt.Printf("The floor over a pipe with a new cgroup per command against the one without: %v "+
+			"(what a design that finds a command's tree by its cgroup, instead of by sessions, would pay).\n\n",
+			stats.MustInterval(fServe, fCgroup))
 	}
 	if other != nil {
 		fmt.Printf("This build's worker against %s's, both from -warm-serve processes: %v.\n\n", name, stats.MustInterval(before, after))

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // notifyFloorSupported: no seccomp here, so no floor with vak's session
@@ -15,3 +16,9 @@ const notifyFloorSupported = false
 func notifySetsid(int) error {
 	return fmt.Errorf("a seccomp listener for setsid: %w", errors.ErrUnsupported)
 }
+
+// intoCgroup is Linux's (cgroup v2).
+func intoCgroup(*syscall.SysProcAttr, int) {}
+
+// floorCgroup: no cgroup v2 here.
+func floorCgroup() (string, func(), bool) { return "", nil, false }
