@@ -330,21 +330,10 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	serveRT, insideRT, stopFloors := startFloorServers(self, vak, cfgFile, filepath.Dir(ws))
 	defer stopFloors()
 	fNotify := floorSample("the same over a pipe, its setsid answered by the landlock supervisor in another process (this design's session tracking)")
-	notifyRT, stopNotify, withNotify := startNotifyFloor(self)
-	if withNotify {
-		defer stopNotify()
-	}
 	fCgroup := floorSample("the same over a pipe, each command in a new cgroup of its own (clone3 into it), no notification (a design with a cgroup per command)")
-	var cgroupRT func() (time.Duration, error)
-	if dir, remove, ok := floorCgroup(); ok {
-		defer remove()
-		rt, stop, err := startTimedServer([]string{self, "-floor-serve", "-floor-cgroup", dir}, "run", nil, nil)
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer stop()
-		cgroupRT = rt
-	}
+	notifyRT, cgroupRT, stopDesign := startDesignFloors(self)
+	defer stopDesign()
+	withNotify := notifyRT != nil
 	for i := -10; i < n; i++ {
 		d1 := stats.MustTime(func() error { return exec.Command(truePath).Run() })
 		d2 := stats.MustTime(rt)
@@ -498,6 +487,33 @@ func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (
 		log.Fatal(err)
 	}
 	return outside, inside, func() { stopInside(); os.RemoveAll(sbDir); stopOutside() }
+}
+
+// startDesignFloors starts the floors of the two ways to find a command's
+// tree (see floor.go): the floor server whose setsid the landlock
+// supervisor answers (notify), and the one that starts each command in a
+// cgroup of its own (cgroup). Either is nil where it cannot run here; stop
+// ends both.
+func startDesignFloors(self string) (notify, cgroup func() (time.Duration, error), stop func()) {
+	var stops []func()
+	notify, stopNotify, ok := startNotifyFloor(self)
+	if ok {
+		stops = append(stops, stopNotify)
+	}
+	if dir, remove, ok := floorCgroup(); ok {
+		rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-cgroup", dir}, "run", nil, nil)
+		if err != nil {
+			remove()
+			log.Fatal(err)
+		}
+		cgroup = rt
+		stops = append(stops, func() { stopServer(); remove() })
+	}
+	return notify, cgroup, func() {
+		for _, f := range stops {
+			f()
+		}
+	}
 }
 
 // startWarmServer starts argv, a build of this program with -warm-serve,
