@@ -175,11 +175,11 @@ func unshareArgv(truePath string) []string {
 // sandbox too, with none of the relay that carries the lines in and out.
 // With notify (-floor-notify), it first makes its setsid calls seccomp
 // user notifications and hands the listener to its supervisor on
-// descriptor 3 (startNotifyFloor). With cgroup (-floor-cgroup DIR), each
+// landlock.SupervisorFD (startNotifyFloor). With cgroup (-floor-cgroup DIR), each
 // command starts in the cgroup v2 directory DIR (floorCgroup).
 func floorServe(notify bool, cgroup string) {
 	if notify {
-		if err := notifySetsid(3); err != nil {
+		if err := notifySetsid(); err != nil {
 			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
 			os.Exit(1)
 		}
@@ -264,7 +264,7 @@ func startNotifyFloor(self string) (rt func() (time.Duration, error), stop func(
 		log.Fatal(err)
 	}
 	var sup *exec.Cmd
-	rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-notify"}, "run", []*os.File{remote}, func(pid int) {
+	rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-notify"}, "run", []*os.File{nil, remote}, func(pid int) { // remote is landlock.SupervisorFD
 		sup = exec.Command(self, "-notify-supervise", strconv.Itoa(pid))
 		sup.ExtraFiles = []*os.File{local}
 		sup.Stderr = os.Stderr

@@ -88,7 +88,7 @@ func main() {
 	vakBin := flag.String("vak", "", "a built vak binary to measure (default: build cmd/vak of this tree)")
 	files := flag.Int("files", 0, "fill the workspace with this many files (and a .git directory) first")
 	floorServeFlag := flag.Bool("floor-serve", false, "serve the warm floor's round trips on stdin (internal)")
-	floorNotify := flag.Bool("floor-notify", false, "with -floor-serve: make setsid a seccomp notification answered on fd 3 (internal)")
+	floorNotify := flag.Bool("floor-notify", false, "with -floor-serve: make setsid a seccomp notification answered on fd 4 (internal)")
 	floorCgroupDir := flag.String("floor-cgroup", "", "with -floor-serve: start each command in this cgroup v2 directory (internal)")
 	notifySup := flag.String("notify-supervise", "", "answer the setsid notifications of the floor server with this pid, on fd 3 (internal)")
 	flag.Parse()

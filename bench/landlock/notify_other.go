@@ -13,7 +13,7 @@ import (
 const notifyFloorSupported = false
 
 // notifySetsid is Linux's (seccomp).
-func notifySetsid(int) error {
+func notifySetsid() error {
 	return fmt.Errorf("a seccomp listener for setsid: %w", errors.ErrUnsupported)
 }
 

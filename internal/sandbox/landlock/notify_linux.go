@@ -7,6 +7,7 @@ import (
 	"os"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"vak/internal/procfs"
@@ -105,6 +106,33 @@ func syncWakeUp(fd int) error {
 		return fmt.Errorf("landlock: seccomp listener: set SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: %w", e)
 	}
 	return nil
+}
+
+// NotifySetsid makes setsid, on every thread of this process and in
+// everything it starts, a user notification answered by the supervisor
+// on SupervisorFD (Supervise), and filters nothing else: the session
+// tracking of stage 2 without the rest of its sandbox. no_new_privs is
+// set first. The Lineage asks that supervisor, as the worker's does.
+// Tests of the supervision and bench/landlock's floor of this design use
+// it; stage 2 loads the whole filter instead (installSeccomp).
+func NotifySetsid() (*Lineage, error) {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("landlock: no_new_privs: %w", err)
+	}
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: offNr, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SETSID, SkipFalse: 1},
+		bpf.RetConstant{Val: retNotify},
+		bpf.RetConstant{Val: retAllow},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("landlock: setsid filter: %w", err)
+	}
+	listener, err := loadFilter(prog)
+	if err != nil {
+		return nil, fmt.Errorf("landlock: %w", err)
+	}
+	return handOver(listener)
 }
 
 // handOver sends the listener to the supervisor and closes it here: the

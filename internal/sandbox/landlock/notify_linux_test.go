@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,23 +43,7 @@ func TestNotifyHelper(t *testing.T) {
 // itself). It prints the outcomes and exits, and so does the child: then
 // nothing uses the filter any more.
 func notifyHelper() error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return err
-	}
-	prog, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_SETSID, SkipFalse: 1},
-		bpf.RetConstant{Val: retNotify},
-		bpf.RetConstant{Val: retAllow},
-	})
-	if err != nil {
-		return err
-	}
-	listener, err := loadFilter(prog)
-	if err != nil {
-		return err
-	}
-	lineage, err := handOver(listener)
+	lineage, err := NotifySetsid()
 	if err != nil {
 		return err
 	}
