@@ -7,6 +7,13 @@
 //     connection, and each proxy's peak RSS;
 //   - a 1 GiB streamed upload through each proxy: throughput and RSS growth.
 //
+// Beside them run three floors, each a bare relay in a process of its own
+// (relay.go): the floor relay (the least a TLS-intercepting Go proxy does),
+// the same keeping vak's records, and the same making vak's per-request
+// checks too, with vak's own policy and secrets packages (checks.go). The
+// bench prints vak against each and what the records and the checks cost
+// the floor.
+//
 // Reproduce (from the repository root; needs Debian's mitmproxy package):
 //
 //	apt-get install -y mitmproxy
@@ -71,7 +78,7 @@ func main() {
 	flag.Var(&vakEnv, "vak-env", "extra NAME=value for the vak process (repeatable; e.g. GOMAXPROCS=1)")
 	concList := flag.String("conc", "1,32", "comma-separated client concurrencies")
 	relayServe := flag.String("relay-serve", "", "serve the floor relay on this address (internal)")
-	skipRelay := flag.Bool("skip-relay", false, "leave out the floor relays (without and with records)")
+	skipRelay := flag.Bool("skip-relay", false, "leave out the floor relays (bare, with records, with records and checks)")
 	flag.Parse()
 	if *relayServe != "" {
 		serveRelay(*relayServe)
@@ -135,12 +142,16 @@ func main() {
 		base = startVak(*vakBase, baseDir, upPort, caPEM)
 		cs = append(cs, contender{"vak-base", base.transport(), "Bearer " + base.placeholder, base.cmd.Process.Pid})
 	}
-	var relay, relayRec *proxyProc
+	var relays []*proxyProc
 	if !*skipRelay {
-		relay = startRelay(dir, upPort, upCert, caPEM, upPool, false)
-		cs = append(cs, contender{"floor relay", relay.transport(), "Bearer " + relay.placeholder, relay.cmd.Process.Pid})
-		relayRec = startRelay(dir, upPort, upCert, caPEM, upPool, true)
-		cs = append(cs, contender{"floor relay + records", relayRec.transport(), "Bearer " + relayRec.placeholder, relayRec.cmd.Process.Pid})
+		for _, f := range []struct {
+			name string
+			kind relayFloor
+		}{{"floor relay", floorPlain}, {"floor relay + records", floorRecords}, {"floor relay + records + checks", floorChecks}} {
+			r := startRelay(dir, upPort, upCert, caPEM, upPool, f.kind)
+			relays = append(relays, r)
+			cs = append(cs, contender{f.name, r.transport(), "Bearer " + r.placeholder, r.cmd.Process.Pid})
+		}
 	}
 	var mitm *proxyProc
 	if !*skipMitm {
@@ -174,9 +185,8 @@ func main() {
 	if base != nil {
 		base.stop()
 	}
-	if relay != nil {
-		relay.stop()
-		relayRec.stop()
+	for _, r := range relays {
+		r.stop()
 	}
 	var mitmPeak int64
 	if mitm != nil {
@@ -205,7 +215,7 @@ func main() {
 	fmt.Println()
 	fmt.Println("| path | conc | req/s | median | p99 | added median | added p99 | proxy CPU/req | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, name := range []string{"direct", "vak", "vak-base", "floor relay", "floor relay + records", "mitmproxy"} {
+	for _, name := range []string{"direct", "vak", "vak-base", "floor relay", "floor relay + records", "floor relay + records + checks", "mitmproxy"} {
 		for _, c := range concs {
 			s, ok := results[name][c]
 			if !ok {
@@ -231,7 +241,7 @@ func main() {
 			fmt.Printf("- vak vs vak-base at concurrency %d: throughput %.2f×, added median %s vs %s\n", c, results["vak"][c].rps/b[c].rps, ms(results["vak"][c].p50-results["direct"][c].p50), ms(b[c].p50-results["direct"][c].p50))
 		}
 	}
-	for _, floor := range []string{"floor relay", "floor relay + records"} {
+	for _, floor := range []string{"floor relay", "floor relay + records", "floor relay + records + checks"} {
 		f, ok := results[floor]
 		if !ok {
 			continue
@@ -243,6 +253,7 @@ func main() {
 	if f, ok := results["floor relay"]; ok {
 		for _, c := range concs {
 			fmt.Printf("- what the records alone cost the floor at concurrency %d: throughput %.2f× the floor relay's\n", c, results["floor relay + records"][c].rps/f[c].rps)
+			fmt.Printf("- what the records and the design's checks cost the floor at concurrency %d: throughput %.2f× the floor relay's\n", c, results["floor relay + records + checks"][c].rps/f[c].rps)
 		}
 	}
 	if m, ok := results["mitmproxy"]; ok {

@@ -20,6 +20,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"vak/internal/egress/policy"
+	"vak/internal/egress/secrets"
 )
 
 // The floor relay: the least a TLS-intercepting proxy written in Go does for
@@ -41,9 +44,18 @@ import (
 
 const relayPlaceholder = "RELAY_PLACEHOLDER_BENCH_TOKEN"
 
-// startRelay re-executes this program as the floor relay; with records set,
-// the relay keeps its records under dir.
-func startRelay(dir string, upPort int, cert tls.Certificate, caPEM string, pool *x509.CertPool, records bool) *proxyProc {
+// relayFloor is which floor a relay process is.
+type relayFloor int
+
+const (
+	floorPlain   relayFloor = iota // the floor relay
+	floorRecords                   // + records
+	floorChecks                    // + records + checks (checks.go)
+)
+
+// startRelay re-executes this program as the floor relay of the given
+// kind; its records go under dir.
+func startRelay(dir string, upPort int, cert tls.Certificate, caPEM string, pool *x509.CertPool, kind relayFloor) *proxyProc {
 	certFile, keyFile := filepath.Join(dir, "relay.crt"), filepath.Join(dir, "relay.key")
 	var chain []byte
 	for _, der := range cert.Certificate {
@@ -62,8 +74,14 @@ func startRelay(dir string, upPort int, cert tls.Certificate, caPEM string, pool
 	port := freePort()
 	cmd := exec.Command(self, "-relay-serve", "127.0.0.1:"+strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), "RELAY_CERT="+certFile, "RELAY_KEY="+keyFile, "RELAY_UPSTREAM_CA="+caPEM, "RELAY_UPSTREAM=127.0.0.1:"+strconv.Itoa(upPort))
-	if records {
+	if kind >= floorRecords {
 		cmd.Env = append(cmd.Env, "RELAY_RECORDS="+filepath.Join(dir, "relay-records-"+strconv.Itoa(port)+".jsonl"))
+	}
+	placeholder := relayPlaceholder
+	if kind == floorChecks {
+		// The checks floor substitutes a placeholder of vak's form.
+		placeholder = secrets.NewPlaceholder()
+		cmd.Env = append(cmd.Env, "RELAY_CHECKS_PLACEHOLDER="+placeholder)
 	}
 	cmd.Env = append(cmd.Env, vakEnv...)
 	cmd.Stderr = os.Stderr
@@ -71,7 +89,7 @@ func startRelay(dir string, upPort int, cert tls.Certificate, caPEM string, pool
 		log.Fatal(err)
 	}
 	waitPort("127.0.0.1:" + strconv.Itoa(port))
-	return &proxyProc{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), caPool: pool, placeholder: relayPlaceholder}
+	return &proxyProc{cmd: cmd, addr: "127.0.0.1:" + strconv.Itoa(port), caPool: pool, placeholder: placeholder}
 }
 
 // serveRelay is -relay-serve ADDR.
@@ -93,6 +111,18 @@ func serveRelay(addr string) {
 	if p := os.Getenv("RELAY_RECORDS"); p != "" {
 		rec = openRecordLog(p)
 	}
+	var checks *relayChecks
+	if ph := os.Getenv("RELAY_CHECKS_PLACEHOLDER"); ph != "" {
+		_, port, err := net.SplitHostPort(up)
+		if err != nil {
+			log.Fatal(err)
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			log.Fatal(err)
+		}
+		checks = newRelayChecks(ph, uint16(n))
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
@@ -102,7 +132,7 @@ func serveRelay(addr string) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		go relayConn(c, server, client, up, rec)
+		go relayConn(c, server, client, up, rec, checks)
 	}
 }
 
@@ -150,7 +180,7 @@ func openRecordLog(path string) *recordLog {
 }
 
 // add writes one request's record (the fields a vak receipt has).
-func (l *recordLog) add(req *http.Request, status int, out, in int64) {
+func (l *recordLog) add(req *http.Request, path string, status int, out, in int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
@@ -164,7 +194,7 @@ func (l *recordLog) add(req *http.Request, status int, out, in int64) {
 	b = append(b, `,"host":`...)
 	b = strconv.AppendQuote(b, benchHost)
 	b = append(b, `,"port":443,"path":`...)
-	b = strconv.AppendQuote(b, req.URL.Path)
+	b = strconv.AppendQuote(b, path)
 	b = append(b, `,"rule":0,"rule_name":"bench","decision":"allow","status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, `,"bytes_out":`...)
@@ -184,15 +214,23 @@ func (l *recordLog) add(req *http.Request, status int, out, in int64) {
 	l.unsigned = true
 }
 
-func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog) {
+// relayConn serves one client connection: its CONNECT, the TLS handshake,
+// then its requests one at a time (relayRequests).
+func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog, checks *relayChecks) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	req, err := http.ReadRequest(br)
 	if err != nil || req.Method != http.MethodConnect {
 		return
 	}
-	host, _, _ := net.SplitHostPort(req.Host)
-	if host != benchHost {
+	var host policy.Host
+	var port uint16
+	if checks != nil {
+		host, port, err = policy.ParseAuthority(req.Host, 443)
+	} else if h, _, _ := net.SplitHostPort(req.Host); h != benchHost {
+		err = errRefused
+	}
+	if err != nil || (checks != nil && host.Name != benchHost) {
 		fmt.Fprint(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
 		return
 	}
@@ -203,6 +241,13 @@ func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog
 	if err := tc.Handshake(); err != nil {
 		return
 	}
+	relayRequests(tc, client, up, rec, checks, host, port)
+}
+
+// relayRequests relays the requests of one intercepted connection over one
+// kept upstream connection; with checks, the checks floor's checks apply
+// (and the tunnel's host and port are what the Host header must name).
+func relayRequests(tc *tls.Conn, client *tls.Config, up string, rec *recordLog, checks *relayChecks, host policy.Host, port uint16) {
 	cr, cw := bufio.NewReader(tc), bufio.NewWriter(tc)
 	var uc *tls.Conn
 	var ur *bufio.Reader
@@ -217,11 +262,19 @@ func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog
 		if err != nil {
 			return
 		}
-		if h, _, _ := strings.Cut(req.Host, ":"); h != benchHost {
-			return
-		}
-		if a := req.Header.Get("Authorization"); strings.Contains(a, relayPlaceholder) {
-			req.Header.Set("Authorization", strings.ReplaceAll(a, relayPlaceholder, secretValue))
+		path, stopWatch := req.URL.Path, func() bool { return true }
+		if checks != nil {
+			if path, stopWatch, err = checks.request(req, host, port); err != nil {
+				log.Print(err)
+				return
+			}
+		} else {
+			if h, _, _ := strings.Cut(req.Host, ":"); h != benchHost {
+				return
+			}
+			if a := req.Header.Get("Authorization"); strings.Contains(a, relayPlaceholder) {
+				req.Header.Set("Authorization", strings.ReplaceAll(a, relayPlaceholder, secretValue))
+			}
 		}
 		if uc == nil {
 			if uc, err = tls.Dial("tcp", up, client); err != nil {
@@ -236,8 +289,15 @@ func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog
 			return
 		}
 		resp, err := http.ReadResponse(ur, req)
+		stopWatch()
 		if err != nil {
 			return
+		}
+		if checks != nil {
+			if err := checks.response(resp); err != nil {
+				log.Print(err)
+				return
+			}
 		}
 		err = resp.Write(cw)
 		resp.Body.Close()
@@ -245,7 +305,7 @@ func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog
 			return
 		}
 		if rec != nil {
-			rec.add(req, resp.StatusCode, req.ContentLength, resp.ContentLength)
+			rec.add(req, path, resp.StatusCode, req.ContentLength, resp.ContentLength)
 		}
 	}
 }
