@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,8 +177,10 @@ func unshareArgv(truePath string) []string {
 // With notify (-floor-notify), it first makes its setsid calls seccomp
 // user notifications and hands the listener to its supervisor on
 // landlock.SupervisorFD (startNotifyFloor). With cgroup (-floor-cgroup DIR), each
-// command starts in the cgroup v2 directory DIR (floorCgroup).
-func floorServe(notify bool, cgroup string) {
+// command starts in the cgroup v2 directory DIR (floorCgroup). With
+// prefork (-floor-prefork), each command runs in a session leader started
+// before its request came (preforked).
+func floorServe(notify bool, cgroup string, prefork bool) {
 	if notify {
 		if err := notifySetsid(); err != nil {
 			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
@@ -187,6 +190,20 @@ func floorServe(notify bool, cgroup string) {
 	run := func(session bool) error { return shell(session, -1) }
 	if cgroup != "" {
 		run = func(session bool) error { return shellInNewCgroup(session, cgroup) }
+	}
+	var next *preforked
+	if prefork {
+		run = func(bool) error { return next.run("true") }
+	}
+	startNext := func() {
+		var err error
+		if next, err = startPreforked(); err != nil {
+			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	if prefork {
+		startNext()
 	}
 	in := bufio.NewReader(os.Stdin)
 	for {
@@ -203,7 +220,67 @@ func floorServe(notify bool, cgroup string) {
 		if _, err := os.Stdout.WriteString(msg); err != nil {
 			return
 		}
+		if prefork {
+			// The next leader starts after the answer, as a worker of
+			// that design would start it, and the client waits for
+			// "ready" (untimed) so that the start overlaps no other
+			// contender's round trip.
+			startNext()
+			if _, err := os.Stdout.WriteString("ready\n"); err != nil {
+				return
+			}
+		}
 	}
+}
+
+// preforked is a session leader started ahead of its command, the floor
+// of a design that forks the next command's process, and pays for its new
+// session (in vak's sandbox, the setsid supervisor's round trip), between
+// commands rather than while one waits: sh, in a new session with its
+// output captured, that reads one line and then runs it as `sh -c LINE`.
+type preforked struct {
+	cmd         *exec.Cmd
+	in          io.WriteCloser
+	out, errOut bytes.Buffer
+}
+
+// startPreforked starts a preforked shell and returns once it waits for
+// its line.
+func startPreforked() (*preforked, error) {
+	p := &preforked{cmd: exec.Command("/bin/sh", "-c", `echo >&3; exec 3>&-; read -r line && exec /bin/sh -c "$line"`)}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer ready.Close()
+	p.cmd.ExtraFiles = []*os.File{readyW}
+	if p.in, err = p.cmd.StdinPipe(); err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	err = p.cmd.Start()
+	readyW.Close()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ready.Read(make([]byte, 1)); err != nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		return nil, fmt.Errorf("preforked shell: no ready line: %w", err)
+	}
+	return p, nil
+}
+
+// run gives the shell its command line and waits for it and its output.
+func (p *preforked) run(line string) error {
+	_, err := io.WriteString(p.in, line+"\n")
+	p.in.Close()
+	if werr := p.cmd.Wait(); err == nil {
+		err = werr
+	}
+	return err
 }
 
 // startTimedServer starts argv, a command that ends in this program's
@@ -211,8 +288,12 @@ func floorServe(notify bool, cgroup string) {
 // sends request (a line: "run" or "nosession" for -floor-serve, anything
 // for -warm-serve) and returns the time the server measured, and a stop
 // function. extra are the server's descriptors from 3 on; started, if
-// set, is called with its pid once it runs.
+// set, is called with its pid once it runs. A -floor-prefork server
+// writes a second line once its next session leader waits: the round
+// trip then returns the time from its request to the answer as measured
+// here, and reads that line before it returns.
 func startTimedServer(argv []string, request string, extra []*os.File, started func(pid int)) (func() (time.Duration, error), func(), error) {
+	settles := slices.Contains(argv, "-floor-prefork")
 	c := exec.Command(argv[0], argv[1:]...)
 	c.ExtraFiles = extra
 	in, err := c.StdinPipe()
@@ -232,6 +313,7 @@ func startTimedServer(argv []string, request string, extra []*os.File, started f
 	}
 	br := bufio.NewReader(out)
 	rt := func() (time.Duration, error) {
+		start := time.Now()
 		if _, err := io.WriteString(in, request+"\n"); err != nil {
 			return 0, err
 		}
@@ -239,9 +321,16 @@ func startTimedServer(argv []string, request string, extra []*os.File, started f
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 		}
+		wall := time.Since(start)
 		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %s", strings.Join(argv, " "), strings.TrimSpace(line))
+		}
+		if settles {
+			if ready, err := br.ReadString('\n'); ready != "ready\n" {
+				return 0, fmt.Errorf("%s: %q, %v; want ready", strings.Join(argv, " "), ready, err)
+			}
+			return wall, nil
 		}
 		return time.Duration(ns), nil
 	}
@@ -255,7 +344,8 @@ func startTimedServer(argv []string, request string, extra []*os.File, started f
 // (this program's -notify-supervise), as stage 1 answers the worker's. It
 // returns the round trip and a stop function, as startTimedServer; ok is
 // false where there is no seccomp listener to hand over (not Linux).
-func startNotifyFloor(self string) (rt func() (time.Duration, error), stop func(), ok bool) {
+// flags are more -floor-serve flags (-floor-prefork).
+func startNotifyFloor(self string, flags ...string) (rt func() (time.Duration, error), stop func(), ok bool) {
 	if !notifyFloorSupported {
 		return nil, nil, false
 	}
@@ -264,7 +354,7 @@ func startNotifyFloor(self string) (rt func() (time.Duration, error), stop func(
 		log.Fatal(err)
 	}
 	var sup *exec.Cmd
-	rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-notify"}, "run", []*os.File{nil, remote}, func(pid int) { // remote is landlock.SupervisorFD
+	rt, stopServer, err := startTimedServer(append([]string{self, "-floor-serve", "-floor-notify"}, flags...), "run", []*os.File{nil, remote}, func(pid int) { // remote is landlock.SupervisorFD
 		sup = exec.Command(self, "-notify-supervise", strconv.Itoa(pid))
 		sup.ExtraFiles = []*os.File{local}
 		sup.Stderr = os.Stderr

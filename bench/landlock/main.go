@@ -90,6 +90,7 @@ func main() {
 	floorServeFlag := flag.Bool("floor-serve", false, "serve the warm floor's round trips on stdin (internal)")
 	floorNotify := flag.Bool("floor-notify", false, "with -floor-serve: make setsid a seccomp notification answered on fd 4 (internal)")
 	floorCgroupDir := flag.String("floor-cgroup", "", "with -floor-serve: start each command in this cgroup v2 directory (internal)")
+	floorPrefork := flag.Bool("floor-prefork", false, "with -floor-serve: run each command in a session leader started before its request (internal)")
 	notifySup := flag.String("notify-supervise", "", "answer the setsid notifications of the floor server with this pid, on fd 3 (internal)")
 	flag.Parse()
 	if *notifySup != "" {
@@ -97,7 +98,7 @@ func main() {
 		return
 	}
 	if *floorServeFlag {
-		floorServe(*floorNotify, *floorCgroupDir)
+		floorServe(*floorNotify, *floorCgroupDir, *floorPrefork)
 		return
 	}
 	vak, built, err := stats.Vak(*vakBin)
@@ -331,7 +332,8 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	defer stopFloors()
 	fNotify := floorSample("the same over a pipe, its setsid answered by the landlock supervisor in another process (this design's session tracking)")
 	fCgroup := floorSample("the same over a pipe, each command in a new cgroup of its own (clone3 into it), no notification (a design with a cgroup per command)")
-	notifyRT, cgroupRT, stopDesign := startDesignFloors(self)
+	fPrefork := floorSample("the same with the notification, each command's process started before its request (a design that forks the next command, and pays for its session, between commands)")
+	notifyRT, cgroupRT, preforkRT, stopDesign := startDesignFloors(self)
 	defer stopDesign()
 	withNotify := notifyRT != nil
 	for i := -10; i < n; i++ {
@@ -349,9 +351,15 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		if withNotify {
 			d8 = stats.MustTime(func() error { _, err := notifyRT(); return err })
 		}
-		var d9 time.Duration
+		var d9, d10 time.Duration
 		if cgroupRT != nil {
 			d9 = stats.MustTime(func() error { _, err := cgroupRT(); return err })
+		}
+		if preforkRT != nil {
+			var err error
+			if d10, err = preforkRT(); err != nil {
+				log.Fatal(err)
+			}
 		}
 		d6, err := insideRT()
 		if err != nil {
@@ -365,6 +373,9 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 			}
 			if cgroupRT != nil {
 				fCgroup.Add(d9)
+			}
+			if preforkRT != nil {
+				fPrefork.Add(d10)
 			}
 			fInside.Add(d6)
 		}
@@ -400,6 +411,9 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 	if cgroupRT != nil {
 		floors = append(floors, fCgroup)
 	}
+	if preforkRT != nil {
+		floors = append(floors, fPrefork)
+	}
 	fmt.Print(stats.Table(goExec, append(contenders, floors...)...))
 	iv := stats.MustInterval(fServe, warm)
 	fmt.Printf("\nThe warm round trip against the floor over a pipe: %v; target ≤ 1.15×: **%s**. "+
@@ -415,6 +429,11 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		fmt.Printf("The floor over a pipe with a new cgroup per command against the one without: %v "+
 			"(what a design that finds a command's tree by its cgroup, instead of by sessions, would pay).\n\n",
 			stats.MustInterval(fServe, fCgroup))
+	}
+	if preforkRT != nil {
+		fmt.Printf("The floor with the notification, each command's process started before its request, against the floor over a pipe: %v; "+
+			"against the floor with the notification: %v (what that design would take off a command's path).\n\n",
+			stats.MustInterval(fServe, fPrefork), stats.MustInterval(fNotify, fPrefork))
 	}
 	if other != nil {
 		fmt.Printf("This build's worker against %s's, both from -warm-serve processes: %v.\n\n", name, stats.MustInterval(before, after))
@@ -492,13 +511,19 @@ func startFloorServers(self, vak, cfgFile, tmp string) (outside, inside func() (
 // startDesignFloors starts the floors of the two ways to find a command's
 // tree (see floor.go): the floor server whose setsid the landlock
 // supervisor answers (notify), and the one that starts each command in a
-// cgroup of its own (cgroup). Either is nil where it cannot run here; stop
-// ends both.
-func startDesignFloors(self string) (notify, cgroup func() (time.Duration, error), stop func()) {
+// cgroup of its own (cgroup); and the notify floor with each command's
+// process started before its request (prefork: its round trip returns the
+// time measured here, see startTimedServer). Each is nil where it cannot
+// run here; stop ends them all.
+func startDesignFloors(self string) (notify, cgroup, prefork func() (time.Duration, error), stop func()) {
 	var stops []func()
 	notify, stopNotify, ok := startNotifyFloor(self)
 	if ok {
 		stops = append(stops, stopNotify)
+	}
+	prefork, stopPrefork, ok := startNotifyFloor(self, "-floor-prefork")
+	if ok {
+		stops = append(stops, stopPrefork)
 	}
 	if dir, remove, ok := floorCgroup(); ok {
 		rt, stopServer, err := startTimedServer([]string{self, "-floor-serve", "-floor-cgroup", dir}, "run", nil, nil)
@@ -509,7 +534,7 @@ func startDesignFloors(self string) (notify, cgroup func() (time.Duration, error
 		cgroup = rt
 		stops = append(stops, func() { stopServer(); remove() })
 	}
-	return notify, cgroup, func() {
+	return notify, cgroup, prefork, func() {
 		for _, f := range stops {
 			f()
 		}
