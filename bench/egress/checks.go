@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"vak/internal/egress/policy"
+	"vak/internal/egress/proxy"
 	"vak/internal/egress/secrets"
 )
 
 // The third floor, "floor relay + records + checks": the records floor
 // doing, besides, the checks vak's design makes on every request and
-// response, with vak's own policy and secrets packages, in the relay's bare
-// loop (no exchange, no receipts package, no HTTP/1 server of vak's):
+// response, with vak's own policy and secrets packages and the gateway's
+// proxy.RemoveHopByHop, in the relay's bare loop (no exchange, no receipts
+// package, no HTTP/1 server of vak's):
 //
 //   - the Host header parsed and normalised (policy.ParseAuthority) and
 //     held to the CONNECT authority it came through;
@@ -101,7 +103,7 @@ func (c *relayChecks) request(req *http.Request, host policy.Host, port uint16) 
 	if !d.Allow {
 		return "", nil, fmt.Errorf("%w: %s", errRefused, d.Reason)
 	}
-	dropHopByHop(req.Header)
+	proxy.RemoveHopByHop(req.Header)
 	req.Header.Set("Accept-Encoding", "gzip")
 	if !d.AllowForeignCredentials {
 		if err := c.sess.ForeignCredential(h, req.Header); err != nil {
@@ -122,7 +124,7 @@ func (c *relayChecks) response(resp *http.Response) error {
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		return fmt.Errorf("checks floor: %q-encoded response", ce)
 	}
-	dropHopByHop(resp.Header)
+	proxy.RemoveHopByHop(resp.Header)
 	c.sess.RedactHeader(resp.Header)
 	resp.Header.Del("Content-Length")
 	body := c.sess.RedactReader(resp.Body)
@@ -140,26 +142,4 @@ func (c *relayChecks) response(resp *http.Response) error {
 		}{io.MultiReader(&buf, body), resp.Body}
 	}
 	return nil
-}
-
-// hopHeaders are the hop-by-hop headers (RFC 9110 7.6.1) and the proxy's
-// own, which a proxy does not forward.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// dropHopByHop removes the headers Connection names and the hop-by-hop
-// headers.
-func dropHopByHop(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
 }

@@ -96,7 +96,11 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-func removeHopByHop(h http.Header) {
+// RemoveHopByHop removes from h the headers its Connection header names
+// and the hop-by-hop headers (hopHeaders): what the gateway does to every
+// request and response it forwards (bench/egress's floor with vak's checks
+// does it too).
+func RemoveHopByHop(h http.Header) {
 	for _, f := range h.Values("Connection") {
 		for _, name := range strings.Split(f, ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -499,7 +503,7 @@ func (x *exchange) outgoing() (*http.Request, error) {
 	outreq.Host = ""
 	outreq.Close = false
 	outreq.Proto, outreq.ProtoMajor, outreq.ProtoMinor = "HTTP/1.1", 1, 1
-	removeHopByHop(outreq.Header)
+	RemoveHopByHop(outreq.Header)
 	if x.ws {
 		outreq.Header.Set("Connection", "Upgrade")
 		outreq.Header.Set("Upgrade", "websocket")
@@ -723,7 +727,7 @@ func (x *exchange) relay(resp *http.Response) {
 		}
 		decoded = rd
 	}
-	removeHopByHop(resp.Header)
+	RemoveHopByHop(resp.Header)
 	// The response's header values are ours: moved, not copied.
 	dst := x.w.Header()
 	for k, vs := range resp.Header {
