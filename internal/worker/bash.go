@@ -467,13 +467,8 @@ type process interface {
 // cmdProcess is a command started here with its output wired by os/exec.
 type cmdProcess struct{ c *exec.Cmd }
 
-func (p cmdProcess) pid() int { return p.c.Process.Pid }
-func (p cmdProcess) wait() error {
-	// The command's exit is awaited in the poller first (awaitExit):
-	// os/exec's own wait blocks a thread, and a P, for the whole command.
-	awaitExit(p.c.Process.Pid)
-	return p.c.Wait()
-}
+func (p cmdProcess) pid() int       { return p.c.Process.Pid }
+func (p cmdProcess) wait() error    { return p.c.Wait() }
 func (p cmdProcess) cmd() *exec.Cmd { return p.c }
 
 func (x *Exec) shell() string {

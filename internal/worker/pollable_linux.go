@@ -35,28 +35,3 @@ func pollable(in io.Reader) io.Reader {
 	}
 	return os.NewFile(uintptr(fd), f.Name())
 }
-
-// awaitExit returns once the process pid, a child of this process not yet
-// waited for, has exited, waiting in the Go runtime's poller on a pidfd
-// rather than in a blocking wait: a thread blocked in waitid keeps its P
-// busy, and the runtime's monitor thread then polls every 20 µs for as
-// long as the command runs. It returns at once where pidfds are missing;
-// the caller's wait does the rest.
-func awaitExit(pid int) {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	first := true
-	rc.Read(func(uintptr) bool {
-		done := !first
-		first = false
-		return done
-	})
-}
