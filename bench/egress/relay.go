@@ -223,14 +223,19 @@ func relayConn(c net.Conn, server, client *tls.Config, up string, rec *recordLog
 	if err != nil || req.Method != http.MethodConnect {
 		return
 	}
+	// The tunnel's host and port: the checks floor parses them as vak
+	// does, and its requests' Host headers must name them.
 	var host policy.Host
 	var port uint16
+	var ok bool
 	if checks != nil {
 		host, port, err = policy.ParseAuthority(req.Host, 443)
-	} else if h, _, _ := net.SplitHostPort(req.Host); h != benchHost {
-		err = errRefused
+		ok = err == nil && host.Name == benchHost
+	} else {
+		h, _, _ := net.SplitHostPort(req.Host)
+		ok = h == benchHost
 	}
-	if err != nil || (checks != nil && host.Name != benchHost) {
+	if !ok {
 		fmt.Fprint(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
 		return
 	}

@@ -30,7 +30,7 @@ func intoCgroup(attr *syscall.SysProcAttr, fd int) {
 }
 
 // floorCgroup makes a cgroup v2 directory for the floor whose commands
-// each start in a cgroup (startCgroupFloor), under the first cgroup2
+// each start in a cgroup (startDesignFloors), under the first cgroup2
 // mount: on this machine kind, a hybrid host, /sys/fs/cgroup/unified. It
 // needs no controller: cgroup.kill and CLONE_INTO_CGROUP are the
 // hierarchy's own. ok is false where none can be made here (no cgroup2
