@@ -202,35 +202,52 @@ func newSupervisor(listener, queries, worker int) *supervisor {
 // broker, when there is no stage 1); older ones block RECV for good. The
 // poll costs one system call per notification.
 func (s *supervisor) serve() {
-	pfd := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}, {Fd: int32(s.queries), Events: unix.POLLIN}}
-	for {
-		pfd[0].Revents, pfd[1].Revents = 0, 0
-		if _, err := unix.Poll(pfd, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
+	pfd := s.pollFDs()
+	for s.step(pfd) {
+	}
+}
+
+// pollFDs is what serve polls: the listener, then the question socket.
+func (s *supervisor) pollFDs() []unix.PollFd {
+	return []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}, {Fd: int32(s.queries), Events: unix.POLLIN}}
+}
+
+// step waits for the listener or a question (pfd, from pollFDs) and
+// handles what came; false ends the supervisor. When the worker's end of
+// the question socket is gone (it closed it, or exited while the
+// sandbox's other processes still use the filter), the socket stays
+// readable at its end for good: it is dropped from pfd, or every poll
+// would return at once and the supervisor would spin on it.
+func (s *supervisor) step(pfd []unix.PollFd) bool {
+	pfd[0].Revents, pfd[1].Revents = 0, 0
+	if _, err := unix.Poll(pfd, -1); err != nil {
+		if errors.Is(err, unix.EINTR) {
+			return true
+		}
+		fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
+		return false
+	}
+	switch ev := pfd[0].Revents; {
+	case ev&unix.POLLIN != 0:
+		// A notification waits: answer it first, even with POLLHUP.
+		if err := s.answer(); err != nil {
 			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
-			return
+			return false
 		}
-		switch ev := pfd[0].Revents; {
-		case ev&unix.POLLIN != 0:
-			// A notification waits: answer it first, even with POLLHUP.
-			if err := s.answer(); err != nil {
-				fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: %v\n", err)
-				return
-			}
-		case ev&unix.POLLHUP != 0:
-			return // no process uses the filter any more
-		case ev != 0:
-			fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: poll events %#x\n", ev)
-			return
-		}
-		if ev := pfd[1].Revents; ev&unix.POLLIN != 0 {
-			s.reply()
-		} else if ev != 0 {
+	case ev&unix.POLLHUP != 0:
+		return false // no process uses the filter any more
+	case ev != 0:
+		fmt.Fprintf(os.Stderr, "vak: setsid supervisor stopped: poll events %#x\n", ev)
+		return false
+	}
+	if ev := pfd[1].Revents; ev&unix.POLLIN != 0 {
+		if !s.reply() {
 			pfd[1].Fd = -1 // the worker is gone: no more questions
 		}
+	} else if ev != 0 {
+		pfd[1].Fd = -1
 	}
+	return true
 }
 
 // answer receives one notification, records the session it makes and lets
@@ -314,12 +331,19 @@ func (s *supervisor) newCommand(pid int) {
 	}
 }
 
-// reply answers one question of the worker (Lineage.Sessions).
-func (s *supervisor) reply() {
+// reply answers one question of the worker (Lineage.Sessions). It returns
+// false once no more can come: the worker's end is closed (a read of
+// nothing) or the socket failed.
+func (s *supervisor) reply() bool {
 	var q [lineageQuestion]byte
 	n, err := unix.Read(s.queries, q[:])
-	if err != nil || n != len(q) || q[0] != 'S' {
-		return
+	switch {
+	case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+		return true
+	case err != nil || n == 0:
+		return false
+	case n != len(q) || q[0] != 'S':
+		return true // not a question: ignored
 	}
 	root := int(binary.NativeEndian.Uint32(q[1:]))
 	sids := []int{root}
@@ -338,10 +362,10 @@ func (s *supervisor) reply() {
 			binary.NativeEndian.PutUint32(msg[4+4*i:], uint32(sid))
 		}
 		if _, err := unix.Write(s.queries, msg); err != nil {
-			return
+			return false
 		}
 		if sids = sids[k:]; len(sids) == 0 {
-			return
+			return true
 		}
 	}
 }

@@ -139,3 +139,63 @@ func TestSupervise(t *testing.T) {
 		})
 	}
 }
+
+// When the worker's end of the question socket goes away while the filter
+// still has users, the supervisor stops polling the socket instead of
+// finding it readable (at its end) on every poll and spinning on it: a
+// benchmark's floor server that dropped its Lineage kept two supervisors
+// at full speed for as long as it ran. A question asked before is
+// answered (the positive control), and the supervisor still ends when the
+// listener hangs up. The listener here is a pipe's read end: never
+// readable while its writer is open, hung up once it is closed.
+func TestSuperviseAskerGone(t *testing.T) {
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lr.Close()
+	defer lw.Close()
+	local, remote, err := SupervisorPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	lineage, err := newLineage(int(remote.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSupervisor(int(lr.Fd()), int(local.Fd()), 1)
+	pfd := s.pollFDs()
+
+	type answer struct {
+		sids []int
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		sids, err := lineage.Sessions(4242)
+		answered <- answer{sids, err}
+	}()
+	if !s.step(pfd) {
+		t.Fatal("the supervisor stopped at a question")
+	}
+	if a := <-answered; a.err != nil || !slices.Equal(a.sids, []int{4242}) {
+		t.Fatalf("answer %v, %v; want [4242]", a.sids, a.err)
+	}
+	if pfd[1].Fd < 0 {
+		t.Fatal("the question socket was dropped while the worker could still ask")
+	}
+
+	lineage.f.Close()
+	if !s.step(pfd) {
+		t.Fatal("the supervisor stopped when the worker went away; the listener is still open")
+	}
+	if pfd[1].Fd >= 0 {
+		t.Fatal("the question socket is still polled after the worker closed its end: every poll returns at once")
+	}
+
+	lw.Close()
+	if s.step(pfd) {
+		t.Fatal("the supervisor went on after the listener hung up")
+	}
+}
