@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,10 +183,12 @@ func unshareArgv(truePath string) []string {
 // before its request came (preforked).
 func floorServe(notify bool, cgroup string, prefork bool) {
 	if notify {
-		if err := notifySetsid(); err != nil {
+		lineage, err := notifySetsid()
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "floor-serve: %v\n", err)
 			os.Exit(1)
 		}
+		defer runtime.KeepAlive(lineage)
 	}
 	run := func(session bool) error { return shell(session, -1) }
 	if cgroup != "" {

@@ -17,10 +17,12 @@ const notifyFloorSupported = true
 // notifySetsid makes this process's setsid a user notification answered
 // by its supervisor on landlock.SupervisorFD (landlock.NotifySetsid): the
 // step of the landlock backend's session tracking that a command's start
-// cannot skip, without the rest of its sandbox.
-func notifySetsid() error {
-	_, err := landlock.NotifySetsid()
-	return err
+// cannot skip, without the rest of its sandbox. The caller keeps what it
+// returns (the socket to the supervisor) alive for as long as it serves,
+// as the worker keeps its own: dropped, it is closed whenever the garbage
+// collector finds it.
+func notifySetsid() (keep any, err error) {
+	return landlock.NotifySetsid()
 }
 
 // intoCgroup makes the command start in the cgroup of descriptor fd

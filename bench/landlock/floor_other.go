@@ -13,8 +13,8 @@ import (
 const notifyFloorSupported = false
 
 // notifySetsid is Linux's (seccomp).
-func notifySetsid() error {
-	return fmt.Errorf("a seccomp listener for setsid: %w", errors.ErrUnsupported)
+func notifySetsid() (keep any, err error) {
+	return nil, fmt.Errorf("a seccomp listener for setsid: %w", errors.ErrUnsupported)
 }
 
 // intoCgroup is Linux's (cgroup v2).

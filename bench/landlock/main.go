@@ -381,13 +381,7 @@ func warm(vak, cfgFile, ws, wsEmpty, truePath string, n int, against []string) {
 		}
 		var d3, d7 time.Duration
 		if other != nil {
-			var err error
-			if d3, err = other(); err != nil {
-				log.Fatal(err)
-			}
-			if d7, err = mine(); err != nil {
-				log.Fatal(err)
-			}
+			d3, d7 = pairRT(i, other, mine)
 		}
 		if i >= 0 {
 			goExec.Add(d1)
@@ -539,6 +533,29 @@ func startDesignFloors(self string) (notify, cgroup, prefork func() (time.Durati
 			f()
 		}
 	}
+}
+
+// pairRT times round i of a before/after pair: a round trip through other
+// (the build compared against) and one through mine (this build). They
+// take turns going first. In a fixed order, the one asked second measured
+// 3-6 % faster: a build against itself came out at 0.94-0.97× (95 %
+// intervals reaching 0.91 and 0.97), and that favoured this build, which
+// always went second.
+func pairRT(i int, other, mine func() (time.Duration, error)) (before, after time.Duration) {
+	first, second := &before, &after
+	f, g := other, mine
+	if i%2 != 0 {
+		first, second = &after, &before
+		f, g = mine, other
+	}
+	var err error
+	if *first, err = f(); err != nil {
+		log.Fatal(err)
+	}
+	if *second, err = g(); err != nil {
+		log.Fatal(err)
+	}
+	return before, after
 }
 
 // startWarmServer starts argv, a build of this program with -warm-serve,
