@@ -201,6 +201,12 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 			}
 		}
 		keep(bare, stats.MustTime(func() error { return exec.Command(truePath).Run() }))
+		// With -against, the two builds take turns going first (as in
+		// pairRT): every other round the other build runs right before
+		// this one, the rest of the rounds at the end.
+		if against != "" && i%2 != 0 {
+			keep(other, stats.MustTime(runVak(against, ws)))
+		}
 		keep(cold, stats.MustTime(runVak(vak, ws)))
 		keep(fVak, stats.MustTime(runTimes(3, vak, "version")))
 		keep(fLean, stats.MustTime(func() error {
@@ -221,7 +227,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 			keep(first, stats.MustTime(run))
 			after()
 		}
-		if against != "" {
+		if against != "" && i%2 == 0 {
 			keep(other, stats.MustTime(runVak(against, ws)))
 		}
 	}
