@@ -160,7 +160,15 @@ func TestSuperviseAskerGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	lineage, err := newLineage(int(remote.Fd()))
+	// newLineage owns the descriptor it is given, as it owns
+	// SupervisorFD in stage 2: a duplicate, so that remote's own close
+	// cannot close it again later.
+	fd, err := unix.Dup(int(remote.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote.Close()
+	lineage, err := newLineage(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
