@@ -19,7 +19,12 @@
 // started in a new cgroup of its own. The cold table's process starts: three of
 // the whole vak binary (what a vak without the lean stage program starts),
 // one of vak and two of the lean stage program (what scripts/build-vak's vak
-// starts), three of a minimal Go program.
+// starts), three of a minimal Go program. Beside them, where bwrap is
+// installed, bubblewrap around `true` with the kind of view vak builds
+// (bench/peers' argv), and two floors of a design that takes a sandbox
+// started before the run instead of building one (see start.go): the
+// bench prints `vak run`, this design's process starts and those floors
+// as ratios to bubblewrap (issue 32 item 2 asks at most 2×).
 //
 // With -against BINARY, a second vak binary (e.g. one built from an older
 // commit) runs the cold contender too, interleaved with the others, and
@@ -191,6 +196,13 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Item 2 is about a fresh workspace: with -files, the empty one.
+	fresh := ws
+	if wsEmpty != "" {
+		fresh = wsEmpty
+	}
+	start := newStartFloors(vak, lean, fresh)
+	defer start.close()
 	runVak := func(bin, ws string) func() error {
 		return func() error { return stats.RunQuiet(bin, "--config", cfgFile, "run", "-w", ws, "--", "true") }
 	}
@@ -219,6 +231,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		if nsArgv != nil {
 			keep(fNS, stats.MustTime(runTimes(1, nsArgv...)))
 		}
+		start.round(keep)
 		if wsEmpty != "" {
 			d := stats.MustTime(runVak(vak, wsEmpty))
 			keep(empty, d)
@@ -245,8 +258,15 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		contenders = append(contenders, empty, first)
 		floors = append(floors, fWalk)
 	}
+	bw, ready := start.rows()
+	contenders, floors = append(contenders, bw...), append(floors, ready...)
 	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
+	if wsEmpty != "" {
+		fmt.Print(start.summary(empty, fLean))
+	} else {
+		fmt.Print(start.summary(cold, fLean))
+	}
 	if against != "" {
 		fmt.Printf("This build against %s: %v.\n\n", against, stats.MustInterval(other, cold))
 	}

@@ -152,15 +152,9 @@ func (e *env) npmBin(name string) string {
 	return p
 }
 
-// bwrap: every namespace new, the root read-only, the workspace writable,
-// new /dev, /proc and /tmp (the workspace is bound after /tmp's tmpfs, so
-// a workspace under /tmp stays visible), a new session, killed with its
-// parent: the kind of view vak's landlock backend builds.
-func (e *env) bwrap(cmd ...string) []string {
-	return append([]string{"bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-		"--bind", e.ws, e.ws, "--chdir", e.ws, "--"}, cmd...)
-}
+// bwrap is bubblewrap with the kind of view vak's landlock backend builds
+// (stats.Bwrap).
+func (e *env) bwrap(cmd ...string) []string { return stats.Bwrap(e.ws, cmd...) }
 
 // firejail: no profile, no network, the root read-only, the workspace
 // writable.
