@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -194,9 +195,14 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var sizes atomic.Int32 // the first is the start's, the rest are resizes
 	in.watchSize(func(sz wire.TTYSize) {
+		resize := sizes.Add(1) > 1
 		if sz.Rows > 0 && sz.Cols > 0 {
 			setWinsize(master, sz)
+			if x.RawTerminal && resize {
+				winchAgain(master)
+			}
 		}
 	})
 	go typeInto(master, in)
@@ -214,6 +220,24 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 		}
 	}()
 	return r, nil
+}
+
+// relayWinchAgain are the delays after a resize at which a terminal of
+// RawTerminal's kind gets SIGWINCH again. Its command is a relay such as
+// the docker CLI of `docker exec -it`, which reads the size and resizes
+// the terminal it relays to, and only then asks for SIGWINCH (docker/cli's
+// MonitorTtySize): the signal of a resize in between is dropped, and the
+// command would keep the old size until the next one. A signal again with
+// the size unchanged costs the relay one resize to the same size.
+var relayWinchAgain = []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond}
+
+// winchAgain signals master's foreground process group again after each
+// of relayWinchAgain. Once the command ended and the master is closed,
+// nothing is sent.
+func winchAgain(master *os.File) {
+	for _, d := range relayWinchAgain {
+		time.AfterFunc(d, func() { winchForeground(master) })
+	}
 }
 
 // typeInto types the input of in into the terminal whose master is master,

@@ -129,3 +129,26 @@ func setRawInput(slave *os.File) error {
 	}
 	return ierr
 }
+
+// winchForeground sends SIGWINCH to the foreground process group of the
+// pty whose master is f, if it has one (not this process's own group).
+func winchForeground(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	pgrp := 0
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		pgrp, ierr = unix.IoctlGetInt(int(fd), unix.TIOCGPGRP)
+	}); err != nil {
+		return err
+	}
+	if ierr != nil {
+		return ierr
+	}
+	if pgrp <= 1 || pgrp == unix.Getpgrp() {
+		return fmt.Errorf("terminal foreground group %d: not the command's", pgrp)
+	}
+	return unix.Kill(-pgrp, unix.SIGWINCH)
+}

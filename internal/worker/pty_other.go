@@ -21,3 +21,5 @@ func setWinsize(*os.File, wire.TTYSize) error { return errors.ErrUnsupported }
 func endOfInput(*os.File, byte, bool) []byte { return []byte{4} }
 
 func setRawInput(*os.File) error { return errors.ErrUnsupported }
+
+func winchForeground(*os.File) error { return errors.ErrUnsupported }
