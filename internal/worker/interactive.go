@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -195,14 +194,14 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	var sizes atomic.Int32 // the first is the start's, the rest are resizes
+	again := &winchAgain{send: func() { winchForeground(master) }}
 	in.watchSize(func(sz wire.TTYSize) {
-		resize := sizes.Add(1) > 1
-		if sz.Rows > 0 && sz.Cols > 0 {
+		set := sz.Rows > 0 && sz.Cols > 0
+		if set {
 			setWinsize(master, sz)
-			if x.RawTerminal && resize {
-				winchAgain(master)
-			}
+		}
+		if x.RawTerminal {
+			again.sized(set)
 		}
 	})
 	go typeInto(master, in)
@@ -231,12 +230,33 @@ func (x *Exec) interact(cmd *exec.Cmd, tty bool, in *Interaction, emit func(stri
 // the size unchanged costs the relay one resize to the same size.
 var relayWinchAgain = []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond}
 
-// winchAgain signals master's foreground process group again after each
-// of relayWinchAgain. Once the command ended and the master is closed,
-// nothing is sent.
-func winchAgain(master *os.File) {
-	for _, d := range relayWinchAgain {
-		time.AfterFunc(d, func() { winchForeground(master) })
+// winchAgain signals the foreground process group of a relay's terminal
+// again relayWinchAgain after its last resize: a burst of resizes (a
+// window dragged) costs the relay two resizes more, not two per resize.
+// The first size is the command's start, which the relay reads itself,
+// and a size that was not set (zero) changed nothing. Once the command
+// ended and the master is closed, nothing is sent.
+type winchAgain struct {
+	send   func() // signals the foreground group
+	mu     sync.Mutex
+	sizes  int
+	timers []*time.Timer
+}
+
+func (w *winchAgain) sized(set bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sizes++
+	switch {
+	case w.sizes == 1 || !set:
+	case w.timers == nil:
+		for _, d := range relayWinchAgain {
+			w.timers = append(w.timers, time.AfterFunc(d, w.send))
+		}
+	default:
+		for i, t := range w.timers {
+			t.Reset(relayWinchAgain[i])
+		}
 	}
 }
 

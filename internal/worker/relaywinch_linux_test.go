@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +20,12 @@ import (
 // second signal it never prints the size; on a terminal of the other
 // kind (the control) it does not either.
 func TestRelayTerminalWinchAgain(t *testing.T) {
-	for _, raw := range []bool{true, false} {
-		t.Run(map[bool]string{true: "relay", false: "control"}[raw], func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  bool
+	}{{"relay", true}, {"control", false}} {
+		raw := tc.raw
+		t.Run(tc.name, func(t *testing.T) {
 			x := &Exec{Workspace: t.TempDir(), Env: os.Environ(), NoTripwire: true, RawTerminal: raw}
 			in := NewInteraction(wire.TTYSize{Rows: 10, Cols: 20})
 			var out collect
@@ -54,5 +59,47 @@ func TestRelayTerminalWinchAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestWinchAgainAfterTheLastResize: the start's size and a size not set
+// are no resize; a burst of resizes gets one signal again per delay,
+// counted from its last resize.
+func TestWinchAgainAfterTheLastResize(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	w := &winchAgain{send: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+	}}
+	sent := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at)
+	}
+	w.sized(true)  // the start's size
+	w.sized(false) // nothing set
+	// Both would have been sent by now if either had counted.
+	time.Sleep(2 * relayWinchAgain[len(relayWinchAgain)-1])
+	if n := sent(); n != 0 {
+		t.Fatalf("%d signals again for the start's size and a zero size, want 0", n)
+	}
+	var last time.Time
+	for range 5 {
+		w.sized(true)
+		last = time.Now()
+	}
+	waitUntil(t, "the signals again", func() bool { return sent() >= len(relayWinchAgain) })
+	time.Sleep(2 * relayWinchAgain[len(relayWinchAgain)-1])
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != len(relayWinchAgain) {
+		t.Fatalf("%d signals again after a burst of 5 resizes, want %d", len(at), len(relayWinchAgain))
+	}
+	for i, d := range relayWinchAgain {
+		if got := at[i].Sub(last); got < d {
+			t.Errorf("signal %d came %v after the last resize, want at least %v", i, got, d)
+		}
 	}
 }
