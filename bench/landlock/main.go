@@ -197,9 +197,9 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 		log.Fatal(err)
 	}
 	// Item 2 is about a fresh workspace: with -files, the empty one.
-	fresh := ws
+	fresh, freshRun := ws, cold
 	if wsEmpty != "" {
-		fresh = wsEmpty
+		fresh, freshRun = wsEmpty, empty
 	}
 	start := newStartFloors(vak, lean, fresh)
 	defer start.close()
@@ -262,11 +262,7 @@ func cold(vak, cfgFile, ws, wsEmpty, truePath string, n int, against string) {
 	contenders, floors = append(contenders, bw...), append(floors, ready...)
 	fmt.Print(stats.Table(bare, append(contenders, floors...)...))
 	fmt.Println()
-	if wsEmpty != "" {
-		fmt.Print(start.summary(empty, fLean))
-	} else {
-		fmt.Print(start.summary(cold, fLean))
-	}
+	fmt.Print(start.summary(freshRun, fLean))
 	if against != "" {
 		fmt.Printf("This build against %s: %v.\n\n", against, stats.MustInterval(other, cold))
 	}

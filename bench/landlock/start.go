@@ -21,12 +21,12 @@ import (
 // lean stage program's start. Both are less than such a run would cost
 // (no socket to the per-user process, no config), so they are floors.
 type startFloors struct {
-	bwArgv            []string
-	bw                *stats.Sample
-	ready, readyLean  *stats.Sample
-	roundTrip         func() error
-	sess              *broker.Session
-	vak, lean, bwSkip string
+	bwArgv           []string
+	bw               *stats.Sample
+	ready, readyLean *stats.Sample
+	roundTrip        func() error
+	sess             *broker.Session
+	vak, lean        string
 }
 
 func newStartFloors(vak, lean, ws string) *startFloors {
@@ -36,9 +36,6 @@ func newStartFloors(vak, lean, ws string) *startFloors {
 		bw:        &stats.Sample{Name: "bubblewrap around `true` (the kind of view vak builds; bench/peers' argv)"},
 		ready:     floorSample("`vak version`, then `true` on a landlock worker started before timing (a run that takes a ready sandbox, behind vak's front)"),
 		readyLean: floorSample("the lean stage program's start, then the same (a ready sandbox behind a lean front)"),
-	}
-	if f.bwArgv == nil {
-		f.bwSkip = "bwrap is not installed (bench/peers/install.sh)"
 	}
 	f.roundTrip, f.sess = warmSession(vak, ws)
 	return f
@@ -78,7 +75,7 @@ func (f *startFloors) rows() (contenders, floors []*stats.Sample) {
 // design's process starts (starts, a floor) stand against bubblewrap.
 func (f *startFloors) summary(run, starts *stats.Sample) string {
 	if f.bwArgv == nil {
-		return "No bubblewrap here (" + f.bwSkip + "): no ratios for issue 32 item 2.\n\n"
+		return "No bubblewrap here (bwrap is not installed: bench/peers/install.sh): no ratios for issue 32 item 2.\n\n"
 	}
 	iv := stats.MustInterval(f.bw, run)
 	var b strings.Builder
